@@ -1,0 +1,70 @@
+"""The hot path: frame/record codec, CRC32C and dnb1 object blocks.
+
+This is the ONE place that picks the implementation. ``DNB_FORCE_PYTHON=1`` selects the
+pure-Python twin on purpose; otherwise the Cython extension is imported, and if it is
+missing we fall back with a loud warning (the test suite turns that into a failure).
+Everything else imports codec functions from here, never from a twin directly.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+from native import _codec_py
+from native.errors import CodecError, CorruptObject, CorruptSegmentHeader
+from native.format import Record, ScanResult, ScanStop
+
+_log = logging.getLogger(__name__)
+
+FORCE_PYTHON_ENV = "DNB_FORCE_PYTHON"
+FORCED_PYTHON = os.environ.get(FORCE_PYTHON_ENV, "") not in ("", "0")
+NATIVE_IMPORT_ERROR: ImportError | None = None
+
+if FORCED_PYTHON:
+    codec = _codec_py
+else:
+    try:
+        from native import _codec as codec  # type: ignore[no-redef]
+    except ImportError as exc:  # pragma: no cover - exercised by the conftest guard
+        NATIVE_IMPORT_ERROR = exc
+        codec = _codec_py
+        warnings.warn(
+            f"native._codec did not load ({exc}); using the slow pure-Python twin. "
+            "Rebuild with `pip install -e .` or set DNB_FORCE_PYTHON=1 to silence.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+IMPLEMENTATION: str = codec.IMPLEMENTATION
+
+crc32c = codec.crc32c
+encode_record = codec.encode_record
+encode_frame = codec.encode_frame
+encode_batch = codec.encode_batch
+decode_record = codec.decode_record
+scan_frames = codec.scan_frames
+encode_segment_header = codec.encode_segment_header
+decode_segment_header = codec.decode_segment_header
+
+
+def available_codecs() -> list:
+    """Every twin that can run here (the pure-Python one always can)."""
+    twins = [_codec_py]
+    if codec is not _codec_py:
+        twins.append(codec)
+    else:
+        try:
+            from native import _codec
+            twins.append(_codec)
+        except ImportError:
+            pass
+    return twins
+
+
+__all__ = [
+    "IMPLEMENTATION", "codec", "available_codecs", "crc32c", "encode_record", "encode_frame",
+    "encode_batch", "decode_record", "scan_frames", "encode_segment_header",
+    "decode_segment_header", "Record", "ScanResult", "ScanStop", "CodecError",
+    "CorruptObject", "CorruptSegmentHeader",
+]

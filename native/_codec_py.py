@@ -1,0 +1,226 @@
+"""Pure-Python twin of ``native/_codec.pyx``: the reference implementation.
+
+It implements the format in ``native/format.py`` and must produce identical bytes to the
+Cython twin. It is slow on purpose-free grounds (one Python call per field); use it to
+read the format, and to run anywhere the extension cannot be built.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+
+import crc32c as _crc32c_mod
+
+from native.errors import CodecError, CorruptSegmentHeader
+from native.format import (
+    FRAME_HEADER,
+    FRAME_HEADER_BYTES,
+    MAX_RECORD_BYTES,
+    RECORD_FIXED,
+    RECORD_FIXED_BYTES,
+    RECORD_FLAG_ATTRIBUTES,
+    RECORD_FLAG_KEY,
+    RECORD_FLAGS_KNOWN,
+    RECORD_VERSION,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_BYTES,
+    SEGMENT_MAGIC,
+    SEGMENT_VERSION,
+    STOP_BAD_LENGTH,
+    STOP_CRC,
+    STOP_OFFSET,
+    STOP_RECORD,
+    STOP_TORN,
+    Record,
+    ScanResult,
+    ScanStop,
+)
+
+IMPLEMENTATION = "python"
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_U16_MAX = 0xFFFF
+_U32_MAX = 0xFFFFFFFF
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+def crc32c(data, value: int = 0) -> int:
+    """CRC32C of ``data``, continuing from ``value``."""
+    return _crc32c_mod.crc32c(data, value)
+
+
+def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str, str] | None,
+                  payload: bytes) -> bytes:
+    if not 0 <= publish_time <= _U64_MAX:
+        raise CodecError(f"publish_time {publish_time} is not a u64")
+    flags = 0
+    parts = [b""]
+    if key is not None:
+        flags |= RECORD_FLAG_KEY
+        key = bytes(key)
+        if len(key) > _U32_MAX:
+            raise CodecError("key longer than 4 GiB")
+        parts.append(_U32.pack(len(key)))
+        parts.append(key)
+    if attributes:
+        flags |= RECORD_FLAG_ATTRIBUTES
+        if len(attributes) > _U16_MAX:
+            raise CodecError(f"{len(attributes)} attributes (max {_U16_MAX})")
+        parts.append(_U16.pack(len(attributes)))
+        for name, value in attributes.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise CodecError("attribute names and values must be str")
+            name_b = name.encode("utf-8")
+            value_b = value.encode("utf-8")
+            if len(name_b) > _U16_MAX:
+                raise CodecError(f"attribute name of {len(name_b)} bytes (max {_U16_MAX})")
+            parts.append(_U16.pack(len(name_b)))
+            parts.append(name_b)
+            parts.append(_U32.pack(len(value_b)))
+            parts.append(value_b)
+    parts[0] = RECORD_FIXED.pack(RECORD_VERSION, flags, publish_time)
+    parts.append(bytes(payload))
+    return b"".join(parts)
+
+
+def _frame(offset: int, record: bytes) -> bytes:
+    if not 0 <= offset <= _U64_MAX:
+        raise CodecError(f"offset {offset} is not a u64")
+    if len(record) > MAX_RECORD_BYTES:
+        raise CodecError(f"record of {len(record)} bytes exceeds the format limit {MAX_RECORD_BYTES}")
+    body = _U32.pack(len(record)) + _U64.pack(offset) + record
+    return _U32.pack(crc32c(body)) + body
+
+
+def encode_frame(offset: int, publish_time: int, key: bytes | None,
+                 attributes: Mapping[str, str] | None, payload: bytes) -> bytes:
+    """One frame (header + record) for one message."""
+    return _frame(offset, encode_record(publish_time, key, attributes, payload))
+
+
+def encode_batch(first_offset: int, messages: Iterable[tuple]) -> bytes:
+    """Frames for ``(publish_time, key, attributes, payload)`` tuples at first_offset, +1, …"""
+    out = []
+    for index, (publish_time, key, attributes, payload) in enumerate(messages):
+        out.append(encode_frame(first_offset + index, publish_time, key, attributes, payload))
+    return b"".join(out)
+
+
+def decode_record(offset: int, record) -> Record:
+    """Parse one record body; raises CodecError when it is malformed."""
+    record = memoryview(record)
+    size = len(record)
+    if size < RECORD_FIXED_BYTES:
+        raise CodecError(f"record of {size} bytes is shorter than its fixed part")
+    version, flags, publish_time = RECORD_FIXED.unpack_from(record, 0)
+    if version != RECORD_VERSION:
+        raise CodecError(f"unsupported record version {version}")
+    if flags & ~RECORD_FLAGS_KNOWN:
+        raise CodecError(f"unknown record flags {flags:#x}")
+    pos = RECORD_FIXED_BYTES
+    key = None
+    if flags & RECORD_FLAG_KEY:
+        key_len, pos = _read_len(record, pos, _U32)
+        key, pos = _take(record, pos, key_len), pos + key_len
+    attributes: dict[str, str] = {}
+    if flags & RECORD_FLAG_ATTRIBUTES:
+        count, pos = _read_len(record, pos, _U16)
+        if count == 0:
+            raise CodecError("attributes flag set with zero attributes")
+        for _ in range(count):
+            name_len, pos = _read_len(record, pos, _U16)
+            name, pos = _take(record, pos, name_len), pos + name_len
+            value_len, pos = _read_len(record, pos, _U32)
+            value, pos = _take(record, pos, value_len), pos + value_len
+            try:
+                attributes[name.decode("utf-8")] = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CodecError("attribute is not valid UTF-8") from exc
+    return Record(offset, publish_time, key, attributes, bytes(record[pos:]))
+
+
+def _read_len(buf: memoryview, pos: int, fmt: struct.Struct) -> tuple[int, int]:
+    if pos + fmt.size > len(buf):
+        raise CodecError(f"record truncated at field position {pos}")
+    return fmt.unpack_from(buf, pos)[0], pos + fmt.size
+
+
+def _take(buf: memoryview, pos: int, length: int) -> bytes:
+    if pos + length > len(buf):
+        raise CodecError(f"record truncated at field position {pos}")
+    return bytes(buf[pos:pos + length])
+
+
+def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int | None = None,
+                decode: bool = True, positions: bool = False,
+                max_frames: int | None = None) -> ScanResult:
+    """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py)."""
+    view = memoryview(buf).cast("B")
+    end = len(view) if end is None else min(end, len(view))
+    records: list = []
+    starts: list = []
+    count = 0
+    first = last = -1
+    error = None
+    while pos < end and (max_frames is None or count < max_frames):
+        stop = _check_frame(view, pos, end, expected_offset)
+        if isinstance(stop, ScanStop):
+            error = stop
+            break
+        offset, length = stop
+        body_start = pos + FRAME_HEADER_BYTES
+        if decode:
+            try:
+                records.append(decode_record(offset, view[body_start:body_start + length]))
+            except CodecError as exc:
+                error = ScanStop(pos, STOP_RECORD, str(exc))
+                break
+        if positions:
+            starts.append(pos)
+        if count == 0:
+            first = offset
+        last = offset
+        count += 1
+        expected_offset = offset + 1
+        pos = body_start + length
+    return ScanResult(records, starts, count, first, last, pos, error)
+
+
+def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | None):
+    """Returns (offset, length) of a valid frame at pos, else the ScanStop."""
+    if end - pos < FRAME_HEADER_BYTES:
+        return ScanStop(pos, STOP_TORN, f"{end - pos} bytes left, frame header needs {FRAME_HEADER_BYTES}")
+    crc, length, offset = FRAME_HEADER.unpack_from(view, pos)
+    if length == 0 or length > MAX_RECORD_BYTES:
+        return ScanStop(pos, STOP_BAD_LENGTH, f"record length {length}")
+    if end - pos - FRAME_HEADER_BYTES < length:
+        return ScanStop(pos, STOP_TORN, f"record of {length} bytes, {end - pos - FRAME_HEADER_BYTES} left")
+    if crc32c(view[pos + 4:pos + FRAME_HEADER_BYTES + length]) != crc:
+        return ScanStop(pos, STOP_CRC, f"CRC mismatch in frame claiming offset {offset}")
+    if expected_offset is not None and offset != expected_offset:
+        return ScanStop(pos, STOP_OFFSET, f"offset {offset}, expected {expected_offset}")
+    return offset, length
+
+
+def encode_segment_header(base_offset: int, created_ms: int) -> bytes:
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, base_offset, created_ms, 0, 0)[:28]
+    return head + _U32.pack(crc32c(head))
+
+
+def decode_segment_header(buf) -> tuple[int, int]:
+    """Returns ``(base_offset, created_ms)``; raises CorruptSegmentHeader."""
+    view = memoryview(buf).cast("B")
+    if len(view) < SEGMENT_HEADER_BYTES:
+        raise CorruptSegmentHeader(f"segment header truncated: {len(view)} of {SEGMENT_HEADER_BYTES} bytes")
+    magic, version, flags, base, created_ms, _reserved, crc = SEGMENT_HEADER.unpack_from(view, 0)
+    if magic != SEGMENT_MAGIC:
+        raise CorruptSegmentHeader(f"bad segment magic {bytes(magic)!r}")
+    if crc32c(view[:28]) != crc:
+        raise CorruptSegmentHeader("segment header CRC mismatch")
+    if version != SEGMENT_VERSION:
+        raise CorruptSegmentHeader(f"unsupported segment format version {version}")
+    if flags != 0:
+        raise CorruptSegmentHeader(f"unknown segment flags {flags:#x}")
+    return base, created_ms

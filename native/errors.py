@@ -1,0 +1,20 @@
+"""Typed errors of the codecs. Both twins raise exactly these."""
+from __future__ import annotations
+
+
+class CodecError(ValueError):
+    """Bytes that do not follow the format, or input that cannot be encoded."""
+
+
+class CorruptSegmentHeader(CodecError):
+    """A WAL segment header with a wrong magic, version, flags or CRC."""
+
+
+class CorruptObject(CodecError):
+    """A dnb1 object that is truncated or fails validation; names the object and byte position."""
+
+    def __init__(self, object_name: str, position: int, reason: str) -> None:
+        super().__init__(f"dnb1 object {object_name!r}: {reason} at byte {position}")
+        self.object_name = object_name
+        self.position = position
+        self.reason = reason

@@ -1,0 +1,45 @@
+"""Suite-wide guards and fixtures.
+
+The most important guard: unless DNB_FORCE_PYTHON is set on purpose, the Cython extension
+must have loaded. A silent fallback to the pure-Python twin would make every test pass
+against the slow path while the hot path shipped untested.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+import native
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+# Server fixtures (real etcd, moto over HTTP) live in one plugin module.
+if importlib.util.find_spec("tests.fixtures.servers") is not None:
+    pytest_plugins = ["tests.fixtures.servers"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if native.FORCED_PYTHON:
+        return
+    if native.NATIVE_IMPORT_ERROR is not None or native.IMPLEMENTATION != "cython":
+        raise pytest.UsageError(
+            "native._codec (the Cython extension) did not load: "
+            f"{native.NATIVE_IMPORT_ERROR!r}. Build it with `pip install -e .` "
+            f"or set {native.FORCE_PYTHON_ENV}=1 to test the pure-Python twin on purpose."
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"dnb codec: {native.IMPLEMENTATION} (twins available: " + ", ".join(
+        c.IMPLEMENTATION for c in native.available_codecs()) + ")"
+
+
+@pytest.fixture(params=[c.IMPLEMENTATION for c in native.available_codecs()])
+def codec(request):
+    """Each available codec twin in turn; tests that take it run over both."""
+    for twin in native.available_codecs():
+        if twin.IMPLEMENTATION == request.param:
+            return twin
+    raise AssertionError(request.param)

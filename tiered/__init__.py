@@ -1,0 +1,1 @@
+"""Tiered storage: metadata (etcd / SQLite) and object (S3 / local directory) stores."""

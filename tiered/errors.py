@@ -1,0 +1,96 @@
+"""The storage error hierarchy shared by every metadata and object backend.
+
+Backends map their own exceptions (gRPC, botocore, sqlite3, OSError) onto these and
+keep the original as ``__cause__`` (``raise ... from e``). Where a built-in fits the
+error inherits it too, so callers catching ``FileNotFoundError`` or ``ValueError``
+keep working. Messages name keys, buckets and endpoints, never credentials.
+"""
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of every error raised by ``tiered`` stores."""
+
+    #: True when the same call may succeed if simply retried later.
+    retryable: bool = False
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """The object (or metadata key, where a backend needs one) does not exist."""
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object already exists / the ETag moved on."""
+
+
+class StorageUnavailable(StorageError):
+    """The server is down, timed out, throttled or answered 5xx. Retry later."""
+
+    retryable = True
+
+
+class OperationTimeout(StorageUnavailable, TimeoutError):
+    """A call hit its deadline; the outcome of a write is unknown."""
+
+
+class PermissionDenied(StorageError, PermissionError):
+    """Credentials were rejected or lack a permission."""
+
+
+class InvalidKey(StorageError, ValueError):
+    """An object or metadata key that is empty, absolute, or would escape its prefix."""
+
+
+class InvalidRange(StorageError, ValueError):
+    """A ranged read whose start lies at or beyond the end of the object."""
+
+
+class MetadataError(StorageError):
+    """Base class of metadata-store specific errors."""
+
+
+class MalformedRecord(MetadataError, ValueError):
+    """A stored value that does not parse as the record its key promises."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"malformed record at {key!r}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+class CompactedRevision(MetadataError):
+    """A watch asked for history older than the store keeps.
+
+    Recover by reading the current state (``range``) and watching from
+    ``current_revision + 1``.
+    """
+
+    def __init__(self, requested_revision: int, compact_revision: int) -> None:
+        super().__init__(
+            f"revision {requested_revision} is compacted (oldest kept: {compact_revision})"
+        )
+        self.requested_revision = requested_revision
+        self.compact_revision = compact_revision
+
+
+class WatchOverflow(MetadataError):
+    """A watch consumer fell too far behind; the watch ended instead of dropping events.
+
+    Resume with a new watch from ``next_revision``.
+    """
+
+    def __init__(self, next_revision: int) -> None:
+        super().__init__(f"watch queue overflowed; resume from revision {next_revision}")
+        self.next_revision = next_revision
+
+
+class LeaseNotFound(MetadataError):
+    """A lease that expired or was revoked."""
+
+
+class UnknownScheme(StorageError, ValueError):
+    """A store URL whose scheme no backend handles."""
+
+
+class MissingDependency(StorageError, ImportError):
+    """A backend whose optional Python package is not installed."""

@@ -1,0 +1,49 @@
+"""Typed errors of the write-ahead log.
+
+All inherit :class:`WalError`; where a built-in fits they inherit it too so callers
+that catch ``ValueError`` for bad input keep working.
+"""
+from __future__ import annotations
+
+
+class WalError(Exception):
+    """Base class of every error raised by the ``wal`` package."""
+
+
+class InvalidTopicName(WalError, ValueError):
+    """A topic name that is not ``/namespace/topic`` or would escape a directory/key prefix."""
+
+
+class MessageTooLarge(WalError, ValueError):
+    """A message whose encoded record exceeds ``max_message_bytes``."""
+
+
+class WalClosed(WalError):
+    """Append or read on a WAL that was closed (or sealed)."""
+
+
+class WalFailed(WalError):
+    """The WAL hit an I/O error (e.g. a failed fsync) and fails closed from then on.
+
+    A failed fsync is never retried: after it the kernel may have dropped the dirty
+    pages, so a retry could report success for data that is gone.
+    """
+
+
+class CorruptLog(WalError):
+    """A segment is corrupt somewhere other than its tail; recovery refuses to guess."""
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        super().__init__(f"{path}: corrupt at byte {position}: {reason}")
+        self.path = path
+        self.position = position
+        self.reason = reason
+
+
+class OffsetBelowRetention(WalError, LookupError):
+    """A read asked for an offset older than the WAL keeps; chain to the archive."""
+
+    def __init__(self, offset: int, first_offset: int) -> None:
+        super().__init__(f"offset {offset} is below the WAL's first offset {first_offset}")
+        self.offset = offset
+        self.first_offset = first_offset
