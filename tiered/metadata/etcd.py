@@ -1,0 +1,338 @@
+"""Metadata store on a real etcd cluster through ``pyetcd`` (etcd-sdk-python).
+
+* Several endpoints with failover: an endpoint that failed is skipped for
+  ``endpoint_retry_s`` and the next call goes to another one. Calls are not retried
+  here; the caller sees :class:`~tiered.errors.StorageUnavailable` (retryable).
+* An optional ``root`` prefix is added to every key on the way in and stripped on
+  the way out, so several clusters/tests can share one etcd.
+* TLS (``ca_cert``, ``cert_cert``, ``cert_key``) and ``user``/``password`` are passed
+  to the client; they never appear in errors or logs.
+* Every RPC has a deadline (``timeout_s``).
+* After ``fork()`` create a new store in the child; gRPC channels do not survive it.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator, Sequence
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # noqa: E402
+import pyetcd  # noqa: E402
+from pyetcd import etcdrpc, exceptions as etcd_exc  # noqa: E402
+from pyetcd import transactions as etcd_txn  # noqa: E402
+from pyetcd.client import Endpoint  # noqa: E402
+
+from tiered.errors import (  # noqa: E402
+    CompactedRevision,
+    LeaseNotFound,
+    MetadataError,
+    OperationTimeout,
+    PermissionDenied,
+    StorageUnavailable,
+)
+from tiered.metadata.base import (  # noqa: E402
+    Compare,
+    Delete,
+    DeleteEvent,
+    Get,
+    KeyValue,
+    Lease,
+    MetadataStore,
+    Op,
+    Put,
+    PutEvent,
+    TxnResult,
+    Watch,
+    check_key,
+    check_ops,
+    prefix_end,
+)
+
+log = logging.getLogger(__name__)
+
+_COMPARE_CLASSES = {
+    "value": etcd_txn.Value,
+    "version": etcd_txn.Version,
+    "create_revision": etcd_txn.Create,
+    "mod_revision": etcd_txn.Mod,
+}
+
+
+class EtcdMetadataStore(MetadataStore):
+    """Metadata store on etcd v3. See the module docstring."""
+
+    multi_process = True
+    supports_compaction = True
+
+    def __init__(
+        self,
+        endpoints: Sequence[tuple[str, int]],
+        *,
+        root: str = "",
+        timeout_s: float = 5.0,
+        endpoint_retry_s: float = 1.0,
+        ca_cert: str | None = None,
+        cert_cert: str | None = None,
+        cert_key: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("etcd needs at least one endpoint")
+        if root and (not root.startswith("/") or root.endswith("/")):
+            raise ValueError(f"etcd root must look like /name (no trailing slash), got {root!r}")
+        self.endpoints = list(endpoints)
+        self.root = root
+        self.timeout_s = timeout_s
+        creds = None
+        if ca_cert is not None:
+            creds = pyetcd.MultiEndpointEtcd3Client.get_secure_creds(ca_cert, cert_key, cert_cert)
+        with self._mapped("connect"):
+            eps = [_endpoint(host, port, creds, endpoint_retry_s) for host, port in self.endpoints]
+            self._client = pyetcd.MultiEndpointEtcd3Client(
+                endpoints=eps, timeout=timeout_s, user=user, password=password, failover=True
+            )
+
+    # -- key mapping -------------------------------------------------------
+    def _k(self, key: str) -> bytes:
+        return (self.root + key).encode()
+
+    def _unk(self, raw: bytes) -> str:
+        return raw.decode()[len(self.root):]
+
+    def _kv(self, kv) -> KeyValue:
+        return KeyValue(self._unk(kv.key), bytes(kv.value), kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+
+    # -- errors ------------------------------------------------------------
+    @contextlib.contextmanager
+    def _mapped(self, what: str) -> Iterator[None]:
+        """Map gRPC / pyetcd errors onto the hierarchy; endpoints only, never credentials."""
+        where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        try:
+            try:
+                yield
+            except grpc.RpcError as e:
+                # Let pyetcd mark the endpoint failed (for failover), then map its error.
+                if hasattr(self, "_client"):
+                    self._client._manage_grpc_errors(e)
+                raise
+        except etcd_exc.ConnectionTimeoutError as e:
+            raise OperationTimeout(f"etcd {where}: {what} timed out after {self.timeout_s}s") from e
+        except (etcd_exc.ConnectionFailedError, etcd_exc.NoServerAvailableError) as e:
+            raise StorageUnavailable(f"etcd {where}: {what}: server unavailable") from e
+        except etcd_exc.InternalServerError as e:
+            raise StorageUnavailable(f"etcd {where}: {what}: internal server error") from e
+        except etcd_exc.RevisionCompactedError as e:
+            raise CompactedRevision(-1, e.compacted_revision) from e
+        except grpc.RpcError as e:
+            raise _map_rpc_error(e, where, what) from e
+        except etcd_exc.Etcd3Exception as e:
+            raise MetadataError(f"etcd {where}: {what}: {type(e).__name__}") from e
+
+    def _stub_call(self, what: str, stub_name: str, method: str, request):
+        with self._mapped(what):
+            stub = getattr(self._client, stub_name)
+            return getattr(stub, method)(
+                request,
+                self.timeout_s,
+                credentials=self._client.call_credentials,
+                metadata=self._client.metadata,
+            )
+
+    # -- key/value ---------------------------------------------------------
+    def get(self, key: str) -> KeyValue | None:
+        check_key(key)
+        resp = self._stub_call("get", "kvstub", "Range", etcdrpc.RangeRequest(key=self._k(key)))
+        return self._kv(resp.kvs[0]) if resp.kvs else None
+
+    def put(self, key: str, value: bytes, lease_id: int = 0) -> int:
+        check_ops([Put(key, value, lease_id)])
+        request = etcdrpc.PutRequest(key=self._k(key), value=value, lease=lease_id)
+        try:
+            resp = self._stub_call("put", "kvstub", "Put", request)
+        except MetadataError as e:
+            raise _lease_error(e, lease_id) from e.__cause__
+        return resp.header.revision
+
+    def delete(self, key: str) -> bool:
+        check_key(key)
+        resp = self._stub_call("delete", "kvstub", "DeleteRange", etcdrpc.DeleteRangeRequest(key=self._k(key)))
+        return resp.deleted > 0
+
+    def delete_prefix(self, prefix: str) -> int:
+        low = self._k(prefix)
+        request = etcdrpc.DeleteRangeRequest(key=low or b"\0", range_end=prefix_end(low) or b"\0")
+        return self._stub_call("delete_prefix", "kvstub", "DeleteRange", request).deleted
+
+    def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
+        low = self._k(prefix)
+        high = prefix_end(low) or b"\0"
+        if start_after is not None:
+            low = max(low, self._k(start_after) + b"\0")
+        request = etcdrpc.RangeRequest(
+            key=low or b"\0",
+            range_end=high,
+            limit=max(limit, 0),
+            sort_order=etcdrpc.RangeRequest.ASCEND,
+            sort_target=etcdrpc.RangeRequest.KEY,
+        )
+        resp = self._stub_call("range", "kvstub", "Range", request)
+        return [self._kv(kv) for kv in resp.kvs]
+
+    def txn(
+        self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        check_ops(success)
+        check_ops(failure)
+        request = etcdrpc.TxnRequest(
+            compare=[self._compare(c) for c in compare],
+            success=[self._request_op(op) for op in success],
+            failure=[self._request_op(op) for op in failure],
+        )
+        try:
+            resp = self._stub_call("txn", "kvstub", "Txn", request)
+        except MetadataError as e:
+            lease_ids = [op.lease_id for op in (*success, *failure) if isinstance(op, Put) and op.lease_id]
+            raise _lease_error(e, lease_ids[0] if lease_ids else 0) from e.__cause__
+        ran = success if resp.succeeded else failure
+        responses = [self._response(op, r) for op, r in zip(ran, resp.responses)]
+        return TxnResult(resp.succeeded, responses, resp.header.revision)
+
+    def _compare(self, c: Compare):
+        cmp = _COMPARE_CLASSES[c.target](self._k(c.key))
+        operand = c.operand
+        if c.op == "==":
+            cmp = cmp == operand
+        elif c.op == "!=":
+            cmp = cmp != operand
+        elif c.op == "<":
+            cmp = cmp < operand
+        else:
+            cmp = cmp > operand
+        return cmp.build_message()
+
+    def _request_op(self, op: Op):
+        if isinstance(op, Put):
+            return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=self._k(op.key), value=op.value, lease=op.lease_id))
+        if isinstance(op, Delete):
+            return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=self._k(op.key)))
+        return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=self._k(op.key)))
+
+    def _response(self, op: Op, r) -> KeyValue | None | bool:
+        if isinstance(op, Get):
+            kvs = r.response_range.kvs
+            return self._kv(kvs[0]) if kvs else None
+        if isinstance(op, Delete):
+            return r.response_delete_range.deleted > 0
+        return None
+
+    def current_revision(self) -> int:
+        request = etcdrpc.RangeRequest(key=self._k("/"), count_only=True)
+        return self._stub_call("current_revision", "kvstub", "Range", request).header.revision
+
+    def compact(self, revision: int) -> None:
+        # physical=True waits until the history is really gone, so a watch issued
+        # right after sees the compaction.
+        request = etcdrpc.CompactionRequest(revision=revision, physical=True)
+        try:
+            self._stub_call("compact", "kvstub", "Compact", request)
+        except MetadataError as e:
+            if "compacted" in str(e.__cause__):
+                return  # Already compacted at or past this revision: same end state.
+            raise
+
+    # -- leases ------------------------------------------------------------
+    def grant_lease(self, ttl_s: float) -> Lease:
+        if ttl_s <= 0:
+            raise ValueError(f"lease ttl_s must be positive, got {ttl_s}")
+        # etcd counts TTLs in whole seconds.
+        request = etcdrpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl_s)))
+        resp = self._stub_call("grant_lease", "leasestub", "LeaseGrant", request)
+        return Lease(resp.ID, float(resp.TTL))
+
+    def refresh_lease(self, lease_id: int) -> None:
+        with self._mapped("refresh_lease"):
+            responses = list(self._client.refresh_lease(lease_id))
+        if not responses or responses[0].TTL <= 0:
+            raise LeaseNotFound(f"lease {lease_id:x} expired or was revoked")
+
+    def revoke_lease(self, lease_id: int) -> None:
+        try:
+            self._stub_call("revoke_lease", "leasestub", "LeaseRevoke", etcdrpc.LeaseRevokeRequest(ID=lease_id))
+        except MetadataError as e:
+            raise _lease_error(e, lease_id) from e.__cause__
+
+    # -- watches -----------------------------------------------------------
+    def watch_prefix(self, prefix: str, start_revision: int | None = None) -> Watch:
+        if start_revision is None:
+            start_revision = self.current_revision() + 1
+        watch = Watch(start_revision)
+        low = self._k(prefix)
+
+        def on_response(resp) -> None:
+            if isinstance(resp, BaseException) or resp is None:
+                watch._fail(self._watch_error(resp, watch))
+                return
+            for ev in resp.events:
+                if not watch._deliver(self._event(ev)):
+                    return
+
+        with self._mapped("watch"):
+            watch_id = self._client.add_watch_callback(
+                low or b"\0", on_response, range_end=prefix_end(low) or b"\0", start_revision=start_revision
+            )
+        watch._cancel_hook = lambda: self._cancel_watch(watch_id)
+        return watch
+
+    def _cancel_watch(self, watch_id: int) -> None:
+        with contextlib.suppress(Exception):  # best effort: the server may be gone
+            self._client.cancel_watch(watch_id)
+
+    def _watch_error(self, err: BaseException | None, watch: Watch) -> Exception:
+        if isinstance(err, etcd_exc.RevisionCompactedError):
+            return CompactedRevision(watch.next_revision, err.compacted_revision)
+        where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        error = StorageUnavailable(f"etcd {where}: watch stream ended")
+        error.__cause__ = err
+        return error
+
+    def _event(self, ev) -> PutEvent | DeleteEvent:
+        if isinstance(ev, pyetcd.events.DeleteEvent):
+            return DeleteEvent(self._unk(ev.key), ev.mod_revision)
+        return PutEvent(KeyValue(self._unk(ev.key), bytes(ev.value), ev.create_revision, ev.mod_revision, ev.version, ev.lease))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+    def __repr__(self) -> str:
+        eps = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        return f"EtcdMetadataStore({eps!r}, root={self.root!r})"
+
+
+def _endpoint(host: str, port: int, creds, retry_s: float) -> Endpoint:
+    # gRPC keepalive notices a dead server while a watch is idle.
+    opts = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000)]
+    return Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=retry_s, opts=opts)
+
+
+def _map_rpc_error(e: grpc.RpcError, where: str, what: str) -> Exception:
+    code = e.code() if hasattr(e, "code") else None
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return PermissionDenied(f"etcd {where}: {what}: {code.name}")
+    details = e.details() if hasattr(e, "details") else ""
+    if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in (details or ""):
+        return MetadataError(f"etcd {where}: {what}: {details}")
+    if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
+        return StorageUnavailable(f"etcd {where}: {what}: {code.name}")
+    return MetadataError(f"etcd {where}: {what}: {code.name if code else ''} {details}")
+
+
+def _lease_error(e: MetadataError, lease_id: int) -> MetadataError:
+    if "lease not found" in str(e) or "requested lease not found" in str(e.__cause__ or ""):
+        return LeaseNotFound(f"lease {lease_id:x} not found")
+    return e
