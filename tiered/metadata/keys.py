@@ -1,0 +1,323 @@
+"""The metadata key layout and its typed records: the only place keys are spelled.
+
+Every key is built from a validated :class:`wal.topics.TopicName` (a raw string is
+parsed, and rejected, first), so a hostile topic name can never address another
+topic's keys or escape a prefix. Subscription names and broker ids follow the same
+segment rule (1-128 of ``[A-Za-z0-9._-]``, not ``.``/``..``).
+
+=====================================================  ==============================
+key                                                    value
+=====================================================  ==============================
+/storage/topics/<ns>/<topic>/objects/<start:020d>      :class:`ObjectDescriptor`
+/storage/topics/<ns>/<topic>/state                     :class:`SealedState`
+/storage/topics/<ns>/<topic>/owner                     :class:`Ownership` (fencing)
+/topics/<ns>/<topic>/subscriptions/<name>/cursor       :class:`Cursor`
+/topics/<ns>/<topic>/delivery                          delivery settings (opaque here)
+/cluster/brokers/<broker_id>/<ns>/<topic>              :class:`Assignment`
+/cluster/unassigned/<ns>/<topic>                       :class:`Unassigned`
+=====================================================  ==============================
+
+Object keys (in the object store, relative to its prefix) are
+``topics/<ns>/<topic>/<start:020d>-<object_id>.dnb1``: the object id makes every
+upload a new key, so a retried upload never overwrites an object a descriptor
+already points at.
+
+Records are JSON objects. ``from_json(key, raw)`` validates types and invariants and
+raises :class:`~tiered.errors.MalformedRecord` naming the key and the problem;
+unknown fields are ignored so newer writers stay readable.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+from tiered.errors import MalformedRecord
+from wal.topics import TopicName
+
+OFFSET_DIGITS = 20
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+R = TypeVar("R", bound="_Record")
+
+
+def _topic(topic: TopicName | str) -> TopicName:
+    return TopicName.parse(topic)
+
+
+def _segment(kind: str, value: str) -> str:
+    if not isinstance(value, str) or value in (".", "..") or not _SEGMENT_RE.fullmatch(value):
+        raise ValueError(f"{kind} {value!r} must be 1-128 characters of [A-Za-z0-9._-]")
+    return value
+
+
+def _offset(offset: int) -> str:
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 10**OFFSET_DIGITS:
+        raise ValueError(f"offset must be an int in [0, 10**{OFFSET_DIGITS}), got {offset!r}")
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+# -- keys -----------------------------------------------------------------
+def storage_prefix(topic: TopicName | str) -> str:
+    t = _topic(topic)
+    return f"/storage/topics/{t.namespace}/{t.name}/"
+
+
+def objects_prefix(topic: TopicName | str) -> str:
+    return storage_prefix(topic) + "objects/"
+
+
+def descriptor_key(topic: TopicName | str, start_offset: int) -> str:
+    return objects_prefix(topic) + _offset(start_offset)
+
+
+def descriptor_start_offset(key: str) -> int:
+    """Start offset encoded in a descriptor key (validated)."""
+    tail = key.rsplit("/", 1)[-1]
+    if len(tail) != OFFSET_DIGITS or not tail.isdigit():
+        raise MalformedRecord(key, "descriptor key does not end in a 20-digit offset")
+    return int(tail)
+
+
+def state_key(topic: TopicName | str) -> str:
+    return storage_prefix(topic) + "state"
+
+
+def owner_key(topic: TopicName | str) -> str:
+    return storage_prefix(topic) + "owner"
+
+
+def topic_prefix(topic: TopicName | str) -> str:
+    t = _topic(topic)
+    return f"/topics/{t.namespace}/{t.name}/"
+
+
+def subscriptions_prefix(topic: TopicName | str) -> str:
+    return topic_prefix(topic) + "subscriptions/"
+
+
+def cursor_key(topic: TopicName | str, subscription: str) -> str:
+    return subscriptions_prefix(topic) + f"{_segment('subscription', subscription)}/cursor"
+
+
+def delivery_key(topic: TopicName | str) -> str:
+    return topic_prefix(topic) + "delivery"
+
+
+def broker_assignments_prefix(broker_id: str) -> str:
+    return f"/cluster/brokers/{_segment('broker id', broker_id)}/"
+
+
+def assignment_key(broker_id: str, topic: TopicName | str) -> str:
+    t = _topic(topic)
+    return broker_assignments_prefix(broker_id) + f"{t.namespace}/{t.name}"
+
+
+UNASSIGNED_PREFIX = "/cluster/unassigned/"
+
+
+def unassigned_key(topic: TopicName | str) -> str:
+    t = _topic(topic)
+    return UNASSIGNED_PREFIX + f"{t.namespace}/{t.name}"
+
+
+def topic_from_key(key: str, prefix: str) -> TopicName:
+    """The topic at the end of an assignment/unassigned key under ``prefix``."""
+    if not key.startswith(prefix):
+        raise MalformedRecord(key, f"key is not under {prefix!r}")
+    try:
+        return TopicName.parse("/" + key[len(prefix):])
+    except ValueError as e:
+        raise MalformedRecord(key, f"bad topic in key: {e}") from e
+
+
+def object_key(topic: TopicName | str, start_offset: int, object_id: str) -> str:
+    """Object-store key of one archived dnb1 object."""
+    t = _topic(topic)
+    if not isinstance(object_id, str) or not _OBJECT_ID_RE.fullmatch(object_id):
+        raise ValueError(f"object id {object_id!r} must be 1-64 characters of [A-Za-z0-9_-]")
+    return f"topics/{t.namespace}/{t.name}/{_offset(start_offset)}-{object_id}.dnb1"
+
+
+def objects_key_prefix(topic: TopicName | str) -> str:
+    t = _topic(topic)
+    return f"topics/{t.namespace}/{t.name}/"
+
+
+# -- records --------------------------------------------------------------
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_CHECKS = {
+    "int": _is_int,
+    "int|None": lambda v: v is None or _is_int(v),
+    "str": lambda v: isinstance(v, str),
+    "str|None": lambda v: v is None or isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "number": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)),
+}
+
+
+class _Record:
+    """JSON (de)serialisation with per-field type checks and an invariant hook."""
+
+    _TYPES: ClassVar[dict[str, str]] = {}
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    def to_json(self) -> bytes:
+        problem = self._problem()
+        if problem:
+            raise ValueError(f"refusing to write invalid {type(self).__name__}: {problem}")
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls: type[R], key: str, raw: bytes) -> R:
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise MalformedRecord(key, f"not JSON: {e}") from e
+        if not isinstance(data, dict):
+            raise MalformedRecord(key, f"expected a JSON object, got {type(data).__name__}")
+        values = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name not in data:
+                if f.name in cls._OPTIONAL:
+                    continue
+                raise MalformedRecord(key, f"missing field {f.name!r}")
+            if not _CHECKS[cls._TYPES[f.name]](data[f.name]):
+                raise MalformedRecord(key, f"field {f.name!r} should be {cls._TYPES[f.name]}, got {data[f.name]!r}")
+            values[f.name] = data[f.name]
+        record = cls(**values)
+        problem = record._problem()
+        if problem:
+            raise MalformedRecord(key, problem)
+        return record
+
+    def _problem(self) -> str | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectDescriptor(_Record):
+    """One archived object: offsets ``start_offset..end_offset`` (inclusive)."""
+
+    start_offset: int
+    end_offset: int
+    object_id: str
+    size: int
+    etag: str
+    created_at: float
+    broker_id: str
+    epoch: int
+    format: str = "dnb1"
+    compression: str | None = None
+
+    _TYPES: ClassVar[dict[str, str]] = {
+        "start_offset": "int", "end_offset": "int", "object_id": "str", "size": "int", "etag": "str",
+        "created_at": "number", "broker_id": "str", "epoch": "int", "format": "str", "compression": "str|None",
+    }  # fmt: skip
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"format", "compression"})
+
+    def _problem(self) -> str | None:
+        if self.start_offset < 0:
+            return f"start_offset {self.start_offset} is negative"
+        if self.end_offset < self.start_offset:
+            return f"end_offset {self.end_offset} < start_offset {self.start_offset}"
+        if self.size <= 0:
+            return f"size {self.size} is not positive"
+        if not _OBJECT_ID_RE.fullmatch(self.object_id):
+            return f"object_id {self.object_id!r} is not 1-64 of [A-Za-z0-9_-]"
+        if self.epoch < 0:
+            return f"epoch {self.epoch} is negative"
+        return None
+
+    def check_key(self, key: str) -> "ObjectDescriptor":
+        """Assert the descriptor sits under the key its start offset names."""
+        if descriptor_start_offset(key) != self.start_offset:
+            raise MalformedRecord(key, f"key offset differs from start_offset {self.start_offset}")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class SealedState(_Record):
+    """Seal written when a topic is unloaded.
+
+    ``last_committed_offset`` is None when the topic never had a message: the next
+    owner starts at 0 (not at 1).
+    """
+
+    sealed: bool
+    last_committed_offset: int | None
+    broker_id: str
+    timestamp: float
+
+    _TYPES: ClassVar[dict[str, str]] = {
+        "sealed": "bool", "last_committed_offset": "int|None", "broker_id": "str", "timestamp": "number",
+    }  # fmt: skip
+
+    def _problem(self) -> str | None:
+        if self.last_committed_offset is not None and self.last_committed_offset < 0:
+            return f"last_committed_offset {self.last_committed_offset} is negative (use null for empty)"
+        return None
+
+    @property
+    def next_offset(self) -> int:
+        return 0 if self.last_committed_offset is None else self.last_committed_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor(_Record):
+    """Last acknowledged offset of a subscription."""
+
+    last_acked_offset: int
+
+    _TYPES: ClassVar[dict[str, str]] = {"last_acked_offset": "int"}
+
+    def _problem(self) -> str | None:
+        return None if self.last_acked_offset >= 0 else "last_acked_offset is negative"
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership(_Record):
+    """Who owns a topic. Immutable while held: a write fenced with
+    ``value_is(owner_key, held.to_json())`` fails once another broker took over
+    with ``epoch + 1``."""
+
+    broker_id: str
+    epoch: int
+    acquired_at: float
+
+    _TYPES: ClassVar[dict[str, str]] = {"broker_id": "str", "epoch": "int", "acquired_at": "number"}
+
+    def _problem(self) -> str | None:
+        return None if self.epoch >= 0 else f"epoch {self.epoch} is negative"
+
+    def successor(self, broker_id: str) -> "Ownership":
+        return Ownership(broker_id, self.epoch + 1, time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment(_Record):
+    """Value under ``/cluster/brokers/<broker>/<ns>/<topic>``."""
+
+    assigned_at: float
+    reason: str | None = None
+
+    _TYPES: ClassVar[dict[str, str]] = {"assigned_at": "number", "reason": "str|None"}
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"reason"})
+
+
+@dataclass(frozen=True, slots=True)
+class Unassigned(_Record):
+    """Value under ``/cluster/unassigned/<ns>/<topic>``."""
+
+    reason: str
+    from_broker: str | None
+    to_broker: str | None = None
+
+    _TYPES: ClassVar[dict[str, str]] = {"reason": "str", "from_broker": "str|None", "to_broker": "str|None"}
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"to_broker"})

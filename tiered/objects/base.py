@@ -1,0 +1,123 @@
+"""The object store interface: the S3 subset the archive needs.
+
+Semantics every backend follows (checked by the contract suite in ``tests/stores``):
+
+* Keys are relative ``/``-separated paths: no leading ``/``, no empty, ``.`` or
+  ``..`` segments, no NUL, at most 1,024 UTF-8 bytes. Build them with
+  :func:`tiered.metadata.keys.object_key` from a validated ``TopicName``.
+* ``put`` is atomic: readers see the whole old object or the whole new one, never a
+  part. ``if_absent=True`` makes exactly one of several concurrent writers win; the
+  others get :class:`~tiered.errors.PreconditionFailed`.
+* ``get_range(key, start, end_inclusive)`` clips ``end_inclusive`` to the object;
+  a ``start`` at or past the end raises :class:`~tiered.errors.InvalidRange`.
+  ``get_suffix(key, n)`` returns the last ``n`` bytes (the whole object if smaller).
+* ``list(prefix)`` yields objects in key order (byte-wise). ``delete`` of a missing
+  key is not an error (as in S3).
+"""
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tiered.errors import InvalidKey
+
+KEY_BYTES_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
+    last_modified: float  # seconds since the epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    #: ``put(if_absent=True)`` is enforced by the store itself (not emulated racily).
+    conditional_put: bool = True
+    #: Puts are all-or-nothing under the final key.
+    atomic_put: bool = True
+    #: Large puts are split into parts.
+    multipart: bool = False
+
+
+def check_key(key: str) -> str:
+    """Validate an object key (see module docstring); returns it unchanged."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKey(f"object key must be a non-empty str, got {key!r}")
+    if "\x00" in key or "\\" in key:
+        raise InvalidKey(f"object key {key!r} contains NUL or a backslash")
+    if len(key.encode()) > KEY_BYTES_MAX:
+        raise InvalidKey(f"object key is longer than {KEY_BYTES_MAX} bytes")
+    if key.startswith("/"):
+        raise InvalidKey(f"object key {key!r} is absolute")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise InvalidKey(f"object key {key!r} has an empty, '.' or '..' segment")
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """A list prefix may be empty or end with '/'; otherwise it follows key rules."""
+    if prefix == "":
+        return prefix
+    check_key(prefix.rstrip("/") or "x/")
+    return prefix
+
+
+Data = bytes | bytearray | memoryview | os.PathLike[str] | str
+
+
+class ObjectStore(abc.ABC):
+    """Abstract object store. See the module docstring for the semantics."""
+
+    capabilities = Capabilities()
+
+    @abc.abstractmethod
+    def put(self, key: str, data: Data, if_absent: bool = False) -> ObjectInfo:
+        """Store ``data`` (bytes, or a path to a file) under ``key`` atomically."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes: ...
+
+    @abc.abstractmethod
+    def get_suffix(self, key: str, length: int) -> bytes:
+        """The last ``length`` bytes (a footer), in one request."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]: ...
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    def exists(self, key: str) -> bool:
+        from tiered.errors import ObjectNotFound
+
+        try:
+            self.head(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Release connections; the default has nothing to release."""
+
+    def __enter__(self) -> "ObjectStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_range(start: int, end_inclusive: int) -> None:
+    if start < 0 or end_inclusive < start:
+        raise ValueError(f"bad byte range {start}-{end_inclusive}")

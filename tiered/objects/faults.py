@@ -1,0 +1,57 @@
+"""Fault injection for object stores; see :mod:`tiered.metadata.faults` for the plan API.
+
+Besides errors, timeouts and latency, ``faults.tear("put")`` makes a put store only
+the first half of the data under the final key and then raise
+:class:`~tiered.errors.StorageUnavailable`, mimicking a store without atomic puts
+(or a reader racing a non-atomic copy) so readers' validation can be tested.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tiered.errors import StorageUnavailable
+from tiered.metadata.faults import FaultPlan
+from tiered.objects.base import Data, ObjectInfo, ObjectStore
+
+
+class FaultyObjectStore(ObjectStore):
+    def __init__(self, inner: ObjectStore, plan: FaultPlan | None = None) -> None:
+        self.inner = inner
+        self.faults = plan or FaultPlan()
+        self.capabilities = inner.capabilities
+
+    def put(self, key: str, data: Data, if_absent: bool = False) -> ObjectInfo:
+        fault = self.faults.next_fault("put")
+        if fault is None:
+            return self.inner.put(key, data, if_absent)
+        if fault.kind == "tear":
+            body = data if isinstance(data, (bytes, bytearray, memoryview)) else _read(data)
+            self.inner.put(key, bytes(body[: len(body) // 2]), if_absent)
+            raise StorageUnavailable(f"injected fault: torn put of {key!r}")
+        return self.faults.apply("put", fault, lambda: self.inner.put(key, data, if_absent))
+
+    def get(self, key: str) -> bytes:
+        return self.faults.run("get", lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
+        return self.faults.run("get_range", lambda: self.inner.get_range(key, start, end_inclusive))
+
+    def get_suffix(self, key: str, length: int) -> bytes:
+        return self.faults.run("get_suffix", lambda: self.inner.get_suffix(key, length))
+
+    def head(self, key: str) -> ObjectInfo:
+        return self.faults.run("head", lambda: self.inner.head(key))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return self.faults.run("list", lambda: iter(list(self.inner.list(prefix))))
+
+    def delete(self, key: str) -> None:
+        return self.faults.run("delete", lambda: self.inner.delete(key))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _read(path: Data) -> bytes:
+    with open(path, "rb") as f:  # type: ignore[arg-type]
+        return f.read()
