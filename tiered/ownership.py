@@ -1,0 +1,298 @@
+"""Topic ownership with epochs, and broker liveness.
+
+Layout (docs/ARCHITECTURE.md, "Fencing"):
+
+* ``/storage/topics/<ns>/<topic>/owner`` holds an :class:`OwnerRecord`. While a broker
+  holds a topic the record is never rewritten, so ``value(owner key) == the bytes this
+  broker wrote`` is a compare that fences every write of a stale owner: the moment
+  another broker takes over (``epoch + 1``) the bytes differ and the stale write fails.
+* Releasing does not delete the record: it writes a *released* record (``released_at``
+  set) that keeps the epoch, so epochs grow for the topic's whole life and a released
+  record can never equal any holder's bytes.
+* ``/cluster/registered/<broker_id>`` is written under the broker's session lease
+  (:class:`BrokerSession`). A record held by a broker that is no longer registered
+  belongs to a dead broker and may be taken over (failover); a record held by a live
+  broker may not, unless the caller forces it (operator override).
+
+Taking ownership is ONE transaction that also checks the revision of the owner record
+it read (and of the topic's sealed state, see :func:`acquire`), so two brokers racing
+to load a topic produce exactly one winner; the loser gets :class:`OwnershipConflict`
+or :class:`TopicOwnedElsewhere`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tiered.errors import MalformedRecord, MetadataError, StorageError
+from tiered.metadata import keys
+from tiered.metadata.base import (
+    Compare,
+    KeyValue,
+    MetadataStore,
+    Op,
+    Put,
+    absent,
+    mod_revision_is,
+    value_is,
+)
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+REGISTERED_PREFIX = "/cluster/registered/"
+SESSION_TTL_S_DEFAULT = 10.0
+
+
+# -- keys --------------------------------------------------------------------------
+
+
+def owner_key(topic: TopicName | str) -> str:
+    return keys.owner_key(topic)
+
+
+def registered_key(broker_id: str) -> str:
+    _check_broker_id(broker_id)
+    return f"{REGISTERED_PREFIX}{broker_id}"
+
+
+def _check_broker_id(broker_id: str) -> None:
+    # Broker ids become key segments; keys.py owns the segment rule.
+    keys.broker_assignments_prefix(broker_id)
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+class OwnershipError(MetadataError):
+    """Base class of ownership failures."""
+
+
+class TopicOwnedElsewhere(OwnershipError):
+    """Another live broker holds the topic."""
+
+    def __init__(self, topic: TopicName, holder: str, epoch: int) -> None:
+        super().__init__(f"topic {topic} is owned by live broker {holder!r} (epoch {epoch})")
+        self.topic = topic
+        self.holder = holder
+        self.epoch = epoch
+
+
+class OwnershipConflict(OwnershipError):
+    """The owner record changed between our read and our transaction: another broker
+    raced us and won. Not retried here on purpose: the winner owns the topic now."""
+
+    def __init__(self, topic: TopicName, detail: str) -> None:
+        super().__init__(f"topic {topic}: lost the ownership race ({detail})")
+        self.topic = topic
+
+
+class OwnershipLostError(OwnershipError):
+    """A fenced write failed: this broker's token is stale (a newer epoch exists)."""
+
+    def __init__(self, topic: TopicName, step: str) -> None:
+        super().__init__(f"topic {topic}: {step} refused, this broker no longer owns the topic")
+        self.topic = topic
+        self.step = step
+
+
+# -- records -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    """The owner record: :class:`tiered.metadata.keys.Ownership`'s fields plus two
+    optional ones (readers of ``Ownership`` ignore them). ``broker_id`` is the last
+    holder; ``released_at`` set means it let go (sealed), so nobody holds the topic."""
+
+    broker_id: str
+    epoch: int
+    acquired_at: float
+    released_at: float | None = None
+    previous_broker_id: str | None = None
+
+    def encode(self) -> bytes:
+        body = keys.Ownership(self.broker_id, self.epoch, self.acquired_at).to_json()
+        extra = {"released_at": self.released_at, "previous_broker_id": self.previous_broker_id}
+        merged = {**json.loads(body), **extra}
+        return json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, key: str, raw: bytes) -> "OwnerRecord":
+        base = keys.Ownership.from_json(key, raw)
+        body = json.loads(raw)
+        released_at, previous = body.get("released_at"), body.get("previous_broker_id")
+        if released_at is not None and not isinstance(released_at, (int, float)):
+            raise MalformedRecord(key, f"released_at should be a number, got {released_at!r}")
+        if previous is not None and not isinstance(previous, str):
+            raise MalformedRecord(key, f"previous_broker_id should be a str, got {previous!r}")
+        return cls(base.broker_id, base.epoch, base.acquired_at, released_at, previous)
+
+    @property
+    def holder(self) -> str | None:
+        """Who holds the topic now (None once released)."""
+        return None if self.released_at is not None else self.broker_id
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerToken:
+    """Proof of ownership: the exact bytes written when the topic was taken."""
+
+    topic: TopicName
+    broker_id: str
+    epoch: int
+    held_bytes: bytes
+    #: The owner record as it was before we took it (None: the topic was never owned).
+    previous: OwnerRecord | None
+    revision: int
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def key(self) -> str:
+        return owner_key(self.topic)
+
+    @property
+    def fencing(self) -> list[Compare]:
+        """Compares every write about the topic must include."""
+        return [value_is(self.key, self.held_bytes)]
+
+
+# -- liveness ----------------------------------------------------------------------
+
+
+def is_broker_registered(metadata: MetadataStore, broker_id: str) -> bool:
+    return metadata.get(registered_key(broker_id)) is not None
+
+
+def read_owner(metadata: MetadataStore, topic: TopicName) -> tuple[OwnerRecord | None, KeyValue | None]:
+    kv = metadata.get(owner_key(topic))
+    if kv is None:
+        return None, None
+    return OwnerRecord.decode(kv.key, kv.value), kv
+
+
+# -- acquire / release -------------------------------------------------------------
+
+
+def acquire(
+    metadata: MetadataStore,
+    topic: TopicName | str,
+    broker_id: str,
+    *,
+    force: bool = False,
+    extra_compares: Sequence[Compare] = (),
+    extra_ops: Sequence[Op] = (),
+) -> OwnerToken:
+    """Take ownership of ``topic`` with epoch + 1 in one transaction.
+
+    Allowed when the record is absent, released, held by ``broker_id`` itself (a
+    restart) or held by a broker that is no longer registered (it died). ``force``
+    takes it from a live broker (operator override; the old owner is fenced).
+    ``extra_compares``/``extra_ops`` join the same transaction, e.g. the lifecycle's
+    check that the sealed state did not change since it was read.
+    """
+    topic = TopicName.parse(topic)
+    _check_broker_id(broker_id)
+    previous, kv = read_owner(metadata, topic)
+    compares = [absent(owner_key(topic)) if kv is None else mod_revision_is(kv.key, kv.mod_revision)]
+    compares += _holder_compares(metadata, topic, broker_id, previous, force)
+    record = OwnerRecord(
+        broker_id=broker_id,
+        epoch=(previous.epoch if previous else 0) + 1,
+        acquired_at=time.time(),
+        previous_broker_id=previous.broker_id if previous else None,
+    )
+    held = record.encode()
+    result = metadata.txn([*compares, *extra_compares], [Put(owner_key(topic), held), *extra_ops])
+    if not result.succeeded:
+        raise OwnershipConflict(topic, f"owner record or guarded keys changed since revision {kv.mod_revision if kv else 0}")
+    log.info("topic %s: broker %s took ownership at epoch %d (previous holder %s)",
+             topic, broker_id, record.epoch, record.previous_broker_id)
+    return OwnerToken(topic, broker_id, record.epoch, held, previous, result.revision)
+
+
+def _holder_compares(
+    metadata: MetadataStore, topic: TopicName, broker_id: str, previous: OwnerRecord | None, force: bool
+) -> list[Compare]:
+    holder = previous.holder if previous else None
+    if holder is None or holder == broker_id or force:
+        return []
+    if is_broker_registered(metadata, holder):
+        raise TopicOwnedElsewhere(topic, holder, previous.epoch)  # type: ignore[union-attr]
+    # The holder looked dead; make the takeover conditional on it staying dead.
+    return [absent(registered_key(holder))]
+
+
+def release_ops(token: OwnerToken) -> list[Op]:
+    """Ops that release ``token`` (run them in a txn guarded by ``token.fencing``)."""
+    held = OwnerRecord.decode(token.key, token.held_bytes)
+    released = OwnerRecord(held.broker_id, held.epoch, held.acquired_at, time.time(), held.previous_broker_id)
+    return [Put(token.key, released.encode())]
+
+
+def release(metadata: MetadataStore, token: OwnerToken) -> None:
+    """Release ownership (fenced: a stale token changes nothing)."""
+    result = metadata.txn(token.fencing, release_ops(token))
+    if not result.succeeded:
+        raise OwnershipLostError(token.topic, "release ownership")
+
+
+def still_owner(metadata: MetadataStore, token: OwnerToken) -> bool:
+    kv = metadata.get(token.key)
+    return kv is not None and kv.value == token.held_bytes
+
+
+# -- broker session ----------------------------------------------------------------
+
+
+class BrokerSession:
+    """A lease kept alive by a background thread, with the broker's registration key
+    attached. While it lives, other brokers will not take this broker's topics."""
+
+    def __init__(self, metadata: MetadataStore, broker_id: str, ttl_s: float = SESSION_TTL_S_DEFAULT) -> None:
+        _check_broker_id(broker_id)
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be > 0")
+        self.metadata = metadata
+        self.broker_id = broker_id
+        self.ttl_s = ttl_s
+        self.lease_id = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.keepalive_failures = 0
+
+    def start(self) -> "BrokerSession":
+        lease = self.metadata.grant_lease(self.ttl_s)
+        self.lease_id = lease.id
+        body = json.dumps({"broker_id": self.broker_id, "started_at": time.time()}).encode()
+        self.metadata.put(registered_key(self.broker_id), body, lease_id=lease.id)
+        self._thread = threading.Thread(target=self._keepalive, name=f"dnb-session-{self.broker_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _keepalive(self) -> None:
+        # Refresh at a third of the TTL so two missed refreshes still keep the lease.
+        interval_s = self.ttl_s / 3
+        while not self._stop.wait(interval_s):
+            try:
+                self.metadata.refresh_lease(self.lease_id)
+                self.keepalive_failures = 0
+            except StorageError as e:
+                self.keepalive_failures += 1
+                log.warning("broker %s: lease keep-alive failed (%d in a row): %s",
+                            self.broker_id, self.keepalive_failures, e)
+
+    def stop(self, revoke: bool = True) -> None:
+        """Stop refreshing; ``revoke`` ends the lease now (deregisters the broker)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.ttl_s)
+        if revoke and self.lease_id:
+            try:
+                self.metadata.revoke_lease(self.lease_id)
+            except StorageError as e:
+                log.warning("broker %s: revoking lease failed (it will expire): %s", self.broker_id, e)
