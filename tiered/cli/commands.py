@@ -1,0 +1,275 @@
+"""One function per ``dnb`` command: parse its arguments, call the library, print.
+
+Each command is a :class:`Command` with an ``add_arguments`` and a ``run``; ``run``
+returns an exit code (or None for success). The JSON keys printed here are the CLI's
+contract (docs/CLI.md) and are pinned by tests/cli.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tiered.cli.output import EXIT_PROBLEMS, CliError, Output, render_mapping, render_table
+from tiered.cli.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Settings, Output], "int | None"]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Handler
+
+
+def _topic_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic", help="topic name, e.g. /default/reliable_topic")
+
+
+# -- produce ----------------------------------------------------------------------------
+
+def _produce_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--count", type=_non_negative, default=None,
+                   help="append N generated messages (default: one message per stdin line)")
+    p.add_argument("--size", type=_non_negative, default=None,
+                   help="payload size in bytes of generated messages (default: 'message-<i>')")
+    p.add_argument("--key", default=None, help="message key for every message")
+    p.add_argument("--ack", choices=("durable", "archived"), default="durable",
+                   help="wait until fsynced locally (default) or inside a committed object")
+
+
+def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    payloads = ops.generated_payloads(args.count, args.size) if args.count is not None \
+        else ops.stdin_payloads(sys.stdin)
+    key = args.key.encode() if args.key is not None else None
+    result = ops.produce(settings, args.topic, payloads, key=key, ack=args.ack)
+    out.emit({"first_offset": result[0], "last_offset": result[1]})
+
+
+# -- upload -----------------------------------------------------------------------------
+
+def _upload(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    out.emit({"committed_through": ops.upload(settings, args.topic)})
+
+
+# -- consume ----------------------------------------------------------------------------
+
+def _consume_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--subscription", required=True, help="subscription name (its cursor lives in metadata)")
+    p.add_argument("--from", dest="start", default=None,
+                   help="earliest, latest or an offset; default: the cursor + 1, else earliest")
+    p.add_argument("--max", type=_non_negative, default=None, help="stop after N messages")
+    p.add_argument("--ack", action="store_true", help="acknowledge what was read and flush the cursor")
+    p.add_argument("--follow", action="store_true", help="keep waiting for new messages (Ctrl-C stops)")
+    p.add_argument("--idle-timeout-s", type=float, default=None,
+                   help="with --follow, stop after this long without a message")
+
+
+def _consume(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    start = _parse_start(args.start)
+    messages = ops.consume(settings, args.topic, args.subscription, start=start, max_messages=args.max,
+                           ack=args.ack, follow=args.follow, idle_timeout_s=args.idle_timeout_s)
+    rows = [message_json(m) for m in messages]
+    out.emit({"messages": rows}, render=_render_messages)
+
+
+def message_json(message: Any) -> dict[str, Any]:
+    """``{offset, tier, payload, encoding}``: payload as UTF-8 text when it decodes, else base64."""
+    try:
+        payload, encoding = message.payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
+    return {"offset": message.offset, "tier": message.tier, "payload": payload, "encoding": encoding}
+
+
+def _render_messages(result: dict[str, Any]) -> str:
+    rows = [(m["offset"], m["tier"], _clip(m["payload"]) + (" (base64)" if m["encoding"] == "base64" else ""))
+            for m in result["messages"]]
+    return render_table(("offset", "tier", "payload"), rows) + f"\n{len(rows)} message(s)"
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _parse_start(raw: str | None) -> str | int | None:
+    if raw is None or raw in ("earliest", "latest"):
+        return raw
+    try:
+        value = int(raw)
+    except ValueError:
+        raise CliError(f"--from {raw!r}: use earliest, latest or a non-negative offset") from None
+    if value < 0:
+        raise CliError(f"--from {raw!r}: offsets are non-negative")
+    return value
+
+
+# -- seal / restore ---------------------------------------------------------------------
+
+def _seal(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    out.emit({"last_committed_offset": ops.seal(settings, args.topic)})
+
+
+def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    out.emit({"next_offset": ops.restore(settings, args.topic)})
+
+
+# -- inspect ----------------------------------------------------------------------------
+
+def _inspect(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    out.emit(ops.inspect(settings, args.topic), render=_render_inspect)
+
+
+def _render_inspect(result: dict[str, Any]) -> str:
+    head = {k: v for k, v in result.items() if k not in ("descriptors", "cursors")}
+    parts = [render_mapping(head), "", "descriptors:"]
+    parts.append(render_table(("start", "end", "object", "size", "broker", "epoch"),
+                              [(d["start_offset"], d["end_offset"], d["object_id"], d["size"],
+                                d["broker_id"], d["epoch"]) for d in result["descriptors"]]))
+    parts += ["", "cursors:", render_table(("subscription", "last_acked_offset"),
+                                            sorted(result["cursors"].items()))]
+    return "\n".join(parts)
+
+
+# -- verify -----------------------------------------------------------------------------
+
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--skip-objects", action="store_true", help="check descriptors only, do not read objects")
+
+
+def _verify(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from tiered.cli import ops
+
+    report = ops.verify(settings, args.topic, progress=out.progress, check_objects=not args.skip_objects)
+    out.emit(report.to_json(), render=lambda _r: render_verify(report))
+    return 0 if report.ok else EXIT_PROBLEMS
+
+
+def render_verify(report: Any) -> str:
+    lines = [f"topic {report.topic}: {report.descriptors} descriptor(s), {report.objects_checked} object(s) read",
+             f"archive offsets: {_range(report.archive_first_offset, report.archive_last_offset)}; "
+             f"local WAL: {_range(report.wal_first_offset, report.wal_last_offset)}"]
+    if report.ok:
+        lines.append("OK: offsets contiguous, every object intact, no orphans")
+    else:
+        lines.append(f"{len(report.problems)} problem(s):")
+        lines += [f"  [{p['kind']}] {p['message']}" for p in report.problems]
+    return "\n".join(lines)
+
+
+def _range(first: int | None, last: int | None) -> str:
+    return "none" if first is None else f"{first}-{last}"
+
+
+# -- demo -------------------------------------------------------------------------------
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory and print its path")
+
+
+def _demo(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from tiered.cli import ops
+    from tiered.demo import render_demo
+
+    result = ops.demo(args, keep=args.keep)
+    out.emit(result, render=render_demo)
+    return 0 if result["ok"] else EXIT_PROBLEMS
+
+
+# -- harness ----------------------------------------------------------------------------
+
+def _harness_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=None, help="replay exactly one scenario with this seed")
+    p.add_argument("--scenarios", type=_positive, default=20, help="number of scenarios (default 20)")
+    p.add_argument("--first-seed", type=int, default=0, help="seed of the first scenario (default 0)")
+    p.add_argument("--brokers", type=_positive, default=3, help="brokers per scenario (default 3)")
+    p.add_argument("--steps", type=_positive, default=12, help="schedule steps per scenario (default 12)")
+    p.add_argument("--subprocess-crashes", action="store_true",
+                   help="also SIGKILL real broker subprocesses (slower)")
+    p.add_argument("--time-limit-s", type=float, default=None, help="stop starting scenarios after this long")
+
+
+def _harness(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from tiered.harness import render_summary, run_many
+
+    summary = run_many(first_seed=args.seed if args.seed is not None else args.first_seed,
+                       scenarios=1 if args.seed is not None else args.scenarios,
+                       brokers=args.brokers, steps=args.steps,
+                       metadata_url=_explicit(args, "metadata"), objects_url=_explicit(args, "objects"),
+                       subprocess_crashes=args.subprocess_crashes, time_limit_s=args.time_limit_s,
+                       progress=out.progress)
+    out.emit(summary, render=render_summary)
+    return 0 if summary["failed"] == 0 else EXIT_PROBLEMS
+
+
+def _explicit(args: argparse.Namespace, name: str) -> str | None:
+    """Only URLs the user gave (flag or env) redirect the demo/harness to real servers."""
+    return getattr(args, name, None)
+
+
+# -- query ------------------------------------------------------------------------------
+
+def _query_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("sql", help="Spark SQL over the topic's archived messages, table name `messages`")
+
+
+def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    result = ops.query(settings, args.topic, args.sql)
+    out.emit(result, render=lambda r: render_table(r["columns"], r["rows"]) + f"\n{len(r['rows'])} row(s)")
+
+
+# -- argument types ---------------------------------------------------------------------
+
+def _non_negative(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{raw} is negative")
+    return value
+
+
+def _positive(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw} must be > 0")
+    return value
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("produce", "append messages (loads/restores the topic on this broker if needed)",
+            _produce_args, _produce),
+    Command("upload", "run one upload pass now", _topic_arg, _upload),
+    Command("consume", "read through the tiered reader (cloud, then WAL, then live)", _consume_args, _consume),
+    Command("seal", "unload the topic from this broker: drain, seal, release, delete the local WAL",
+            _topic_arg, _seal),
+    Command("restore", "load the topic on this broker from its sealed state", _topic_arg, _restore),
+    Command("inspect", "owner, epoch, sealed state, descriptors, cursors, local WAL range", _topic_arg, _inspect),
+    Command("verify", "scrub the topic: contiguity, object CRCs, sealed state, local WAL, orphans",
+            _verify_args, _verify),
+    Command("demo", "replay the seed scenario (a topic moves from broker A to B) and print the timeline",
+            _demo_args, _demo),
+    Command("harness", "randomized offset-continuity checker (moves, crashes, faults)", _harness_args, _harness),
+    Command("query", "run Spark SQL over the topic's archive", _query_args, _query),
+)

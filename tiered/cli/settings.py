@@ -1,0 +1,79 @@
+"""Resolved global options of one ``dnb`` invocation, and opening the stores they name."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tiered.cli.output import CliError
+
+_BROKER_ID_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: str
+    wal_dir: str
+    metadata_url: str
+    objects_url: str
+    broker_id: str
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Settings":
+        return cls.resolve(args.data_dir, args.wal_dir, args.metadata, args.objects, args.broker_id)
+
+    @classmethod
+    def resolve(cls, data_dir: str, wal_dir: str | None = None, metadata: str | None = None,
+                objects: str | None = None, broker_id: str | int = "1") -> "Settings":
+        """Fill defaults from the data dir and reject malformed values before touching anything."""
+        data_dir = os.path.abspath(data_dir)
+        settings = cls(
+            data_dir=data_dir,
+            wal_dir=os.path.abspath(wal_dir) if wal_dir else os.path.join(data_dir, "wal"),
+            metadata_url=metadata or f"sqlite:///{os.path.join(data_dir, 'metadata.db').lstrip('/')}",
+            objects_url=objects or f"file://{os.path.join(data_dir, 'objects')}",
+            broker_id=str(broker_id),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        bid = self.broker_id
+        if not bid or len(bid) > 128 or bid in (".", "..") or not set(bid) <= _BROKER_ID_CHARS:
+            raise CliError(f"--broker-id {bid!r} must be 1-128 characters of [A-Za-z0-9._-]")
+        _check_url("--metadata", self.metadata_url, ("sqlite", "etcd"),
+                   "sqlite:///path/metadata.db or etcd://host:port[,host:port][/root]")
+        _check_url("--objects", self.objects_url, ("file", "s3"), "file:///dir or s3://bucket/prefix")
+
+    def uses_local_files(self) -> bool:
+        return self.metadata_url.startswith("sqlite:") or self.objects_url.startswith("file:")
+
+
+def _check_url(option: str, url: str, schemes: tuple[str, ...], example: str) -> None:
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme not in schemes:
+        raise CliError(f"{option} {url!r}: unknown scheme {scheme or '(none)'!r}; use {example}")
+
+
+@contextlib.contextmanager
+def open_stores(settings: Settings) -> Iterator[tuple[object, object]]:
+    """Open (metadata, objects) for one command and always close them again."""
+    from tiered.metadata import open_metadata
+    from tiered.objects import open_objects
+
+    if settings.metadata_url.startswith("sqlite:") or settings.objects_url.startswith("file:"):
+        os.makedirs(settings.data_dir, exist_ok=True)
+    if settings.objects_url.startswith("file:"):
+        os.makedirs(urllib.parse.unquote(urllib.parse.urlsplit(settings.objects_url).path), exist_ok=True)
+    metadata = open_metadata(settings.metadata_url)
+    try:
+        objects = open_objects(settings.objects_url)
+        try:
+            yield metadata, objects
+        finally:
+            objects.close()
+    finally:
+        metadata.close()

@@ -1,0 +1,284 @@
+"""The scrubber: prove a topic's archive and local WAL are continuous and intact.
+
+``verify_topic`` reads only; it never repairs. It checks, in order:
+
+1. descriptors parse, and are contiguous and non-overlapping from the first retained
+   offset (a retention policy may have removed older ones, so the chain need not start
+   at 0, but it must have no hole and no overlap after its start);
+2. every object a descriptor names exists, passes its CRCs, and holds exactly the
+   descriptor's offsets (first, last, count, each frame's offset = previous + 1);
+3. the sealed state, when the topic is sealed, names the last descriptor's end offset
+   (or ``null`` with no descriptors);
+4. the local WAL, if this host has one for the topic, is itself contiguous and
+   continues right after the archive (its first offset is at most archive end + 1);
+5. subscription cursors do not point past the last offset the topic has;
+6. objects under the topic's prefix that no descriptor names are listed as orphans
+   (a crash between an object PUT and its descriptor commit leaves one).
+
+Each problem is a dict with a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
+``missing_object``, ``corrupt_object``, ``range_mismatch``, ``sealed_mismatch``,
+``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``) and a ``message`` saying
+what and where, plus the offsets or keys involved.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tiered.errors import MalformedRecord, ObjectNotFound
+from tiered.metadata import keys
+from wal.topics import TopicName
+
+T = TypeVar("T")
+#: ``progress(items, total, label)`` wraps an iterable (the CLI draws a bar with it).
+Progress = Callable[[Iterable[T], "int | None", str], Iterable[T]]
+
+
+@dataclass
+class VerifyReport:
+    topic: str
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    descriptors: int = 0
+    objects_checked: int = 0
+    archive_first_offset: int | None = None
+    archive_last_offset: int | None = None
+    wal_first_offset: int | None = None
+    wal_last_offset: int | None = None
+    orphans: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def add(self, kind: str, message: str, **details: Any) -> None:
+        self.problems.append({"kind": kind, "message": message, **details})
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's JSON contract: exactly ``ok`` and ``problems``."""
+        return {"ok": self.ok, "problems": self.problems}
+
+
+def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: str | None = None,
+                 progress: Progress | None = None, check_objects: bool = True) -> VerifyReport:
+    """Scrub one topic; ``wal_dir`` is the WAL root of the host whose local WAL to check."""
+    name = TopicName.parse(topic)
+    report = VerifyReport(str(name))
+    descriptors = _load_descriptors(name, metadata, report)
+    _check_chain(descriptors, report)
+    if check_objects:
+        _check_objects(name, descriptors, objects, report, progress or _no_progress)
+    _check_sealed_state(name, metadata, descriptors, report)
+    if wal_dir is not None:
+        _check_local_wal(name, wal_dir, report)
+    _check_cursors(name, metadata, report)
+    _check_orphans(name, descriptors, objects, report)
+    return report
+
+
+def _no_progress(items: Iterable[T], total: int | None, label: str) -> Iterable[T]:
+    return items
+
+
+# -- 1. descriptor chain --------------------------------------------------------------
+
+def _load_descriptors(topic: TopicName, metadata: Any, report: VerifyReport) -> list[keys.ObjectDescriptor]:
+    found = []
+    for kv in metadata.range(keys.objects_prefix(topic)):
+        try:
+            found.append(keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key))
+        except MalformedRecord as e:
+            report.add("malformed", str(e), key=kv.key)
+    found.sort(key=lambda d: (d.start_offset, d.end_offset))
+    report.descriptors = len(found)
+    if found:
+        report.archive_first_offset = found[0].start_offset
+        report.archive_last_offset = max(d.end_offset for d in found)
+    return found
+
+
+def _check_chain(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) -> None:
+    for prev, cur in zip(descriptors, descriptors[1:]):
+        expected = prev.end_offset + 1
+        if cur.start_offset > expected:
+            report.add("gap", f"offsets {expected}-{cur.start_offset - 1} are in no object "
+                              f"(object {prev.start_offset}-{prev.end_offset} is followed by "
+                              f"{cur.start_offset}-{cur.end_offset})",
+                       first_offset=expected, last_offset=cur.start_offset - 1)
+        elif cur.start_offset < expected:
+            report.add("overlap", f"objects {prev.start_offset}-{prev.end_offset} and "
+                                  f"{cur.start_offset}-{cur.end_offset} both hold offsets "
+                                  f"{cur.start_offset}-{min(prev.end_offset, cur.end_offset)}",
+                       first_offset=cur.start_offset, last_offset=min(prev.end_offset, cur.end_offset))
+
+
+# -- 2. objects -----------------------------------------------------------------------
+
+def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], objects: Any,
+                   report: VerifyReport, progress: Progress) -> None:
+    for desc in progress(descriptors, len(descriptors), "verifying objects"):
+        key = descriptor_object_key(topic, desc)
+        try:
+            data = objects.get(key)
+        except ObjectNotFound:
+            report.add("missing_object", f"object {key} of offsets {desc.start_offset}-{desc.end_offset} "
+                                         "does not exist", key=key)
+            continue
+        report.objects_checked += 1
+        _check_object_bytes(key, desc, data, report)
+
+
+def descriptor_object_key(topic: TopicName, desc: keys.ObjectDescriptor) -> str:
+    """The object-store key a descriptor points at (one helper, shared with the harness)."""
+    return keys.object_key(topic, desc.start_offset, desc.object_id)
+
+
+def _check_object_bytes(key: str, desc: keys.ObjectDescriptor, data: bytes, report: VerifyReport) -> None:
+    try:
+        offsets = read_object_offsets(data)
+    except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt object here
+        report.add("corrupt_object", f"object {key}: {e}", key=key)
+        return
+    if not offsets:
+        report.add("range_mismatch", f"object {key} holds no messages", key=key)
+        return
+    if any(b != a + 1 for a, b in zip(offsets, offsets[1:])):
+        report.add("corrupt_object", f"object {key}: offsets inside are not contiguous", key=key)
+        return
+    if (offsets[0], offsets[-1]) != (desc.start_offset, desc.end_offset):
+        report.add("range_mismatch", f"object {key} holds offsets {offsets[0]}-{offsets[-1]} but its "
+                                     f"descriptor says {desc.start_offset}-{desc.end_offset}", key=key)
+
+
+def read_object_offsets(data: bytes) -> list[int]:
+    """Every offset a dnb1 object holds, in order, after checking all of its CRCs."""
+    from native import object_format
+
+    return [record.offset for record in object_format.read_records(data)]
+
+
+# -- 3. sealed state ------------------------------------------------------------------
+
+def _check_sealed_state(topic: TopicName, metadata: Any, descriptors: list[keys.ObjectDescriptor],
+                        report: VerifyReport) -> None:
+    kv = metadata.get(keys.state_key(topic))
+    if kv is None:
+        return
+    try:
+        state = keys.SealedState.from_json(kv.key, kv.value)
+    except MalformedRecord as e:
+        report.add("malformed", str(e), key=kv.key)
+        return
+    if not state.sealed:
+        return
+    last = report.archive_last_offset
+    if state.last_committed_offset != last and _owner_of(topic, metadata) is None:
+        report.add("sealed_mismatch", f"sealed state says last_committed_offset="
+                                      f"{_fmt(state.last_committed_offset)} but the last object ends at "
+                                      f"{_fmt(last)}", sealed=state.last_committed_offset, archive=last)
+    elif last is not None and state.last_committed_offset is not None and state.last_committed_offset > last:
+        report.add("sealed_mismatch", f"sealed state names offset {state.last_committed_offset}, beyond "
+                                      f"the archive's end {last}", sealed=state.last_committed_offset,
+                   archive=last)
+
+
+def _owner_of(topic: TopicName, metadata: Any) -> str | None:
+    """A restored topic keeps its old seal record; the check applies only while unowned."""
+    kv = metadata.get(keys.owner_key(topic))
+    if kv is None:
+        return None
+    try:
+        return keys.Ownership.from_json(kv.key, kv.value).broker_id
+    except MalformedRecord:
+        return None
+
+
+def _fmt(offset: int | None) -> str:
+    return "null" if offset is None else str(offset)
+
+
+# -- 4. local WAL ---------------------------------------------------------------------
+
+def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport) -> None:
+    directory = os.path.join(wal_dir, topic.path)
+    if not os.path.isdir(directory):
+        return
+    first, last = _scan_wal(directory, report)
+    report.wal_first_offset, report.wal_last_offset = first, last
+    archive_end = report.archive_last_offset
+    if first is None or archive_end is None:
+        return
+    if first > archive_end + 1:
+        report.add("wal_gap", f"the local WAL starts at {first} but the archive ends at {archive_end}: "
+                              f"offsets {archive_end + 1}-{first - 1} are nowhere",
+                   first_offset=archive_end + 1, last_offset=first - 1)
+
+
+def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
+    """Read segment files read-only (never open the WAL: that would repair its tail)."""
+    import native
+    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, STOP_TORN
+
+    names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
+    first = last = None
+    for index, name in enumerate(names):
+        path = os.path.join(directory, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < SEGMENT_HEADER_BYTES:
+            continue  # a freshly created segment whose header is not yet written
+        try:
+            base, _created = native.decode_segment_header(data[:SEGMENT_HEADER_BYTES])
+        except Exception as e:  # noqa: BLE001
+            report.add("wal_corrupt", f"{path}: {e}", path=path)
+            return first, last
+        expected = base if last is None else last + 1
+        if base != expected:
+            report.add("wal_gap", f"{path} starts at {base}, expected {expected}", path=path)
+        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False)
+        if scan.error is not None:
+            tail_ok = index == len(names) - 1 and scan.error.reason in (STOP_TORN, "bad_length")
+            if not tail_ok:  # a torn tail of the last segment is what recovery repairs
+                report.add("wal_corrupt", f"{path}: {scan.error.reason} at byte {scan.error.position} "
+                                          f"({scan.error.detail})", path=path, position=scan.error.position)
+        if scan.count:
+            first = scan.first_offset if first is None else first
+            last = scan.last_offset
+    return first, last
+
+
+# -- 5. cursors -----------------------------------------------------------------------
+
+def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> None:
+    ends = [o for o in (report.archive_last_offset, report.wal_last_offset) if o is not None]
+    if not ends:
+        return  # without an archive or a local WAL we cannot say where the topic ends
+    top = max(ends)
+    for kv in metadata.range(keys.subscriptions_prefix(topic)):
+        if not kv.key.endswith("/cursor"):
+            continue
+        try:
+            cursor = keys.Cursor.from_json(kv.key, kv.value)
+        except MalformedRecord as e:
+            report.add("malformed", str(e), key=kv.key)
+            continue
+        if cursor.last_acked_offset > top and report.wal_first_offset is not None:
+            report.add("cursor_ahead", f"{kv.key} acknowledges offset {cursor.last_acked_offset} but the "
+                                       f"topic ends at {top}", key=kv.key)
+
+
+# -- 6. orphans -----------------------------------------------------------------------
+
+def _check_orphans(topic: TopicName, descriptors: list[keys.ObjectDescriptor], objects: Any,
+                   report: VerifyReport) -> None:
+    named = {descriptor_object_key(topic, d) for d in descriptors}
+    for info in _list_topic_objects(topic, objects):
+        if info.key not in named:
+            report.orphans.append(info.key)
+            report.add("orphan", f"object {info.key} ({info.size} bytes) is named by no descriptor",
+                       key=info.key)
+
+
+def _list_topic_objects(topic: TopicName, objects: Any) -> Iterator[Any]:
+    yield from objects.list(keys.objects_key_prefix(topic))
