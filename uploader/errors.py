@@ -1,0 +1,49 @@
+"""Typed errors of the uploader.
+
+Every error keeps the storage error that caused it as ``__cause__``.
+"""
+from __future__ import annotations
+
+
+class UploadError(Exception):
+    """Base class of every error raised by the ``uploader`` package."""
+
+
+class OwnershipLost(UploadError):
+    """A descriptor commit failed the fencing compares: another broker owns the topic now.
+
+    The uploader stops for good; the lifecycle code must drop the topic.
+    """
+
+    def __init__(self, topic: str, detail: str) -> None:
+        super().__init__(f"topic {topic}: ownership lost ({detail})")
+        self.topic = topic
+        self.detail = detail
+
+
+class ArchiveGap(UploadError):
+    """The WAL no longer holds the offsets that must be archived next.
+
+    Raised instead of committing a descriptor that would leave a hole in the archive.
+    """
+
+    def __init__(self, topic: str, next_offset: int, wal_first_offset: int) -> None:
+        super().__init__(
+            f"topic {topic}: next offset to archive is {next_offset} but the WAL starts "
+            f"at {wal_first_offset}; refusing to leave a gap"
+        )
+        self.topic = topic
+        self.next_offset = next_offset
+        self.wal_first_offset = wal_first_offset
+
+
+class CommitConflict(UploadError):
+    """The contiguity compare failed: the descriptor chain moved under us (retried)."""
+
+
+class DrainTimeout(UploadError, TimeoutError):
+    """``drain`` could not archive up to the WAL tip within its time bound."""
+
+
+class UploaderStopped(UploadError):
+    """The uploader was stopped (or failed) while a caller was waiting on it."""

@@ -1,0 +1,62 @@
+"""Prometheus metrics of the uploader.
+
+Per-topic gauges (lag) carry a ``topic`` label and are removed when the topic's uploader
+stops, so a broker that hosted thousands of topics over time does not keep their series.
+Object size and latency histograms are broker-wide to keep cardinality bounded.
+"""
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+_SIZE_BUCKETS_BYTES = tuple(float(1 << n) for n in range(10, 28, 2))  # 1 KiB .. 128 MiB
+_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+#: Failure kinds counted in ``dnb_uploader_failures_total``.
+FAILURE_KINDS = ("read", "put", "commit", "conflict", "ownership", "unavailable", "gap", "other")
+
+
+class UploaderMetrics:
+    """The uploader's metric families in one registry."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.lag_offsets = Gauge(
+            "dnb_uploader_lag_offsets", "Durable offsets not yet in a committed object",
+            ["topic"], registry=registry)
+        self.lag_bytes = Gauge(
+            "dnb_uploader_lag_bytes", "Estimated durable frame bytes not yet in a committed object",
+            ["topic"], registry=registry)
+        self.object_bytes = Histogram(
+            "dnb_uploader_object_bytes", "Size of uploaded dnb1 objects",
+            buckets=_SIZE_BUCKETS_BYTES, registry=registry)
+        self.upload_seconds = Histogram(
+            "dnb_uploader_upload_seconds", "Time from reading frames to a committed descriptor",
+            buckets=_LATENCY_BUCKETS_S, registry=registry)
+        self.failures = Counter(
+            "dnb_uploader_failures", "Failed upload steps by kind", ["kind"], registry=registry)
+        self.objects = Counter(
+            "dnb_uploader_objects", "Committed objects by how they were stored",
+            ["how"], registry=registry)  # fmt: skip
+        self.frame_bytes = Counter(
+            "dnb_uploader_frame_bytes", "Frame bytes archived (before compression)", registry=registry)
+
+    def forget_topic(self, topic: str) -> None:
+        for gauge in (self.lag_offsets, self.lag_bytes):
+            try:
+                gauge.remove(topic)
+            except KeyError:
+                pass
+
+
+_default: UploaderMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> UploaderMetrics:
+    """The process-wide metrics in the default registry (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = UploaderMetrics()
+        return _default

@@ -1,0 +1,502 @@
+"""The per-topic uploader: durable WAL frames → dnb1 objects → fenced descriptors.
+
+One pass (:meth:`Uploader.upload_once`) repeats, until the durable tip is archived:
+
+1. read whole, validated frames from the next unarchived offset, never past the WAL's
+   durable watermark (the WAL guarantees it; we re-validate with ``scan_frames`` so a
+   partial frame can never reach an object — trap 5);
+2. build the object and ``put(if_absent=True)`` it under the key the range determines;
+   if the key exists, adopt it when it holds byte-identical frames, else write the
+   epoch-qualified name (never overwrite — trap 6);
+3. commit the descriptor in one fenced, contiguity-checked transaction;
+4. advance ``committed_through`` (waking "archived" waiters) and apply WAL retention to
+   segments wholly at or below it.
+
+The checkpoint is the metadata chain itself: after a crash at any step the next pass
+re-reads the chain tip, re-reads the same frames and lands on the same key.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import native
+from tiered.errors import PreconditionFailed, StorageError
+from tiered.metadata.base import Compare, MetadataStore
+from tiered.objects.base import ObjectInfo, ObjectStore
+from uploader import objfmt
+from uploader.commit import ChainTip, commit_descriptor, read_tip
+from uploader.config import UploaderConfig
+from uploader.errors import (
+    ArchiveGap,
+    CommitConflict,
+    DrainTimeout,
+    OwnershipLost,
+    UploaderStopped,
+    UploadError,
+)
+from uploader.metrics import UploaderMetrics, default_metrics
+from uploader.naming import object_id_for, object_key, parse_object_key, range_key_prefix
+from uploader.records import ObjectDescriptor, epoch_from_fencing
+from uploader.retention import apply_retention
+from uploader.waiters import ArchivedWaiters
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+#: Objects committed per pass before yielding (keeps a pool fair across topics).
+OBJECTS_PER_PASS_MAX = 64
+_JOIN_SLICE_S = 0.05
+
+
+class Uploader:
+    """Archives one topic's durable WAL frames. See the module docstring.
+
+    ``fencing`` are the compares proving this broker still owns the topic; they join
+    every descriptor transaction. ``committed_through`` seeds the checkpoint (from the
+    sealed state or the last descriptor; None = nothing archived yet); a non-empty
+    descriptor chain in metadata always wins over the seed. ``epoch`` names
+    epoch-qualified objects; by default it is read from the owner record in ``fencing``.
+    """
+
+    def __init__(self, topic: TopicName | str, wal: Any, metadata: MetadataStore,
+                 objects: ObjectStore, *, broker_id: int, fencing: Sequence[Compare],
+                 config: UploaderConfig, committed_through: int | None,
+                 epoch: int | None = None, metrics: UploaderMetrics | None = None) -> None:
+        self.topic = TopicName.parse(topic)
+        self.wal = wal
+        self.metadata = metadata
+        self.objects = objects
+        self.broker_id = broker_id
+        self.fencing = tuple(fencing)
+        self.config = config
+        self.epoch = epoch if epoch is not None else epoch_from_fencing(self.topic, self.fencing)
+        self.metrics = metrics or default_metrics()
+        self._seed = committed_through
+        self._committed_through = committed_through
+        self._tip: ChainTip | None = None  # None: re-read the chain before the next commit
+        self._pass_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._requested = False
+        self._fatal: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._pool: Any = None
+        self._next_due_s = time.monotonic() + config.interval_s
+        self._frame_bytes_avg = 256.0  # learned from every batch; seeds the lag estimate
+        self._waiters = ArchivedWaiters(str(self.topic))
+        self._waiters.advance(committed_through)
+        self._listening = False
+
+    # -- public state ---------------------------------------------------------------
+    @property
+    def committed_through(self) -> int | None:
+        """Last offset contained in a committed object (None: nothing archived)."""
+        return self._committed_through
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The fatal error that stopped this uploader (e.g. OwnershipLost), if any."""
+        return self._fatal
+
+    @property
+    def running(self) -> bool:
+        return (self._thread is not None or self._pool is not None) and not self._stopping.is_set()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self, pool: Any = None) -> None:
+        """Start archiving in the background: on an own thread, or in ``pool``."""
+        self._raise_if_fatal()
+        if self.running:
+            return
+        self._stopping.clear()
+        self._listen_durable()
+        if pool is not None:
+            self._pool = pool
+            pool.register(self)
+            return
+        self._thread = threading.Thread(
+            target=self._run, name=f"uploader-{self.topic.path}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop background archiving; True if the worker ended within ``timeout_s``.
+
+        A pass in flight is not interrupted mid-step (that would only leave an orphan);
+        it finishes its current object and returns.
+        """
+        self._stopping.set()
+        self._wake.set()
+        if self._pool is not None:
+            self._pool.unregister(self)
+            self._pool = None
+        thread, self._thread = self._thread, None
+        ended = True
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            ended = not thread.is_alive()
+        self.metrics.forget_topic(str(self.topic))
+        return ended
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop and fail every waiter (UploaderStopped)."""
+        self.stop(timeout_s)
+        self._waiters.fail(UploaderStopped(f"topic {self.topic}: uploader closed"))
+
+    # -- triggering ------------------------------------------------------------------
+    def request_upload(self) -> None:
+        """Run a pass soon, without waiting for the interval or the byte threshold."""
+        self._requested = True
+        self._wake.set()
+        if self._pool is not None:
+            self._pool.notify(self)
+
+    def wait_archived(self, offset: int, timeout_s: float) -> bool:
+        """Block until ``offset`` is in a committed object; False after ``timeout_s``.
+
+        Raises UploaderStopped (cause: the fatal error) if the uploader ends first.
+        """
+        if self._committed_through is None or self._committed_through < offset:
+            self._raise_if_fatal()
+            self.request_upload()
+        return self._waiters.wait(offset, timeout_s)
+
+    async def wait_archived_async(self, offset: int, timeout_s: float) -> bool:
+        """``wait_archived`` for asyncio producers (no thread per waiter)."""
+        if self._committed_through is None or self._committed_through < offset:
+            self._raise_if_fatal()
+            self.request_upload()
+        return await self._waiters.wait_async(offset, timeout_s)
+
+    # -- one pass, drain ---------------------------------------------------------------
+    def upload_once(self) -> int | None:
+        """Archive everything durable now (bounded retries); returns committed_through."""
+        deadline_s = time.monotonic() + self.config.drain_timeout_s
+        self._pass_with_retries(deadline_s, retention=True)
+        return self._committed_through
+
+    def drain(self, timeout_s: float | None = None) -> int | None:
+        """Archive and commit everything up to the WAL tip; returns the last committed offset.
+
+        For seal: waits (bounded) for the tip to be durable, then uploads until it is
+        committed. Never deletes WAL segments, so on failure the WAL is intact. Raises
+        DrainTimeout (cause: the last storage error) when storage stays down past the
+        bound, OwnershipLost when fenced out.
+        """
+        timeout_s = self.config.drain_timeout_s if timeout_s is None else timeout_s
+        deadline_s = time.monotonic() + timeout_s
+        tip = self.wal.next_offset - 1
+        if tip < self.wal.first_offset:
+            return self._committed_through  # an empty WAL has nothing to archive
+        self._wait_durable(tip, deadline_s)
+        while self._committed_through is None or self._committed_through < tip:
+            self._pass_with_retries(deadline_s, retention=False)
+            if self._committed_through is None or self._committed_through < tip:
+                if time.monotonic() >= deadline_s:
+                    raise DrainTimeout(f"topic {self.topic}: archived through "
+                                       f"{self._committed_through}, tip is {tip}")
+        return self._committed_through
+
+    def _wait_durable(self, offset: int, deadline_s: float) -> None:
+        durable = self.wal.durable_offset
+        if durable is not None and durable >= offset:
+            return
+        ok = self.wal.wait_durable(offset, max(0.0, deadline_s - time.monotonic()))
+        durable = self.wal.durable_offset
+        if ok is False or durable is None or durable < offset:
+            raise DrainTimeout(f"topic {self.topic}: offset {offset} not durable in time "
+                               f"(durable: {durable})")
+
+    def _pass_with_retries(self, deadline_s: float, retention: bool) -> None:
+        """One pass; retries retryable storage errors and conflicts with bounded backoff."""
+        self._raise_if_fatal()
+        backoff_s = self.config.retry_backoff_s
+        conflicts = 0
+        for attempt in range(1, self.config.retry_attempts_max + 1):
+            try:
+                with self._pass_lock:
+                    self._raise_if_fatal()
+                    self._pass(retention)
+                return
+            except OwnershipLost as e:
+                self._fail(e, "ownership")
+                raise
+            except CommitConflict as e:
+                self._count_failure("conflict")
+                self._tip = None
+                conflicts += 1
+                if conflicts > self.config.conflict_retries_max:
+                    raise
+                log.info("topic %s: %s; re-reading the descriptor chain", self.topic, e)
+                continue
+            except StorageError as e:
+                self._tip = None
+                self._count_failure("unavailable" if e.retryable else "other")
+                if not e.retryable or attempt == self.config.retry_attempts_max:
+                    raise
+                remaining_s = deadline_s - time.monotonic()
+                if remaining_s <= 0:
+                    raise DrainTimeout(f"topic {self.topic}: storage unavailable: {e}") from e
+                log.warning("topic %s: upload attempt %d failed (%s); retrying", self.topic, attempt, e)
+                time.sleep(min(backoff_s, remaining_s))
+                backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
+
+    def _pass(self, retention: bool) -> None:
+        for _ in range(OBJECTS_PER_PASS_MAX):
+            if not self._upload_next():
+                break
+        self._update_lag()
+        if retention:
+            self._retain()
+
+    # -- the steps -------------------------------------------------------------------
+    def _upload_next(self) -> bool:
+        """Archive the next object; False when nothing durable is left."""
+        tip = self._chain_tip()
+        start = self._next_start(tip)
+        durable = self.wal.durable_offset
+        if durable is None or durable < start:
+            return False
+        started_s = time.monotonic()
+        frames, last = self._read_batch(start, durable)
+        descriptor, how = self._store_object(frames, start, last)
+        self._hook("before_commit")
+        self._tip = self._commit(descriptor, tip)
+        self._hook("after_commit")
+        self._advance(last)
+        self.metrics.upload_seconds.observe(time.monotonic() - started_s)
+        self.metrics.objects.labels(how).inc()
+        self.metrics.frame_bytes.inc(len(frames))
+        return True
+
+    def _chain_tip(self) -> ChainTip:
+        if self._tip is None:
+            self._tip = read_tip(self.metadata, self.topic)
+            if self._tip.descriptor is not None:
+                self._advance(self._tip.descriptor.end_offset)
+        return self._tip
+
+    def _next_start(self, tip: ChainTip) -> int:
+        if tip.descriptor is not None:
+            if self._seed is not None and self._seed > tip.descriptor.end_offset:
+                log.warning("topic %s: seed %d is past the descriptor chain end %d; the chain wins",
+                            self.topic, self._seed, tip.descriptor.end_offset)
+                self._seed = None
+            return tip.descriptor.end_offset + 1
+        if self._seed is not None:
+            return self._seed + 1
+        return self.wal.first_offset
+
+    def _read_batch(self, start: int, durable: int) -> tuple[bytes, int]:
+        """Whole, validated frames from ``start`` (≤ durable); returns (frames, last offset)."""
+        first_offset = self.wal.first_offset
+        if start < first_offset:
+            raise ArchiveGap(str(self.topic), start, first_offset)
+        self._hook("read")
+        try:
+            frames, first, last = self.wal.read_frames(start, self.config.object_bytes_max)
+        except LookupError as e:  # OffsetBelowRetention: retention raced us
+            self._count_failure("gap")
+            raise ArchiveGap(str(self.topic), start, self.wal.first_offset) from e
+        frames = bytes(frames)
+        end_cut = self._adoptable_end(start, last)
+        self._check_frames(frames, start, first, last, durable)
+        if end_cut is not None and end_cut < last:
+            frames, last = self._trim(frames, start, end_cut), end_cut
+        self._frame_bytes_avg = len(frames) / (last - start + 1)
+        return frames, last
+
+    def _check_frames(self, frames: bytes, start: int, first: int, last: int, durable: int) -> None:
+        """Pair assertion with the WAL: only whole, valid, contiguous, durable frames."""
+        scan = native.scan_frames(frames, 0, None, start, False, False, None)
+        problems = []
+        if first != start or scan.first_offset != start:
+            problems.append(f"starts at {scan.first_offset} (reported {first}), wanted {start}")
+        if scan.error is not None or scan.end != len(frames):
+            problems.append(f"invalid frame at byte {scan.end}: {scan.error}")
+        if scan.last_offset != last or last > durable:
+            problems.append(f"ends at {scan.last_offset} (reported {last}, durable {durable})")
+        if problems:
+            self._count_failure("read")
+            raise UploadError(f"topic {self.topic}: WAL returned bad frames: " + "; ".join(problems))
+
+    @staticmethod
+    def _trim(frames: bytes, start: int, end_offset: int) -> bytes:
+        scan = native.scan_frames(frames, 0, None, start, False, False, end_offset - start + 1)
+        return frames[:scan.end]
+
+    def _adoptable_end(self, start: int, last: int) -> int | None:
+        """End of an existing object of ours starting at ``start`` that we can re-cover.
+
+        After a crash between PUT and commit, the durable tip has usually moved on; cutting
+        the batch at the orphan's end lets us adopt it instead of leaking it.
+        """
+        ends = []
+        for info in self.objects.list(range_key_prefix(self.topic, start)):
+            name = parse_object_key(self.topic, info.key)
+            if name is not None and name.start_offset == start and name.end_offset <= last:
+                ends.append(name.end_offset)
+        return max(ends) if ends else None
+
+    def _store_object(self, frames: bytes, start: int, last: int) -> tuple[ObjectDescriptor, str]:
+        data = objfmt.encode_object(self.topic, frames, self.config)
+        candidates = [object_id_for(start, last)]
+        epoch = self.epoch if self.epoch is not None else 0
+        candidates.append(object_id_for(start, last, epoch))
+        candidates.append(object_id_for(start, last, epoch, secrets.token_hex(4)))
+        for how, object_id in zip(("new", "epoch", "nonce"), candidates):
+            key = object_key(self.topic, start, object_id)
+            info = self._put_or_adopt(key, data, frames)
+            if info is not None:
+                stored = how if info.size == len(data) or how != "new" else how
+                return self._descriptor(start, last, object_id, info), stored
+            log.warning("topic %s: %s holds different frames (an earlier owner's orphan); "
+                        "not overwriting it", self.topic, key)
+        raise UploadError(f"topic {self.topic}: no free object name for {start}-{last}")
+
+    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> ObjectInfo | None:
+        """The stored object's info, or None if the key holds something else."""
+        self._hook("before_put")
+        try:
+            info = self.objects.put(key, data, if_absent=True)
+        except PreconditionFailed:
+            if not self._holds_frames(key, data, frames):
+                return None
+            log.info("topic %s: adopting existing object %s", self.topic, key)
+            info = self.objects.head(key)
+        except StorageError:
+            self._count_failure("put")
+            raise
+        self._hook("after_put")
+        self.metrics.object_bytes.observe(info.size)
+        return info
+
+    def _holds_frames(self, key: str, data: bytes, frames: bytes) -> bool:
+        existing = self.objects.get(key)
+        if existing == data:
+            return True
+        try:
+            return objfmt.object_frames(existing, key) == frames
+        except native.CodecError:
+            log.warning("topic %s: existing object %s is corrupt; leaving it", self.topic, key)
+            return False
+
+    def _descriptor(self, start: int, last: int, object_id: str, info: ObjectInfo) -> ObjectDescriptor:
+        return ObjectDescriptor(
+            start_offset=start, end_offset=last, object_id=object_id, size=info.size,
+            etag=info.etag, created_at=time.time(), broker_id=str(self.broker_id),
+            epoch=self.epoch if self.epoch is not None else 0,
+            compression=self.config.compression,
+        )  # fmt: skip
+
+    def _commit(self, descriptor: ObjectDescriptor, tip: ChainTip) -> ChainTip:
+        try:
+            return commit_descriptor(self.metadata, self.topic, descriptor, tip, self.fencing)
+        except (StorageError, CommitConflict, OwnershipLost) as e:
+            if isinstance(e, StorageError):
+                self._count_failure("commit")
+            raise
+
+    def _advance(self, committed_through: int) -> None:
+        if self._committed_through is not None and committed_through <= self._committed_through:
+            return
+        self._committed_through = committed_through
+        self._waiters.advance(committed_through)
+
+    def _retain(self) -> None:
+        if self.config.retention.enabled and self._committed_through is not None:
+            apply_retention(self.wal, self._committed_through, self.config.retention, str(self.topic))
+            self._hook("after_retention")
+
+    # -- background ------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self._sleep_s())
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            if self.is_due():
+                self.run_background_pass()
+
+    def _sleep_s(self) -> float:
+        until_due_s = self._next_due_s - time.monotonic()
+        return max(0.0, min(self.config.poll_interval_s, until_due_s))
+
+    def is_due(self) -> bool:
+        """Interval elapsed, an upload was requested, waiters pend, or the lag is big."""
+        if self._fatal is not None or self._stopping.is_set():
+            return False
+        if self._requested or self._waiters.pending:
+            return True
+        if time.monotonic() >= self._next_due_s:
+            return True
+        return self._lag_estimate()[1] >= self.config.upload_bytes_threshold
+
+    def run_background_pass(self) -> None:
+        """One pass for the background worker: logs and counts errors instead of raising."""
+        self._requested = False
+        self._next_due_s = time.monotonic() + self.config.interval_s
+        try:
+            self._pass_with_retries(time.monotonic() + self.config.drain_timeout_s, retention=True)
+        except OwnershipLost as e:
+            log.error("topic %s: %s; uploader stopped", self.topic, e)
+            self._stopping.set()
+        except (UploadError, StorageError) as e:
+            log.error("topic %s: upload pass failed: %s", self.topic, e)
+        except Exception:  # noqa: BLE001 - the worker must survive to retry next interval
+            self._count_failure("other")
+            log.exception("topic %s: unexpected error in upload pass", self.topic)
+
+    def _listen_durable(self) -> None:
+        if self._listening or not hasattr(self.wal, "add_durable_listener"):
+            return
+        self.wal.add_durable_listener(self._on_durable)
+        self._listening = True
+
+    def _on_durable(self, *_args: Any) -> None:
+        # Runs on the WAL's fsync thread: must be cheap and never raise.
+        try:
+            if self._stopping.is_set() or self._fatal is not None:
+                return
+            if self._lag_estimate()[1] >= self.config.upload_bytes_threshold:
+                self.request_upload()
+        except Exception:  # noqa: BLE001
+            log.debug("durable listener failed", exc_info=True)
+
+    def _lag_estimate(self) -> tuple[int, float]:
+        durable = self.wal.durable_offset
+        if durable is None:
+            return 0, 0.0
+        done = self._committed_through
+        base = (done + 1) if done is not None else self.wal.first_offset
+        lag = max(0, durable - base + 1)
+        return lag, lag * self._frame_bytes_avg
+
+    def _update_lag(self) -> None:
+        lag, lag_bytes = self._lag_estimate()
+        self.metrics.lag_offsets.labels(str(self.topic)).set(lag)
+        self.metrics.lag_bytes.labels(str(self.topic)).set(lag_bytes)
+
+    # -- failure -----------------------------------------------------------------------
+    def _fail(self, error: BaseException, kind: str) -> None:
+        self._count_failure(kind)
+        self._fatal = error
+        self._stopping.set()
+        self._wake.set()
+        self._waiters.fail(error)
+
+    def _raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _count_failure(self, kind: str) -> None:
+        self.metrics.failures.labels(kind).inc()
+
+    def _hook(self, step: str) -> None:
+        hook: Callable[[str], None] | None = self.config.fault_hook
+        if hook is not None:
+            hook(step)
