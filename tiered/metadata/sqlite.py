@@ -176,6 +176,9 @@ class SqliteMetadataStore(MetadataStore):
         deadline = time.monotonic() + self.busy_timeout_s
         while True:
             try:
+                # An existing store needs no write lock to open (another process may hold it).
+                if self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'lease'").fetchone():
+                    return
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._create_tables()
                 return

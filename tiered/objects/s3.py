@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
-from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+from botocore.exceptions import ConnectTimeoutError, NoCredentialsError, ReadTimeoutError
 
 from tiered.errors import (
     InvalidRange,
@@ -189,6 +189,8 @@ class S3ObjectStore(ObjectStore):
             raise _map_client_error(e, where, what) from e
         except (ConnectTimeoutError, ReadTimeoutError) as e:
             raise OperationTimeout(f"{what} {where}: timed out ({self.endpoint})") from e
+        except NoCredentialsError as e:
+            raise PermissionDenied(f"{what} {where}: no AWS credentials found (env, profile or role)") from e
         except BotoConnectionError as e:
             raise StorageUnavailable(f"{what} {where}: cannot reach {self.endpoint}") from e
         except BotoCoreError as e:
