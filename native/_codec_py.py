@@ -6,6 +6,7 @@ read the format, and to run anywhere the extension cannot be built.
 """
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Iterable, Mapping
 
@@ -51,19 +52,51 @@ def crc32c(data, value: int = 0) -> int:
     return _crc32c_mod.crc32c(data, value)
 
 
+def _u64(value, what: str) -> int:
+    """The value as a u64; anything else (bool aside, which is an int) is a CodecError."""
+    try:
+        value = operator.index(value)
+    except TypeError as exc:
+        raise CodecError(f"{what} must be an int, not {type(value).__name__}") from exc
+    if not 0 <= value <= _U64_MAX:
+        raise CodecError(f"{what} {value} is not a u64")
+    return value
+
+
+def _as_bytes(value, what: str) -> bytes:
+    """A bytes-like value as bytes. ``bytes(5)`` would silently give five zero bytes, so ints
+    (and str, which has no single byte encoding here) are refused rather than converted."""
+    if type(value) is bytes:
+        return value
+    try:
+        return bytes(memoryview(value))
+    except TypeError as exc:
+        raise CodecError(f"{what} must be bytes-like, not {type(value).__name__}") from exc
+
+
+def _utf8(text, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise CodecError("attribute names and values must be str")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"attribute {what} is not encodable as UTF-8") from exc
+
+
 def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str, str] | None,
                   payload: bytes) -> bytes:
-    if not 0 <= publish_time <= _U64_MAX:
-        raise CodecError(f"publish_time {publish_time} is not a u64")
+    publish_time = _u64(publish_time, "publish_time")
     flags = 0
     parts = [b""]
     if key is not None:
         flags |= RECORD_FLAG_KEY
-        key = bytes(key)
+        key = _as_bytes(key, "key")
         if len(key) > _U32_MAX:
             raise CodecError("key longer than 4 GiB")
         parts.append(_U32.pack(len(key)))
         parts.append(key)
+    if attributes is not None and not isinstance(attributes, Mapping):
+        raise CodecError(f"attributes must be a mapping of str to str, not {type(attributes).__name__}")
     if attributes:
         flags |= RECORD_FLAG_ATTRIBUTES
         if len(attributes) > _U16_MAX:
@@ -72,8 +105,8 @@ def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str,
         for name, value in attributes.items():
             if not isinstance(name, str) or not isinstance(value, str):
                 raise CodecError("attribute names and values must be str")
-            name_b = name.encode("utf-8")
-            value_b = value.encode("utf-8")
+            name_b = _utf8(name, "name")
+            value_b = _utf8(value, "value")
             if len(name_b) > _U16_MAX:
                 raise CodecError(f"attribute name of {len(name_b)} bytes (max {_U16_MAX})")
             parts.append(_U16.pack(len(name_b)))
@@ -81,13 +114,12 @@ def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str,
             parts.append(_U32.pack(len(value_b)))
             parts.append(value_b)
     parts[0] = RECORD_FIXED.pack(RECORD_VERSION, flags, publish_time)
-    parts.append(bytes(payload))
+    parts.append(_as_bytes(payload, "payload"))
     return b"".join(parts)
 
 
 def _frame(offset: int, record: bytes) -> bytes:
-    if not 0 <= offset <= _U64_MAX:
-        raise CodecError(f"offset {offset} is not a u64")
+    offset = _u64(offset, "offset")
     if len(record) > MAX_RECORD_BYTES:
         raise CodecError(f"record of {len(record)} bytes exceeds the format limit {MAX_RECORD_BYTES}")
     body = _U32.pack(len(record)) + _U64.pack(offset) + record
@@ -102,8 +134,12 @@ def encode_frame(offset: int, publish_time: int, key: bytes | None,
 
 def encode_batch(first_offset: int, messages: Iterable[tuple]) -> bytes:
     """Frames for ``(publish_time, key, attributes, payload)`` tuples at first_offset, +1, …"""
+    first_offset = _u64(first_offset, "first_offset")
     out = []
-    for index, (publish_time, key, attributes, payload) in enumerate(messages):
+    for index, message in enumerate(messages):
+        if not isinstance(message, (tuple, list)) or len(message) != 4:
+            raise CodecError("each message must be a (publish_time, key, attributes, payload) tuple")
+        publish_time, key, attributes, payload = message
         out.append(encode_frame(first_offset + index, publish_time, key, attributes, payload))
     return b"".join(out)
 
@@ -158,6 +194,12 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
                 max_frames: int | None = None) -> ScanResult:
     """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py)."""
     view = memoryview(buf).cast("B")
+    if pos < 0 or (end is not None and end < 0):
+        raise CodecError(f"scan window [{pos}, {end}) is negative")
+    if expected_offset is not None:
+        expected_offset = _u64(expected_offset, "expected_offset")
+    if max_frames is not None and max_frames < 0:
+        raise CodecError(f"max_frames {max_frames} is negative")
     end = len(view) if end is None else min(end, len(view))
     records: list = []
     starts: list = []
@@ -205,6 +247,8 @@ def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | No
 
 
 def encode_segment_header(base_offset: int, created_ms: int) -> bytes:
+    base_offset = _u64(base_offset, "base_offset")
+    created_ms = _u64(created_ms, "created_ms")
     head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, base_offset, created_ms, 0, 0)[:28]
     return head + _U32.pack(crc32c(head))
 
