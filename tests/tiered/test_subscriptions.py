@@ -1,0 +1,134 @@
+"""Subscription cursors: resume, monotonic acks, flush cadence, bad acks, fencing."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.tiered.helpers_read import TOPIC, Backends, backends, wait_until  # noqa: F401 (fixture)
+from tiered.metadata import keys
+from tiered.metadata.base import value_is
+from tiered.read_errors import CursorFenced, InvalidAck, SubscriptionClosed
+from tiered.subscriptions import SubscriptionManager
+
+
+class Topic:
+    """A stand-in for the topic's bounds (the WAL's first/next offsets)."""
+
+    def __init__(self, first: int = 0, next_offset: int = 28) -> None:
+        self.first_offset = first
+        self.next_offset = next_offset
+
+
+def stored(b: Backends, name: str) -> int | None:
+    key = keys.cursor_key(TOPIC, name)
+    kv = b.metadata.get(key)
+    return None if kv is None else keys.Cursor.from_json(key, kv.value).last_acked_offset
+
+
+def manager(b: Backends, wal=None, **kw) -> SubscriptionManager:
+    kw.setdefault("flush_interval_s", 60.0)
+    return SubscriptionManager(TOPIC, b.metadata, wal=wal or Topic(), **kw)
+
+
+def test_resume_at_cursor_plus_one(backends: Backends) -> None:
+    with manager(backends) as m:
+        sub = m.subscribe("subs_reliable", initial="earliest")
+        assert sub.start_offset == 0
+        for offset in range(14):
+            sub.ack(offset)
+        assert sub.flush() is True
+    assert stored(backends, "subs_reliable") == 13
+    with manager(backends) as m:  # e.g. broker B after a move
+        assert m.subscribe("subs_reliable").start_offset == 14
+
+
+def test_new_subscription_latest_pins_its_start(backends: Backends) -> None:
+    topic = Topic(first=5, next_offset=22)
+    with manager(backends, wal=topic) as m:
+        assert m.subscribe("s").start_offset == 22
+    assert stored(backends, "s") == 21  # a crash before the first ack must not skip 22..
+    topic.next_offset = 30
+    with manager(backends, wal=topic) as m:
+        assert m.subscribe("s").start_offset == 22
+        assert m.subscribe("e", initial="earliest").start_offset == 5
+
+
+def test_ack_never_moves_backward(backends: Backends) -> None:
+    with manager(backends) as m:
+        sub = m.subscribe("s", initial="earliest")
+        assert sub.ack(10) is True
+        assert sub.ack(5) is False
+        assert sub.ack(10) is False
+        assert sub.cursor == 10
+        sub.flush()
+        assert stored(backends, "s") == 10
+        assert sub.flush() is False  # nothing moved: no write
+
+
+def test_ack_of_unknown_offset_is_typed(backends: Backends) -> None:
+    with manager(backends, wal=Topic(next_offset=28)) as m:
+        sub = m.subscribe("s", initial="earliest")
+        sub.ack(27)
+        with pytest.raises(InvalidAck) as info:
+            sub.ack(28)
+        assert info.value.offset == 28 and info.value.next_offset == 28
+        with pytest.raises(InvalidAck):
+            sub.ack(-1)
+        assert sub.cursor == 27
+
+
+def test_flush_every_n_acks_in_background(backends: Backends) -> None:
+    with manager(backends, flush_every_acks=5) as m:
+        sub = m.subscribe("s", initial="earliest")
+        for offset in range(4):
+            sub.ack(offset)
+        time.sleep(0.2)
+        assert stored(backends, "s") is None  # 4 acks < 5: not due yet
+        sub.ack(4)
+        wait_until(lambda: stored(backends, "s") == 4, what="flush after 5 acks")
+
+
+def test_flush_on_interval_in_background(backends: Backends) -> None:
+    with manager(backends, flush_interval_s=0.1) as m:
+        sub = m.subscribe("s", initial="earliest")
+        sub.ack(3)
+        wait_until(lambda: stored(backends, "s") == 3, what="interval flush")
+
+
+def test_close_flushes_and_refuses_more_acks(backends: Backends) -> None:
+    m = manager(backends)
+    sub = m.subscribe("s", initial="earliest")
+    sub.ack(7)
+    m.close()
+    assert stored(backends, "s") == 7
+    with pytest.raises(SubscriptionClosed):
+        sub.ack(8)
+
+
+@pytest.mark.parametrize("as_callable", [False, True])
+def test_fenced_cursor_write_fails(backends: Backends, as_callable: bool) -> None:
+    owner = keys.owner_key(TOPIC)
+    backends.metadata.put(owner, b"broker-a epoch 1")
+    compares = [value_is(owner, b"broker-a epoch 1")]
+    fencing = (lambda: compares) if as_callable else compares
+    with manager(backends, fencing=fencing) as m:
+        sub = m.subscribe("s", initial="earliest")
+        sub.ack(5)
+        sub.flush()
+        backends.metadata.put(owner, b"broker-b epoch 2")  # broker B took over
+        sub.ack(9)
+        with pytest.raises(CursorFenced):
+            sub.flush()
+        assert stored(backends, "s") == 5  # the stale owner wrote nothing
+        with pytest.raises(CursorFenced):
+            sub.ack(10)
+        with pytest.raises(CursorFenced):
+            m.flush_all()
+    assert stored(backends, "s") == 5
+
+
+def test_bad_subscription_name_is_rejected(backends: Backends) -> None:
+    with manager(backends) as m:
+        with pytest.raises(ValueError):
+            m.subscribe("../x")

@@ -1,0 +1,352 @@
+"""Subscription cursors: resume where a consumer left off, on whichever broker.
+
+A cursor is the last acknowledged offset of a subscription, stored at
+``/topics/<ns>/<topic>/subscriptions/<name>/cursor`` (see ``tiered.metadata.keys``).
+
+* ``subscribe(name)`` resumes at ``cursor + 1``; without a cursor it starts at the
+  topic's latest (next) offset, or its earliest with ``initial="earliest"``. A new
+  subscription that starts above 0 pins its position at once (``cursor = start - 1``,
+  create-if-absent), so a consumer that crashes before its first ack does not jump
+  forward to a newer "latest" when it comes back.
+* ``ack(offset)`` advances an in-memory cursor; it never moves backward (an older ack
+  is ignored). Acking an offset the topic never had raises :class:`InvalidAck`.
+* Cursors are written every ``flush_every_acks`` acks or ``flush_interval_s`` seconds by
+  one background thread, and on ``flush()`` / ``flush_all()`` / ``close()``. Acks never
+  write themselves, so an ack is cheap and never blocks an event loop on the network.
+* Every cursor write is one transaction carrying the manager's fencing compares (the
+  topic owner's ``value_is(owner_key, held)``): a fenced or stale owner's write fails
+  with :class:`CursorFenced` and the subscription refuses further acks.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from prometheus_client import Counter
+
+from tiered.errors import StorageError
+from tiered.metadata import keys
+from tiered.metadata.base import Compare, MetadataStore, Put, absent
+from tiered.read_errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+CURSOR_FLUSHES = Counter("dnb_cursor_flushes_total", "Cursor writes by outcome", ["outcome"])
+ACKS = Counter("dnb_subscription_acks_total", "Acks that advanced a cursor")
+
+Fencing = Callable[[], Sequence[Compare]] | Sequence[Compare]
+Initial = Literal["latest", "earliest"]
+
+#: Bound on how long close() waits for the flusher thread to finish.
+FLUSHER_JOIN_TIMEOUT_S = 10.0
+
+
+class TopicBounds:
+    """The topic's earliest and next offsets, from callables, the WAL or the archive.
+
+    Preference: explicit callables, then the local WAL, then the committed descriptors
+    (a topic not hosted here). The archive answers "earliest" when it holds anything,
+    because the WAL only keeps the newest part of the topic.
+    """
+
+    def __init__(self, topic: TopicName, metadata: MetadataStore, wal: Any = None,
+                 earliest: Callable[[], int] | None = None,
+                 next_offset: Callable[[], int] | None = None) -> None:
+        self._topic = topic
+        self._metadata = metadata
+        self._wal = wal
+        self._earliest = earliest
+        self._next = next_offset
+
+    def next_offset(self) -> int:
+        if self._next is not None:
+            return self._next()
+        if self._wal is not None:
+            return int(self._wal.next_offset)
+        last = _last_descriptor(self._metadata, self._topic)
+        return 0 if last is None else last.end_offset + 1
+
+    def earliest_offset(self) -> int:
+        if self._earliest is not None:
+            return self._earliest()
+        first = _first_descriptor(self._metadata, self._topic)
+        if first is not None:
+            return first.start_offset
+        if self._wal is not None:
+            return int(self._wal.first_offset)
+        return 0
+
+
+def _first_descriptor(metadata: MetadataStore, topic: TopicName) -> keys.ObjectDescriptor | None:
+    kvs = metadata.range(keys.objects_prefix(topic), limit=1)
+    return keys.ObjectDescriptor.from_json(kvs[0].key, kvs[0].value) if kvs else None
+
+
+def _last_descriptor(metadata: MetadataStore, topic: TopicName) -> keys.ObjectDescriptor | None:
+    # The store has no reverse range; page forward (descriptors are few and small).
+    prefix, last, after = keys.objects_prefix(topic), None, None
+    while True:
+        page = metadata.range(prefix, limit=1000, start_after=after)
+        if not page:
+            break
+        last, after = page[-1], page[-1].key
+    return None if last is None else keys.ObjectDescriptor.from_json(last.key, last.value)
+
+
+class Subscription:
+    """One subscription's in-memory cursor. Thread-safe; created by the manager."""
+
+    def __init__(self, manager: "SubscriptionManager", name: str, start_offset: int,
+                 stored_cursor: int | None) -> None:
+        self.name = name
+        self.start_offset = start_offset  # first offset the consumer should read
+        self._manager = manager
+        self._lock = threading.Lock()
+        self._cursor = start_offset - 1  # last acknowledged (-1: nothing yet)
+        self._flushed = stored_cursor  # what the store holds (None: no cursor key)
+        self._acks_since_flush = 0
+        self._fenced = False
+        self._closed = False
+
+    @property
+    def cursor(self) -> int:
+        """Last acknowledged offset (in memory), -1 when nothing was ever acked."""
+        return self._cursor
+
+    @property
+    def flushed_cursor(self) -> int | None:
+        """The cursor as last written to (or read from) the metadata store."""
+        return self._flushed
+
+    @property
+    def dirty(self) -> bool:
+        return self._cursor >= 0 and self._cursor != self._flushed
+
+    def ack(self, offset: int) -> bool:
+        """Acknowledge everything up to ``offset``; True if the cursor moved.
+
+        Cumulative: the cursor becomes ``max(cursor, offset)``. An offset at or
+        beyond the topic's next offset raises :class:`InvalidAck`.
+        """
+        self._check_usable()
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidAck(self.name, offset, self._manager.bounds.next_offset())
+        if offset <= self._cursor:
+            return False  # Never move backward; a repeated or older ack is a no-op.
+        next_offset = self._manager.bounds.next_offset()
+        if offset >= next_offset:
+            raise InvalidAck(self.name, offset, next_offset)
+        with self._lock:
+            if offset <= self._cursor:
+                return False
+            self._cursor = offset
+            self._acks_since_flush += 1
+            due = self._acks_since_flush >= self._manager.flush_every_acks
+        ACKS.inc()
+        if due:
+            self._manager._wake_flusher()
+        return True
+
+    def flush(self) -> bool:
+        """Write the cursor if it moved since the last write; True if written."""
+        self._check_usable()
+        return self._flush()
+
+    def _flush(self) -> bool:
+        with self._lock:
+            cursor = self._cursor
+            if cursor < 0 or cursor == self._flushed:
+                return False
+            acks = self._acks_since_flush
+            self._acks_since_flush = 0
+        try:
+            self._manager._write_cursor(self.name, cursor)
+        except CursorFenced:
+            self._fenced = True
+            raise
+        except BaseException:
+            with self._lock:
+                self._acks_since_flush += acks  # still due: the write did not happen
+            raise
+        with self._lock:
+            self._flushed = max(cursor, self._flushed if self._flushed is not None else -1)
+        return True
+
+    def _check_usable(self) -> None:
+        if self._fenced:
+            raise CursorFenced(self.name, self._cursor)
+        if self._closed:
+            raise SubscriptionClosed(f"subscription {self.name!r} is closed")
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.name!r}, start={self.start_offset}, cursor={self._cursor})"
+
+
+class SubscriptionManager:
+    """The subscriptions of one topic on its owning broker. See the module docstring.
+
+    ``fencing`` is either a sequence of compares or a callable returning them (called
+    at every write, so an owner can hand in its current ownership record). Bounds come
+    from ``earliest_offset`` / ``next_offset`` callables, else ``wal``, else the archive.
+    """
+
+    def __init__(self, topic: TopicName | str, metadata: MetadataStore, *, fencing: Fencing = (),
+                 flush_every_acks: int = 1000, flush_interval_s: float = 5.0, wal: Any = None,
+                 earliest_offset: Callable[[], int] | None = None,
+                 next_offset: Callable[[], int] | None = None) -> None:
+        if flush_every_acks < 1 or flush_interval_s <= 0:
+            raise ValueError("flush_every_acks must be >= 1 and flush_interval_s > 0")
+        self.topic = TopicName.parse(topic)
+        self.metadata = metadata
+        self.flush_every_acks = flush_every_acks
+        self.flush_interval_s = flush_interval_s
+        self.bounds = TopicBounds(self.topic, metadata, wal, earliest_offset, next_offset)
+        self._fencing = fencing
+        self._subs: dict[str, Subscription] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name=f"dnb-cursors{self.topic}", daemon=True)
+        self._flusher.start()
+
+    # -- public API ----------------------------------------------------------
+    def subscribe(self, name: str, initial: Initial = "latest") -> Subscription:
+        """The subscription ``name``, resuming at its cursor + 1 (see module docstring)."""
+        if initial not in ("latest", "earliest"):
+            raise ValueError(f"initial must be 'latest' or 'earliest', got {initial!r}")
+        self._check_open()
+        with self._lock:
+            existing = self._subs.get(name)
+            if existing is not None:
+                return existing
+        sub = self._load(name, initial)
+        with self._lock:
+            return self._subs.setdefault(name, sub)
+
+    def get(self, name: str) -> Subscription | None:
+        return self._subs.get(name)
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        with self._lock:
+            return dict(self._subs)
+
+    def flush_all(self) -> int:
+        """Write every moved cursor now; returns how many were written.
+
+        Tries every subscription even when one fails, then raises the first error.
+        """
+        return self._flush_subs(skip_fenced=False)
+
+    def _flush_subs(self, skip_fenced: bool) -> int:
+        written, first_error = 0, None
+        for sub in self.subscriptions.values():
+            if sub._fenced and skip_fenced:
+                continue  # already reported to whoever acked or flushed it
+            try:
+                if sub._fenced:
+                    raise CursorFenced(sub.name, sub.cursor)
+                written += sub._flush()
+            except Exception as e:  # noqa: BLE001 - re-raised below, after the others
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return written
+
+    def close(self, flush: bool = True) -> None:
+        """Stop the flusher, write moved cursors (unless ``flush=False``), refuse more acks.
+
+        Subscriptions already known to be fenced are skipped (their error was raised to
+        the caller that acked or flushed); any other write failure is raised.
+        """
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake.set()
+        self._flusher.join(FLUSHER_JOIN_TIMEOUT_S)
+        try:
+            if flush:
+                self._flush_subs(skip_fenced=True)
+        finally:
+            for sub in self.subscriptions.values():
+                sub._closed = True
+
+    def __enter__(self) -> "SubscriptionManager":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------
+    def _load(self, name: str, initial: Initial) -> Subscription:
+        key = keys.cursor_key(self.topic, name)  # validates the name
+        kv = self.metadata.get(key)
+        if kv is not None:
+            stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
+            return Subscription(self, name, stored + 1, stored)
+        start = self.bounds.earliest_offset() if initial == "earliest" else self.bounds.next_offset()
+        if start == 0:
+            return Subscription(self, name, 0, None)
+        return self._create_pinned(name, key, start)
+
+    def _create_pinned(self, name: str, key: str, start: int) -> Subscription:
+        """Write ``cursor = start - 1`` if no cursor exists yet; adopt a racing creator's."""
+        value = keys.Cursor(start - 1).to_json()
+        result = self._txn([absent(key)], key, value)
+        if result.succeeded:
+            return Subscription(self, name, start, start - 1)
+        kv = self.metadata.get(key)
+        if kv is None:  # The compare failed on fencing, not on the cursor key.
+            raise CursorFenced(name, start - 1)
+        stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
+        return Subscription(self, name, stored + 1, stored)
+
+    def _write_cursor(self, name: str, cursor: int) -> None:
+        key = keys.cursor_key(self.topic, name)
+        result = self._txn([], key, keys.Cursor(cursor).to_json())
+        if not result.succeeded:
+            CURSOR_FLUSHES.labels("fenced").inc()
+            raise CursorFenced(name, cursor)
+        CURSOR_FLUSHES.labels("ok").inc()
+
+    def _txn(self, compares: list[Compare], key: str, value: bytes):
+        fencing = self._fencing() if callable(self._fencing) else self._fencing
+        try:
+            return self.metadata.txn(list(fencing) + compares, [Put(key, value)], [])
+        except StorageError as e:
+            CURSOR_FLUSHES.labels("error").inc()
+            raise CursorWriteFailed(f"writing {key!r} failed: {e}") from e
+
+    def _wake_flusher(self) -> None:
+        self._wake.set()
+
+    def _flush_loop(self) -> None:
+        """Flush due cursors every interval, or early when one hit flush_every_acks."""
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self._flush_due()
+
+    def _flush_due(self) -> None:
+        for sub in self.subscriptions.values():
+            if sub._fenced or not sub.dirty:
+                continue
+            try:
+                sub._flush()
+            except CursorFenced:
+                log.error("subscription %s of %s: cursor write fenced; stopping its flushes", sub.name, self.topic)
+            except Exception:  # noqa: BLE001 - a background flush retries next tick
+                log.warning("subscription %s of %s: cursor flush failed; will retry", sub.name, self.topic,
+                            exc_info=True)
+
+    def _check_open(self) -> None:
+        if self._stop.is_set():
+            raise SubscriptionClosed(f"subscription manager of {self.topic} is closed")
+
+
+__all__ = ["Subscription", "SubscriptionManager", "TopicBounds"]
