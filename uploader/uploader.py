@@ -161,14 +161,14 @@ class Uploader:
         Raises UploaderStopped (cause: the fatal error) if the uploader ends first.
         """
         if self._committed_through is None or self._committed_through < offset:
-            self._raise_if_fatal()
+            self._raise_stopped_if_fatal()
             self.request_upload()
         return self._waiters.wait(offset, timeout_s)
 
     async def wait_archived_async(self, offset: int, timeout_s: float) -> bool:
         """``wait_archived`` for asyncio producers (no thread per waiter)."""
         if self._committed_through is None or self._committed_through < offset:
-            self._raise_if_fatal()
+            self._raise_stopped_if_fatal()
             self.request_upload()
         return await self._waiters.wait_async(offset, timeout_s)
 
@@ -350,30 +350,31 @@ class Uploader:
         candidates.append(object_id_for(start, last, epoch, secrets.token_hex(4)))
         for how, object_id in zip(("new", "epoch", "nonce"), candidates):
             key = object_key(self.topic, start, object_id)
-            info = self._put_or_adopt(key, data, frames)
-            if info is not None:
-                stored = how if info.size == len(data) or how != "new" else how
-                return self._descriptor(start, last, object_id, info), stored
+            stored = self._put_or_adopt(key, data, frames)
+            if stored is not None:
+                info, adopted = stored
+                return self._descriptor(start, last, object_id, info), "adopted" if adopted else how
             log.warning("topic %s: %s holds different frames (an earlier owner's orphan); "
                         "not overwriting it", self.topic, key)
         raise UploadError(f"topic {self.topic}: no free object name for {start}-{last}")
 
-    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> ObjectInfo | None:
-        """The stored object's info, or None if the key holds something else."""
+    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> tuple[ObjectInfo, bool] | None:
+        """(stored object's info, adopted?), or None if the key holds something else."""
         self._hook("before_put")
+        adopted = False
         try:
             info = self.objects.put(key, data, if_absent=True)
         except PreconditionFailed:
             if not self._holds_frames(key, data, frames):
                 return None
             log.info("topic %s: adopting existing object %s", self.topic, key)
-            info = self.objects.head(key)
+            info, adopted = self.objects.head(key), True
         except StorageError:
             self._count_failure("put")
             raise
         self._hook("after_put")
         self.metrics.object_bytes.observe(info.size)
-        return info
+        return info, adopted
 
     def _holds_frames(self, key: str, data: bytes, frames: bytes) -> bool:
         existing = self.objects.get(key)
@@ -488,6 +489,10 @@ class Uploader:
         self._stopping.set()
         self._wake.set()
         self._waiters.fail(error)
+
+    def _raise_stopped_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise UploaderStopped(f"topic {self.topic}: uploader failed: {self._fatal}") from self._fatal
 
     def _raise_if_fatal(self) -> None:
         if self._fatal is not None:

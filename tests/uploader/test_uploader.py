@@ -1,0 +1,259 @@
+"""Uploader behaviour against local dir + SQLite and against moto + real etcd."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from tiered.errors import OperationTimeout, StorageUnavailable
+from uploader import (
+    DrainTimeout,
+    OwnershipLost,
+    UploadError,
+    UploaderStopped,
+    find_orphans,
+    last_committed_offset,
+    list_descriptors,
+)
+from uploader.naming import object_id_for, object_key
+from uploader import objfmt
+from uploader.config import UploaderConfig
+
+from .invariants import assert_archive
+from .memwal import MemWal, frame_for
+
+
+def test_messages_become_contiguous_descriptors_holding_exactly_their_frames(env):
+    wal = MemWal()
+    wal.append_n(300)
+    up = env.uploader(wal, object_bytes_max=8_000, compression="zstd", zstd_level=1)
+    assert up.upload_once() == 299
+    descriptors = assert_archive(env, wal.frames, 0, 299)
+    assert len(descriptors) > 3  # cut at object_bytes_max
+    assert last_committed_offset(env.metadata, env.topic) == 299
+    assert descriptors[0].object_id == object_id_for(0, descriptors[0].end_offset)
+
+
+def test_never_reads_past_the_durable_watermark(local_env):
+    wal = MemWal()
+    wal.append_n(100, durable=False)
+    wal.make_durable(upto=59)
+    up = local_env.uploader(wal)
+    assert up.upload_once() == 59
+    assert list_descriptors(local_env.metadata, local_env.topic)[-1].end_offset == 59
+    wal.make_durable()
+    assert up.upload_once() == 99
+    assert_archive(local_env, wal.frames, 0, 99)
+
+
+def test_partial_frame_is_never_uploaded_and_does_not_stall(local_env):
+    """Trap 5: a read ending inside a frame must not become an object or a checkpoint."""
+    wal = MemWal()
+    wal.append_n(20)
+    wal.read_hook = lambda data: data + frame_for(20)[:7]  # a torn frame after the valid ones
+    up = local_env.uploader(wal, retry_attempts_max=1)
+    with pytest.raises(UploadError, match="bad frames"):
+        up.upload_once()
+    assert list_descriptors(local_env.metadata, local_env.topic) == []
+    assert list(local_env.raw_objects.list("")) == []
+    wal.read_hook = None  # the WAL heals: the next pass starts at a frame boundary, not mid-frame
+    assert up.upload_once() == 19
+    assert_archive(local_env, wal.frames, 0, 19)
+
+
+def test_seeded_checkpoint_continues_after_the_sealed_offset(env):
+    wal = MemWal(first_offset=22)
+    wal.append_n(10)
+    up = env.uploader(wal, committed_through=21)
+    assert up.upload_once() == 31
+    assert_archive(env, wal.frames, 22, 31)
+
+
+def test_an_existing_identical_object_is_adopted_not_duplicated(env):
+    """Crash between PUT and descriptor: the restart lands on the same key and adopts it."""
+    wal = MemWal()
+    wal.append_n(30)
+    key = object_key(env.topic, 0, object_id_for(0, 19))
+    env.raw_objects.put(key, objfmt.encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none")))
+    up = env.uploader(wal)
+    assert up.upload_once() == 29
+    descriptors = assert_archive(env, wal.frames, 0, 29)
+    assert descriptors[0].object_id == object_id_for(0, 19)  # cut at the orphan's end and adopted
+
+
+def test_a_different_object_under_our_key_is_never_overwritten(env):
+    """A dead owner's orphan for reassigned offsets: keep it, write an epoch-qualified name."""
+    wal = MemWal()
+    wal.append_n(10)
+    key = object_key(env.topic, 0, object_id_for(0, 9))
+    foreign = objfmt.encode_object(env.topic, b"".join(frame_for(o, salt=5) for o in range(10)),
+                                   UploaderConfig(compression="none"))
+    env.raw_objects.put(key, foreign)
+    up = env.uploader(wal)
+    assert up.upload_once() == 9
+    assert env.raw_objects.get(key) == foreign
+    (d,) = assert_archive(env, wal.frames, 0, 9)
+    assert d.object_id == object_id_for(0, 9, epoch=env.owner.epoch)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_put_failure_is_retried_and_recovers(env, when):
+    wal = MemWal()
+    wal.append_n(50)
+    env.faulty_objects.faults.fail("put", when=when, times=2)
+    up = env.uploader(wal)
+    assert up.upload_once() == 49
+    assert_archive(env, wal.frames, 0, 49)
+
+
+@pytest.mark.parametrize("error", [StorageUnavailable, OperationTimeout])
+def test_put_succeeds_but_descriptor_commit_fails(env, error):
+    """The txn lands but the caller sees an error (after), or it never lands (before)."""
+    wal = MemWal()
+    wal.append_n(40)
+    env.faulty_metadata.faults.fail("txn", error=error, when="after", times=1)
+    env.faulty_metadata.faults.fail("txn", error=error, when="before", nth=2)
+    up = env.uploader(wal, object_bytes_max=2_000)
+    assert up.upload_once() == 39
+    assert_archive(env, wal.frames, 0, 39)
+
+
+def test_metadata_unavailable_fails_the_pass_then_recovers(env):
+    wal = MemWal()
+    wal.append_n(40)
+    fault = env.faulty_metadata.faults.fail("txn", times=None)
+    up = env.uploader(wal, retry_attempts_max=3)
+    with pytest.raises(StorageUnavailable):
+        up.upload_once()
+    assert list_descriptors(env.raw_metadata, env.topic) == []
+    orphans = find_orphans(env.raw_metadata, env.raw_objects, env.topic)
+    assert [o.collectable for o in orphans] == [False]  # beyond the tip: adoptable, kept
+    fault.times = 0
+    assert up.upload_once() == 39
+    assert_archive(env, wal.frames, 0, 39)
+
+
+def test_second_owner_fences_the_stale_uploader(env):
+    wal = MemWal()
+    wal.append_n(20)
+    up = env.uploader(wal)
+    assert up.upload_once() == 19
+    env.take_over()
+    wal.append_n(5)
+    with pytest.raises(OwnershipLost):
+        up.upload_once()
+    assert up.failed is not None
+    assert last_committed_offset(env.metadata, env.topic) == 19
+    with pytest.raises(UploaderStopped):
+        up.wait_archived(24, timeout_s=0.1)
+
+
+def test_two_uploaders_racing_keep_the_chain_contiguous(env):
+    """Contiguity compare: two writers extending the same tip never both win."""
+    wal = MemWal()
+    wal.append_n(200)
+    ups = [env.uploader(wal, object_bytes_max=1_500) for _ in range(2)]
+    threads = [threading.Thread(target=u.upload_once) for u in ups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert max(u.upload_once() for u in ups) == 199
+    assert_archive(env, wal.frames, 0, 199)
+
+
+def test_drain_archives_to_the_tip_for_seal(env):
+    wal = MemWal()
+    wal.append_n(70, durable=False)
+    wal.make_durable(upto=30)
+    up = env.uploader(wal)
+    flusher = threading.Timer(0.05, wal.make_durable)
+    flusher.start()
+    assert up.drain(timeout_s=10) == 69
+    assert_archive(env, wal.frames, 0, 69)
+
+
+def test_drain_with_storage_down_fails_in_bounded_time_and_keeps_the_wal(local_env):
+    wal = MemWal(segment_frames=10)
+    wal.append_n(45)
+    local_env.faulty_objects.faults.fail("put", times=None)
+    up = local_env.uploader(wal, retry_attempts_max=1000, retention=__import__("uploader").RetentionConfig(age_max_s=0))
+    with pytest.raises(DrainTimeout) as info:
+        up.drain(timeout_s=0.3)
+    assert isinstance(info.value.__cause__, StorageUnavailable)
+    assert wal.truncations == [] and wal.first_offset == 0
+
+
+def test_drain_of_an_empty_wal_returns_the_seed(local_env):
+    assert local_env.uploader(MemWal(first_offset=5), committed_through=4).drain(1) == 4
+    assert local_env.uploader(MemWal()).drain(1) is None
+
+
+def test_retention_deletes_only_committed_segments(local_env):
+    from uploader import RetentionConfig
+
+    wal = MemWal(segment_frames=10)
+    wal.append_n(55, durable=False)
+    wal.make_durable(upto=34)
+    up = local_env.uploader(wal, retention=RetentionConfig(age_max_s=0))
+    assert up.upload_once() == 34
+    assert wal.truncations and max(wal.truncations) <= 35
+    assert wal.first_offset == 30  # segment 30-39 holds uncommitted offsets: kept whole
+    assert all(s.base_offset >= 30 for s in wal.segments())
+
+
+def test_retention_by_size_keeps_the_newest_committed_segments(local_env):
+    from uploader import RetentionConfig
+
+    wal = MemWal(segment_frames=10)
+    wal.append_n(60)
+    seg_bytes = wal.segments()[0].size_bytes
+    up = local_env.uploader(wal, retention=RetentionConfig(bytes_max=3 * seg_bytes))
+    up.upload_once()
+    assert wal.first_offset == 30
+
+
+def test_wait_archived_triggers_an_early_upload(local_env):
+    wal = MemWal()
+    wal.append_n(10)
+    up = local_env.uploader(wal, interval_s=3600, poll_interval_s=0.02)
+    up.start()
+    try:
+        assert up.wait_archived(9, timeout_s=10)
+        wal.append_n(5)
+        assert asyncio.run(up.wait_archived_async(14, timeout_s=10))
+        assert not up.wait_archived(99, timeout_s=0.05)
+    finally:
+        assert up.stop(5)
+
+
+def test_byte_threshold_triggers_an_upload_before_the_interval(local_env):
+    wal = MemWal()
+    up = local_env.uploader(wal, interval_s=3600, poll_interval_s=0.02, upload_bytes_threshold=5_000)
+    up.start()
+    try:
+        wal.append_n(5)
+        threading.Event().wait(0.2)
+        assert up.committed_through is None  # below the threshold: waits for the interval
+        wal.append_n(100)
+        assert up.wait_archived(104, timeout_s=10) or up.committed_through is not None
+    finally:
+        up.stop(5)
+
+
+def test_gc_removes_only_unreferenced_objects_below_the_tip_after_grace(local_env):
+    from uploader import collect_garbage
+
+    wal = MemWal()
+    wal.append_n(30)
+    up = local_env.uploader(wal, object_bytes_max=1_500)
+    up.upload_once()
+    stale = object_key(local_env.topic, 0, "data-0-3")  # an old, superseded cut
+    ahead = object_key(local_env.topic, 30, object_id_for(30, 40))  # may still be adopted
+    for key in (stale, ahead):
+        local_env.raw_objects.put(key, b"x")
+    assert collect_garbage(local_env.metadata, local_env.objects, local_env.topic, grace_s=3600) == []
+    assert collect_garbage(local_env.metadata, local_env.objects, local_env.topic, grace_s=0) == [stale]
+    assert [o.key for o in find_orphans(local_env.metadata, local_env.objects, local_env.topic)] == [ahead]
+    assert_archive(local_env, wal.frames, 0, 29, gc=False)
