@@ -47,3 +47,17 @@ class OffsetBelowRetention(WalError, LookupError):
         super().__init__(f"offset {offset} is below the WAL's first offset {first_offset}")
         self.offset = offset
         self.first_offset = first_offset
+
+
+class InitialOffsetMismatch(WalError, ValueError):
+    """A non-empty WAL was opened with an initial offset other than where it continues."""
+
+    def __init__(self, initial_offset: int, next_offset: int) -> None:
+        super().__init__(f"initial_offset {initial_offset} disagrees with the WAL, which continues "
+                         f"at {next_offset}")
+        self.initial_offset = initial_offset
+        self.next_offset = next_offset
+
+
+class WalTimeout(WalError, TimeoutError):
+    """A bounded wait (flush, backpressured append) ran out of time."""

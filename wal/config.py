@@ -1,0 +1,47 @@
+"""Tuning knobs of one write-ahead log. Every buffer, queue and wait has a bound here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from native.format import MAX_RECORD_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class WalConfig:
+    # Group commit: the writer fsyncs at most once per interval unless a batch of this
+    # many bytes is already waiting; a few ms keeps latency low while amortising fsync.
+    fsync_interval_ms: float = 3.0
+    fsync_batch_bytes: int = 4 * 1024 * 1024
+    # Segments are cut when they pass either limit (checked before each write, so a
+    # segment may exceed segment_bytes_max by up to one write batch).
+    segment_bytes_max: int = 128 * 1024 * 1024
+    segment_age_max_s: float = 3600.0
+    # Cache of recent durable frames that tail readers are served from before files.
+    cache_messages_max: int = 1024
+    cache_bytes_max: int = 8 * 1024 * 1024
+    # Largest encoded record (key + attributes + payload + record header) accepted.
+    max_message_bytes: int = 4 * 1024 * 1024
+    # Backpressure: appended-but-unwritten bytes above this block appenders, for at most
+    # append_timeout_s, so a stalled disk cannot eat all memory.
+    pending_bytes_max: int = 64 * 1024 * 1024
+    append_timeout_s: float = 30.0
+    # Readers pull this much from a segment file per read.
+    read_chunk_bytes: int = 1024 * 1024
+    # One sparse index entry (offset -> file position) per this many bytes of segment.
+    index_interval_bytes: int = 64 * 1024
+    # Bound on how long close() waits for the writer to drain.
+    close_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fsync_interval_ms <= 10_000:
+            raise ValueError(f"fsync_interval_ms {self.fsync_interval_ms} out of (0, 10000]")
+        if not 1 <= self.max_message_bytes <= MAX_RECORD_BYTES:
+            raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
+        if self.pending_bytes_max < self.max_message_bytes:
+            raise ValueError("pending_bytes_max must hold at least one maximal message")
+        for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
+                     "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.segment_age_max_s <= 0 or self.append_timeout_s <= 0 or self.close_timeout_s <= 0:
+            raise ValueError("time limits must be positive")

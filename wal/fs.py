@@ -1,0 +1,376 @@
+"""The file layer the WAL does all its I/O through, and a fault-injecting twin.
+
+``RealFs`` maps straight onto ``os`` calls. ``FaultFs`` is an in-memory file system that
+models the page cache: a write lands in "memory" and only ``sync()`` (for file data) or
+``fsync_dir()`` (for names: create, rename, remove) makes it durable. ``crash_image()``
+returns the file system a power loss would leave behind: unsynced bytes dropped, with the
+last write optionally torn at any byte boundary and the rest of it garbage. It can also
+make fsync fail or stall. The WAL tests and later crash harnesses reuse it.
+
+Simplification, on purpose: directories themselves are durable as soon as they are made
+(the WAL fsyncs the parent anyway); only the names inside them need ``fsync_dir``.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+_IOV_MAX = 1024  # Linux IOV_MAX; writev with more buffers fails with EINVAL.
+_SYNC_HOLD_MAX_S = 30.0
+
+
+class AppendFile(Protocol):
+    def write(self, chunks: list) -> None: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class ReadFile(Protocol):
+    def pread(self, position: int, size: int) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class FileSystem(Protocol):
+    def makedirs(self, path: str) -> None: ...
+    def listdir(self, path: str) -> list[str]: ...
+    def exists(self, path: str) -> bool: ...
+    def file_size(self, path: str) -> int: ...
+    def read_all(self, path: str) -> bytes: ...
+    def open_append(self, path: str) -> AppendFile: ...
+    def open_read(self, path: str) -> ReadFile: ...
+    def truncate(self, path: str, size: int) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...
+    def remove(self, path: str) -> None: ...
+    def rmdir(self, path: str) -> None: ...
+    def fsync_dir(self, path: str) -> None: ...
+
+
+# --------------------------------------------------------------------------- real files
+
+class _RealAppendFile:
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+    def write(self, chunks: list) -> None:
+        """Writes every chunk, in order; one syscall per 1,024 chunks, no joining copy."""
+        for start in range(0, len(chunks), _IOV_MAX):
+            _writev_all(self._fd, chunks[start:start + _IOV_MAX])
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _writev_all(fd: int, chunks: list) -> None:
+    """writev until every byte is out: a short write (e.g. a signal) must not lose data."""
+    total = sum(len(c) for c in chunks)
+    written = os.writev(fd, chunks)
+    if written == total:
+        return
+    rest = memoryview(b"".join(chunks))[written:]
+    while rest:
+        rest = rest[os.write(fd, rest):]
+
+
+class _RealReadFile:
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def pread(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class RealFs:
+    """The operating system's file system."""
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def file_size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def read_all(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def open_append(self, path: str) -> AppendFile:
+        return _RealAppendFile(path)
+
+    def open_read(self, path: str) -> ReadFile:
+        return _RealReadFile(path)
+
+    def truncate(self, path: str, size: int) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)  # the repair must be durable before we append after it
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- fault model
+
+@dataclass
+class _Inode:
+    data: bytearray = field(default_factory=bytearray)
+    durable: bytes = b""
+    # Lowest byte position changed since the last sync; everything below it is durable.
+    dirty_from: int = 0
+
+
+class _FaultAppendFile:
+    def __init__(self, fs: "FaultFs", inode: _Inode) -> None:
+        self._fs = fs
+        self._inode = inode
+        self._closed = False
+
+    def write(self, chunks: list) -> None:
+        self._fs._write(self._inode, chunks, self._closed)
+
+    def sync(self) -> None:
+        self._fs._sync(self._inode, self._closed)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class _FaultReadFile:
+    def __init__(self, fs: "FaultFs", inode: _Inode) -> None:
+        self._fs = fs
+        self._inode = inode
+
+    def pread(self, position: int, size: int) -> bytes:
+        with self._fs._lock:
+            return bytes(self._inode.data[position:position + size])
+
+    def close(self) -> None:
+        pass
+
+
+class FaultFs:
+    """In-memory file system with a page-cache model and injectable fsync faults.
+
+    ``fail_sync_after=n`` lets ``n`` file syncs succeed, then every later one raises EIO.
+    ``hold_syncs()`` makes syncs block (bounded) until ``release_syncs()``, which freezes
+    the WAL with written-but-unsynced bytes so a test can crash it at every byte.
+    """
+
+    def __init__(self, fail_sync_after: int | None = None) -> None:
+        self._lock = threading.RLock()
+        self._dirs: dict[str, dict[str, _Inode]] = {}
+        self._durable_dirs: dict[str, dict[str, _Inode]] = {}
+        self._last_write: _Inode | None = None
+        self.fail_sync_after = fail_sync_after
+        self.sync_calls = 0
+        self.failed_sync_calls = 0
+        self._sync_gate = threading.Event()
+        self._sync_gate.set()
+        self.syncs_waiting = 0
+
+    # ---- fault controls
+    def hold_syncs(self) -> None:
+        self._sync_gate.clear()
+
+    def release_syncs(self) -> None:
+        self._sync_gate.set()
+
+    def unsynced_bytes(self) -> int:
+        """Bytes of the last-written file that a power loss could tear (appended, unsynced)."""
+        with self._lock:
+            inode = self._last_write
+            if inode is None:
+                return 0
+            return len(inode.data) - min(inode.dirty_from, len(inode.durable))
+
+    def crash_image(self, torn_bytes: int = 0, garbage: bytes = b"") -> "FaultFs":
+        """The file system after a power loss now.
+
+        Every file keeps only its synced bytes, except the last one written: it also keeps
+        the first ``torn_bytes`` of its unsynced tail, followed by ``garbage`` (what a disk
+        may leave when a write is torn). Names not made durable by fsync_dir vanish.
+        """
+        with self._lock:
+            image = FaultFs()
+            inodes: dict[int, _Inode] = {}
+            for path, entries in self._durable_dirs.items():
+                image._dirs[path] = {}
+                for name, inode in entries.items():
+                    copy = inodes.get(id(inode))
+                    if copy is None:
+                        copy = inodes[id(inode)] = self._crashed_inode(inode, torn_bytes, garbage)
+                    image._dirs[path][name] = copy
+                image._durable_dirs[path] = dict(image._dirs[path])
+            for path in self._dirs:
+                image._dirs.setdefault(path, {})
+                image._durable_dirs.setdefault(path, {})
+            return image
+
+    def _crashed_inode(self, inode: _Inode, torn_bytes: int, garbage: bytes) -> _Inode:
+        base = bytes(inode.durable[:inode.dirty_from])
+        if inode is self._last_write and torn_bytes > 0:
+            tail = bytes(inode.data[inode.dirty_from:inode.dirty_from + torn_bytes])
+            base += tail + garbage
+        elif inode is self._last_write:
+            base += garbage
+        return _Inode(bytearray(base), base, len(base))
+
+    # ---- file system operations
+    def makedirs(self, path: str) -> None:
+        with self._lock:
+            path = os.path.normpath(path)
+            while path not in self._dirs:
+                self._dirs[path] = {}
+                self._durable_dirs[path] = {}
+                parent = os.path.dirname(path)
+                if parent == path:
+                    break
+                path = parent
+
+    def _split(self, path: str) -> tuple[dict[str, _Inode], str]:
+        parent, name = os.path.split(os.path.normpath(path))
+        entries = self._dirs.get(parent)
+        if entries is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", parent)
+        return entries, name
+
+    def _inode(self, path: str) -> _Inode:
+        entries, name = self._split(path)
+        inode = entries.get(name)
+        if inode is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        return inode
+
+    def listdir(self, path: str) -> list[str]:
+        with self._lock:
+            path = os.path.normpath(path)
+            if path not in self._dirs:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+            subdirs = [os.path.basename(p) for p in self._dirs if os.path.dirname(p) == path and p != path]
+            return sorted(list(self._dirs[path]) + subdirs)
+
+    def exists(self, path: str) -> bool:
+        with self._lock:
+            path = os.path.normpath(path)
+            if path in self._dirs:
+                return True
+            try:
+                self._inode(path)
+                return True
+            except FileNotFoundError:
+                return False
+
+    def file_size(self, path: str) -> int:
+        with self._lock:
+            return len(self._inode(path).data)
+
+    def read_all(self, path: str) -> bytes:
+        with self._lock:
+            return bytes(self._inode(path).data)
+
+    def open_append(self, path: str) -> AppendFile:
+        with self._lock:
+            entries, name = self._split(path)
+            inode = entries.setdefault(name, _Inode())
+            return _FaultAppendFile(self, inode)
+
+    def open_read(self, path: str) -> ReadFile:
+        with self._lock:
+            return _FaultReadFile(self, self._inode(path))
+
+    def truncate(self, path: str, size: int) -> None:
+        with self._lock:
+            inode = self._inode(path)
+            del inode.data[size:]
+            inode.dirty_from = min(inode.dirty_from, size)
+            self._sync_locked(inode)  # RealFs.truncate fsyncs too
+
+    def rename(self, src: str, dst: str) -> None:
+        with self._lock:
+            src_entries, src_name = self._split(src)
+            dst_entries, dst_name = self._split(dst)
+            inode = src_entries.pop(src_name, None)
+            if inode is None:
+                raise FileNotFoundError(errno.ENOENT, "no such file", src)
+            dst_entries[dst_name] = inode
+
+    def remove(self, path: str) -> None:
+        with self._lock:
+            entries, name = self._split(path)
+            if entries.pop(name, None) is None:
+                raise FileNotFoundError(errno.ENOENT, "no such file", path)
+
+    def rmdir(self, path: str) -> None:
+        with self._lock:
+            path = os.path.normpath(path)
+            if self._dirs.get(path):
+                raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+            self._dirs.pop(path, None)
+            self._durable_dirs.pop(path, None)
+
+    def fsync_dir(self, path: str) -> None:
+        with self._lock:
+            path = os.path.normpath(path)
+            self._durable_dirs[path] = dict(self._dirs[path])
+
+    # ---- handle operations
+    def _write(self, inode: _Inode, chunks: list, closed: bool) -> None:
+        if closed:
+            raise ValueError("write to a closed file")
+        with self._lock:
+            for chunk in chunks:
+                inode.data += chunk
+            self._last_write = inode
+
+    def _sync(self, inode: _Inode, closed: bool) -> None:
+        if closed:
+            raise ValueError("sync of a closed file")
+        if not self._sync_gate.is_set():
+            with self._lock:
+                self.syncs_waiting += 1
+            self._sync_gate.wait(_SYNC_HOLD_MAX_S)
+            with self._lock:
+                self.syncs_waiting -= 1
+        with self._lock:
+            self.sync_calls += 1
+            if self.fail_sync_after is not None and self.sync_calls > self.fail_sync_after:
+                self.failed_sync_calls += 1
+                raise OSError(errno.EIO, "injected fsync failure")
+            self._sync_locked(inode)
+
+    def _sync_locked(self, inode: _Inode) -> None:
+        inode.durable = bytes(inode.durable[:inode.dirty_from]) + bytes(inode.data[inode.dirty_from:])
+        inode.dirty_from = len(inode.data)

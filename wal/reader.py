@@ -1,0 +1,95 @@
+"""Tail readers: pull-based, each with its own position, fed only durable records.
+
+A reader asks the WAL for records at its position: from the cache when it still holds
+them, else from segment files. When it has caught up it waits (bounded, re-checking) for
+the durable watermark to pass its position. Nothing is pushed to readers, so a slow
+reader never overflows a channel: it simply reads older data from files later.
+
+``for record in reader`` and ``async for record in reader`` both work; records are
+``native.Record`` tuples (offset, publish_time, key, attributes, payload). A reader with
+``live=False`` stops at the durable tip as it was when the reader was created.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+from native.format import Record
+
+if TYPE_CHECKING:
+    from wal.log import WriteAheadLog
+
+_WAIT_SLICE_S = 0.25  # bound on one wait; the reader re-checks close() in between
+_FOREVER = 1 << 64
+
+
+class WalReader:
+    def __init__(self, wal: "WriteAheadLog", from_offset: int, stop_offset: int | None) -> None:
+        self._wal = wal
+        self._position = from_offset  # next offset to fetch from the WAL
+        self._stop_offset = _FOREVER if stop_offset is None else stop_offset
+        self._buffer: deque[Record] = deque()
+        self._batch_bytes = wal.config.read_chunk_bytes
+        self.closed = False
+
+    @property
+    def consumed_offset(self) -> int:
+        """The next offset this reader will hand out."""
+        return self._position - len(self._buffer)
+
+    def close(self) -> None:
+        self.closed = True
+        self._buffer.clear()
+
+    def __enter__(self) -> "WalReader":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- sync
+    def __iter__(self) -> "WalReader":
+        return self
+
+    def __next__(self) -> Record:
+        if self._buffer:
+            return self._buffer.popleft()
+        while True:
+            if self.closed or self._position > self._stop_offset:
+                raise StopIteration
+            if self._fill():
+                return self._buffer.popleft()
+            with self._wal._lock:
+                self._wal._wait_durable_locked(self._position, _WAIT_SLICE_S)
+
+    # ---------------------------------------------------------------- async
+    def __aiter__(self) -> "WalReader":
+        return self
+
+    async def __anext__(self) -> Record:
+        if self._buffer:
+            return self._buffer.popleft()
+        while True:
+            if self.closed or self._position > self._stop_offset:
+                raise StopAsyncIteration
+            # Cache hits decode in memory; file reads go to a thread so the loop never blocks on disk.
+            if self._wal._cache_covers(self._position):
+                filled = self._fill()
+            else:
+                filled = await asyncio.to_thread(self._fill)
+            if filled:
+                return self._buffer.popleft()
+            await self._wal._wait_durable_async(self._position, _WAIT_SLICE_S)
+
+    # ---------------------------------------------------------------- shared
+    def _fill(self) -> bool:
+        records = self._wal._read_records(self._position, self._stop_offset, self._batch_bytes)
+        if not records:
+            return False
+        # Offsets reach a reader exactly once and in order: check it at the handoff.
+        assert records[0].offset == self._position, (records[0].offset, self._position)
+        assert records[-1].offset == self._position + len(records) - 1, "gap in records"
+        self._buffer.extend(records)
+        self._position = records[-1].offset + 1
+        return True

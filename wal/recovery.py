@@ -1,0 +1,108 @@
+"""Recovery on open: validate every segment, then repair a torn tail.
+
+Nothing is changed on disk until every segment has been validated, so a log that is
+refused (CorruptLog) is left exactly as it was found.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from wal.errors import CorruptLog, InitialOffsetMismatch
+from wal.fs import FileSystem
+from wal.segment import Segment, create_segment, is_temp_name, parse_segment_name, scan_segment
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Recovered:
+    segments: list  # list[Segment], ascending, contiguous; the last one is active
+    next_offset: int
+    repaired_bytes: int  # bytes of torn tail cut from the last segment
+
+
+def recover(fs: FileSystem, directory: str, checkpoint: dict | None, initial_offset: int | None,
+            index_interval_bytes: int) -> Recovered:
+    _remove_temp_files(fs, directory)
+    names = _segment_names(fs, directory)
+    scanned = [
+        scan_segment(fs, os.path.join(directory, name), base, i == len(names) - 1, index_interval_bytes)
+        for i, (base, name) in enumerate(names)
+    ]
+    segments = [s.segment for s in scanned]
+    _check_contiguous(segments)
+    next_offset = segments[-1].last_offset + 1 if segments else _checkpoint_next(checkpoint)
+    _check_against_checkpoint(directory, segments, next_offset, checkpoint)
+    segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
+                                                  initial_offset)
+    repaired = _repair_tail(fs, scanned[-1] if scanned else None)
+    for segment in segments[:-1]:
+        segment.sealed = True
+    return Recovered(segments, next_offset, repaired)
+
+
+def _remove_temp_files(fs: FileSystem, directory: str) -> None:
+    # Temp files were never renamed into place, so nothing durable refers to them.
+    for name in fs.listdir(directory):
+        if is_temp_name(name):
+            _log.info("removing leftover temp file %s", name)
+            fs.remove(os.path.join(directory, name))
+
+
+def _segment_names(fs: FileSystem, directory: str) -> list[tuple[int, str]]:
+    found = []
+    for name in fs.listdir(directory):
+        base = parse_segment_name(name)
+        if base is not None:
+            found.append((base, name))
+    return sorted(found)
+
+
+def _check_contiguous(segments: list[Segment]) -> None:
+    for previous, current in zip(segments, segments[1:]):
+        if current.base_offset != previous.last_offset + 1:
+            raise CorruptLog(current.path, 0, f"segment starts at {current.base_offset} but the previous "
+                             f"one ends at {previous.last_offset}: offsets are not contiguous")
+
+
+def _checkpoint_next(checkpoint: dict | None) -> int | None:
+    if checkpoint is None:
+        return None
+    return max(int(checkpoint.get("next_offset", 0)), int(checkpoint.get("sealed_next_offset", 0)))
+
+
+def _check_against_checkpoint(directory: str, segments: list[Segment], next_offset: int | None,
+                              checkpoint: dict | None) -> None:
+    """Whole sealed segments missing means lost durable data: refuse rather than reuse offsets."""
+    if checkpoint is None or not segments:
+        return
+    sealed_next = int(checkpoint.get("sealed_next_offset", 0))
+    if next_offset is not None and next_offset < sealed_next:
+        raise CorruptLog(directory, 0, f"log ends before offset {sealed_next}, which the checkpoint "
+                         f"says was sealed durably (segments missing?)")
+
+
+def _apply_initial_offset(fs: FileSystem, directory: str, segments: list[Segment], next_offset: int | None,
+                          checkpoint: dict | None, initial_offset: int | None) -> tuple[list, int]:
+    if next_offset is None:  # a brand-new WAL: the restore path of a topic move starts here
+        start = 0 if initial_offset is None else initial_offset
+        if start < 0:
+            raise ValueError(f"initial_offset {start} is negative")
+        return [create_segment(fs, directory, start)], start
+    if initial_offset is not None and initial_offset != next_offset:
+        raise InitialOffsetMismatch(initial_offset, next_offset)
+    if not segments:  # every segment file is gone but the checkpoint remembers where we were
+        _log.warning("%s: no segment files; continuing at checkpoint offset %d", directory, next_offset)
+        return [create_segment(fs, directory, next_offset)], next_offset
+    return segments, next_offset
+
+
+def _repair_tail(fs: FileSystem, last) -> int:
+    if last is None or last.truncate_to is None:
+        return 0
+    cut = last.file_bytes - last.truncate_to
+    _log.warning("%s: truncating torn tail of %d bytes at byte %d", last.segment.path, cut, last.truncate_to)
+    fs.truncate(last.segment.path, last.truncate_to)
+    return cut

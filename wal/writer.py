@@ -1,0 +1,98 @@
+"""The group-commit writer thread: one per WAL, the only code that writes segment data.
+
+Loop: take everything appended since the last fsync (waiting at most until
+``fsync_interval_ms`` after the previous fsync started, or less once
+``fsync_batch_bytes`` are waiting), rotate the segment if it is full or old, write the
+batch with one writev, fdatasync, then publish the new durable watermark. Any I/O error
+fails the WAL for good: after a failed fsync the kernel may have dropped the dirty pages,
+so retrying could report data durable that is gone.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from wal.config import WalConfig
+from wal.fs import FileSystem
+from wal.segment import Segment, create_segment
+
+if TYPE_CHECKING:
+    from wal.log import WriteAheadLog
+
+_log = logging.getLogger(__name__)
+
+
+class Batch(NamedTuple):
+    chunks: list  # encoded frames, in offset order
+    counts: dict  # chunk index -> record count, for chunks holding more than one record
+    first_offset: int
+    last_offset: int
+    nbytes: int
+
+
+class GroupCommitWriter:
+    def __init__(self, wal: "WriteAheadLog", fs: FileSystem, directory: str, config: WalConfig,
+                 active: Segment) -> None:
+        self._wal = wal
+        self._fs = fs
+        self._directory = directory
+        self._config = config
+        self._active = active
+        # Recovery truncated any torn tail, so the file ends exactly at the last valid frame.
+        actual = fs.file_size(active.path)
+        assert actual == active.size_bytes, f"{active.path}: {actual} bytes on disk, {active.size_bytes} known"
+        self._file = fs.open_append(active.path)
+        self._file_bytes = active.size_bytes
+        self._last_sync_start = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._wal._take_batch(self._last_sync_start)) is not None:
+                self._commit(batch)
+        except BaseException as exc:  # noqa: BLE001 - any failure must fail the WAL closed
+            self._wal._fail(exc)
+        finally:
+            self._file.close()
+
+    def _commit(self, batch: Batch) -> None:
+        if self._should_rotate():
+            self._rotate(batch.first_offset)
+        assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
+        position = self._file_bytes
+        self._file.write(batch.chunks)
+        self._file_bytes += batch.nbytes
+        self._last_sync_start = time.monotonic()
+        started = time.perf_counter()
+        self._file.sync()
+        seconds = time.perf_counter() - started
+        self._wal._on_durable(batch, self._active, position, self._file_bytes, seconds)
+        assert self._active.last_offset == batch.last_offset
+
+    def _should_rotate(self) -> bool:
+        if self._active.record_count == 0:
+            return False  # never leave an empty sealed segment behind
+        if self._file_bytes >= self._config.segment_bytes_max:
+            return True
+        age_ms = time.time_ns() // 1_000_000 - self._active.created_ms
+        return age_ms >= self._config.segment_age_max_s * 1000
+
+    def _rotate(self, base_offset: int) -> None:
+        """Cut a new segment; every byte of the old one was fsynced by the previous commit."""
+        assert base_offset == self._active.last_offset + 1
+        new = create_segment(self._fs, self._directory, base_offset)
+        self._file.close()
+        self._file = self._fs.open_append(new.path)
+        self._file_bytes = new.size_bytes
+        old, self._active = self._active, new
+        self._wal._on_rotate(old, new)
+        _log.debug("rotated %s -> %s", old.path, new.path)
