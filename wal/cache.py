@@ -34,8 +34,10 @@ class FrameCache:
         if count > self._messages_max or len(data) > self._bytes_max:
             self.clear()  # too big to cache; keeping older chunks would leave a hole
             return
-        if self._chunks:
-            assert first_offset == self._chunks[-1].last_offset + 1, "cache chunks must be contiguous"
+        if self._chunks and first_offset != self._chunks[-1].last_offset + 1:
+            # Only the tail of a big batch was cached: the window restarts so it stays contiguous.
+            self.clear()
+        assert not self._chunks or first_offset == self._chunks[-1].last_offset + 1
         self._chunks.append(CacheChunk(first_offset, last_offset, data))
         self._firsts.append(first_offset)
         self._messages += count

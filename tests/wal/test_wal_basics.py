@@ -1,0 +1,309 @@
+"""Appends, durability waits, readers, errors, rotation, retention, restore, metrics."""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from tests.wal.helpers import check_payload, payload_for, read_all, small_config
+from wal import (
+    FaultFs,
+    InitialOffsetMismatch,
+    InvalidTopicName,
+    Message,
+    MessageTooLarge,
+    OffsetBelowRetention,
+    WalClosed,
+    WalConfig,
+    WriteAheadLog,
+)
+
+
+@pytest.fixture
+def wal(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/topic", small_config())
+    yield log
+    log.close()
+
+
+def test_append_flush_read_and_reopen(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t")
+    assert (log.first_offset, log.next_offset, log.durable_offset) == (0, 0, None)
+    assert log.append(b"a", key=b"k", attributes={"x": "y"}, publish_time=7) == 0
+    assert log.append_batch([b"b", Message(b"c", key=b""), (b"d", None, {"p": "q"}, 9)]) == 1
+    log.flush()
+    assert log.durable_offset == 3
+    records = read_all(log)
+    assert [r.offset for r in records] == [0, 1, 2, 3]
+    assert records[0] == (0, 7, b"k", {"x": "y"}, b"a")
+    assert records[2].key == b"" and records[3].attributes == {"p": "q"} and records[3].publish_time == 9
+    log.close()
+    again = WriteAheadLog.open(str(tmp_path), "ns/t")
+    assert (again.first_offset, again.next_offset, again.durable_offset) == (0, 4, 3)
+    assert read_all(again) == records
+    assert again.append(b"e") == 4
+    again.close()
+
+
+def test_typed_errors(tmp_path, wal):
+    for bad in ("../x", "/a/b/c", "/ns/..", "", "/ns/a b"):
+        with pytest.raises(InvalidTopicName):
+            WriteAheadLog.open(str(tmp_path), bad)
+    small = WriteAheadLog.open(str(tmp_path), "/ns/small", WalConfig(max_message_bytes=100))
+    with pytest.raises(MessageTooLarge):
+        small.append(b"x" * 101)
+    with pytest.raises(MessageTooLarge):
+        small.append(b"x" * 80, key=b"k" * 20)  # fits as payload, not as a record
+    with pytest.raises(MessageTooLarge):
+        small.append_batch([b"ok", b"x" * 100])
+    with pytest.raises(MessageTooLarge):
+        small.append_batch([Message(b"ok", attributes={"a": "b" * 95})])
+    assert small.next_offset == 0, "a refused message must not consume an offset"
+    small.close()
+    with pytest.raises(WalClosed):
+        small.append(b"late")
+    with pytest.raises(WalClosed):
+        small.append_batch([b"late"])
+
+
+def test_concurrent_appenders_and_readers_see_every_offset_once_in_order(wal):
+    threads_n, per_thread = 4, 1500
+    total = threads_n * per_thread
+    seen: list[list] = [[] for _ in range(3)]
+
+    def follow(sink: list) -> None:
+        with wal.reader(0) as reader:
+            for record in reader:
+                sink.append((record.offset, record.payload))
+                if len(sink) == total:
+                    return
+
+    def produce(thread_id: int) -> None:
+        sequence = 0
+        while sequence < per_thread:
+            if sequence % 10 == 0:  # mix batch and single appends
+                wal.append_batch([b"%d:%d" % (thread_id, sequence + k) for k in range(5)])
+                sequence += 5
+            else:
+                wal.append(b"%d:%d" % (thread_id, sequence))
+                sequence += 1
+
+    readers = [threading.Thread(target=follow, args=(s,)) for s in seen]
+    producers = [threading.Thread(target=produce, args=(t,)) for t in range(threads_n)]
+    for thread in readers + producers:
+        thread.start()
+    for thread in producers:
+        thread.join(60)
+    assert wal.next_offset == total
+    wal.flush()
+    for thread in readers:
+        thread.join(60)
+        assert not thread.is_alive(), "a reader stalled before seeing every offset"
+    for sink in seen:
+        assert [offset for offset, _ in sink] == list(range(total)), "gap, duplicate or reorder"
+        assert sink == seen[0]
+    # Each producer's messages are in the log exactly once and in the order it appended them.
+    last_seq = {t: -1 for t in range(threads_n)}
+    for _offset, payload in seen[0]:
+        thread_id, sequence = map(int, payload.split(b":"))
+        assert sequence == last_seq[thread_id] + 1
+        last_seq[thread_id] = sequence
+    assert all(v == per_thread - 1 for v in last_seq.values())
+
+
+def test_readers_never_see_non_durable_offsets():
+    fs = FaultFs()
+    log = WriteAheadLog.open("/wal", "/ns/t", small_config(), fs=fs)
+    log.append_batch([b"a", b"b"])
+    log.flush()
+    fs.hold_syncs()  # the next fsync blocks: appended data stays non-durable
+    try:
+        log.append_batch([b"c", b"d"])
+        deadline = time.monotonic() + 5
+        while fs.syncs_waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert fs.syncs_waiting == 1 and fs.unsynced_bytes() > 0, "writer should be stuck in fsync"
+        assert log.durable_offset == 1
+        assert [r.offset for r in read_all(log)] == [0, 1]
+        assert log.read_frames(2, 1 << 20) == (b"", 2, 1)
+        live = log.reader(0)
+        assert [next(live).offset for _ in range(2)] == [0, 1]
+        got = []
+        follower = threading.Thread(target=lambda: got.append(next(live).offset))
+        follower.start()
+        follower.join(0.2)
+        assert follower.is_alive() and got == [], "a reader saw a non-durable offset"
+        assert log.wait_durable(2, 0.05) is False
+    finally:
+        fs.release_syncs()
+    follower.join(5)
+    assert got == [2]
+    assert log.wait_durable(3, 5)
+    live.close()
+    log.close()
+
+
+def test_wait_durable_async_and_async_reader(wal):
+    async def scenario() -> list[int]:
+        offset = wal.append(b"x")
+        assert await wal.wait_durable_async(offset, 5)
+        reader = wal.reader(0)
+        got = []
+
+        async def consume() -> None:
+            async for record in reader:
+                got.append(record.offset)
+                if record.offset == 200:
+                    return
+
+        ticker_ran = 0
+
+        async def ticker() -> None:  # proves the loop is not blocked while readers wait
+            nonlocal ticker_ran
+            while len(got) < 201:
+                ticker_ran += 1
+                await asyncio.sleep(0.001)
+
+        task = asyncio.ensure_future(consume())
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.02)
+        await asyncio.to_thread(lambda: [wal.append(b"y") for _ in range(200)])
+        await asyncio.wait_for(task, 10)
+        await tick
+        assert ticker_ran > 3
+        reader.close()
+        return got
+
+    assert asyncio.run(scenario()) == list(range(201))
+
+
+def test_durable_listener_reports_monotonic_durable_offsets(wal):
+    reported = []
+    wal.add_durable_listener(reported.append)
+    for _ in range(50):
+        wal.append(b"z")
+    wal.flush()
+    assert reported and reported[-1] == 49 and reported == sorted(set(reported))
+
+
+def test_rotation_retention_and_offset_below_retention(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(segment_bytes_max=2048))
+    for offset in range(400):
+        assert log.append(payload_for(offset)) == offset
+        if offset % 25 == 0:
+            log.flush()
+    log.flush()
+    infos = log.segments()
+    assert len(infos) > 3
+    for previous, current in zip(infos, infos[1:]):
+        assert current.base_offset == previous.last_offset + 1 and previous.sealed
+        assert os.path.basename(current.path) == f"{current.base_offset:020d}.seg"
+    assert not infos[-1].sealed
+    cut = infos[2].base_offset + 1
+    removed = log.truncate_before(cut)
+    assert removed == 2 and log.first_offset == infos[2].base_offset
+    assert not os.path.exists(infos[0].path) and os.path.exists(infos[2].path)
+    with pytest.raises(OffsetBelowRetention) as caught:
+        log.reader(infos[0].base_offset)
+    assert caught.value.first_offset == infos[2].base_offset
+    with pytest.raises(OffsetBelowRetention):
+        log.read_frames(0, 1024)
+    assert log.truncate_before(10**9) == len(infos) - 3, "the active segment is never deleted"
+    assert log.segments()[0].base_offset == infos[-1].base_offset
+    records = read_all(log)
+    assert [r.offset for r in records] == list(range(infos[-1].base_offset, 400))
+    assert all(check_payload(r.payload)[0] == r.offset for r in records)
+    log.close()
+    again = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+    assert (again.first_offset, again.next_offset) == (infos[-1].base_offset, 400)
+    again.close()
+
+
+def test_rotation_by_age(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(segment_age_max_s=0.05))
+    log.append(b"a")
+    log.flush()
+    time.sleep(0.08)
+    log.append(b"b")
+    log.flush()
+    assert [s.base_offset for s in log.segments()] == [0, 1]
+    log.close()
+
+
+def test_read_frames_returns_whole_validated_durable_frames(wal):
+    from native import scan_frames
+    for offset in range(300):
+        wal.append(payload_for(offset))
+    wal.flush()
+    position, collected = 0, []
+    while position < 300:
+        frames, first, last = wal.read_frames(position, 700)
+        assert first == position and last >= first
+        result = scan_frames(frames, expected_offset=first)
+        assert result.error is None and result.end == len(frames) and result.last_offset == last
+        collected.extend(result.records)
+        position = last + 1
+    assert [r.offset for r in collected] == list(range(300))
+    assert wal.read_frames(300, 700) == (b"", 300, 299)
+
+
+def test_cache_misses_fall_back_to_files_for_slow_readers(wal):
+    slow = wal.reader(0)
+    for offset in range(2000):  # far more than the 64-message cache holds
+        wal.append(payload_for(offset))
+    wal.flush()
+    assert wal._cache.messages <= 64
+    assert [check_payload(r.payload)[0] for r in slow if r.offset < 1999 or slow.close()] == list(range(1999))
+
+
+def test_restore_with_initial_offset(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/moved", initial_offset=22)
+    assert (log.first_offset, log.next_offset, log.durable_offset) == (22, 22, None)
+    with pytest.raises(OffsetBelowRetention) as caught:
+        log.reader(14)
+    assert caught.value.first_offset == 22
+    assert log.append(b"m") == 22
+    log.close()
+    again = WriteAheadLog.open(str(tmp_path), "/ns/moved", initial_offset=23)
+    assert again.next_offset == 23
+    again.close()
+    with pytest.raises(InitialOffsetMismatch):
+        WriteAheadLog.open(str(tmp_path), "/ns/moved", initial_offset=5)
+    with pytest.raises(InitialOffsetMismatch):
+        WriteAheadLog.open(str(tmp_path), "/ns/moved", initial_offset=30)
+
+
+def test_close_then_delete(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/gone")
+    log.append(b"a")
+    with pytest.raises(Exception):
+        log.delete()
+    log.close()
+    log.delete()
+    assert not os.path.exists(os.path.join(tmp_path, "ns", "gone"))
+
+
+def test_metrics_per_instance_and_shared_registry(tmp_path):
+    from prometheus_client import CollectorRegistry
+    shared = CollectorRegistry()
+    a = WriteAheadLog.open(str(tmp_path), "/ns/a", small_config(), metrics_registry=shared)
+    b = WriteAheadLog.open(str(tmp_path), "/ns/b", small_config(), metrics_registry=shared)
+    solo = WriteAheadLog.open(str(tmp_path), "/ns/c", small_config())
+    a.append_batch([b"x"] * 10)
+    b.append(b"y")
+    a.flush()
+    b.flush()
+    reader = a.reader(0)
+    assert shared.get_sample_value("dnb_wal_appends_total", {"topic": "/ns/a"}) == 10
+    assert shared.get_sample_value("dnb_wal_appends_total", {"topic": "/ns/b"}) == 1
+    assert shared.get_sample_value("dnb_wal_fsync_seconds_count", {"topic": "/ns/a"}) >= 1
+    assert shared.get_sample_value("dnb_wal_records_per_fsync_sum", {"topic": "/ns/a"}) == 10
+    assert shared.get_sample_value("dnb_wal_reader_lag_records", {"topic": "/ns/a"}) == 10
+    next(reader)
+    assert shared.get_sample_value("dnb_wal_reader_lag_records", {"topic": "/ns/a"}) == 9
+    assert solo.metrics.registry is not shared
+    for log in (a, b, solo):
+        log.close()
