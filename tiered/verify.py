@@ -23,7 +23,7 @@ what and where, plus the offsets or keys involved.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -73,7 +73,7 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     if wal_dir is not None:
         _check_local_wal(name, wal_dir, report)
     _check_cursors(name, metadata, report)
-    _check_orphans(name, descriptors, objects, report)
+    _check_orphans(name, metadata, objects, report)
     return report
 
 
@@ -130,32 +130,37 @@ def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], o
 
 
 def descriptor_object_key(topic: TopicName, desc: keys.ObjectDescriptor) -> str:
-    """The object-store key a descriptor points at (one helper, shared with the harness)."""
-    return keys.object_key(topic, desc.start_offset, desc.object_id)
+    """The object-store key a descriptor points at (the uploader's naming is the truth)."""
+    from uploader.naming import object_key
+
+    return object_key(topic, desc.start_offset, desc.object_id)
 
 
 def _check_object_bytes(key: str, desc: keys.ObjectDescriptor, data: bytes, report: VerifyReport) -> None:
     try:
-        offsets = read_object_offsets(data)
+        offsets = read_object_offsets(data, key)
     except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt object here
         report.add("corrupt_object", f"object {key}: {e}", key=key)
         return
     if not offsets:
         report.add("range_mismatch", f"object {key} holds no messages", key=key)
         return
-    if any(b != a + 1 for a, b in zip(offsets, offsets[1:])):
-        report.add("corrupt_object", f"object {key}: offsets inside are not contiguous", key=key)
-        return
     if (offsets[0], offsets[-1]) != (desc.start_offset, desc.end_offset):
         report.add("range_mismatch", f"object {key} holds offsets {offsets[0]}-{offsets[-1]} but its "
                                      f"descriptor says {desc.start_offset}-{desc.end_offset}", key=key)
 
 
-def read_object_offsets(data: bytes) -> list[int]:
-    """Every offset a dnb1 object holds, in order, after checking all of its CRCs."""
+def read_object_offsets(data: bytes, name: str = "object") -> list[int]:
+    """Every offset a dnb1 object holds, in order, after checking every block and frame CRC."""
+    import native
     from native import object_format
 
-    return [record.offset for record in object_format.read_records(data)]
+    frames = object_format.read_all_frames(data, object_name=name)
+    scan = native.scan_frames(frames, 0, None, None, False, True)
+    if scan.error is not None:
+        raise ValueError(f"frame {scan.error.reason} at byte {scan.error.position} of its frames "
+                         f"({scan.error.detail})")
+    return list(range(scan.first_offset, scan.last_offset + 1)) if scan.count else []
 
 
 # -- 3. sealed state ------------------------------------------------------------------
@@ -215,6 +220,14 @@ def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport) -> No
                    first_offset=archive_end + 1, last_offset=first - 1)
 
 
+def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, int | None]:
+    """(first, last) offset of a topic's local WAL, read-only; (None, None) without one."""
+    directory = os.path.join(wal_dir, TopicName.parse(topic).path)
+    if not os.path.isdir(directory):
+        return None, None
+    return _scan_wal(directory, VerifyReport(str(topic)))
+
+
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     """Read segment files read-only (never open the WAL: that would repair its tail)."""
     import native
@@ -270,15 +283,10 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> Non
 
 # -- 6. orphans -----------------------------------------------------------------------
 
-def _check_orphans(topic: TopicName, descriptors: list[keys.ObjectDescriptor], objects: Any,
-                   report: VerifyReport) -> None:
-    named = {descriptor_object_key(topic, d) for d in descriptors}
-    for info in _list_topic_objects(topic, objects):
-        if info.key not in named:
-            report.orphans.append(info.key)
-            report.add("orphan", f"object {info.key} ({info.size} bytes) is named by no descriptor",
-                       key=info.key)
+def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: VerifyReport) -> None:
+    from uploader import find_orphans
 
-
-def _list_topic_objects(topic: TopicName, objects: Any) -> Iterator[Any]:
-    yield from objects.list(keys.objects_key_prefix(topic))
+    for orphan in find_orphans(metadata, objects, topic):
+        report.orphans.append(orphan.key)
+        report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "
+                             "by no descriptor", key=orphan.key, collectable=orphan.collectable)

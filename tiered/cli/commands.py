@@ -125,10 +125,16 @@ def _seal(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     out.emit({"last_committed_offset": ops.seal(settings, args.topic)})
 
 
+def _restore_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--takeover", action="store_true",
+                   help="take the topic from a broker that died without sealing (failover)")
+
+
 def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     from tiered.cli import ops
 
-    out.emit({"next_offset": ops.restore(settings, args.topic)})
+    out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover)})
 
 
 # -- inspect ----------------------------------------------------------------------------
@@ -188,10 +194,10 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.cli import ops
-    from tiered.demo import render_demo
+    from tiered.demo import render_demo, run_demo
 
-    result = ops.demo(args, keep=args.keep)
+    result = run_demo(metadata_url=_explicit(args, "metadata"), objects_url=_explicit(args, "objects"),
+                      keep=args.keep)
     out.emit(result, render=render_demo)
     return 0 if result["ok"] else EXIT_PROBLEMS
 
@@ -264,7 +270,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("consume", "read through the tiered reader (cloud, then WAL, then live)", _consume_args, _consume),
     Command("seal", "unload the topic from this broker: drain, seal, release, delete the local WAL",
             _topic_arg, _seal),
-    Command("restore", "load the topic on this broker from its sealed state", _topic_arg, _restore),
+    Command("restore", "load the topic on this broker from its sealed state", _restore_args, _restore),
     Command("inspect", "owner, epoch, sealed state, descriptors, cursors, local WAL range", _topic_arg, _inspect),
     Command("verify", "scrub the topic: contiguity, object CRCs, sealed state, local WAL, orphans",
             _verify_args, _verify),

@@ -1,0 +1,316 @@
+"""What each ``dnb`` command does, as plain functions over :class:`Settings`.
+
+Each CLI invocation is its own short-lived broker process: it opens the stores, builds
+a :class:`tiered.lifecycle.BrokerHost` for ``--broker-id``, does one thing and exits
+WITHOUT sealing (``close(unload=False)``), so the topic stays owned by this broker with
+its WAL on disk. The next invocation with the same broker id reloads it through the
+lifecycle's "this broker was the last owner" path, which recovers the local WAL.
+
+Because CLI brokers are not long-lived, their session lease cannot say whether a
+holder is alive. The CLI therefore refuses to touch a topic whose owner record names
+another broker (not released), unless the operator says ``restore --takeover`` (the
+failover path, used when that broker is known to be dead).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+from tiered.cli.output import EXIT_REFUSED, CliError
+from tiered.cli.settings import Settings, open_stores
+from wal.topics import TopicName
+
+#: How long a CLI broker's session lease lives after the process exits abnormally.
+CLI_SESSION_TTL_S = 5.0
+#: A produce or seal from the CLI waits at most this long for any single step.
+CLI_STEP_TIMEOUT_S = 60.0
+
+
+def broker_config() -> Any:
+    """A BrokerConfig for one short CLI process: no background upload timer to race."""
+    from tiered.config import BrokerConfig
+    from uploader.config import UploaderConfig
+
+    return BrokerConfig(uploader=UploaderConfig(interval_s=3600.0), session_ttl_s=CLI_SESSION_TTL_S,
+                        produce_timeout_s=CLI_STEP_TIMEOUT_S, drain_timeout_s=CLI_STEP_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def hosting(settings: Settings) -> Iterator[Any]:
+    """A BrokerHost for this invocation; on exit topics are left owned, WAL on disk."""
+    from tiered.lifecycle import BrokerHost
+
+    with open_stores(settings) as (metadata, objects):
+        host = BrokerHost(settings.broker_id, settings.wal_dir, metadata, objects, broker_config())
+        try:
+            yield host
+        finally:
+            host.close(unload=False)
+
+
+# -- ownership guard --------------------------------------------------------------------
+
+def owner_of(metadata: Any, topic: TopicName) -> tuple[str | None, int | None]:
+    """(holder, epoch): holder None when nobody holds the topic (never owned or released)."""
+    from tiered.ownership import read_owner
+
+    record, _kv = read_owner(metadata, topic)
+    if record is None:
+        return None, None
+    return record.holder, record.epoch
+
+
+def refuse_if_held_elsewhere(host: Any, topic: TopicName, action: str) -> None:
+    holder, epoch = owner_of(host.metadata, topic)
+    if holder is not None and holder != host.broker_id:
+        raise CliError(
+            f"{action} {topic}: the topic is owned by broker {holder} (epoch {epoch}), not broker "
+            f"{host.broker_id}. Seal it there first (dnb --broker-id {holder} seal {topic}), or if "
+            f"broker {holder} is dead: dnb --broker-id {host.broker_id} restore --takeover {topic}",
+            EXIT_REFUSED)
+
+
+def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False) -> Any:
+    if not takeover:
+        refuse_if_held_elsewhere(host, topic, action)
+    return host.load(topic)
+
+
+# -- produce / upload -------------------------------------------------------------------
+
+def generated_payloads(count: int, size: int | None) -> Iterator[bytes]:
+    for i in range(count):
+        text = f"message-{i}".encode()
+        yield text if size is None else (text * (size // len(text) + 1))[:size]
+
+
+def stdin_payloads(stream: TextIO) -> Iterator[bytes]:
+    for line in stream:
+        yield line.rstrip("\n").encode()
+
+
+def produce(settings: Settings, topic: str, payloads: Iterable[bytes], key: bytes | None = None,
+            ack: str = "durable") -> tuple[int | None, int | None]:
+    """Append every payload; returns (first_offset, last_offset), (None, None) for none."""
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        hosted = load_here(host, name, "produce to")
+        first = last = None
+        for payload in payloads:
+            # One CLI process is the only writer and never unloads mid-produce, so it may
+            # append straight to the hosted WAL and wait once for the last offset: the WAL
+            # group-commits, and one fsync covers the whole batch (per-message produce()
+            # would wait for an fsync per line).
+            last = hosted.wal.append(payload, key=key)
+            first = last if first is None else first
+        if last is not None:
+            _wait_ack(hosted, last, ack)
+        return first, last
+
+
+def _wait_ack(hosted: Any, offset: int, ack: str) -> None:
+    from tiered.lifecycle import ProduceTimeout
+
+    if hosted.wal.wait_durable(offset, CLI_STEP_TIMEOUT_S) is False:
+        raise ProduceTimeout(hosted.topic, "wait durable", f"offset {offset} not fsynced in {CLI_STEP_TIMEOUT_S}s")
+    if ack == "archived":
+        hosted.uploader.request_upload()
+        if hosted.uploader.wait_archived(offset, CLI_STEP_TIMEOUT_S) is False:
+            raise ProduceTimeout(hosted.topic, "wait archived", f"offset {offset} not archived in time")
+
+
+def upload(settings: Settings, topic: str) -> int | None:
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        hosted = load_here(host, name, "upload")
+        return hosted.uploader.upload_once()
+
+
+# -- consume ----------------------------------------------------------------------------
+
+def consume(settings: Settings, topic: str, subscription: str, start: str | int | None = None,
+            max_messages: int | None = None, ack: bool = False, follow: bool = False,
+            idle_timeout_s: float | None = None) -> list[Any]:
+    """Read through the tiered reader; with ``ack`` acknowledge and flush what was read.
+
+    On the owning broker the topic is loaded (its WAL is the newest tier). On a topic
+    nobody holds (sealed, or never loaded) everything is archived: read from the cloud
+    without taking ownership, and fence the cursor write on the topic staying unowned.
+    """
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        holder, _epoch = owner_of(host.metadata, name)
+        if holder is None:
+            return _consume_unowned(host, name, subscription, start, max_messages, ack)
+        hosted = load_here(host, name, "consume from")
+        sub = hosted.subscribe(subscription, "earliest")
+        reader = hosted.create_reader(sub.start_offset if start is None else start, live=follow)
+        messages = _read(reader, max_messages, idle_timeout_s if follow else None)
+        if ack and messages:
+            sub.ack(messages[-1].offset)
+            sub.flush()
+        return messages
+
+
+def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str | int | None,
+                     max_messages: int | None, ack: bool) -> list[Any]:
+    from tiered.metadata.base import absent, value_is
+    from tiered.ownership import owner_key
+    from tiered.reader import create_reader
+    from tiered.subscriptions import SubscriptionManager
+
+    kv = host.metadata.get(owner_key(topic))
+    fencing = [absent(owner_key(topic))] if kv is None else [value_is(kv.key, kv.value)]
+    with SubscriptionManager(topic, host.metadata, fencing=fencing) as subs:
+        sub = subs.subscribe(subscription, "earliest")
+        reader = create_reader(topic, None, host.metadata, host.objects,
+                               sub.start_offset if start is None else start, live=False)
+        messages = _read(reader, max_messages, None)
+        if ack and messages:
+            sub.ack(messages[-1].offset)
+            sub.flush()
+        return messages
+
+
+def _read(reader: Any, max_messages: int | None, idle_timeout_s: float | None) -> list[Any]:
+    """Collect messages until the reader ends, ``max_messages``, idle timeout or Ctrl-C."""
+    from tiered.read_errors import ReaderClosed
+
+    messages: list[Any] = []
+    if max_messages == 0:
+        reader.close()
+        return messages
+    last_seen = [time.monotonic()]
+    stop = threading.Event()
+    if idle_timeout_s is not None:
+        threading.Thread(target=_idle_watchdog, args=(reader, last_seen, idle_timeout_s, stop),
+                         daemon=True).start()
+    try:
+        for message in reader:
+            messages.append(message)
+            last_seen[0] = time.monotonic()
+            if max_messages is not None and len(messages) >= max_messages:
+                break
+    except (ReaderClosed, KeyboardInterrupt):
+        pass  # an idle timeout or Ctrl-C ends a --follow read; what was read still counts
+    finally:
+        stop.set()
+        reader.close()
+    return messages
+
+
+def _idle_watchdog(reader: Any, last_seen: list[float], idle_timeout_s: float, stop: threading.Event) -> None:
+    while not stop.wait(min(0.1, idle_timeout_s)):
+        if time.monotonic() - last_seen[0] >= idle_timeout_s:
+            reader.close()
+            return
+
+
+# -- seal / restore ---------------------------------------------------------------------
+
+def seal(settings: Settings, topic: str) -> int | None:
+    """Unload on this broker; refuses (changing nothing) unless this broker owns the topic."""
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        holder, epoch = owner_of(host.metadata, name)
+        if holder != host.broker_id:
+            who = "nobody (it is sealed or was never loaded)" if holder is None else \
+                f"broker {holder} (epoch {epoch})"
+            raise CliError(f"seal {name}: broker {host.broker_id} does not own the topic; it is held by "
+                           f"{who}. Nothing was changed.", EXIT_REFUSED)
+        host.load(name)
+        return host.unload(name)
+
+
+def restore(settings: Settings, topic: str, takeover: bool = False) -> int:
+    """Load on this broker (from the sealed state, or recover our own WAL); next offset."""
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        hosted = load_here(host, name, "restore", takeover=takeover)
+        report = hosted.report
+        if report.unarchived_at_least:
+            print(f"dnb: warning: failover: at least {report.unarchived_at_least} offset(s) of broker "
+                  f"{report.previous_owner}'s WAL were never archived and are lost", file=sys.stderr)
+        return hosted.next_offset
+
+
+# -- inspect / verify -------------------------------------------------------------------
+
+def inspect(settings: Settings, topic: str) -> dict[str, Any]:
+    from tiered.metadata import keys
+    from tiered.ownership import read_owner
+    from tiered.verify import local_wal_range
+    from uploader import list_descriptors
+
+    name = TopicName.parse(topic)
+    with open_stores(settings) as (metadata, _objects):
+        record, _kv = read_owner(metadata, name)
+        state_kv = metadata.get(keys.state_key(name))
+        state = keys.SealedState.from_json(state_kv.key, state_kv.value) if state_kv else None
+        descriptors = list_descriptors(metadata, name)
+        cursors = _cursors(metadata, name)
+    first, last = local_wal_range(settings.wal_dir, name)
+    return {
+        "topic": str(name),
+        "owner": None if record is None else record.holder,
+        "epoch": None if record is None else record.epoch,
+        "sealed_state": None if state is None else {
+            "sealed": state.sealed, "last_committed_offset": state.last_committed_offset,
+            "broker_id": state.broker_id, "timestamp": state.timestamp},
+        "descriptors": [_descriptor_json(d) for d in descriptors],
+        "cursors": cursors,
+        "local_wal": None if first is None else {"first_offset": first, "last_offset": last},
+    }
+
+
+def _cursors(metadata: Any, topic: TopicName) -> dict[str, int]:
+    from tiered.metadata import keys
+
+    prefix = keys.subscriptions_prefix(topic)
+    out = {}
+    for kv in metadata.range(prefix):
+        if kv.key.endswith("/cursor"):
+            out[kv.key[len(prefix):-len("/cursor")]] = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
+    return out
+
+
+def _descriptor_json(d: Any) -> dict[str, Any]:
+    return {"start_offset": d.start_offset, "end_offset": d.end_offset, "object_id": d.object_id,
+            "size": d.size, "broker_id": d.broker_id, "epoch": d.epoch}
+
+
+def verify(settings: Settings, topic: str, progress: Any = None, check_objects: bool = True) -> Any:
+    from tiered.verify import verify_topic
+
+    name = TopicName.parse(topic)
+    with open_stores(settings) as (metadata, objects):
+        return verify_topic(name, metadata, objects, wal_dir=settings.wal_dir, progress=progress,
+                            check_objects=check_objects)
+
+
+# -- query ------------------------------------------------------------------------------
+
+def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
+    name = TopicName.parse(topic)
+    try:
+        from tiered.spark.query import run_query
+    except ImportError as e:
+        raise CliError(f"query needs the Spark extra: pip install 'dnb-storage[spark]' ({e})") from e
+    result = run_query(str(name), sql, settings.metadata_url, settings.objects_url)
+    return _query_json(result)
+
+
+def _query_json(result: Any) -> dict[str, Any]:
+    """Accept a dict {columns, rows}, a list of Rows, or a (columns, rows) pair."""
+    if isinstance(result, dict) and "rows" in result:
+        return {"columns": list(result.get("columns", [])), "rows": [list(r) for r in result["rows"]]}
+    if isinstance(result, tuple) and len(result) == 2:
+        return {"columns": list(result[0]), "rows": [list(r) for r in result[1]]}
+    rows = list(result)
+    columns = list(rows[0].asDict().keys()) if rows and hasattr(rows[0], "asDict") else []
+    return {"columns": columns, "rows": [list(r) for r in rows]}
