@@ -27,7 +27,8 @@ from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-_START_RE = re.compile(r"(\d{20})-[A-Za-z0-9_-]{1,64}\.dnb1")
+# ``data-<start>-...`` ids, or any id behind a ``<start:020d>-`` (an earlier layout).
+_START_RE = re.compile(r"(?:(\d{20})-[A-Za-z0-9_-]{1,64}|data-(\d{1,20})-[A-Za-z0-9_-]{1,64})\.dnb1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,4 +89,6 @@ def collect_garbage(metadata: MetadataStore, objects: ObjectStore, topic: TopicN
 
 def _start_offset(tail: str) -> int | None:
     match = _START_RE.fullmatch(tail)
-    return int(match.group(1)) if match else None
+    if match is None:
+        return None
+    return int(match.group(1) if match.group(1) is not None else match.group(2))

@@ -1,7 +1,7 @@
 """Object keys of archived ranges, deterministic from the range.
 
 Keys are spelled in one place, :func:`tiered.metadata.keys.object_key`
-(``topics/<ns>/<topic>/<start:020d>-<object_id>.dnb1`` relative to the object store's URL
+(``<ns>/<topic>/<object_id>.dnb1`` relative to the object store's URL
 prefix, built from a validated :class:`TopicName`, so nothing can traverse out). The
 uploader picks an ``object_id`` that is a pure function of the range,
 ``data-<start>-<end>``, so a retried or restarted upload of the same range writes the same
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from tiered.metadata import keys
 from wal.topics import TopicName
 
-_KEY_TAIL_RE = re.compile(r"(\d{20})-(data-(\d{1,20})-(\d{1,20})(?:-e(\d{1,20})(?:-([0-9a-f]{1,16}))?)?)\.dnb1")
+_KEY_TAIL_RE = re.compile(r"(data-(\d{1,20})-(\d{1,20})(?:-e(\d{1,20})(?:-([0-9a-f]{1,16}))?)?)\.dnb1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,9 @@ def topic_objects_prefix(topic: TopicName) -> str:
 
 def range_key_prefix(topic: TopicName, start_offset: int) -> str:
     """Prefix of every object of ours that starts at ``start_offset``."""
-    return f"{topic_objects_prefix(topic)}{start_offset:020d}-data-{start_offset}-"
+    sample_id = object_id_for(start_offset, start_offset)
+    sample = object_key(topic, start_offset, sample_id)
+    return sample[: sample.rindex(sample_id)] + f"data-{start_offset}-"
 
 
 def parse_object_key(topic: TopicName, key: str) -> ObjectName | None:
@@ -68,8 +70,8 @@ def parse_object_key(topic: TopicName, key: str) -> ObjectName | None:
     match = _KEY_TAIL_RE.fullmatch(key[len(prefix):])
     if match is None:
         return None
-    start, end = int(match.group(3)), int(match.group(4))
-    if int(match.group(1)) != start or end < start:
+    start, end = int(match.group(2)), int(match.group(3))
+    if end < start:
         return None
-    epoch = int(match.group(5)) if match.group(5) is not None else None
-    return ObjectName(key, match.group(2), start, end, epoch)
+    epoch = int(match.group(4)) if match.group(4) is not None else None
+    return ObjectName(key, match.group(1), start, end, epoch)

@@ -15,13 +15,15 @@ from wal.topics import TopicName
 log = logging.getLogger(__name__)
 
 
-def encode_object(topic: TopicName, frames: bytes, config: UploaderConfig) -> bytes:
+def encode_object(topic: TopicName, frames: bytes, config: UploaderConfig,
+                  first_offset: int | None = None) -> bytes:
     """dnb1 object bytes holding ``frames`` (whole, validated WAL frames) verbatim."""
     from native import object_format
 
     level = config.zstd_level if config.compression == "zstd" else 0
     return object_format.write_object(
-        frames, topic=str(topic), block_bytes=config.block_bytes, zstd_level=level
+        frames, topic=str(topic), block_bytes=config.block_bytes, zstd_level=level,
+        first_offset=first_offset,
     )
 
 

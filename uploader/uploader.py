@@ -297,25 +297,38 @@ class Uploader:
         if start < first_offset:
             raise ArchiveGap(str(self.topic), start, first_offset)
         self._hook("read")
-        try:
-            frames, first, last = self.wal.read_frames(start, self.config.object_bytes_max)
-        except LookupError as e:  # OffsetBelowRetention: retention raced us
-            self._count_failure("gap")
-            raise ArchiveGap(str(self.topic), start, self.wal.first_offset) from e
-        frames = bytes(frames)
+        frames, last = self._read_frames(start, durable)
         end_cut = self._adoptable_end(start, last)
-        self._check_frames(frames, start, first, last, durable)
+        self._check_frames(frames, start, last, durable)
         if end_cut is not None and end_cut < last:
             frames, last = self._trim(frames, start, end_cut), end_cut
         self._frame_bytes_avg = len(frames) / (last - start + 1)
         return frames, last
 
-    def _check_frames(self, frames: bytes, start: int, first: int, last: int, durable: int) -> None:
+    def _read_frames(self, start: int, durable: int) -> tuple[bytes, int]:
+        """Up to ``object_bytes_max`` of frames; the WAL stops reads at segment ends, so
+        several reads may fill one object (bounded by the byte budget)."""
+        chunks: list[bytes] = []
+        size, position = 0, start
+        while size < self.config.object_bytes_max and position <= durable:
+            try:
+                data, first, last = self.wal.read_frames(position, self.config.object_bytes_max - size)
+            except LookupError as e:  # OffsetBelowRetention: retention raced us
+                self._count_failure("gap")
+                raise ArchiveGap(str(self.topic), position, self.wal.first_offset) from e
+            if not data or first != position or last < first:
+                break
+            chunks.append(bytes(data))
+            size += len(data)
+            position = last + 1
+        return b"".join(chunks), position - 1
+
+    def _check_frames(self, frames: bytes, start: int, last: int, durable: int) -> None:
         """Pair assertion with the WAL: only whole, valid, contiguous, durable frames."""
         scan = native.scan_frames(frames, 0, None, start, False, False, None)
         problems = []
-        if first != start or scan.first_offset != start:
-            problems.append(f"starts at {scan.first_offset} (reported {first}), wanted {start}")
+        if not frames or scan.first_offset != start:
+            problems.append(f"starts at {scan.first_offset}, wanted {start}")
         if scan.error is not None or scan.end != len(frames):
             problems.append(f"invalid frame at byte {scan.end}: {scan.error}")
         if scan.last_offset != last or last > durable:
@@ -343,7 +356,7 @@ class Uploader:
         return max(ends) if ends else None
 
     def _store_object(self, frames: bytes, start: int, last: int) -> tuple[ObjectDescriptor, str]:
-        data = objfmt.encode_object(self.topic, frames, self.config)
+        data = objfmt.encode_object(self.topic, frames, self.config, first_offset=start)
         candidates = [object_id_for(start, last)]
         epoch = self.epoch if self.epoch is not None else 0
         candidates.append(object_id_for(start, last, epoch))

@@ -27,20 +27,23 @@ def _install_object_format_stand_in() -> None:
     It is loud on purpose (a warning in the session header) and disappears the moment
     the real module imports.
     """
+    import native
+
     try:
         from native import object_format  # noqa: F401
-        return
+        if hasattr(native.codec, "object_encode"):
+            return
     except ImportError:
         pass
     import zstandard
 
     mod = types.ModuleType("native.object_format")
 
-    def write_object(frames: bytes, *, topic: str, block_bytes: int, zstd_level: int) -> bytes:
+    def write_object(frames: bytes, *, topic: str, block_bytes: int, zstd_level: int, first_offset=None) -> bytes:
         body = zstandard.ZstdCompressor(level=zstd_level).compress(frames) if zstd_level else frames
         return b"DNB1STANDIN" + bytes([1 if zstd_level else 0]) + body
 
-    def read_all_frames(data: bytes, *, object_name: str) -> bytes:
+    def read_all_frames(data: bytes, object_name: str = "<memory>") -> bytes:
         from native.errors import CorruptObject
 
         if not data.startswith(b"DNB1STANDIN"):
