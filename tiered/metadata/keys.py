@@ -135,16 +135,29 @@ def topic_from_key(key: str, prefix: str) -> TopicName:
 
 
 def object_key(topic: TopicName | str, start_offset: int, object_id: str) -> str:
-    """Object-store key of one archived dnb1 object."""
+    """Object-store key of one archived dnb1 object: ``<ns>/<topic>/<object_id>.dnb1``.
+
+    The issue's layout (``<prefix>/<ns>/<topic>/data-<start>-<end>.dnb1``): the object id
+    carries the range, so the key is deterministic from it. ``start_offset`` is checked
+    against the id so a descriptor can never point at another range's object.
+    """
     t = _topic(topic)
     if not isinstance(object_id, str) or not _OBJECT_ID_RE.fullmatch(object_id):
         raise ValueError(f"object id {object_id!r} must be 1-64 characters of [A-Za-z0-9_-]")
-    return f"topics/{t.namespace}/{t.name}/{_offset(start_offset)}-{object_id}.dnb1"
+    if object_id.startswith("data-") and not object_id.startswith(f"data-{_offset_int(start_offset)}-"):
+        raise ValueError(f"object id {object_id!r} does not start at offset {start_offset}")
+    return f"{t.namespace}/{t.name}/{object_id}.dnb1"
+
+
+def _offset_int(offset: int) -> int:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    return offset
 
 
 def objects_key_prefix(topic: TopicName | str) -> str:
     t = _topic(topic)
-    return f"topics/{t.namespace}/{t.name}/"
+    return f"{t.namespace}/{t.name}/"
 
 
 # -- records --------------------------------------------------------------
