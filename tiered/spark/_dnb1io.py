@@ -1,0 +1,87 @@
+"""The one seam between the Spark source and the dnb1 format and object stores.
+
+Planning and reading see only :class:`ObjectIndex` / :class:`BlockRef` and decoded
+``native.Record`` tuples; every call into ``native.object_format`` (whose docstring is
+the format spec) and ``tiered.objects`` goes through here. Errors in the object's bytes
+surface as :class:`native.errors.CorruptObject` naming the object and byte position.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from native.errors import CorruptObject
+from tiered.objects import ObjectStore, open_objects
+
+OBJECT_SUFFIX = ".dnb1"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRef:
+    """One block of an object, as its footer describes it (picklable, sent to tasks)."""
+
+    index: int
+    first_offset: int
+    last_offset: int
+    min_time_ms: int
+    max_time_ms: int
+    position: int  # byte position of the block in the object
+    length: int  # stored bytes (block header + possibly compressed body)
+    raw_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectIndex:
+    key: str
+    size: int
+    first_offset: int
+    last_offset: int
+    blocks: tuple[BlockRef, ...]
+
+
+@functools.lru_cache(maxsize=8)
+def store_for(url: str, options: tuple[tuple[str, str], ...] = ()) -> ObjectStore:
+    """One store per (URL, options) per process: a boto3 client costs ~50 ms to build and
+    Spark reuses Python workers across tasks."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("s3://"):
+        names = {"endpoint": "endpoint_url", "region": "region"}
+        kwargs = {names[k]: v for k, v in options if k in names}
+    return open_objects(url, **kwargs)
+
+
+def get_range(store: ObjectStore, key: str, start: int, end_inclusive: int) -> bytes:
+    return store.get_range(key, start, end_inclusive)
+
+
+def read_index(store: ObjectStore, key: str, size: int, topic: str | None = None) -> ObjectIndex:
+    """The validated footer of ``key`` (one ranged GET of the tail, two for a huge footer).
+
+    ``topic``, when given, must be the topic the object says it holds: a descriptor can
+    never make us serve another topic's messages.
+    """
+    from native import object_format as fmt
+
+    footer = fmt.read_footer(lambda start, end: store.get_range(key, start, end - 1), size, key)
+    if topic is not None and footer.topic.strip("/") != topic.strip("/"):
+        raise CorruptObject(key, footer.footer_position, f"object holds topic {footer.topic!r}, not {topic!r}")
+    blocks = tuple(
+        BlockRef(b.index, b.first_offset, b.last_offset, b.min_publish_time, b.max_publish_time,
+                 b.position, b.stored_bytes, b.raw_bytes)
+        for b in footer.blocks
+    )
+    # The format reader validated the index; these are the invariants planning relies on.
+    assert blocks and blocks[0].first_offset == footer.first_offset and blocks[-1].last_offset == footer.last_offset
+    return ObjectIndex(key, size, footer.first_offset, footer.last_offset, blocks)
+
+
+def decode_block(key: str, raw: bytes | memoryview, block: BlockRef) -> Sequence[Any]:
+    """All records of one block (``native.Record`` tuples), fully validated by the codec;
+    CorruptObject names the object and byte position of anything wrong."""
+    from native import object_format as fmt
+
+    native_block = fmt.Block(block.index, block.position, block.length, block.raw_bytes,
+                             block.first_offset, block.last_offset, block.min_time_ms, block.max_time_ms)
+    return fmt.decode_block(raw, native_block, key)

@@ -1,0 +1,220 @@
+"""The ``dnb1`` source's options, parsed and validated once on the planner.
+
+Spark hands options over as strings in a case-insensitive map; everything downstream
+works with :class:`ReadOptions` so a typo fails at planning time, not inside a task.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from wal.topics import TopicName
+
+ON_CORRUPT = ("fail", "skip")
+PUSHDOWN = ("auto", "true", "false")
+#: Blocks of one object are grouped into partitions of at most this many bytes.
+DEFAULT_PARTITION_BYTES_MAX = 32 * 1024 * 1024
+#: Footers are read by this many threads while planning (one suffix GET per object).
+DEFAULT_FOOTER_THREADS = 8
+
+KNOWN = {
+    "path", "topic", "metadata", "objects", "endpoint", "region", "startingoffset",
+    "endingoffset", "startingtimestamp", "endingtimestamp", "oncorrupt", "metricsdir",
+    "partitionbytesmax", "pushdown", "footerthreads",
+}
+
+
+class OptionError(ValueError):
+    """An option the source cannot use; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """An inclusive offset window and an inclusive publish-time window (ms)."""
+
+    offset_lo: int = 0
+    offset_hi: int | None = None
+    time_lo_ms: int | None = None
+    time_hi_ms: int | None = None
+    #: ``offset IN (...)`` pushed by Spark: only these offsets (None = no such filter).
+    offsets_in: frozenset[int] | None = None
+
+    def empty(self) -> bool:
+        if self.offset_hi is not None and self.offset_hi < self.offset_lo:
+            return True
+        if self.time_lo_ms is not None and self.time_hi_ms is not None and self.time_hi_ms < self.time_lo_ms:
+            return True
+        return self.offsets_in is not None and not self.offsets_in
+
+    def overlaps_offsets(self, first: int, last: int) -> bool:
+        if last < self.offset_lo or (self.offset_hi is not None and first > self.offset_hi):
+            return False
+        if self.offsets_in is not None:
+            return any(first <= o <= last for o in self.offsets_in)
+        return True
+
+    def overlaps_times(self, min_ms: int, max_ms: int) -> bool:
+        if self.time_lo_ms is not None and max_ms < self.time_lo_ms:
+            return False
+        return not (self.time_hi_ms is not None and min_ms > self.time_hi_ms)
+
+    def tighten(self, **changes: object) -> "Bounds":
+        """A copy narrowed by ``changes`` (each bound only ever narrows)."""
+        lo = max(self.offset_lo, int(changes.get("offset_lo", self.offset_lo)))  # type: ignore[arg-type]
+        hi = _min_opt(self.offset_hi, changes.get("offset_hi"))  # type: ignore[arg-type]
+        tlo = _max_opt(self.time_lo_ms, changes.get("time_lo_ms"))  # type: ignore[arg-type]
+        thi = _min_opt(self.time_hi_ms, changes.get("time_hi_ms"))  # type: ignore[arg-type]
+        ins = self.offsets_in
+        new_in = changes.get("offsets_in")
+        if new_in is not None:
+            ins = frozenset(new_in) if ins is None else ins & frozenset(new_in)  # type: ignore[arg-type]
+        return Bounds(lo, hi, tlo, thi, ins)
+
+
+def _min_opt(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max_opt(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Validated options. ``objects_url`` is where object keys are resolved."""
+
+    topic: str
+    objects_url: str
+    metadata_url: str | None
+    store_options: dict[str, str] = field(default_factory=dict)
+    bounds: Bounds = Bounds()
+    on_corrupt: str = "fail"
+    metrics_dir: str | None = None
+    partition_bytes_max: int = DEFAULT_PARTITION_BYTES_MAX
+    pushdown: str = "auto"
+    footer_threads: int = DEFAULT_FOOTER_THREADS
+
+    @property
+    def by_topic(self) -> bool:
+        return self.metadata_url is not None
+
+
+def parse_options(raw: Mapping[str, str]) -> ReadOptions:
+    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    unknown = sorted(set(opts) - KNOWN)
+    if unknown:
+        raise OptionError(f"unknown dnb1 option(s) {unknown}; known: {sorted(KNOWN)}")
+    path = opts.get("path")
+    metadata_url = opts.get("metadata")
+    if metadata_url:
+        if path:
+            raise OptionError("give either .load(path) (by location) or option metadata (by topic), not both")
+        if "topic" not in opts or "objects" not in opts:
+            raise OptionError("reading by topic needs options topic, metadata and objects")
+        topic = str(TopicName.parse(opts["topic"]))
+        objects_url = opts["objects"]
+    else:
+        location = path or opts.get("objects")
+        if not location:
+            raise OptionError(
+                "say where to read: .load('s3://bucket/prefix/ns/topic' | 'file:///dir') or options "
+                "topic + metadata + objects"
+            )
+        objects_url = _location_url(location)
+        topic = str(TopicName.parse(opts["topic"])) if "topic" in opts else _topic_from_location(objects_url)
+    on_corrupt = opts.get("oncorrupt", "fail").lower()
+    if on_corrupt not in ON_CORRUPT:
+        raise OptionError(f"onCorrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
+    pushdown = opts.get("pushdown", "auto").lower()
+    if pushdown not in PUSHDOWN:
+        raise OptionError(f"pushdown must be one of {PUSHDOWN}, got {pushdown!r}")
+    store_options = {k: opts[k] for k in ("endpoint", "region") if k in opts}
+    return ReadOptions(
+        topic=topic,
+        objects_url=objects_url,
+        metadata_url=metadata_url or None,
+        store_options=store_options,
+        bounds=_bounds(opts),
+        on_corrupt=on_corrupt,
+        metrics_dir=opts.get("metricsdir") or None,
+        partition_bytes_max=_positive_int(opts, "partitionbytesmax", DEFAULT_PARTITION_BYTES_MAX),
+        pushdown=pushdown,
+        footer_threads=_positive_int(opts, "footerthreads", DEFAULT_FOOTER_THREADS),
+    )
+
+
+def _location_url(location: str) -> str:
+    """A bare absolute path is taken as a local directory."""
+    if location.startswith("/"):
+        return "file://" + location
+    scheme = urllib.parse.urlsplit(location).scheme
+    if scheme not in ("file", "s3"):
+        raise OptionError(f"location {location!r} must be an s3:// or file:// URL (or an absolute path)")
+    return location
+
+
+def _topic_from_location(url: str) -> str:
+    """``.../<ns>/<topic>`` names the topic; anything else is reported by its location."""
+    parts = [p for p in urllib.parse.urlsplit(url).path.split("/") if p]
+    if len(parts) >= 2:
+        try:
+            return str(TopicName.parse(f"/{parts[-2]}/{parts[-1]}"))
+        except ValueError:
+            pass
+    return url
+
+
+def _positive_int(opts: Mapping[str, str], name: str, default: int) -> int:
+    if name not in opts:
+        return default
+    try:
+        value = int(opts[name])
+    except ValueError as e:
+        raise OptionError(f"option {name} must be an integer, got {opts[name]!r}") from e
+    if value <= 0:
+        raise OptionError(f"option {name} must be > 0, got {value}")
+    return value
+
+
+def _offset(opts: Mapping[str, str], name: str) -> int | None:
+    if name not in opts:
+        return None
+    try:
+        value = int(opts[name])
+    except ValueError as e:
+        raise OptionError(f"option {name} must be an integer offset, got {opts[name]!r}") from e
+    if value < 0:
+        raise OptionError(f"option {name} must be >= 0, got {value}")
+    return value
+
+
+def parse_timestamp_ms(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (naive = UTC)."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise OptionError(f"timestamp {text!r} is neither epoch milliseconds nor ISO-8601") from e
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return datetime_to_ms(moment)
+
+
+def datetime_to_ms(moment: dt.datetime) -> int:
+    """Exact ms for an aware datetime; a naive one is read as UTC (the session zone)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def _bounds(opts: Mapping[str, str]) -> Bounds:
+    lo = _offset(opts, "startingoffset")
+    hi = _offset(opts, "endingoffset")
+    tlo = parse_timestamp_ms(opts["startingtimestamp"]) if "startingtimestamp" in opts else None
+    thi = parse_timestamp_ms(opts["endingtimestamp"]) if "endingtimestamp" in opts else None
+    return Bounds(offset_lo=lo or 0, offset_hi=hi, time_lo_ms=tlo, time_hi_ms=thi)

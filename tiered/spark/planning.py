@@ -1,0 +1,280 @@
+"""Planning a ``dnb1`` read: which objects and blocks, split into input partitions.
+
+Runs in Spark's Python planner process. The steps, each cheap before the next:
+
+1. **Candidates.** By topic: the committed descriptors under
+   ``/storage/topics/<ns>/<topic>/objects/`` (their offset ranges are known without
+   touching the object store, and they must form one contiguous chain). By location:
+   every ``*.dnb1`` object listed under the path.
+2. **Object pruning by offset** (descriptors only) — no request for a pruned object.
+3. **Footers.** One suffix GET per surviving object (bounded thread pool) gives the
+   per-block offsets, publish-time range and byte positions. By location, objects are
+   then ordered by first offset and any overlap is refused (without metadata there is
+   no way to tell which of two overlapping objects was committed).
+4. **Block pruning** by the offset and publish-time windows.
+5. **Partitions.** Runs of adjacent surviving blocks of one object, at most
+   ``partitionBytesMax`` bytes each, so a 1 GiB object becomes several tasks and each
+   task needs exactly one ranged GET.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from native.errors import CorruptObject
+from tiered.spark import _dnb1io, metrics
+from tiered.spark._dnb1io import BlockRef, ObjectIndex
+from tiered.spark.options import Bounds, ReadOptions, datetime_to_ms
+
+log = logging.getLogger(__name__)
+
+#: Descriptors are read from the metadata store in pages of this many keys.
+DESCRIPTOR_PAGE_KEYS = 1000
+
+
+class ArchiveInconsistent(RuntimeError):
+    """The descriptors or objects do not form one contiguous, non-overlapping archive."""
+
+
+@dataclass(frozen=True)
+class Dnb1Partition(InputPartition):
+    """One task: a run of adjacent blocks of one object (picklable, self-contained)."""
+
+    objects_url: str
+    store_options: tuple[tuple[str, str], ...]
+    topic: str
+    key: str
+    object_size: int
+    blocks: tuple[BlockRef, ...]
+    bounds: Bounds
+    on_corrupt: str
+    metrics_dir: str | None
+
+    @property
+    def byte_range(self) -> tuple[int, int]:
+        """Inclusive byte range covering every block of the run."""
+        return self.blocks[0].position, self.blocks[-1].position + self.blocks[-1].length - 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    key: str
+    size: int
+    first_offset: int | None  # None until the footer is read (by location)
+    last_offset: int | None
+
+
+# -- filter pushdown ------------------------------------------------------------------
+def push_filters(bounds: Bounds, filters: Sequence[Filter]) -> tuple[Bounds, list[Filter]]:
+    """Narrow ``bounds`` by the filters we understand; return the ones Spark must still apply.
+
+    Offset filters are applied exactly by ``read()`` (offsets are integers, nothing to
+    round), so they are consumed. Publish-time filters only *prune* (rounded outward to
+    whole milliseconds) and are handed back, so Spark re-checks every row and a rounding
+    or time-zone subtlety can never drop or add a row.
+    """
+    remaining: list[Filter] = []
+    for f in filters:
+        column = f.attribute if hasattr(f, "attribute") else None
+        if column == ("offset",) and _is_int_filter(f):
+            bounds = _offset_filter(bounds, f)
+            continue
+        if column == ("publish_time",):
+            bounds = _time_filter(bounds, f)
+        remaining.append(f)
+    return bounds, remaining
+
+
+def _is_int_filter(f: Filter) -> bool:
+    if isinstance(f, In):
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in f.value)
+    if isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+        return isinstance(f.value, int) and not isinstance(f.value, bool)
+    return False
+
+
+def _offset_filter(bounds: Bounds, f: Filter) -> Bounds:
+    v = getattr(f, "value")
+    if isinstance(f, EqualTo):
+        return bounds.tighten(offset_lo=v, offset_hi=v)
+    if isinstance(f, GreaterThan):
+        return bounds.tighten(offset_lo=v + 1)
+    if isinstance(f, GreaterThanOrEqual):
+        return bounds.tighten(offset_lo=v)
+    if isinstance(f, LessThan):
+        return bounds.tighten(offset_hi=v - 1)
+    if isinstance(f, LessThanOrEqual):
+        return bounds.tighten(offset_hi=v)
+    assert isinstance(f, In)
+    return bounds.tighten(offsets_in=frozenset(v for v in f.value if v >= 0))
+
+
+def _time_filter(bounds: Bounds, f: Filter) -> Bounds:
+    import datetime as dt
+
+    v = getattr(f, "value", None)
+    if not isinstance(v, dt.datetime):
+        return bounds
+    ms = datetime_to_ms(v)
+    # Strict comparisons are widened to inclusive ones: pruning may keep a block too
+    # many, never one too few; Spark applies the exact filter afterwards.
+    if isinstance(f, EqualTo):
+        return bounds.tighten(time_lo_ms=ms, time_hi_ms=ms + 1)
+    if isinstance(f, (GreaterThan, GreaterThanOrEqual)):
+        return bounds.tighten(time_lo_ms=ms)
+    if isinstance(f, (LessThan, LessThanOrEqual)):
+        return bounds.tighten(time_hi_ms=ms + 1)
+    return bounds
+
+
+# -- planning -------------------------------------------------------------------------
+def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
+    """Partitions for ``options`` narrowed by ``bounds`` (options + pushed filters)."""
+    store = _dnb1io.store_for(options.objects_url, tuple(sorted(options.store_options.items())))
+    report = metrics.PlanReport(topic=options.topic)
+    if bounds.empty():
+        metrics.write(options.metrics_dir, "plan", report.as_dict())
+        return []
+    if options.by_topic:
+        candidates = _descriptor_candidates(options)
+    else:
+        candidates = _listed_candidates(store)
+    report.objects_total = len(candidates)
+    candidates = [c for c in candidates if c.first_offset is None or bounds.overlaps_offsets(c.first_offset, c.last_offset)]  # type: ignore[arg-type]
+    indexes = _read_footers(store, candidates, options, report)
+    if not options.by_topic:
+        indexes = _check_no_overlap(indexes)
+    partitions: list[Dnb1Partition] = []
+    for index in indexes:
+        blocks = [b for b in index.blocks if _block_wanted(b, bounds)]
+        report.blocks_total += len(index.blocks)
+        report.blocks_planned += len(blocks)
+        if blocks:
+            report.objects_planned += 1
+        for run in _runs(blocks, options.partition_bytes_max):
+            partitions.append(Dnb1Partition(
+                objects_url=options.objects_url,
+                store_options=tuple(sorted(options.store_options.items())),
+                topic=options.topic,
+                key=index.key,
+                object_size=index.size,
+                blocks=tuple(run),
+                bounds=bounds,
+                on_corrupt=options.on_corrupt,
+                metrics_dir=options.metrics_dir,
+            ))  # fmt: skip
+    report.partitions = len(partitions)
+    metrics.write(options.metrics_dir, "plan", report.as_dict())
+    return partitions
+
+
+def _block_wanted(block: BlockRef, bounds: Bounds) -> bool:
+    return bounds.overlaps_offsets(block.first_offset, block.last_offset) and bounds.overlaps_times(
+        block.min_time_ms, block.max_time_ms
+    )
+
+
+def _runs(blocks: list[BlockRef], bytes_max: int) -> Iterable[list[BlockRef]]:
+    """Adjacent blocks grouped up to ``bytes_max`` (a lone larger block is its own run)."""
+    run: list[BlockRef] = []
+    run_bytes = 0
+    for block in blocks:
+        adjacent = bool(run) and run[-1].index + 1 == block.index
+        if run and (not adjacent or run_bytes + block.length > bytes_max):
+            yield run
+            run, run_bytes = [], 0
+        run.append(block)
+        run_bytes += block.length
+    if run:
+        yield run
+
+
+def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:
+    from tiered.metadata import keys, open_metadata
+
+    assert options.metadata_url is not None
+    prefix = keys.objects_prefix(options.topic)
+    candidates: list[_Candidate] = []
+    with open_metadata(options.metadata_url) as meta:
+        start_after: str | None = None
+        while True:
+            page = meta.range(prefix, limit=DESCRIPTOR_PAGE_KEYS, start_after=start_after)
+            for kv in page:
+                d = keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key)
+                if candidates and d.start_offset != candidates[-1].last_offset + 1:  # type: ignore[operator]
+                    raise ArchiveInconsistent(
+                        f"topic {options.topic}: descriptor {kv.key} starts at {d.start_offset} but the "
+                        f"previous one ends at {candidates[-1].last_offset}; the archive is not contiguous"
+                    )
+                key = keys.object_key(options.topic, d.start_offset, d.object_id)
+                candidates.append(_Candidate(key, d.size, d.start_offset, d.end_offset))
+            if len(page) < DESCRIPTOR_PAGE_KEYS:
+                break
+            start_after = page[-1].key
+    return candidates
+
+
+def _listed_candidates(store: object) -> list[_Candidate]:
+    return [
+        _Candidate(info.key, info.size, None, None)
+        for info in store.list("")  # type: ignore[attr-defined]
+        if info.key.endswith(_dnb1io.OBJECT_SUFFIX)
+    ]
+
+
+def _read_footers(store: object, candidates: list[_Candidate], options: ReadOptions,
+                  report: "metrics.PlanReport") -> list[ObjectIndex]:
+    """Footers of every candidate, in candidate order; corrupt ones fail or are skipped."""
+    def one(c: _Candidate) -> ObjectIndex | CorruptObject:
+        try:
+            index = _dnb1io.read_index(store, c.key, c.size, options.topic if options.by_topic else None)
+        except CorruptObject as e:
+            if options.on_corrupt == "skip":
+                return e
+            raise
+        if c.first_offset is not None and (index.first_offset, index.last_offset) != (c.first_offset, c.last_offset):
+            raise CorruptObject(
+                c.key, 0,
+                f"footer says offsets {index.first_offset}..{index.last_offset} but the descriptor says "
+                f"{c.first_offset}..{c.last_offset}",
+            )
+        return index
+
+    threads = max(1, min(options.footer_threads, len(candidates)))
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="dnb1-footer") as pool:
+        results = list(pool.map(one, candidates))
+    indexes: list[ObjectIndex] = []
+    for c, result in zip(candidates, results):
+        if isinstance(result, CorruptObject):
+            log.warning("skipping corrupt object %s: %s", c.key, result)
+            report.skipped.append({"key": c.key, "position": result.position, "reason": result.reason})
+            metrics.write(options.metrics_dir, "skipped", {"key": c.key, "position": result.position,
+                                                          "reason": result.reason, "where": "footer"})
+            continue
+        indexes.append(result)
+    return indexes
+
+
+def _check_no_overlap(indexes: list[ObjectIndex]) -> list[ObjectIndex]:
+    indexes = sorted(indexes, key=lambda i: (i.first_offset, i.last_offset))
+    for prev, cur in zip(indexes, indexes[1:]):
+        if cur.first_offset <= prev.last_offset:
+            raise ArchiveInconsistent(
+                f"objects {prev.key} (offsets {prev.first_offset}..{prev.last_offset}) and {cur.key} "
+                f"(offsets {cur.first_offset}..{cur.last_offset}) overlap; without metadata there is no way "
+                "to tell which one was committed: read by topic (options topic, metadata, objects) instead"
+            )
+    return indexes
