@@ -56,3 +56,139 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S, what: s
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+# -- an in-memory WAL double -------------------------------------------------------
+import asyncio  # noqa: E402
+import threading  # noqa: E402
+
+from native.format import Record  # noqa: E402
+from wal.errors import OffsetBelowRetention  # noqa: E402
+
+
+def record(offset: int) -> Record:
+    """The deterministic record stored at ``offset`` in every read test."""
+    attrs = {"n": str(offset)} if offset % 3 == 0 else {}
+    key = None if offset % 2 else f"k{offset}".encode()
+    return Record(offset, 1_700_000_000_000 + offset, key, attrs, f"payload-{offset}".encode() * (1 + offset % 5))
+
+
+class MemoryWal:
+    """The slice of the WAL API the reader uses, in memory: for ordering/handoff tests.
+
+    ``reader(from_offset, live)`` replays ``[from_offset, next_offset)`` and, when live,
+    waits (bounded, re-checking ``close``) for appends. ``trim(first)`` models retention.
+    """
+
+    POLL_S = 0.005
+
+    def __init__(self, first_offset: int = 0) -> None:
+        self.first_offset = first_offset
+        self.next_offset = first_offset
+        self._records: dict[int, Record] = {}
+        self._cond = threading.Condition()
+        self.readers_opened = 0
+
+    @property
+    def durable_offset(self) -> int:
+        return self.next_offset - 1
+
+    def append(self, count: int = 1) -> None:
+        with self._cond:
+            for _ in range(count):
+                self._records[self.next_offset] = record(self.next_offset)
+                self.next_offset += 1
+            self._cond.notify_all()
+
+    def trim(self, first_offset: int) -> None:
+        with self._cond:
+            for offset in range(self.first_offset, first_offset):
+                self._records.pop(offset, None)
+            self.first_offset = first_offset
+
+    def reader(self, from_offset: int, live: bool = True) -> "MemoryWalReader":
+        if from_offset < self.first_offset:
+            raise OffsetBelowRetention(from_offset, self.first_offset)
+        self.readers_opened += 1
+        return MemoryWalReader(self, from_offset, live)
+
+
+class MemoryWalReader:
+    def __init__(self, wal: MemoryWal, position: int, live: bool) -> None:
+        self.wal, self.position, self.live = wal, position, live
+        self.closed = False
+
+    def _poll(self, wait_s: float) -> Record | None | str:
+        with self.wal._cond:
+            if self.position < self.wal.first_offset:
+                raise OffsetBelowRetention(self.position, self.wal.first_offset)
+            if self.position < self.wal.next_offset:
+                self.position += 1
+                return self.wal._records[self.position - 1]
+            if not self.live or self.closed:
+                return "end"
+            self.wal._cond.wait(wait_s)
+            return None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Record:
+        while True:
+            item = self._poll(0.05)
+            if item == "end":
+                raise StopIteration
+            if item is not None:
+                return item
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Record:
+        while True:
+            item = self._poll(0)
+            if item == "end":
+                raise StopAsyncIteration
+            if item is not None:
+                return item
+            await asyncio.sleep(MemoryWal.POLL_S)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+# -- archives made the way the uploader makes them ---------------------------------
+import time as _time  # noqa: E402
+
+import native  # noqa: E402
+from tiered.metadata import keys  # noqa: E402
+
+
+def frames(start: int, end: int) -> bytes:
+    """WAL frames for ``record(start..end)`` (inclusive)."""
+    return native.encode_batch(start, [tuple(record(o))[1:] for o in range(start, end + 1)])
+
+
+def archive(b: Backends, start: int, end: int, *, broker_id: str = "broker-a", epoch: int = 1,
+            block_bytes: int = 512, topic: str = TOPIC, descriptor_end: int | None = None,
+            mangle=None) -> tuple[str, bytes]:
+    """Write a dnb1 object for ``start..end`` and commit its descriptor; returns (key, bytes).
+
+    ``descriptor_end`` lets a test commit a descriptor that lies about the object;
+    ``mangle(bytes) -> bytes`` damages the object before it is stored.
+    """
+    from native import object_format
+
+    data = object_format.write_object(frames(start, end), topic=str(topic), block_bytes=block_bytes,
+                                      zstd_level=0)
+    if mangle is not None:
+        data = mangle(data)
+    object_id = f"data-{start}-{end}"
+    key = keys.object_key(topic, start, object_id)
+    info = b.objects.put(key, data)
+    descriptor = keys.ObjectDescriptor(
+        start_offset=start, end_offset=end if descriptor_end is None else descriptor_end,
+        object_id=object_id, size=len(data), etag=info.etag, created_at=_time.time(),
+        broker_id=broker_id, epoch=epoch)
+    b.metadata.put(keys.descriptor_key(topic, start), descriptor.to_json())
+    return key, data

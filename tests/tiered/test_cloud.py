@@ -1,0 +1,136 @@
+"""CloudReader: footer + only-needed-block fetches, gaps, corruption, prefetch, both backends."""
+from __future__ import annotations
+
+import pytest
+
+from native import object_format
+from tests.tiered.helpers_read import TOPIC, Backends, archive, backends, record  # noqa: F401 (fixture)
+from tiered.cloud import CloudReader
+from tiered.messages import Message
+from tiered.read_errors import CorruptArchive, DataGap
+
+
+def offsets(messages) -> list[int]:
+    return [m.offset for m in messages]
+
+
+def reader(b: Backends, start: int, end: int, **kw) -> CloudReader:
+    return CloudReader(TOPIC, b.metadata, b.objects, start, end, **kw)
+
+
+def test_reads_exact_records_across_objects(backends: Backends) -> None:
+    archive(backends, 0, 9)
+    archive(backends, 10, 21, broker_id="broker-b", epoch=2)
+    with reader(backends, 3, 17) as r:
+        got = list(r)
+    assert got == [Message.from_record(record(o), "cloud") for o in range(3, 18)]
+    assert r.objects_opened == 2 and r.footer_gets == 2
+
+
+def test_middle_read_fetches_footer_once_and_only_needed_blocks(backends: Backends) -> None:
+    key, data = archive(backends, 0, 399, block_bytes=256)
+    footer = object_format.parse_footer(data, key, len(data))
+    assert len(footer.blocks) > 40  # enough blocks for "only some" to mean something
+    needed = object_format.select_blocks(footer, 200, 204)
+    footer_bytes = object_format.footer_bytes_needed(data, key, len(data))
+    # A guess that holds the footer but is far smaller than the object (the default,
+    # 64 KiB, would take this whole small test object in its one footer GET).
+    guess = footer_bytes + 64
+    with reader(backends, 200, 204, footer_guess_bytes=guess) as r:
+        assert offsets(r) == list(range(200, 205))
+    assert r.footer_gets == 1
+    assert r.blocks_fetched == len(needed)
+    assert r.block_gets == 1  # adjacent blocks come in one ranged GET
+    assert r.bytes_fetched == guess + sum(b.stored_bytes for b in needed)
+    assert r.bytes_fetched < len(data) // 2  # never the whole object for a middle read
+
+
+def test_footer_larger_than_the_guess_takes_one_more_get(backends: Backends) -> None:
+    key, data = archive(backends, 0, 99, block_bytes=128)
+    with reader(backends, 50, 50, footer_guess_bytes=64) as r:
+        assert offsets(r) == [50]
+    assert r.footer_gets == 2 and r.blocks_fetched == 1
+
+
+def test_runs_are_bounded_by_the_memory_budget(backends: Backends) -> None:
+    archive(backends, 0, 199, block_bytes=256)
+    with reader(backends, 0, 199, memory_bytes_max=2048, prefetch_objects=1) as r:
+        assert offsets(r) == list(range(200))
+    assert r.block_gets > 3  # the object came in several bounded runs, not one GET
+
+
+def test_missing_descriptor_range_is_a_data_gap(backends: Backends) -> None:
+    archive(backends, 0, 9)
+    archive(backends, 20, 29)
+    got: list[int] = []
+    with pytest.raises(DataGap) as info, reader(backends, 5, 29) as r:
+        for message in r:
+            got.append(message.offset)
+    assert (info.value.start, info.value.end) == (10, 19)
+    assert got == list(range(5, 10))  # everything before the gap, nothing after it
+
+
+def test_range_past_the_archive_is_a_data_gap(backends: Backends) -> None:
+    archive(backends, 0, 9)
+    with pytest.raises(DataGap) as info:
+        list(reader(backends, 0, 14))
+    assert (info.value.start, info.value.end) == (10, 14)
+
+
+def test_missing_object_is_a_data_gap(backends: Backends) -> None:
+    key, _ = archive(backends, 0, 9)
+    backends.objects.delete(key)
+    with pytest.raises(DataGap) as info:
+        list(reader(backends, 0, 9))
+    assert (info.value.start, info.value.end) == (0, 9)
+
+
+def flip_byte_in_block(index: int):
+    def mangle(data: bytes) -> bytes:
+        footer = object_format.parse_footer(data, "x", len(data))
+        block = footer.blocks[index]
+        at = block.position + block.stored_bytes // 2
+        return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+    return mangle
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_corrupt_block_is_typed_and_serves_no_wrong_message(backends: Backends, prefetch: int) -> None:
+    archive(backends, 0, 99, block_bytes=256, mangle=flip_byte_in_block(3))
+    got: list[Message] = []
+    with pytest.raises(CorruptArchive) as info, reader(backends, 0, 99, prefetch_objects=prefetch) as r:
+        for message in r:
+            got.append(message)
+    assert info.value.__cause__ is not None  # the codec's CorruptObject is kept
+    assert got == [Message.from_record(record(o), "cloud") for o in range(len(got))]
+    assert len(got) < 100
+
+
+def test_corrupt_trailer_is_typed(backends: Backends) -> None:
+    archive(backends, 0, 9, mangle=lambda d: d[:-1] + b"X")
+    with pytest.raises(CorruptArchive):
+        list(reader(backends, 0, 9))
+
+
+def test_descriptor_that_disagrees_with_the_object_is_corrupt(backends: Backends) -> None:
+    archive(backends, 0, 9, descriptor_end=12)
+    with pytest.raises(CorruptArchive):
+        list(reader(backends, 0, 12))
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_prefetch_depth_does_not_change_the_stream(backends: Backends, prefetch: int) -> None:
+    for start in range(0, 60, 10):
+        archive(backends, start, start + 9, block_bytes=300)
+    with reader(backends, 7, 55, prefetch_objects=prefetch) as r:
+        assert offsets(r) == list(range(7, 56))
+    assert r.objects_opened == 6
+
+
+def test_close_mid_stream_stops_the_prefetcher(backends: Backends) -> None:
+    for start in range(0, 40, 10):
+        archive(backends, start, start + 9)
+    r = reader(backends, 0, 39, prefetch_objects=2)
+    assert next(r).offset == 0
+    r.close()
+    assert r.objects_opened <= 3  # current + 2 prefetched, never the whole range

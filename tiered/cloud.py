@@ -1,0 +1,344 @@
+"""CloudReader: serve an offset range from archived dnb1 objects.
+
+How a range ``[start, end]`` is read (``end`` inclusive):
+
+1. The committed descriptors under ``/storage/topics/<ns>/<topic>/objects/`` are paged in
+   key (= start offset) order and the ones overlapping the range are picked. A hole
+   between them, or before/after them inside the range, is a :class:`DataGap` naming the
+   missing offsets, raised when the reader reaches it (everything before it is served).
+2. For each object, ONE suffix-range GET fetches the trailer and footer (a second ranged
+   GET only when the footer is larger than ``footer_guess_bytes``). The footer's block
+   index says which byte range holds which offsets.
+3. Only the blocks that overlap the range are fetched, with ranged GETs of contiguous
+   runs of blocks, each run at most ``chunk_bytes_max``. A read from the middle of an
+   object never downloads the whole object.
+4. While one object is consumed, the next ``prefetch_objects`` objects are prepared
+   (footer + first run of blocks) by a background thread. Memory stays bounded: at most
+   one run in decoding plus one prepared run per prefetched object, each at most
+   ``chunk_bytes_max = memory_bytes_max // (prefetch_objects + 1)`` (a single block larger
+   than that is still fetched whole, because a block cannot be split).
+
+Every record is checked: offsets are contiguous across blocks and objects, each block
+holds exactly the offsets its footer entry names, and each object exactly the offsets
+its descriptor names. Damage is a :class:`CorruptArchive` (with the codec's
+``CorruptObject`` as cause); nothing from a damaged block is served.
+
+Counters (``gets``, ``footer_gets``, ``block_gets``, ``bytes_fetched``,
+``blocks_fetched``, ``objects_opened``) are plain attributes so tests can assert what
+was fetched without timing anything.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+
+from native import object_format
+from native.errors import CorruptObject
+from native.object_format import Block, Footer
+from tiered.errors import ObjectNotFound
+from tiered.messages import TIER_CLOUD, Message
+from tiered.metadata import keys
+from tiered.metadata.base import MetadataStore
+from tiered.objects.base import ObjectStore
+from tiered.read_errors import CorruptArchive, DataGap, ReaderClosed, ReadTimeout
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+CLOUD_GETS = Counter("dnb_cloud_gets_total", "Object-store GETs made by cloud readers", ["kind"])
+CLOUD_BYTES = Counter("dnb_cloud_bytes_total", "Bytes fetched from the object store by cloud readers")
+
+MEMORY_BYTES_MAX_DEFAULT = 64 << 20
+FOOTER_GUESS_BYTES_DEFAULT = 64 << 10
+#: Bound on waiting for one prepared object (footer + first run) from the prefetcher.
+FETCH_TIMEOUT_S_DEFAULT = 120.0
+_DESCRIPTOR_PAGE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Contiguous blocks fetched with one ranged GET: bytes ``[position, end)``."""
+
+    blocks: tuple[Block, ...]
+    position: int
+    end: int
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """One object ready to consume: its runs, and the bytes of the first one."""
+
+    descriptor: keys.ObjectDescriptor
+    key: str
+    footer: Footer
+    runs: list[_Run]
+    first_run_data: bytes | None
+
+
+class CloudReader:
+    """Iterates :class:`Message` (tier ``"cloud"``) for ``[start, end_inclusive]``.
+
+    Not thread-safe for consumers (one consumer at a time); ``close()`` may be called
+    from any thread. See the module docstring for the fetch plan and bounds.
+    """
+
+    def __init__(self, topic: TopicName | str, metadata: MetadataStore, objects: ObjectStore,
+                 start: int, end_inclusive: int, *, prefetch_objects: int = 1,
+                 memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT,
+                 footer_guess_bytes: int = FOOTER_GUESS_BYTES_DEFAULT,
+                 fetch_timeout_s: float = FETCH_TIMEOUT_S_DEFAULT) -> None:
+        if start < 0 or prefetch_objects < 0 or memory_bytes_max <= 0 or footer_guess_bytes < 64:
+            raise ValueError("need start >= 0, prefetch_objects >= 0, positive memory and footer guess")
+        self.topic = TopicName.parse(topic)
+        self.metadata = metadata
+        self.objects = objects
+        self.start = start
+        self.end = end_inclusive
+        self.prefetch_objects = prefetch_objects
+        self.chunk_bytes_max = max(1, memory_bytes_max // (prefetch_objects + 1))
+        self.footer_guess_bytes = footer_guess_bytes
+        self.fetch_timeout_s = fetch_timeout_s
+        self.position = start  # next offset this reader will yield
+        # Counters for tests and the demo; updated under a lock (the prefetcher counts too).
+        self.gets = self.footer_gets = self.block_gets = 0
+        self.bytes_fetched = self.blocks_fetched = self.objects_opened = 0
+        self._count_lock = threading.Lock()
+        self._closed = False
+        self._pool = (concurrent.futures.ThreadPoolExecutor(prefetch_objects, f"dnb-prefetch{self.topic}")
+                      if prefetch_objects > 0 else None)
+        self._messages = self._generate() if start <= end_inclusive else iter(())
+
+    # -- iteration -------------------------------------------------------------
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        if self._closed:
+            raise ReaderClosed(f"cloud reader of {self.topic} is closed")
+        message = next(self._messages)
+        self.position = message.offset + 1
+        return message
+
+    def next_batch(self, count_max: int) -> list[Message]:
+        """Up to ``count_max`` messages (fewer only at the end); for thread hops in async code."""
+        batch: list[Message] = []
+        for message in self:
+            batch.append(message)
+            if len(batch) >= count_max:
+                break
+        return batch
+
+    def close(self) -> None:
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        close = getattr(self._messages, "close", None)
+        if close is not None:
+            try:
+                close()
+            except ValueError:
+                pass  # "generator already executing": the consumer thread will see _closed.
+
+    def __enter__(self) -> "CloudReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the pipeline ----------------------------------------------------------
+    def _generate(self) -> Iterator[Message]:
+        expected = self.start
+        pending: list[concurrent.futures.Future | _Prepared] = []
+        descriptors = self._covering()
+        while expected <= self.end:
+            self._fill(pending, descriptors)
+            if not pending:
+                raise DataGap(expected, self.end, f"no archived object covers them (topic {self.topic})")
+            prepared = self._take(pending.pop(0))
+            if prepared.descriptor.start_offset > expected:
+                raise DataGap(expected, prepared.descriptor.start_offset - 1,
+                              f"no archived object covers them (topic {self.topic})")
+            self._fill(pending, descriptors)  # start the next object before consuming this one
+            for message in self._object_messages(prepared, expected):
+                yield message
+                expected = message.offset + 1
+            if expected <= min(prepared.descriptor.end_offset, self.end):
+                raise CorruptArchive(prepared.key, f"served up to {expected - 1}, descriptor says "
+                                     f"{prepared.descriptor.end_offset}")
+
+    def _fill(self, pending: list, descriptors: Iterator[keys.ObjectDescriptor]) -> None:
+        """Keep the current object plus ``prefetch_objects`` more prepared or in flight."""
+        while len(pending) < self.prefetch_objects + 1:
+            descriptor = next(descriptors, None)
+            if descriptor is None:
+                return
+            if self._pool is None:
+                pending.append(self._prepare(descriptor))
+            else:
+                pending.append(self._pool.submit(self._prepare, descriptor))
+
+    def _take(self, item: "concurrent.futures.Future | _Prepared") -> _Prepared:
+        if isinstance(item, _Prepared):
+            return item
+        try:
+            return item.result(timeout=self.fetch_timeout_s)
+        except concurrent.futures.TimeoutError as e:
+            raise ReadTimeout(f"preparing an archived object of {self.topic} took over "
+                              f"{self.fetch_timeout_s}s") from e
+        except concurrent.futures.CancelledError as e:
+            raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
+
+    def _covering(self) -> Iterator[keys.ObjectDescriptor]:
+        """Descriptors overlapping [start, end] in offset order (paged, lazily)."""
+        prefix, after = keys.objects_prefix(self.topic), None
+        while True:
+            page = self.metadata.range(prefix, limit=_DESCRIPTOR_PAGE, start_after=after)
+            for kv in page:
+                descriptor = keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key)
+                if descriptor.start_offset > self.end:
+                    return
+                if descriptor.end_offset >= self.start:
+                    yield descriptor
+            if len(page) < _DESCRIPTOR_PAGE:
+                return
+            after = page[-1].key
+
+    # -- one object --------------------------------------------------------------
+    def _prepare(self, descriptor: keys.ObjectDescriptor) -> _Prepared:
+        """Footer + block plan + the first run's bytes (runs in the prefetch thread)."""
+        key = keys.object_key(self.topic, descriptor.start_offset, descriptor.object_id)
+        try:
+            footer = self._fetch_footer(key, descriptor)
+            runs = self._plan_runs(key, descriptor, footer)
+            first = self._fetch_run(key, runs[0]) if runs else None
+        except ObjectNotFound as e:
+            raise DataGap(descriptor.start_offset, descriptor.end_offset,
+                          f"object {key!r} named by a committed descriptor is missing") from e
+        except CorruptObject as e:
+            raise CorruptArchive(key, f"{e.reason} at byte {e.position}") from e
+        with self._count_lock:
+            self.objects_opened += 1
+        return _Prepared(descriptor, key, footer, runs, first)
+
+    def _fetch_footer(self, key: str, descriptor: keys.ObjectDescriptor) -> Footer:
+        tail = self._get(key, "footer", None, self.footer_guess_bytes)
+        size = descriptor.size
+        need = object_format.footer_bytes_needed(tail, key, size)
+        if need > len(tail):
+            if need > size:
+                raise CorruptArchive(key, f"trailer names a footer of {need} bytes in an object of {size}")
+            # The footer outgrew our guess: fetch the missing front part with one more GET.
+            tail = self._get(key, "footer", (size - need, size - len(tail) - 1), 0) + tail
+        footer = object_format.parse_footer(tail, key, size)
+        self._check_footer(key, descriptor, footer)
+        return footer
+
+    def _check_footer(self, key: str, descriptor: keys.ObjectDescriptor, footer: Footer) -> None:
+        _check_footer_matches(str(self.topic), key, descriptor, footer)
+
+    def _plan_runs(self, key: str, descriptor: keys.ObjectDescriptor, footer: Footer) -> list[_Run]:
+        lo, hi = max(self.start, descriptor.start_offset), min(self.end, descriptor.end_offset)
+        needed = [b for b in footer.blocks if b.last_offset >= lo and b.first_offset <= hi]
+        runs: list[_Run] = []
+        current: list[Block] = []
+        for block in needed:
+            if current and (block.position != current[-1].end
+                            or block.end - current[0].position > self.chunk_bytes_max):
+                runs.append(_Run(tuple(current), current[0].position, current[-1].end))
+                current = []
+            current.append(block)
+        if current:
+            runs.append(_Run(tuple(current), current[0].position, current[-1].end))
+        return runs
+
+    def _fetch_run(self, key: str, run: _Run) -> bytes:
+        data = self._get(key, "block", (run.position, run.end - 1), len(run.blocks))
+        if len(data) != run.end - run.position:
+            raise CorruptArchive(key, f"ranged GET {run.position}-{run.end - 1} returned {len(data)} bytes")
+        return data
+
+    def _get(self, key: str, kind: str, byte_range: tuple[int, int] | None, amount: int) -> bytes:
+        """One GET (suffix of ``amount`` bytes when ``byte_range`` is None); counted."""
+        if self._closed:
+            raise ReaderClosed(f"cloud reader of {self.topic} is closed")
+        if byte_range is None:
+            data = self.objects.get_suffix(key, amount)
+        else:
+            data = self.objects.get_range(key, byte_range[0], byte_range[1])
+        with self._count_lock:
+            self.gets += 1
+            self.bytes_fetched += len(data)
+            if kind == "footer":
+                self.footer_gets += 1
+            else:
+                self.block_gets += 1
+                self.blocks_fetched += amount
+        CLOUD_GETS.labels(kind).inc()
+        CLOUD_BYTES.inc(len(data))
+        return data
+
+    def _object_messages(self, prepared: _Prepared, expected: int) -> Iterator[Message]:
+        for index, run in enumerate(prepared.runs):
+            data = prepared.first_run_data if index == 0 else self._fetch_run_mapped(prepared, run)
+            prepared.first_run_data = None  # let the first run's bytes go once consumed
+            for block in run.blocks:
+                records = self._decode(prepared, data, run.position, block)
+                for record in records:
+                    offset = record[0]
+                    if offset < expected:
+                        continue  # the first block may start before the range
+                    if offset > self.end:
+                        return
+                    if offset != expected:
+                        raise CorruptArchive(prepared.key, f"offset {offset} where {expected} was expected")
+                    yield Message.from_record(record, TIER_CLOUD)
+                    expected += 1
+
+    def _fetch_run_mapped(self, prepared: _Prepared, run: _Run) -> bytes:
+        try:
+            return self._fetch_run(prepared.key, run)
+        except ObjectNotFound as e:
+            raise DataGap(run.blocks[0].first_offset, prepared.descriptor.end_offset,
+                          f"object {prepared.key!r} vanished while being read") from e
+
+    @staticmethod
+    def _decode(prepared: _Prepared, data: bytes, base: int, block: Block) -> list:
+        key = prepared.key
+        view = memoryview(data)[block.position - base:block.end - base]
+        try:
+            records = object_format.decode_block(view, block, key)
+        except CorruptObject as e:
+            raise CorruptArchive(key, f"block at byte {block.position}: {e.reason} (at byte {e.position})") from e
+        _check_block(key, block, records)
+        return records
+
+
+def _check_footer_matches(topic: str, key: str, descriptor: keys.ObjectDescriptor, footer: Footer) -> None:
+    """The object must be this topic's and hold exactly the descriptor's offsets, in contiguous blocks."""
+    if footer.topic != topic:
+        raise CorruptArchive(key, f"footer names topic {footer.topic!r}, expected {topic!r}")
+    blocks = footer.blocks
+    if not blocks:
+        raise CorruptArchive(key, "footer lists no blocks")
+    if (blocks[0].first_offset, blocks[-1].last_offset) != (descriptor.start_offset, descriptor.end_offset):
+        raise CorruptArchive(key, f"holds {blocks[0].first_offset}..{blocks[-1].last_offset}, descriptor "
+                             f"says {descriptor.start_offset}..{descriptor.end_offset}")
+    for before, after in zip(blocks, blocks[1:]):
+        if after.first_offset != before.last_offset + 1 or after.position < before.end:
+            raise CorruptArchive(key, f"block index not contiguous after offset {before.last_offset}")
+
+
+def _check_block(key: str, block: Block, records: list) -> None:
+    count = block.last_offset - block.first_offset + 1
+    if len(records) != count or records[0][0] != block.first_offset or records[-1][0] != block.last_offset:
+        first = records[0][0] if records else None
+        raise CorruptArchive(key, f"block at byte {block.position} decodes to {len(records)} records from "
+                             f"{first}, index says {block.first_offset}..{block.last_offset}")
+
+
+__all__ = ["CloudReader", "MEMORY_BYTES_MAX_DEFAULT"]

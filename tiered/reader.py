@@ -1,0 +1,359 @@
+"""TieredReader: one contiguous stream of a topic, from the archive, then the WAL, then live.
+
+``create_reader(topic, wal, metadata, objects, start)`` picks the tiers:
+
+* ``start >= wal.first_offset``: the local WAL only (replay, then live).
+* ``start < wal.first_offset``: a :class:`~tiered.cloud.CloudReader` for
+  ``[start, wal.first_offset - 1]``, chained to the WAL at ``wal.first_offset``, then live.
+* ``wal is None`` (the topic is not hosted here): the archive only, up to the last
+  committed descriptor at creation time; the reader then ends.
+
+``start`` may be an offset, ``"earliest"`` (the first archived offset, else the WAL's
+first offset) or ``"latest"`` (the topic's next offset: only new messages).
+
+Every message is checked at every handoff (object to object, cloud to WAL, replay to
+live): its offset must be exactly the previous one + 1. A forward jump raises
+:class:`DataGap` naming the missing range; a repeated or backward offset raises
+:class:`OffsetOutOfOrder`. Nothing is skipped or served twice, ever: an error ends the
+stream, and a consumer recovers by creating a new reader at ``position``.
+
+If WAL retention moved past the handoff point while the archive was being read (the
+WAL's first offset advanced), the reader reads the newly archived part from the cloud
+too, a bounded number of times.
+
+Each message carries its ``tier``: ``"cloud"``, ``"wal"`` (already durable when the
+reader reached the WAL) or ``"live"`` (appended after the reader caught up).
+
+``for`` and ``async for`` both work (one style per reader). ``async for`` never blocks
+the event loop: archive reads run in a worker thread, a batch at a time, and the WAL
+is read through its own async iterator.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from prometheus_client import Counter, Gauge
+
+from tiered.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
+from tiered.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
+from tiered.metadata import keys
+from tiered.metadata.base import MetadataStore
+from tiered.objects.base import ObjectStore
+from tiered.read_errors import DataGap, OffsetOutOfOrder, ReaderClosed, UnknownOffset
+from wal.errors import OffsetBelowRetention
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+READS = Counter("dnb_reader_messages_total", "Messages served by tiered readers, by tier", ["tier"])
+_READS = {tier: READS.labels(tier) for tier in (TIER_CLOUD, TIER_WAL, TIER_LIVE)}
+LAG = Gauge("dnb_reader_lag_offsets", "Offsets between a reader's position and the topic's next offset "
+            "(sampled)", ["topic"])
+
+Start = int | Literal["earliest", "latest"]
+
+#: How often (in messages) the lag gauge is sampled: reading the WAL's next offset
+#: on every message would cost more than serving it.
+LAG_SAMPLE_MESSAGES = 256
+#: Messages fetched from the archive per worker-thread hop in ``async for``.
+ASYNC_BATCH_MESSAGES = 512
+#: Messages taken from the archive per refill in ``for`` (amortises the generator hops).
+SYNC_BATCH_MESSAGES = 64
+#: How many times one reader re-reads the archive because WAL retention moved on.
+RETENTION_RETRIES_MAX = 8
+
+_PHASE_CLOUD, _PHASE_WAL, _PHASE_DONE = "cloud", "wal", "done"
+
+
+def create_reader(topic: TopicName | str, wal: Any, metadata: MetadataStore, objects: ObjectStore,
+                  start: Start, *, live: bool = True, prefetch_objects: int = 1,
+                  memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT) -> "TieredReader":
+    """A reader of ``topic`` from ``start``; see the module docstring for the tier choice."""
+    topic = TopicName.parse(topic)
+    offset = resolve_start(topic, wal, metadata, start)
+    return TieredReader(topic, wal, metadata, objects, offset, live=live,
+                        prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max)
+
+
+def resolve_start(topic: TopicName, wal: Any, metadata: MetadataStore, start: Start) -> int:
+    """``start`` as an offset; an offset beyond the topic's next offset is UnknownOffset."""
+    if start == "latest":
+        return topic_next_offset(topic, wal, metadata)
+    if start == "earliest":
+        first = metadata.range(keys.objects_prefix(topic), limit=1)
+        if first:
+            return keys.ObjectDescriptor.from_json(first[0].key, first[0].value).start_offset
+        return 0 if wal is None else int(wal.first_offset)
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise ValueError(f"start must be an offset >= 0, 'earliest' or 'latest', got {start!r}")
+    next_offset = topic_next_offset(topic, wal, metadata)
+    if start > next_offset:
+        raise UnknownOffset(start, next_offset, what="start offset")
+    return start
+
+
+def topic_next_offset(topic: TopicName, wal: Any, metadata: MetadataStore) -> int:
+    """The WAL's next offset; without a WAL, one past the last committed descriptor."""
+    if wal is not None:
+        return int(wal.next_offset)
+    last, after, prefix = None, None, keys.objects_prefix(topic)
+    while page := metadata.range(prefix, limit=1000, start_after=after):
+        last, after = page[-1], page[-1].key
+    return 0 if last is None else keys.ObjectDescriptor.from_json(last.key, last.value).end_offset + 1
+
+
+class TieredReader:
+    """A contiguous stream of :class:`Message` from ``start_offset``. See the module docstring."""
+
+    def __init__(self, topic: TopicName | str, wal: Any, metadata: MetadataStore, objects: ObjectStore,
+                 start_offset: int, *, live: bool = True, prefetch_objects: int = 1,
+                 memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT) -> None:
+        self.topic = TopicName.parse(topic)
+        self.wal = wal
+        self.metadata = metadata
+        self.objects = objects
+        self.live = live
+        self.prefetch_objects = prefetch_objects
+        self.memory_bytes_max = memory_bytes_max
+        self.start_offset = start_offset
+        self._position = start_offset
+        self._cloud: CloudReader | None = None
+        self._cloud_readers: list[CloudReader] = []  # kept for counters after they finish
+        self._pending: collections.deque[Message] = collections.deque()
+        self._wal_reader: Any = None
+        self._wal_iter: Any = None
+        self._wal_served = False
+        self._live_from: int | None = None
+        self._retention_retries = 0
+        self._served = 0
+        self._mode: str | None = None
+        self._closed = False
+        self._phase = self._initial_phase()
+
+    # -- public ------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """The next offset this reader will yield."""
+        return self._position
+
+    @property
+    def tier(self) -> str:
+        """The phase the reader is in: "cloud", "wal" (replay or live) or "done"."""
+        return self._phase
+
+    @property
+    def cloud_readers(self) -> list[CloudReader]:
+        """Every cloud reader this reader used, in order (their fetch counters are kept)."""
+        return list(self._cloud_readers)
+
+    def close(self) -> None:
+        """Stop reading; safe from any thread, idempotent. Iteration then raises ReaderClosed."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._cloud is not None:
+            self._cloud.close()
+        self._close_wal_reader()
+        self._pending.clear()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> "TieredReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "TieredReader":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- sync iteration ----------------------------------------------------------
+    def __iter__(self) -> Iterator[Message]:
+        self._set_mode("sync")
+        return self
+
+    def __next__(self) -> Message:
+        while True:
+            self._check_open()
+            if self._pending:
+                return self._accept(self._pending.popleft())
+            if self._phase == _PHASE_CLOUD:
+                self._pending.extend(self._cloud_batch())
+            elif self._phase == _PHASE_WAL:
+                message = self._next_wal_sync()
+                if message is not None:
+                    return self._accept(message)
+            else:
+                raise StopIteration
+
+    # -- async iteration ---------------------------------------------------------
+    def __aiter__(self) -> "TieredReader":
+        self._set_mode("async")
+        return self
+
+    async def __anext__(self) -> Message:
+        while True:
+            self._check_open()
+            if self._pending:
+                return self._accept(self._pending.popleft())
+            if self._phase == _PHASE_CLOUD:
+                # Archive reads block on the network: one worker-thread hop per batch.
+                self._pending.extend(await asyncio.to_thread(self._cloud_batch))
+            elif self._phase == _PHASE_WAL:
+                message = await self._next_wal_async()
+                if message is not None:
+                    return self._accept(message)
+            else:
+                raise StopAsyncIteration
+
+    # -- phases ------------------------------------------------------------------
+    def _initial_phase(self) -> str:
+        if self.wal is None:
+            end = topic_next_offset(self.topic, None, self.metadata) - 1
+            return self._start_cloud(end) if self._position <= end else _PHASE_DONE
+        wal_first = int(self.wal.first_offset)
+        if self._position >= wal_first:
+            return _PHASE_WAL
+        return self._start_cloud(wal_first - 1)
+
+    def _start_cloud(self, end_inclusive: int) -> str:
+        self._cloud = CloudReader(self.topic, self.metadata, self.objects, self._position, end_inclusive,
+                                  prefetch_objects=self.prefetch_objects,
+                                  memory_bytes_max=self.memory_bytes_max)
+        self._cloud_readers.append(self._cloud)
+        log.debug("reader of %s: cloud %d..%d", self.topic, self._position, end_inclusive)
+        return _PHASE_CLOUD
+
+    def _cloud_batch(self) -> list[Message]:
+        """Next archive messages; at the end of the archive range, hand off to the WAL."""
+        assert self._cloud is not None
+        batch = self._cloud.next_batch(ASYNC_BATCH_MESSAGES if self._mode == "async" else SYNC_BATCH_MESSAGES)
+        if not batch:
+            end = self._cloud.end
+            self._cloud.close()
+            self._cloud = None
+            # Cloud -> WAL handoff: the archive must have served exactly up to its end.
+            expected_next = self._position + len(self._pending)
+            if expected_next != end + 1:
+                raise DataGap(expected_next, end, "the archive ended early")
+            self._phase = _PHASE_WAL if self.wal is not None else _PHASE_DONE
+        return batch
+
+    def _open_wal(self) -> None:
+        """Open the WAL at ``position``; below its retention, read the gap from the archive."""
+        position = self._position
+        try:
+            self._wal_reader = self.wal.reader(position, live=self.live)
+        except OffsetBelowRetention as e:
+            self._fall_back_to_cloud(e)
+            return
+        # Everything below the durable watermark now is a replay; above it is live.
+        self._live_from = durable_next(self.wal)
+        self._wal_served = False
+        log.debug("reader of %s: WAL from %d (live from %d)", self.topic, position, self._live_from)
+
+    def _fall_back_to_cloud(self, error: OffsetBelowRetention) -> None:
+        self._close_wal_reader()
+        self._retention_retries += 1
+        if self._retention_retries > RETENTION_RETRIES_MAX:
+            raise DataGap(self._position, error.first_offset - 1,
+                          "WAL retention kept moving past the reader") from error
+        log.info("reader of %s: WAL now starts at %d; reading %d.. from the archive",
+                 self.topic, error.first_offset, self._position)
+        self._phase = self._start_cloud(error.first_offset - 1)
+
+    def _next_wal_sync(self) -> Message | None:
+        if self._wal_reader is None:
+            self._open_wal()
+            if self._phase != _PHASE_WAL:
+                return None
+            self._wal_iter = iter(self._wal_reader)
+        try:
+            record = next(self._wal_iter)
+        except StopIteration:
+            self._phase = _PHASE_DONE
+            return None
+        except OffsetBelowRetention as e:
+            return self._wal_retention_error(e)
+        return self._wal_message(record)
+
+    async def _next_wal_async(self) -> Message | None:
+        if self._wal_reader is None:
+            await asyncio.to_thread(self._open_wal)
+            if self._phase != _PHASE_WAL:
+                return None
+            self._wal_iter = self._wal_reader.__aiter__()
+        try:
+            record = await self._wal_iter.__anext__()
+        except StopAsyncIteration:
+            self._phase = _PHASE_DONE
+            return None
+        except OffsetBelowRetention as e:
+            return self._wal_retention_error(e)
+        return self._wal_message(record)
+
+    def _wal_retention_error(self, error: OffsetBelowRetention) -> None:
+        if self._wal_served:
+            raise error  # Mid-stream: the WAL lost data under us; never hide it.
+        self._fall_back_to_cloud(error)
+        return None
+
+    def _wal_message(self, record: tuple) -> Message:
+        self._wal_served = True
+        assert self._live_from is not None
+        tier = TIER_WAL if record[0] < self._live_from else TIER_LIVE
+        return Message.from_record(record, tier)
+
+    def _close_wal_reader(self) -> None:
+        reader, self._wal_reader, self._wal_iter = self._wal_reader, None, None
+        close = getattr(reader, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - closing is best effort; the reader is done
+                log.debug("closing the WAL reader of %s failed", self.topic, exc_info=True)
+
+    # -- checks ------------------------------------------------------------------
+    def _accept(self, message: Message) -> Message:
+        """The handoff assertion: every message is exactly position + 1 of the last one."""
+        offset = message.offset
+        if offset != self._position:
+            self._phase = _PHASE_DONE
+            if offset > self._position:
+                raise DataGap(self._position, offset - 1, f"{message.tier} tier jumped to {offset}")
+            raise OffsetOutOfOrder(self._position, offset, message.tier)
+        self._position = offset + 1
+        _READS[message.tier].inc()
+        self._served += 1
+        if self._served % LAG_SAMPLE_MESSAGES == 0 and self.wal is not None:
+            LAG.labels(str(self.topic)).set(max(0, int(self.wal.next_offset) - self._position))
+        return message
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ReaderClosed(f"reader of {self.topic} is closed")
+
+    def _set_mode(self, mode: str) -> None:
+        if self._mode not in (None, mode):
+            raise RuntimeError(f"reader of {self.topic} is already iterated with {self._mode} iteration")
+        self._mode = mode
+
+    def __repr__(self) -> str:
+        return f"TieredReader({self.topic}, position={self._position}, phase={self._phase})"
+
+
+def durable_next(wal: Any) -> int:
+    """One past the WAL's durable watermark (its last durable offset)."""
+    durable = wal.durable_offset
+    return int(wal.first_offset) if durable is None or durable < 0 else int(durable) + 1
+
+
+__all__ = ["TieredReader", "create_reader", "resolve_start", "topic_next_offset"]
