@@ -75,13 +75,24 @@ def _checkpoint_next(checkpoint: dict | None) -> int | None:
 
 def _check_against_checkpoint(directory: str, segments: list[Segment], next_offset: int | None,
                               checkpoint: dict | None) -> None:
-    """Whole sealed segments missing means lost durable data: refuse rather than reuse offsets."""
-    if checkpoint is None or not segments:
+    """Missing whole segments means lost durable data: refuse rather than reuse offsets.
+
+    The checkpoint names the active segment (``sealed_next_offset`` is its base) and how
+    far the log reached when it was written. Losing the tail of the active segment is a
+    torn write the tail rule repairs; losing a sealed segment, or the active segment file
+    while it held records, is not.
+    """
+    if checkpoint is None:
         return
     sealed_next = int(checkpoint.get("sealed_next_offset", 0))
+    checkpoint_next = int(checkpoint.get("next_offset", 0))
     if next_offset is not None and next_offset < sealed_next:
         raise CorruptLog(directory, 0, f"log ends before offset {sealed_next}, which the checkpoint "
                          f"says was sealed durably (segments missing?)")
+    active_present = any(s.base_offset == sealed_next for s in segments)
+    if checkpoint_next > sealed_next and not active_present and (next_offset or 0) < checkpoint_next:
+        raise CorruptLog(directory, 0, f"segment {sealed_next} held offsets up to {checkpoint_next - 1} "
+                         f"per the checkpoint but is missing")
 
 
 def _apply_initial_offset(fs: FileSystem, directory: str, segments: list[Segment], next_offset: int | None,

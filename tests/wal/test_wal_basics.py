@@ -169,11 +169,11 @@ def test_wait_durable_async_and_async_reader(wal):
 
         task = asyncio.ensure_future(consume())
         tick = asyncio.ensure_future(ticker())
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # the reader is now waiting for offset 1
+        assert got == [0] and ticker_ran > 10, "a waiting reader blocked the event loop"
         await asyncio.to_thread(lambda: [wal.append(b"y") for _ in range(200)])
         await asyncio.wait_for(task, 10)
         await tick
-        assert ticker_ran > 3
         reader.close()
         return got
 

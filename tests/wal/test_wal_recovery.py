@@ -1,0 +1,127 @@
+"""Recovery: torn tails are repaired, corruption anywhere else is refused with nothing changed."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from native.format import SEGMENT_HEADER_BYTES
+from tests.wal.helpers import check_payload, payload_for, read_all, small_config
+from wal import CorruptLog, WriteAheadLog
+from wal.checkpoint import CHECKPOINT_NAME
+
+
+def _build(root: str, count: int = 300, segment_bytes_max: int = 4096) -> list:
+    log = WriteAheadLog.open(root, "/ns/t", small_config(segment_bytes_max=segment_bytes_max))
+    for offset in range(count):
+        log.append(payload_for(offset))
+        if offset % 20 == 19:
+            log.flush()
+    log.flush()
+    infos = log.segments()
+    log.close()
+    return infos
+
+
+def _snapshot(directory: str) -> dict:
+    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
+
+
+def _frame_starts(path: str) -> list[int]:
+    from native import scan_frames
+    data = open(path, "rb").read()
+    return scan_frames(data, pos=SEGMENT_HEADER_BYTES, decode=False, positions=True).positions
+
+
+def test_tail_truncation_at_every_byte_of_the_last_frames_is_repaired(tmp_path):
+    infos = _build(str(tmp_path), count=60, segment_bytes_max=1 << 20)
+    path = infos[-1].path
+    original = open(path, "rb").read()
+    starts = _frame_starts(path)
+    for cut in range(starts[-3], len(original)):
+        with open(path, "wb") as f:
+            f.write(original[:cut])
+        os.remove(os.path.join(os.path.dirname(path), CHECKPOINT_NAME))
+        log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(segment_bytes_max=1 << 20))
+        kept = sum(1 for s in starts if s < cut and (starts + [len(original)])[starts.index(s) + 1] <= cut)
+        assert log.next_offset == kept, f"cut at {cut}"
+        assert os.path.getsize(path) == (starts + [len(original)])[kept], "torn bytes must be cut"
+        assert [check_payload(r.payload)[0] for r in read_all(log)] == list(range(kept))
+        assert log.append(payload_for(kept)) == kept, "offsets continue at last valid + 1"
+        log.close()
+        with open(path, "wb") as f:
+            f.write(original)
+
+
+def test_tail_garbage_after_valid_frames_is_repaired(tmp_path):
+    infos = _build(str(tmp_path), count=40, segment_bytes_max=1 << 20)
+    with open(infos[-1].path, "ab") as f:
+        f.write(b"\x00" * 100 + os.urandom(333))
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+    assert log.next_offset == 40
+    log.close()
+
+
+@pytest.mark.parametrize("where", ["sealed", "last_middle", "header"])
+def test_bit_flips_in_the_middle_refuse_to_open_and_change_nothing(tmp_path, where):
+    infos = _build(str(tmp_path))
+    assert len(infos) >= 3
+    rng = random.Random(where)
+    directory = os.path.dirname(infos[0].path)
+    target = infos[1].path if where == "sealed" else infos[-1].path
+    pristine = open(target, "rb").read()
+    starts = _frame_starts(target)
+    for _trial in range(15):
+        if where == "header":
+            position = rng.randrange(0, SEGMENT_HEADER_BYTES)
+        elif where == "sealed":
+            position = rng.randrange(SEGMENT_HEADER_BYTES, len(pristine))
+        else:  # inside a frame of the last segment that valid frames follow
+            position = rng.randrange(starts[0], starts[-2])
+        flipped = bytearray(pristine)
+        flipped[position] ^= 1 << rng.randrange(8)
+        with open(target, "wb") as f:
+            f.write(flipped)
+        before = _snapshot(directory)
+        with pytest.raises(CorruptLog) as caught:
+            WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+        assert caught.value.path == target
+        assert _snapshot(directory) == before, "a refused open must not change any file"
+        with open(target, "wb") as f:
+            f.write(pristine)
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+    assert [check_payload(r.payload)[0] for r in read_all(log)] == list(range(300))
+    log.close()
+
+
+def test_missing_sealed_segment_is_refused(tmp_path):
+    infos = _build(str(tmp_path))
+    os.remove(infos[1].path)  # a gap between segments
+    with pytest.raises(CorruptLog):
+        WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+
+
+def test_missing_newest_sealed_segments_are_refused_via_checkpoint(tmp_path):
+    infos = _build(str(tmp_path))
+    os.remove(infos[-1].path)  # what is left looks clean, but the checkpoint knows better
+    with pytest.raises(CorruptLog):
+        WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+
+
+def test_all_segments_gone_is_refused_not_restarted_at_zero(tmp_path):
+    infos = _build(str(tmp_path), count=50)
+    for info in infos:
+        os.remove(info.path)
+    with pytest.raises(CorruptLog):
+        WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+
+
+def test_empty_wal_whose_segment_vanished_continues_from_checkpoint(tmp_path):
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(), initial_offset=22)
+    path = log.segments()[0].path
+    log.close()
+    os.remove(path)  # held no records, so nothing was lost
+    again = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+    assert again.next_offset == 22, "offsets must never restart at 0"
+    again.close()
