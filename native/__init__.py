@@ -47,6 +47,26 @@ scan_frames = codec.scan_frames
 encode_segment_header = codec.encode_segment_header
 decode_segment_header = codec.decode_segment_header
 
+# The dnb1 archive object API (spec in native/object_format.py). These functions dispatch to
+# the codec selected above at call time; pass codec= to pick a twin explicitly (tests do).
+from native import object_format  # noqa: E402
+from native.object_format import (  # noqa: E402
+    Block,
+    Footer,
+    ObjectHeader,
+    block_frames,
+    decode_block,
+    footer_bytes_needed,
+    iter_records,
+    parse_footer,
+    parse_header,
+    read_all_frames,
+    read_footer,
+    read_records,
+    select_blocks,
+    write_object,
+)
+
 
 def available_codecs() -> list:
     """Every twin that can run here (the pure-Python one always can)."""
@@ -66,5 +86,8 @@ __all__ = [
     "IMPLEMENTATION", "codec", "available_codecs", "crc32c", "encode_record", "encode_frame",
     "encode_batch", "decode_record", "scan_frames", "encode_segment_header",
     "decode_segment_header", "Record", "ScanResult", "ScanStop", "CodecError",
-    "CorruptObject", "CorruptSegmentHeader",
+    "CorruptObject", "CorruptSegmentHeader", "object_format", "Block", "Footer", "ObjectHeader",
+    "write_object", "footer_bytes_needed", "parse_footer", "read_footer", "select_blocks",
+    "decode_block", "block_frames", "parse_header", "iter_records", "read_records",
+    "read_all_frames",
 ]

@@ -14,8 +14,8 @@ from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject, PyTypeObject
 from libc.stdint cimport UINT32_MAX, UINT64_MAX, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy
 
 from collections.abc import Mapping
 import operator
@@ -653,3 +653,365 @@ def decode_segment_header(buf):
     if dnb_ld16(p + 6) != 0:
         raise CorruptSegmentHeader(f"unknown segment flags {dnb_ld16(p + 6):#x}")
     return dnb_ld64(p + 8), dnb_ld64(p + 16)
+
+
+# ---------------------------------------------------------------------------------------------
+# dnb1 objects (spec: native/object_format.py). Per-object work that is O(1) (argument checks,
+# the 16-byte trailer, the header) is shared with the twin; everything that grows with the
+# number of frames or blocks (validation, block split, CRCs, footer assembly and parsing,
+# record decoding) runs in C here.
+
+import zstandard
+
+from native._object_py import (
+    check_block_scan as _check_block_scan,
+    check_object_args as _check_object_args,
+    encode_header as _encode_header,
+    encode_trailer as _encode_trailer,
+    frame_position as _frame_position,
+    object_footer_bytes_needed,
+    object_parse_header,
+    zstd_compressor as _zstd_compressor,
+)
+from native.errors import CorruptObject
+from native.object_format import Block, Footer
+
+cdef enum:
+    BLOCK_HDR = 16
+    ENTRY_BYTES = 48
+    FOOTER_FIXED_B = 62
+    TRAILER_B = 16
+    CODEC_NONE = 0
+    CODEC_ZSTD = 1
+    BLOCK_RAW_MIN = 17
+
+assert Block.__basicsize__ == tuple.__basicsize__ and len(Block._fields) == 8
+cdef PyTypeObject *_BLOCK_TYPE = <PyTypeObject *>Block
+
+
+cdef struct BlockOut:
+    Py_ssize_t start          # byte range of its frames in the input
+    Py_ssize_t end
+    uint64_t first
+    uint64_t last
+    uint64_t tmin
+    uint64_t tmax
+    const uint8_t *body       # what is stored (the frames, or the zstd body)
+    Py_ssize_t body_len
+    uint8_t codec
+
+
+def object_encode(frames, topic, block_bytes, zstd_level, first_offset):
+    cdef bytes topic_b = _check_object_args(topic, block_bytes, zstd_level)
+    cdef _View v = _view(frames)
+    cdef const uint8_t *b = v.ptr
+    cdef Py_ssize_t target = block_bytes, pos = 0, nblocks = 0, cap = 16, i, limit, total
+    cdef bint have_expected = first_offset is not None, expected_overflow = False
+    cdef uint64_t expected = 0, offset = 0, count = 0, first = 0
+    cdef uint32_t length = 0
+    cdef int code
+    cdef RecordParse rp
+    cdef BlockOut *blocks
+    cdef BlockOut *cur
+    cdef uint8_t *out
+    cdef uint8_t *p
+    cdef Py_ssize_t frame_len, footer_len
+    cdef uint64_t tmin, tmax
+    cdef uint8_t *entry
+    cdef uint8_t *footer
+    if v.size == 0:
+        raise CodecError("no frames to archive")
+    if have_expected:
+        expected = _u64(first_offset, "expected_offset")
+    blocks = <BlockOut *>malloc(cap * sizeof(BlockOut))
+    if blocks == NULL:
+        raise MemoryError()
+    try:
+        # Pass 1, C only: validate every frame and its record, cut blocks at the target size.
+        limit = v.size // (FRAME_HDR + 1) + 1
+        cur = NULL
+        while pos < v.size and <Py_ssize_t>count < limit:
+            code = _check_frame(b, pos, v.size, have_expected, expected_overflow, expected,
+                                &length, &offset)
+            if code != F_OK:
+                stop = _frame_stop(code, pos, v.size, length, offset,
+                                   _U64_LIMIT if expected_overflow else expected)
+                raise CodecError(f"frames invalid at byte {pos}: {stop.reason}: {stop.detail}")
+            if _parse_record(b + pos + FRAME_HDR, length, &rp) != R_OK:
+                raise CodecError(f"frames invalid at byte {pos}: {STOP_RECORD}: {_record_error(&rp)}")
+            frame_len = FRAME_HDR + length
+            if cur == NULL or (cur.end - cur.start) + frame_len > target:
+                if nblocks == cap:
+                    cap *= 2
+                    cur = <BlockOut *>realloc(blocks, cap * sizeof(BlockOut))
+                    if cur == NULL:
+                        raise MemoryError()
+                    blocks = cur
+                cur = &blocks[nblocks]
+                nblocks += 1
+                cur.start = pos
+                cur.end = pos
+                cur.first = offset
+                cur.tmin = rp.publish_time
+                cur.tmax = rp.publish_time
+                cur.codec = CODEC_NONE
+            cur.end = pos + frame_len
+            cur.last = offset
+            if rp.publish_time < cur.tmin:
+                cur.tmin = rp.publish_time
+            if rp.publish_time > cur.tmax:
+                cur.tmax = rp.publish_time
+            if count == 0:
+                first = offset
+            count += 1
+            have_expected = True
+            expected_overflow = offset == UINT64_MAX
+            expected = offset + 1
+            pos += frame_len
+        if pos != v.size or nblocks == 0:
+            raise AssertionError("frame scan did not consume the input")
+        # Pass 2: compress (one library call per block, the GIL released inside zstandard).
+        keep = []
+        compressor = _zstd_compressor(zstd_level) if zstd_level else None
+        header = _encode_header(topic_b)
+        total = len(header)
+        for i in range(nblocks):
+            cur = &blocks[i]
+            cur.body = b + cur.start
+            cur.body_len = cur.end - cur.start
+            if compressor is not None:
+                packed = compressor.compress(PyBytes_FromStringAndSize(<const char *>cur.body,
+                                                                       cur.body_len))
+                if len(packed) < cur.body_len:
+                    keep.append(packed)
+                    cur.body = <const uint8_t *>PyBytes_AS_STRING(packed)
+                    cur.body_len = len(packed)
+                    cur.codec = CODEC_ZSTD
+            total += BLOCK_HDR + cur.body_len
+        footer_len = FOOTER_FIXED_B + len(topic_b) + ENTRY_BYTES * nblocks + 4
+        total += footer_len + TRAILER_B
+        # Pass 3, C only: lay out blocks, footer and trailer in one allocation.
+        result = PyBytes_FromStringAndSize(NULL, total)
+        out = <uint8_t *>PyBytes_AS_STRING(result)
+        memcpy(out, PyBytes_AS_STRING(header), len(header))
+        p = out + len(header)
+        tmin = blocks[0].tmin
+        tmax = blocks[0].tmax
+        footer = out + total - TRAILER_B - footer_len
+        entry = footer + FOOTER_FIXED_B + len(topic_b)
+        for i in range(nblocks):
+            cur = &blocks[i]
+            p[4] = cur.codec
+            p[5] = 0
+            dnb_st16(p + 6, 0)
+            dnb_st32(p + 8, <uint32_t>cur.body_len)
+            dnb_st32(p + 12, <uint32_t>(cur.end - cur.start))
+            memcpy(p + BLOCK_HDR, cur.body, cur.body_len)
+            dnb_st32(p, dnb_crc32c(0, p + 4, <size_t>(12 + cur.body_len)))
+            dnb_st64(entry, <uint64_t>(p - out))
+            dnb_st64(entry + 8, cur.first)
+            dnb_st64(entry + 16, cur.last)
+            dnb_st32(entry + 24, <uint32_t>(BLOCK_HDR + cur.body_len))
+            dnb_st32(entry + 28, <uint32_t>(cur.end - cur.start))
+            dnb_st64(entry + 32, cur.tmin)
+            dnb_st64(entry + 40, cur.tmax)
+            if cur.tmin < tmin:
+                tmin = cur.tmin
+            if cur.tmax > tmax:
+                tmax = cur.tmax
+            entry += ENTRY_BYTES
+            p += BLOCK_HDR + cur.body_len
+        if p != footer:
+            raise AssertionError("blocks do not end where the footer starts")
+        memcpy(footer, <const char *>b"DNBF", 4)
+        dnb_st16(footer + 4, 1)
+        dnb_st16(footer + 6, 0)
+        dnb_st64(footer + 8, first)
+        dnb_st64(footer + 16, blocks[nblocks - 1].last)
+        dnb_st64(footer + 24, count)
+        dnb_st64(footer + 32, tmin)
+        dnb_st64(footer + 40, tmax)
+        dnb_st64(footer + 48, <uint64_t>len(header))
+        dnb_st32(footer + 56, <uint32_t>nblocks)
+        dnb_st16(footer + 60, <uint16_t>len(topic_b))
+        memcpy(footer + FOOTER_FIXED_B, PyBytes_AS_STRING(topic_b), len(topic_b))
+        dnb_st32(entry, dnb_crc32c(0, footer, <size_t>(entry - footer)))
+        trailer = _encode_trailer(footer_len)
+        memcpy(entry + 4, PyBytes_AS_STRING(trailer), TRAILER_B)
+        if entry + 4 + TRAILER_B != out + total:
+            raise AssertionError("object length changed between measuring and writing")
+        return result
+    finally:
+        free(blocks)
+
+
+def object_parse_footer(tail, object_name, object_size):
+    cdef _View v = _view(tail)
+    cdef Py_ssize_t need = object_footer_bytes_needed(tail, object_name, object_size)
+    cdef Py_ssize_t size = object_size, flen, index, topic_len, block_count
+    cdef const uint8_t *f
+    cdef const uint8_t *e
+    cdef uint64_t first, last, count, tmin, tmax, header_bytes, expect_position, expect_offset
+    cdef uint64_t position, b_first, b_last, b_min, b_max, union_min = 0, union_max = 0
+    cdef uint32_t stored, raw
+    cdef Py_ssize_t footer_position
+    if need > size:
+        raise CorruptObject(object_name, size - TRAILER_B,
+                            f"trailer names a footer of {need - TRAILER_B} bytes in an object "
+                            f"of {object_size}")
+    if v.size < need or v.size > size:
+        raise ValueError(f"parse_footer needs the last {need} bytes of the object, got {v.size}"
+                         f" of an object of {object_size}")
+    footer_position = size - need
+    f = v.ptr + v.size - need
+    flen = need - TRAILER_B
+    at = footer_position
+    if dnb_crc32c(0, f, <size_t>(flen - 4)) != dnb_ld32(f + flen - 4):
+        raise CorruptObject(object_name, at, "footer CRC mismatch")
+    if memcmp(f, b"DNBF", 4) != 0:
+        raise CorruptObject(object_name, at,
+                            f"bad footer magic {PyBytes_FromStringAndSize(<const char *>f, 4)!r}")
+    if dnb_ld16(f + 4) != 1:
+        raise CorruptObject(object_name, at + 4, f"unsupported footer version {dnb_ld16(f + 4)}")
+    if dnb_ld16(f + 6) != 0:
+        raise CorruptObject(object_name, at + 6, f"unknown footer flags {dnb_ld16(f + 6):#x}")
+    first = dnb_ld64(f + 8)
+    last = dnb_ld64(f + 16)
+    count = dnb_ld64(f + 24)
+    tmin = dnb_ld64(f + 32)
+    tmax = dnb_ld64(f + 40)
+    header_bytes = dnb_ld64(f + 48)
+    block_count = dnb_ld32(f + 56)
+    topic_len = dnb_ld16(f + 60)
+    if block_count == 0 or topic_len == 0 or (
+            FOOTER_FIXED_B + topic_len + <Py_ssize_t>ENTRY_BYTES * block_count + 4 != flen):
+        raise CorruptObject(object_name, at + 56, f"footer of {flen} bytes cannot hold a topic of "
+                                                  f"{topic_len} bytes and {block_count} blocks")
+    if last < first or count != last - first + 1:
+        raise CorruptObject(object_name, at + 8, f"footer says offsets {first}..{last} but "
+                                                 f"{count} messages")
+    if not dnb_utf8_valid(f + FOOTER_FIXED_B, topic_len):
+        raise CorruptObject(object_name, at + FOOTER_FIXED_B, "footer topic is not UTF-8")
+    topic = PyUnicode_DecodeUTF8(<const char *>f + FOOTER_FIXED_B, topic_len, "strict")
+    cdef list blocks = []
+    expect_position = header_bytes
+    expect_offset = first
+    e = f + FOOTER_FIXED_B + topic_len
+    for index in range(block_count):
+        position = dnb_ld64(e)
+        b_first = dnb_ld64(e + 8)
+        b_last = dnb_ld64(e + 16)
+        stored = dnb_ld32(e + 24)
+        raw = dnb_ld32(e + 28)
+        b_min = dnb_ld64(e + 32)
+        b_max = dnb_ld64(e + 40)
+        if (position != expect_position or b_first != expect_offset or b_last < b_first
+                or stored <= BLOCK_HDR or raw < BLOCK_RAW_MIN or b_min > b_max):
+            raise CorruptObject(object_name, at + (e - f),
+                                f"block index entry {index} is inconsistent (position {position}, "
+                                f"offsets {b_first}..{b_last}, stored {stored}, raw {raw})")
+        PyList_Append(blocks, dnb_tuple8(_BLOCK_TYPE, index, position, stored, raw, b_first,
+                                         b_last, b_min, b_max))
+        if index == 0 or b_min < union_min:
+            union_min = b_min
+        if index == 0 or b_max > union_max:
+            union_max = b_max
+        expect_position = position + stored
+        # b_last == 2**64 - 1 can only be the last block; the check after the loop then fails
+        # unless last is too, which the footer cannot express past u64 anyway.
+        expect_offset = b_last + 1
+        e += ENTRY_BYTES
+    if expect_position != <uint64_t>footer_position or expect_offset != last + 1:
+        raise CorruptObject(object_name, at, f"blocks end at byte {expect_position} and offset "
+                                             f"{<object>expect_offset - 1}, footer is at "
+                                             f"{footer_position} and says last offset {last}")
+    if union_min != tmin or union_max != tmax:
+        raise CorruptObject(object_name, at + 32, f"footer publish times {tmin}..{tmax} differ from "
+                                                  f"its blocks' {union_min}..{union_max}")
+    return Footer(topic, first, last, count, tmin, tmax, header_bytes, footer_position,
+                  object_size, tuple(blocks))
+
+
+cdef tuple _block_raw(data, block, object_name):
+    """The validated, decompressed frame bytes of one block and whether it was stored as is."""
+    cdef _View v = _view(data)
+    cdef const uint8_t *p = v.ptr
+    cdef Py_ssize_t stored_bytes = block.stored_bytes
+    at = block.position
+    index = block.index
+    if v.size != stored_bytes:
+        raise CorruptObject(object_name, at, f"block {index} is {v.size} bytes, index says "
+                                             f"{stored_bytes}")
+    # stored_bytes > 16 is guaranteed by the footer check; a hand-made Block may lie.
+    if v.size < BLOCK_HDR or dnb_crc32c(0, p + 4, <size_t>(v.size - 4)) != dnb_ld32(p):
+        raise CorruptObject(object_name, at, f"block {index} CRC mismatch")
+    cdef uint8_t codec = p[4], reserved8 = p[5]
+    cdef uint16_t reserved16 = dnb_ld16(p + 6)
+    cdef uint32_t stored = dnb_ld32(p + 8), raw_bytes = dnb_ld32(p + 12)
+    if reserved8 or reserved16 or (codec != CODEC_NONE and codec != CODEC_ZSTD):
+        raise CorruptObject(object_name, at + 4, f"block {index} codec {codec} / reserved "
+                                                 f"{reserved8:#x} {reserved16:#x} unknown")
+    if stored != stored_bytes - BLOCK_HDR or raw_bytes != block.raw_bytes or (
+            codec == CODEC_NONE and stored != raw_bytes):
+        raise CorruptObject(object_name, at + 8, f"block {index} sizes {stored}/{raw_bytes} "
+                                                 f"disagree with its index entry")
+    body = memoryview(data)[BLOCK_HDR:]
+    if codec == CODEC_NONE:
+        return body, True
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=raw_bytes)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(object_name, at + BLOCK_HDR,
+                            f"block {index} does not decompress: {exc}") from exc
+    if len(raw) != raw_bytes:
+        raise CorruptObject(object_name, at + BLOCK_HDR,
+                            f"block {index} decompresses to {len(raw)} bytes, not {raw_bytes}")
+    return raw, False
+
+
+def object_decode_block(data, block, object_name, first_offset, last_offset, min_publish_time,
+                        max_publish_time, bint want_records):
+    raw, stored_as_is = _block_raw(data, block, object_name)
+    cdef _View v = _view(raw)
+    cdef const uint8_t *b = v.ptr
+    cdef Py_ssize_t pos = 0, count = 0, limit = v.size // (FRAME_HDR + 1) + 1
+    cdef uint64_t expected = block.first_offset, offset = 0, last = 0
+    cdef uint64_t lo, hi, tmin, tmax, time_min = 0, time_max = 0
+    cdef bint expected_overflow = False
+    cdef uint32_t length = 0
+    cdef int code
+    cdef RecordParse rp
+    cdef list records = []
+    lo = 0 if first_offset is None else _u64(first_offset, "first_offset")
+    hi = block.last_offset if last_offset is None else _u64(last_offset, "last_offset")
+    tmin = 0 if min_publish_time is None else _u64(min_publish_time, "min_publish_time")
+    tmax = (block.max_publish_time if max_publish_time is None
+            else _u64(max_publish_time, "max_publish_time"))
+    while pos < v.size and count < limit:
+        code = _check_frame(b, pos, v.size, True, expected_overflow, expected, &length, &offset)
+        if code != F_OK:
+            stop = _frame_stop(code, pos, v.size, length, offset,
+                               _U64_LIMIT if expected_overflow else expected)
+        elif _parse_record(b + pos + FRAME_HDR, length, &rp) != R_OK:
+            stop = ScanStop(pos, STOP_RECORD, _record_error(&rp))
+        else:
+            stop = None
+        if stop is not None:
+            raise CorruptObject(object_name, _frame_position(block, stored_as_is, pos),
+                                f"frame at byte {pos} of block {block.index}: "
+                                f"{stop.reason}: {stop.detail}")
+        if count == 0 or rp.publish_time < time_min:
+            time_min = rp.publish_time
+        if count == 0 or rp.publish_time > time_max:
+            time_max = rp.publish_time
+        if (want_records and lo <= offset <= hi and tmin <= rp.publish_time <= tmax):
+            PyList_Append(records, _build_record(offset, b + pos + FRAME_HDR, length, &rp))
+        last = offset
+        count += 1
+        expected_overflow = offset == UINT64_MAX
+        expected = offset + 1
+        pos += FRAME_HDR + length
+    _check_block_scan(object_name, block, count, last if count else -1, time_min, time_max)
+    if not want_records:
+        return bytes(raw)
+    return records

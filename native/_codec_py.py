@@ -268,3 +268,14 @@ def decode_segment_header(buf) -> tuple[int, int]:
     if flags != 0:
         raise CorruptSegmentHeader(f"unknown segment flags {flags:#x}")
     return base, created_ms
+
+
+# The dnb1 object codec (spec: native/object_format.py) lives in its own module to keep this
+# one about frames; imported last because it builds on the functions above.
+from native._object_py import (  # noqa: E402
+    object_decode_block,
+    object_encode,
+    object_footer_bytes_needed,
+    object_parse_footer,
+    object_parse_header,
+)
