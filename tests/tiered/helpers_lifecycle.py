@@ -1,0 +1,120 @@
+"""Shared helpers of the lifecycle, move and watcher tests.
+
+``Cluster`` is a set of brokers sharing one metadata store and one object store, each
+with its own WAL directory (as on separate machines). Stores are either embedded
+(SQLite + local directory) or real servers (etcd + moto over HTTP).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tiered.config import BrokerConfig
+from tiered.lifecycle import BrokerHost
+from tiered.metadata import open_metadata
+from tiered.metadata.base import MetadataStore
+from tiered.objects import open_objects
+from tiered.objects.base import ObjectStore
+from uploader.config import UploaderConfig
+
+TOPIC = "/default/reliable_topic"
+
+# Background uploads effectively off (tests upload explicitly or via archived acks),
+# short waits so failure tests stay fast, short lease so failover tests do not wait.
+FAST_UPLOADER = UploaderConfig(interval_s=3600.0, drain_timeout_s=2.0, retry_attempts_max=2,
+                               retry_backoff_s=0.01, retry_backoff_max_s=0.05, poll_interval_s=0.05)
+FAST_BROKER = BrokerConfig(uploader=FAST_UPLOADER, session_ttl_s=2.0, progress_interval_s=0.1,
+                           drain_timeout_s=2.0, flush_timeout_s=5.0, produce_timeout_s=10.0,
+                           close_timeout_s=5.0)
+
+
+class Cluster:
+    def __init__(self, root: str, metadata: MetadataStore, objects: ObjectStore,
+                 config: BrokerConfig = FAST_BROKER) -> None:
+        self.root = root
+        self.metadata = metadata
+        self.objects = objects
+        self.config = config
+        self.hosts: list[BrokerHost] = []
+
+    def wal_root(self, broker_id: str) -> str:
+        return os.path.join(self.root, f"wal-{broker_id}")
+
+    def broker(self, broker_id: str, **overrides: Any) -> BrokerHost:
+        config = replace(self.config, **overrides) if overrides else self.config
+        host = BrokerHost(broker_id, self.wal_root(broker_id), self.metadata, self.objects, config)
+        self.hosts.append(host)
+        return host
+
+    def close(self) -> None:
+        for host in self.hosts:
+            try:
+                host.close()
+            except Exception:  # noqa: BLE001 - teardown must close the rest
+                pass
+
+
+def local_stores(root: str) -> tuple[MetadataStore, ObjectStore]:
+    os.makedirs(os.path.join(root, "objects"), exist_ok=True)
+    return open_metadata(f"sqlite:///{root}/metadata.db"), open_objects(f"file://{root}/objects")
+
+
+def remote_stores(request: pytest.FixtureRequest) -> tuple[MetadataStore, ObjectStore]:
+    etcd = request.getfixturevalue("etcd_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    moto = request.getfixturevalue("moto_server")
+    metadata = open_metadata(f"{etcd.url}/t-{uuid.uuid4().hex[:12]}")
+    return metadata, open_objects(f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+
+
+@pytest.fixture
+def local_cluster(tmp_path) -> Iterator[Cluster]:
+    metadata, objects = local_stores(str(tmp_path))
+    cluster = Cluster(str(tmp_path), metadata, objects)
+    yield cluster
+    cluster.close()
+    metadata.close()
+
+
+@pytest.fixture(params=["local", "etcd+s3"])
+def any_cluster(request, tmp_path) -> Iterator[Cluster]:
+    """The embedded stores and the real servers, same test."""
+    if request.param == "local":
+        metadata, objects = local_stores(str(tmp_path))
+    else:
+        metadata, objects = remote_stores(request)
+    cluster = Cluster(str(tmp_path), metadata, objects)
+    yield cluster
+    cluster.close()
+    metadata.close()
+
+
+def produce_range(hosted: Any, start: int, end_inclusive: int, ack: str = "durable") -> list[int]:
+    """Produce payloads ``m<offset>`` and check each lands on the offset it names."""
+    offsets = []
+    for expected in range(start, end_inclusive + 1):
+        offset = hosted.produce(payload_for(expected), ack=ack)
+        assert offset == expected, f"produced at {offset}, expected {expected}"
+        offsets.append(offset)
+    return offsets
+
+
+def payload_for(offset: int) -> bytes:
+    return f"m{offset}".encode()
+
+
+def read_all(hosted_or_reader: Any, start: int, stop_after: int) -> list[Any]:
+    """Read ``[start, stop_after]`` from a hosted topic's tiered reader (no live tail)."""
+    reader = hosted_or_reader.create_reader(start, live=False)
+    with reader:
+        return [m for m in reader if m.offset <= stop_after]
+
+
+def wal_files(cluster: Cluster, broker_id: str, topic: str = TOPIC) -> list[str]:
+    path = os.path.join(cluster.wal_root(broker_id), *topic.strip("/").split("/"))
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []

@@ -1,0 +1,40 @@
+"""Configuration of a broker that hosts topics. Units are last in every name."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from uploader.config import UploaderConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything :class:`tiered.lifecycle.BrokerHost` needs besides its stores.
+
+    ``wal_config`` is passed through to ``WriteAheadLog.open`` (None = its defaults).
+    """
+
+    wal_config: Any = None
+    uploader: UploaderConfig = field(default_factory=UploaderConfig)
+    # Liveness lease: other brokers take this broker's topics over only after it lapses.
+    session_ttl_s: float = 10.0
+    register_session: bool = True
+    # The durable tip is published at most this often per topic, so a failover can
+    # report how many offsets the dead owner never archived (see docs/LIFECYCLE.md).
+    progress_interval_s: float = 1.0
+    # Default bounds for producer waits and for each unload step.
+    produce_timeout_s: float = 30.0
+    flush_timeout_s: float = 30.0
+    drain_timeout_s: float = 120.0
+    close_timeout_s: float = 30.0
+    # Subscription cursor flush policy (passed to SubscriptionManager).
+    cursor_flush_every_acks: int = 1000
+    cursor_flush_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
+                     "flush_timeout_s", "drain_timeout_s", "close_timeout_s", "cursor_flush_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.cursor_flush_every_acks < 1:
+            raise ValueError("cursor_flush_every_acks must be >= 1")

@@ -1,0 +1,143 @@
+"""Where a topic's offsets continue when a broker loads it (restore).
+
+After this broker has taken ownership (so nobody else can change the state, the
+descriptors or the progress key any more), :func:`plan_restore` reads them and decides:
+
+* ``sealed: true`` (a clean unload): start at ``last_committed_offset + 1`` (0 when it
+  is null: an empty topic must not start at 1). The last descriptor must end exactly
+  at the sealed offset; a disagreement raises :class:`RestoreMismatch`.
+* not sealed (the previous owner crashed, or it is the first load): start after the
+  last committed descriptor, never on an offset any descriptor covers. The dead
+  owner's published durable tip (:class:`Progress`) tells how many offsets it never
+  archived ("at least N": the tip is published at most once per interval).
+* the previous owner was this very broker and the topic was not sealed since: its
+  local WAL is recovered instead, provided it still reaches the archive (no gap).
+
+The planner is pure given what it read; :class:`BrokerHost` acts on the plan.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from tiered.errors import MalformedRecord, MetadataError
+from tiered.metadata import keys
+from tiered.metadata.base import MetadataStore
+from tiered.ownership import OwnerToken
+from uploader.commit import last_committed_offset
+from wal.topics import TopicName
+
+
+class RestoreMismatch(MetadataError):
+    """The sealed state and the descriptor chain disagree about where the topic ends."""
+
+    def __init__(self, topic: TopicName, sealed_offset: int | None, descriptor_end: int | None) -> None:
+        super().__init__(
+            f"topic {topic}: sealed at last_committed_offset={sealed_offset} but the last "
+            f"committed descriptor ends at {descriptor_end}; refusing to guess where offsets continue"
+        )
+        self.topic = topic
+        self.sealed_offset = sealed_offset
+        self.descriptor_end = descriptor_end
+
+
+def progress_key(topic: TopicName | str) -> str:
+    """Owner's published durable tip (not in keys.py's table: only the lifecycle uses it)."""
+    return keys.storage_prefix(topic) + "progress"
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """``durable_offset`` = highest offset the owner had fsynced (None: nothing yet)."""
+
+    broker_id: str
+    epoch: int
+    durable_offset: int | None
+    timestamp: float
+
+    def encode(self) -> bytes:
+        body = {"broker_id": self.broker_id, "epoch": self.epoch,
+                "durable_offset": self.durable_offset, "timestamp": self.timestamp}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, key: str, raw: bytes) -> "Progress":
+        try:
+            body = json.loads(raw)
+            durable = body["durable_offset"]
+            return cls(str(body["broker_id"]), int(body["epoch"]),
+                       None if durable is None else int(durable), float(body["timestamp"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise MalformedRecord(key, f"progress record: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    start_offset: int
+    #: End of the last committed descriptor (None: nothing archived).
+    descriptor_end: int | None
+    sealed: keys.SealedState | None
+    #: The previous owner was this broker and the topic was not sealed since.
+    may_recover_local: bool
+    #: Unsealed only: offsets the previous owner made durable but never archived (a lower
+    #: bound). Lost unless this broker recovers its own local WAL.
+    unarchived_at_least: int
+    previous_owner: str | None
+
+    @property
+    def committed_through(self) -> int | None:
+        """The uploader's checkpoint: everything below ``start_offset`` is archived."""
+        return None if self.start_offset == 0 else self.start_offset - 1
+
+
+def read_sealed_state(metadata: MetadataStore, topic: TopicName) -> keys.SealedState | None:
+    kv = metadata.get(keys.state_key(topic))
+    return None if kv is None else keys.SealedState.from_json(kv.key, kv.value)
+
+
+def read_progress(metadata: MetadataStore, topic: TopicName) -> Progress | None:
+    kv = metadata.get(progress_key(topic))
+    return None if kv is None else Progress.decode(kv.key, kv.value)
+
+
+def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
+    topic = token.topic
+    sealed = read_sealed_state(metadata, topic)
+    descriptor_end = last_committed_offset(metadata, topic)
+    archive_next = 0 if descriptor_end is None else descriptor_end + 1
+    previous = token.previous
+    previous_owner = previous.broker_id if previous is not None else None
+    if _is_sealed(sealed):
+        assert sealed is not None
+        if sealed.next_offset != archive_next:
+            raise RestoreMismatch(topic, sealed.last_committed_offset, descriptor_end)
+        mine = previous_owner == token.broker_id and sealed.broker_id == token.broker_id
+        return RestorePlan(archive_next, descriptor_end, sealed, mine, 0, previous_owner)
+    opened_at = 0 if sealed is None else sealed.next_offset
+    start = max(opened_at, archive_next)
+    mine = previous is not None and previous.holder == token.broker_id
+    unarchived = _unarchived(read_progress(metadata, topic), start)
+    return RestorePlan(start, descriptor_end, sealed, mine, unarchived, previous_owner)
+
+
+def _is_sealed(state: keys.SealedState | None) -> bool:
+    return state is not None and state.sealed
+
+
+def _unarchived(progress: Progress | None, start: int) -> int:
+    if progress is None or progress.durable_offset is None:
+        return 0
+    return max(0, progress.durable_offset + 1 - start)
+
+
+def opened_state(token: OwnerToken, plan: RestorePlan) -> keys.SealedState:
+    """The state a new owner writes at load: not sealed, continuing after the archive.
+
+    Without it a later crash of this owner would leave the previous owner's
+    ``sealed: true`` in place while descriptors run past it (a false mismatch)."""
+    return keys.SealedState(False, plan.committed_through, token.broker_id, time.time())
+
+
+def sealed_state(token: OwnerToken, last_committed_offset: int | None) -> keys.SealedState:
+    return keys.SealedState(True, last_committed_offset, token.broker_id, time.time())

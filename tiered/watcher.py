@@ -1,0 +1,208 @@
+"""Assignment watcher: the cluster tells a broker which topics to host through metadata.
+
+``/cluster/brokers/<broker_id>/<ns>/<topic>`` present = host it. The watcher loads a
+topic on PUT and unloads (seals) it on DELETE, and keeps the broker registered under
+a lease (:class:`~tiered.ownership.BrokerSession`) so other brokers know it is alive.
+
+Operator helpers follow the move in the seed document: :func:`request_unload` writes
+the ``/cluster/unassigned/<ns>/<topic>`` marker and deletes the assignment in one txn;
+:func:`wait_sealed` waits for the old owner's seal; :func:`assign` gives the topic to
+the next broker and clears the marker.
+
+Events of one topic are handled in order; different topics proceed in parallel on a
+small bounded pool. A load that finds the previous owner still sealing
+(:class:`TopicOwnedElsewhere`) is retried with bounded backoff.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tiered.errors import CompactedRevision, StorageError, WatchOverflow
+from tiered.lifecycle import BrokerHost, LifecycleError, TopicNotHosted
+from tiered.metadata import keys
+from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent
+from tiered.ownership import OwnerRecord, OwnershipError, owner_key
+from tiered.restore import read_sealed_state
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherConfig:
+    # Bounded retries of one load/unload; the window must outlast a peer's seal.
+    retry_attempts_max: int = 20
+    retry_backoff_s: float = 0.05
+    retry_backoff_max_s: float = 2.0
+    workers_max: int = 4
+    stop_timeout_s: float = 30.0
+
+
+class AssignmentWatcher:
+    """Loads/unloads topics on ``host`` as ``/cluster/brokers/<id>/`` changes."""
+
+    def __init__(self, host: BrokerHost, config: WatcherConfig | None = None,
+                 on_error: Callable[[TopicName, str, BaseException], None] | None = None) -> None:
+        self.host = host
+        self.metadata = host.metadata
+        self.config = config or WatcherConfig()
+        self.prefix = keys.broker_assignments_prefix(host.broker_id)
+        self.on_error = on_error
+        self.errors: list[tuple[TopicName, str, BaseException]] = []
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.config.workers_max, f"dnb-assign-{host.broker_id}")
+        self._tails: dict[TopicName, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "AssignmentWatcher":
+        if self.host.session is None:
+            raise RuntimeError("the broker host has no session lease; enable BrokerConfig.register_session")
+        revision = self._resync()
+        self._thread = threading.Thread(target=self._run, args=(revision + 1,), daemon=True,
+                                        name=f"dnb-watch-{self.host.broker_id}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._thread is not None:
+            self._thread.join(self.config.stop_timeout_s)
+        self._pool.shutdown(wait=True, cancel_futures=False)
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until every queued load/unload finished; False after ``timeout_s``."""
+        with self._lock:
+            pending = list(self._tails.values())
+        done, not_done = concurrent.futures.wait(pending, timeout=timeout_s)
+        return not not_done
+
+    # -- internals ----------------------------------------------------------------
+    def _resync(self) -> int:
+        """Load every assigned topic, unload hosted ones no longer assigned; returns the
+        revision the state was read at (watch from the next one)."""
+        revision = self.metadata.current_revision()
+        assigned = {keys.topic_from_key(kv.key, self.prefix) for kv in self.metadata.range(self.prefix)}
+        for topic in assigned:
+            self._submit(topic, "load")
+        for hosted in self.host.topics():
+            if hosted.topic not in assigned:
+                self._submit(hosted.topic, "unload")
+        return revision
+
+    def _run(self, start_revision: int) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch = self.metadata.watch_prefix(self.prefix, start_revision)
+                for event in self._watch:
+                    self._dispatch(event)
+                    start_revision = event.revision + 1
+            except (CompactedRevision, WatchOverflow) as e:
+                log.warning("broker %s: assignment watch lost history (%s); resyncing", self.host.broker_id, e)
+                start_revision = self._resync() + 1
+            except StorageError as e:
+                log.warning("broker %s: assignment watch failed (%s); rewatching", self.host.broker_id, e)
+                self._stop.wait(self.config.retry_backoff_max_s)
+
+    def _dispatch(self, event: PutEvent | DeleteEvent) -> None:
+        try:
+            topic = keys.topic_from_key(event.key, self.prefix)
+        except ValueError as e:
+            log.error("broker %s: ignoring assignment key %r: %s", self.host.broker_id, event.key, e)
+            return
+        self._submit(topic, "load" if isinstance(event, PutEvent) else "unload")
+
+    def _submit(self, topic: TopicName, action: str) -> None:
+        with self._lock:
+            previous = self._tails.get(topic)
+            self._tails[topic] = self._pool.submit(self._handle, topic, action, previous)
+
+    def _handle(self, topic: TopicName, action: str, previous: concurrent.futures.Future | None) -> None:
+        if previous is not None:
+            concurrent.futures.wait([previous])  # keep one topic's events in order
+        delay_s = self.config.retry_backoff_s
+        for attempt in range(1, self.config.retry_attempts_max + 1):
+            if self._stop.is_set():
+                return
+            try:
+                self._apply(topic, action)
+                return
+            except (StorageError, LifecycleError, OwnershipError) as e:
+                if attempt == self.config.retry_attempts_max:
+                    self._report(topic, action, e)
+                    return
+                log.info("topic %s: %s attempt %d failed (%s); retrying in %.2fs", topic, action, attempt, e, delay_s)
+                self._stop.wait(delay_s)
+                delay_s = min(delay_s * 2, self.config.retry_backoff_max_s)
+            except Exception as e:  # noqa: BLE001 - e.g. RestoreMismatch: retrying will not help
+                self._report(topic, action, e)
+                return
+
+    def _apply(self, topic: TopicName, action: str) -> None:
+        if action == "load":
+            self.host.load(topic)
+            return
+        try:
+            self.host.unload(topic)
+        except TopicNotHosted:
+            pass  # already gone (e.g. a replayed DELETE)
+
+    def _report(self, topic: TopicName, action: str, error: BaseException) -> None:
+        log.error("topic %s: %s gave up: %s", topic, action, error)
+        self.errors.append((topic, action, error))
+        if self.on_error is not None:
+            self.on_error(topic, action, error)
+
+
+# -- operator helpers ------------------------------------------------------------------
+
+
+class NotAssigned(LookupError):
+    def __init__(self, topic: TopicName, broker_id: str) -> None:
+        super().__init__(f"topic {topic} is not assigned to broker {broker_id}")
+
+
+def assign(metadata: MetadataStore, topic: TopicName | str, broker_id: str, reason: str | None = None) -> None:
+    """Assign ``topic`` to ``broker_id`` (its watcher loads it) and clear the unassigned marker."""
+    topic = TopicName.parse(topic)
+    record = keys.Assignment(time.time(), reason)
+    metadata.txn([], [Put(keys.assignment_key(broker_id, topic), record.to_json()),
+                      Delete(keys.unassigned_key(topic))])
+
+
+def request_unload(metadata: MetadataStore, topic: TopicName | str, from_broker: str,
+                   reason: str = "unload", to_broker: str | None = None) -> None:
+    """Write the unassigned marker and delete the assignment in one txn; the owner's
+    watcher then seals the topic. Refuses when the topic is not assigned there."""
+    topic = TopicName.parse(topic)
+    assignment = keys.assignment_key(from_broker, topic)
+    marker = keys.Unassigned(reason, from_broker, to_broker)
+    assigned = Compare(assignment, "version", ">", 0)
+    result = metadata.txn([assigned], [Put(keys.unassigned_key(topic), marker.to_json()), Delete(assignment)])
+    if not result.succeeded:
+        raise NotAssigned(topic, from_broker)
+
+
+def wait_sealed(metadata: MetadataStore, topic: TopicName | str, timeout_s: float,
+                poll_interval_s: float = 0.02) -> int | None:
+    """Wait until the topic is sealed and its owner released it; returns the sealed
+    last_committed_offset. TimeoutError after ``timeout_s``."""
+    topic = TopicName.parse(topic)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = read_sealed_state(metadata, topic)
+        kv = metadata.get(owner_key(topic))
+        released = kv is not None and OwnerRecord.decode(kv.key, kv.value).holder is None
+        if state is not None and state.sealed and released:
+            return state.last_committed_offset
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"topic {topic} not sealed within {timeout_s}s (state: {state})")
+        time.sleep(poll_interval_s)
