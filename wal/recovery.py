@@ -33,8 +33,9 @@ def recover(fs: FileSystem, directory: str, checkpoint: dict | None, initial_off
     ]
     segments = [s.segment for s in scanned]
     _check_contiguous(segments)
-    next_offset = segments[-1].last_offset + 1 if segments else _checkpoint_next(checkpoint)
-    _check_against_checkpoint(directory, segments, next_offset, checkpoint)
+    found_next = segments[-1].last_offset + 1 if segments else None
+    _check_against_checkpoint(directory, segments, found_next, checkpoint)
+    next_offset = found_next if segments else _checkpoint_next(checkpoint)
     segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
                                                   initial_offset)
     repaired = _repair_tail(fs, scanned[-1] if scanned else None)
