@@ -109,6 +109,7 @@ class CloudReader:
         self.bytes_fetched = self.blocks_fetched = self.objects_opened = 0
         self._count_lock = threading.Lock()
         self._closed = False
+        self._deferred: Exception | None = None
         self._pool = (concurrent.futures.ThreadPoolExecutor(prefetch_objects, f"dnb-prefetch{self.topic}")
                       if prefetch_objects > 0 else None)
         self._messages = self._generate() if start <= end_inclusive else iter(())
@@ -120,6 +121,9 @@ class CloudReader:
     def __next__(self) -> Message:
         if self._closed:
             raise ReaderClosed(f"cloud reader of {self.topic} is closed")
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
         message = next(self._messages)
         self.position = message.offset + 1
         return message
@@ -127,10 +131,16 @@ class CloudReader:
     def next_batch(self, count_max: int) -> list[Message]:
         """Up to ``count_max`` messages (fewer only at the end); for thread hops in async code."""
         batch: list[Message] = []
-        for message in self:
-            batch.append(message)
-            if len(batch) >= count_max:
-                break
+        try:
+            for message in self:
+                batch.append(message)
+                if len(batch) >= count_max:
+                    break
+        except Exception as e:  # noqa: BLE001 - re-raised on the next call, see below
+            if not batch:
+                raise
+            # Serve what came before the error first; the error follows on the next call.
+            self._deferred = e
         return batch
 
     def close(self) -> None:
