@@ -1,0 +1,69 @@
+"""A fork server for SIGKILL tests: imports the WAL once, forks one writer per round.
+
+Protocol (one line each; stdin commands, stdout reports; the pipe is the report channel):
+  <- READY
+  -> RUN <root> <round_id> <seed>
+  <- PID <pid>                  the forked writer; the driver SIGKILLs it when it likes
+  <- OPEN <first> <next>        (from the writer) after recovery
+  <- D <offset>                 (from the writer) after each fsync: offset is durable
+  <- EXIT <pid> <status>        after the writer died; every report of it precedes this
+Forking a pre-imported process keeps each kill round at a few milliseconds.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.wal.helpers import payload_for  # noqa: E402
+from wal import WalConfig, WriteAheadLog  # noqa: E402
+
+TOPIC = "/crash/topic"
+CONFIG = WalConfig(fsync_interval_ms=1.0, segment_bytes_max=64 * 1024, cache_messages_max=256)
+_RUN_LIMIT_S = 10.0  # a writer nobody kills exits on its own
+
+
+def _say(line: str) -> None:
+    os.write(1, (line + "\n").encode())
+
+
+def _writer(root: str, round_id: int, seed: int) -> None:
+    rng = random.Random(seed)
+    log = WriteAheadLog.open(root, TOPIC, CONFIG)
+    _say(f"OPEN {log.first_offset} {log.next_offset}")
+    log.add_durable_listener(lambda offset: _say(f"D {offset}"))
+    deadline = time.monotonic() + _RUN_LIMIT_S
+    while time.monotonic() < deadline:
+        base = log.next_offset  # one appender, so the offsets it gets are predictable
+        if rng.random() < 0.3:
+            count = rng.randrange(1, 20)
+            got = log.append_batch([payload_for(base + i, round_id) for i in range(count)])
+        else:
+            got = log.append(payload_for(base, round_id))
+        assert got == base, (got, base)
+        if rng.random() < 0.2:
+            time.sleep(rng.random() * 0.001)
+    log.close()
+
+
+def main() -> None:
+    _say("READY")
+    for line in sys.stdin:
+        command, root, round_id, seed = line.split()
+        assert command == "RUN"
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _writer(root, int(round_id), int(seed))
+            finally:
+                os._exit(0)
+        _say(f"PID {pid}")
+        _, status = os.waitpid(pid, 0)
+        _say(f"EXIT {pid} {status}")
+
+
+if __name__ == "__main__":
+    main()
