@@ -99,9 +99,10 @@ def test_async_for_across_all_tiers(backends: Backends) -> None:
         got: list[tuple[int, str]] = []
         reader = create_reader(TOPIC, wal, backends.metadata, backends.objects, 18)
         async with reader:
-            asyncio.get_running_loop().call_later(0.05, wal.append, 3)
             async for message in reader:
                 got.append((message.offset, message.tier))
+                if message.offset == 33:  # caught up: what is appended now arrives live
+                    asyncio.get_running_loop().call_later(0.02, wal.append, 3)
                 if message.offset == 36:
                     break
         return got
