@@ -15,7 +15,9 @@
 6. objects under the topic's prefix that no descriptor names are listed as orphans
    (a crash between an object PUT and its descriptor commit leaves one).
 
-Each problem is a dict with a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
+Each problem is a dict with a ``severity`` (``error``, or ``warning`` for an orphan past
+the archive's end, which may be an upload between its PUT and its commit; ``ok`` is
+false only for errors), a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
 ``missing_object``, ``corrupt_object``, ``range_mismatch``, ``sealed_mismatch``,
 ``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``) and a ``message`` saying
 what and where, plus the offsets or keys involved.
@@ -50,10 +52,10 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not any(p["severity"] == "error" for p in self.problems)
 
-    def add(self, kind: str, message: str, **details: Any) -> None:
-        self.problems.append({"kind": kind, "message": message, **details})
+    def add(self, kind: str, message: str, severity: str = "error", **details: Any) -> None:
+        self.problems.append({"kind": kind, "severity": severity, "message": message, **details})
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's JSON contract: exactly ``ok`` and ``problems``."""
@@ -288,5 +290,13 @@ def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: Verify
 
     for orphan in find_orphans(metadata, objects, topic):
         report.orphans.append(orphan.key)
-        report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "
-                             "by no descriptor", key=orphan.key, collectable=orphan.collectable)
+        if orphan.collectable:
+            report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "
+                                 "by no descriptor and lies inside the archived range: garbage to collect",
+                       key=orphan.key)
+        else:
+            # Past the chain's end it may be an upload between its PUT and its commit (or
+            # one the next pass adopts): listed, but not an error of the archive.
+            report.add("orphan", f"object {orphan.key} ({orphan.size} bytes) is named by no descriptor yet; "
+                                 "it lies past the archive's end (an upload in flight, or left by a crash)",
+                       severity="warning", key=orphan.key)

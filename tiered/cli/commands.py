@@ -176,10 +176,10 @@ def render_verify(report: Any) -> str:
              f"archive offsets: {_range(report.archive_first_offset, report.archive_last_offset)}; "
              f"local WAL: {_range(report.wal_first_offset, report.wal_last_offset)}"]
     if report.ok:
-        lines.append("OK: offsets contiguous, every object intact, no orphans")
+        lines.append("OK: offsets contiguous, every object intact, no garbage")
     else:
-        lines.append(f"{len(report.problems)} problem(s):")
-        lines += [f"  [{p['kind']}] {p['message']}" for p in report.problems]
+        lines.append(f"{sum(p['severity'] == 'error' for p in report.problems)} problem(s):")
+    lines += [f"  {p['severity']} [{p['kind']}] {p['message']}" for p in report.problems]
     return "\n".join(lines)
 
 

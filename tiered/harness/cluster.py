@@ -1,0 +1,154 @@
+"""The brokers, stores and fault switches one scenario runs on.
+
+* N in-process :class:`~tiered.lifecycle.BrokerHost` brokers, each with its own WAL
+  root on its own fault-injecting file system (``wal.fs.FaultFs``), so a power loss is
+  ``crash_image()``: unsynced bytes dropped, the last write torn.
+* One extra broker on the real disk, used by SIGKILLed subprocess brokers.
+* Shared metadata and object stores wrapped in fault injectors (``FaultPlan``).
+
+Brokers do not register sessions: the harness itself decides who is dead, and a
+takeover is the lifecycle's failover path (holder not registered).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from wal.topics import TopicName
+
+
+class HarnessCrash(Exception):
+    """Raised by the uploader fault hook: the broker process 'dies' at that step."""
+
+
+class CrashHook:
+    """The uploader's ``fault_hook``: fires once at the armed step, then disarms."""
+
+    def __init__(self) -> None:
+        self.armed: str | None = None
+        self.fired = False
+
+    def arm(self, step: str) -> None:
+        self.armed, self.fired = step, False
+
+    def __call__(self, step: str) -> None:
+        if self.armed is not None and step == self.armed:
+            self.armed, self.fired = None, True
+            raise HarnessCrash(f"injected broker crash at uploader step {step!r}")
+
+
+class Cluster:
+    def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str) -> None:
+        from tiered.metadata import open_metadata
+        from tiered.metadata.faults import FaultPlan, FaultyMetadataStore
+        from tiered.objects import open_objects
+        from tiered.objects.faults import FaultyObjectStore
+        from wal.fs import FaultFs
+
+        self.root, self.topic, self.brokers = root, topic, brokers
+        self.metadata_url, self.objects_url = metadata_url, objects_url
+        self.metadata_faults, self.object_faults = FaultPlan(), FaultPlan()
+        self.inner_metadata = open_metadata(metadata_url)
+        self.inner_objects = open_objects(objects_url)
+        self.metadata = FaultyMetadataStore(self.inner_metadata, self.metadata_faults)
+        self.objects = FaultyObjectStore(self.inner_objects, self.object_faults)
+        self.crash_hook = CrashHook()
+        self.config = _config(self.crash_hook)
+        # Index `brokers` is the real-disk broker (subprocess crashes); the rest use FaultFs.
+        self.fs: list[Any] = [FaultFs() for _ in range(brokers)] + [None]
+        self.hosts: list[Any] = [None] * (brokers + 1)
+
+    # -- brokers -------------------------------------------------------------------
+    def broker_id(self, index: int) -> str:
+        return f"b{index}"
+
+    def wal_root(self, index: int) -> str:
+        return os.path.join(self.root, f"wal-{index}")
+
+    def host(self, index: int) -> Any:
+        from tiered.lifecycle import BrokerHost
+
+        if self.hosts[index] is None:
+            self.hosts[index] = BrokerHost(self.broker_id(index), self.wal_root(index), self.metadata,
+                                           self.objects, self.config, wal_fs=self.fs[index])
+        return self.hosts[index]
+
+    def load(self, index: int) -> Any:
+        """Load the topic on broker ``index`` (restore, recovery or takeover)."""
+        self._mirror_local_wal(index)
+        return self.host(index).load(self.topic)
+
+    def _mirror_local_wal(self, index: int) -> None:
+        """Work around: BrokerHost checks whether a local WAL exists with os.path on the
+        real disk even when its WAL lives on ``wal_fs``. Mirror the fault fs's answer with
+        a marker file at the same real path, so the lifecycle takes the branch it would
+        take on a real disk."""
+        fs = self.fs[index]
+        if fs is None:
+            return
+        path = os.path.join(self.wal_root(index), self.topic.namespace, self.topic.name)
+        marker = os.path.join(path, ".harness-faultfs")
+        has_wal = fs.exists(path) and bool(fs.listdir(path))
+        if has_wal:
+            os.makedirs(path, exist_ok=True)
+            open(marker, "a").close()
+        elif os.path.exists(marker):
+            os.remove(marker)
+
+    def crash(self, index: int) -> None:
+        """The broker process dies: topics dropped unsealed; its page cache survives."""
+        host = self.hosts[index]
+        if host is not None:
+            host.close(unload=False)
+        self.hosts[index] = None
+
+    def power_loss(self, index: int, torn_bytes: int) -> None:
+        """The machine loses power: only fsynced bytes survive, the last write torn."""
+        image = self.fs[index].crash_image(torn_bytes=torn_bytes)
+        self.crash(index)
+        self.fs[index] = image
+
+    def lose_disk(self, index: int) -> None:
+        """For a takeover the dead broker's disk is gone with it."""
+        from wal.fs import FaultFs
+
+        self.crash(index)
+        if self.fs[index] is not None:
+            self.fs[index] = FaultFs()
+        else:
+            import shutil
+
+            shutil.rmtree(self.wal_root(index), ignore_errors=True)
+
+    def local_wal_dir(self, index: int) -> str | None:
+        """A WAL root verify can scan (only the real-disk broker has one)."""
+        return self.wal_root(index) if self.fs[index] is None else None
+
+    def clear_faults(self) -> None:
+        self.metadata_faults.clear()
+        self.object_faults.clear()
+        self.crash_hook.armed = None
+
+    def close(self) -> None:
+        self.clear_faults()
+        for index in range(len(self.hosts)):
+            try:
+                self.crash(index)
+            except Exception:  # noqa: BLE001 - closing after a violation must not mask it
+                pass
+        self.objects.close()
+        self.metadata.close()
+
+
+def _config(hook: CrashHook) -> Any:
+    from tiered.config import BrokerConfig
+    from uploader.config import UploaderConfig
+    from wal.config import WalConfig
+
+    # Small bounds so faults resolve in milliseconds: a scenario must take ~0.3 s.
+    uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
+                              retry_backoff_max_s=0.005, drain_timeout_s=2.0, poll_interval_s=5.0,
+                              compression="none", fault_hook=hook)
+    return BrokerConfig(wal_config=WalConfig(fsync_interval_ms=1.0, close_timeout_s=5.0), uploader=uploader,
+                        register_session=False, progress_interval_s=0.05, produce_timeout_s=5.0,
+                        flush_timeout_s=2.0, drain_timeout_s=2.0, close_timeout_s=2.0)

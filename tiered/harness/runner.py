@@ -1,0 +1,405 @@
+"""Runs one scenario (a seeded schedule) against real brokers and checks every invariant.
+
+Invariants (the names a failure reports):
+
+* ``contiguous-offsets``: the topic's offsets run 0..tip-1 with no hole, each served once,
+  in order, through the tiered reader (cloud → WAL).
+* ``unique-offsets``: no offset ever names two different messages, across clean moves and
+  same-broker restarts; after a takeover only the reported unarchived tail is reassigned.
+* ``durable-readable``: every message acknowledged as durable is readable (after a takeover:
+  unless it was in the reported unarchived tail).
+* ``archived-never-lost``: a message acknowledged as archived survives any takeover.
+* ``takeover-start`` / ``takeover-report``: a takeover continues right after the last
+  committed descriptor, and never reports more unarchived offsets than really were.
+* ``seal-continuity``: seal names the WAL tip, and the next owner starts right after it.
+* ``unload-failure-safe``: a failed seal leaves the topic unsealed and hosted with its WAL,
+  and retrying resumes.
+* ``subscription-exactly-once``: each subscription resumes right after its cursor and sees
+  every later message once, across moves.
+* ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from tiered.harness.cluster import Cluster, HarnessCrash
+from tiered.harness.model import TopicModel, Violation, check
+from tiered.harness.schedule import Step, make_schedule, step_rng
+from wal.topics import TopicName
+
+TOPIC = TopicName.parse("/harness/topic")
+
+
+@dataclass
+class ScenarioResult:
+    seed: int
+    schedule: list[Step]
+    ok: bool
+    violation: str | None = None
+    failed_step: int | None = None
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    traceback: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "ok": self.ok, "violation": self.violation, "failed_step": self.failed_step,
+                "schedule": [str(s) for s in self.schedule], "notes": self.notes,
+                "elapsed_s": round(self.elapsed_s, 3)}
+
+
+def run_scenario(seed: int, brokers: int = 3, steps: int = 12, metadata_url: str | None = None,
+                 objects_url: str | None = None, subprocess_crashes: bool = False,
+                 keep: bool = False) -> ScenarioResult:
+    schedule = make_schedule(seed, brokers, steps, subprocess_crashes)
+    root = tempfile.mkdtemp(prefix=f"dnb-harness-{seed}-")
+    started = time.monotonic()
+    result = ScenarioResult(seed, schedule, ok=True)
+    try:
+        cluster = Cluster(root, brokers, TOPIC, *_urls(root, seed, metadata_url, objects_url))
+        scenario = Scenario(seed, cluster, result)
+        try:
+            scenario.run(schedule)
+        finally:
+            cluster.close()
+    except Violation as v:
+        result.ok, result.violation = False, str(v)
+    except Exception as e:  # noqa: BLE001 - an unexpected error is a failed scenario, with its stack
+        result.ok, result.violation = False, f"unexpected-error: {type(e).__name__}: {e}"
+        result.traceback = traceback.format_exc()
+    finally:
+        result.elapsed_s = time.monotonic() - started
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def _urls(root: str, seed: int, metadata_url: str | None, objects_url: str | None) -> tuple[str, str]:
+    """Embedded stores per scenario; on real servers, a fresh etcd root / S3 prefix per seed."""
+    tag = f"h{seed}-{os.getpid()}-{int(time.time() * 1000) % 10**9}"
+    if metadata_url is None:
+        metadata_url = f"sqlite:///{os.path.join(root, 'metadata.db').lstrip('/')}"
+    elif metadata_url.startswith("etcd://"):
+        metadata_url = metadata_url.rstrip("/") + ("/" if metadata_url.count("/") < 3 else "-") + tag
+    if objects_url is None:
+        objects_url = f"file://{os.path.join(root, 'objects')}"
+        os.makedirs(os.path.join(root, "objects"), exist_ok=True)
+    elif objects_url.startswith("s3://"):
+        base, _, query = objects_url.partition("?")
+        objects_url = base.rstrip("/") + "/" + tag + (f"?{query}" if query else "")
+    return metadata_url, objects_url
+
+
+class Scenario:
+    def __init__(self, seed: int, cluster: Cluster, result: ScenarioResult) -> None:
+        self.seed, self.cluster, self.result = seed, cluster, result
+        self.model = TopicModel()
+        self.owner = 0
+
+    def note(self, text: str) -> None:
+        self.result.notes.append(text)
+
+    def run(self, schedule: list[Step]) -> None:
+        self.cluster.load(self.owner)
+        for index, step in enumerate(schedule):
+            self.result.failed_step = index
+            getattr(self, f"step_{step.kind}")(step, index)
+        self.result.failed_step = len(schedule)  # the final checks
+        self.final_checks()
+        self.result.failed_step = None
+
+    def hosted(self) -> Any:
+        return self.cluster.host(self.owner).topic(TOPIC)
+
+    def other_broker(self, wanted: int) -> int:
+        return wanted if wanted != self.owner else (self.owner + 1) % self.cluster.brokers
+
+    # -- producing ----------------------------------------------------------------------
+    def step_produce(self, step: Step, index: int) -> None:
+        hosted = self.hosted()
+        for _ in range(step.args["count"]):
+            payload = self.model.next_payload(self.seed)
+            offset = hosted.produce(payload, ack=step.args["ack"])
+            self.model.appended(offset, payload)
+            self.model.acked(offset, step.args["ack"])
+
+    def step_produce_nowait(self, step: Step, index: int) -> None:
+        hosted = self.hosted()
+        for _ in range(step.args["count"]):
+            payload = self.model.next_payload(self.seed)
+            self.model.appended(hosted.wal.append(payload), payload)
+
+    # -- upload / consume ---------------------------------------------------------------
+    def step_upload(self, step: Step, index: int) -> None:
+        self.hosted().uploader.upload_once()
+        self.check_descriptors()
+
+    def step_consume(self, step: Step, index: int) -> None:
+        from tiered.read_errors import UnknownOffset
+
+        name = step.args["subscription"]
+        sub_model = self.model.subscriptions.setdefault(name, _new_sub())
+        hosted = self.hosted()
+        sub = hosted.subscribe(name, "earliest")
+        start = sub.cursor + 1
+        if sub_model.tail_lost:
+            # The cursor may point into a reassigned tail; resuming past it is the
+            # reported loss. From here on the subscription is checked from its cursor.
+            sub_model.next_expected, sub_model.tail_lost = start, False
+        check(start == sub_model.next_expected, "subscription-exactly-once",
+              f"subscription {name} resumes at {start}, but its last acknowledged offset was "
+              f"{sub_model.next_expected - 1}")
+        try:
+            reader = hosted.create_reader(start, live=False)
+        except UnknownOffset:
+            sub_model.tail_lost = True  # cursor past a reassigned tail; checked again later
+            return
+        got = _read(reader, step.args["max"])
+        offsets = [m.offset for m in got]
+        check(offsets == list(range(start, start + len(got))), "contiguous-offsets",
+              f"subscription {name} from {start} read offsets {offsets}")
+        for m in got:
+            self.model.observed(m.offset, m.payload, f"consume {name}")
+        if step.args["ack"] and got:
+            sub.ack(got[-1].offset)
+            sub.flush()
+            sub_model.next_expected = got[-1].offset + 1
+            sub_model.delivered_acked.extend(offsets)
+
+    # -- moves and crashes --------------------------------------------------------------
+    def step_move(self, step: Step, index: int) -> None:
+        target = self.other_broker(step.args["to"])
+        hosted = self.hosted()
+        tip = hosted.next_offset - 1
+        last = self.cluster.host(self.owner).unload(TOPIC)
+        check(last == (None if tip < 0 else tip), "seal-continuity", f"seal returned {last}, WAL tip was {tip}")
+        self.promote_pending(tip)
+        self.load_on(target)
+        nxt = self.hosted().next_offset
+        check(nxt == (0 if last is None else last + 1), "seal-continuity",
+              f"sealed at {last}, but broker {target} starts at {nxt}")
+
+    def promote_pending(self, tip: int) -> None:
+        """After a flush + seal everything appended up to the tip is durable."""
+        for offset in [o for o in self.model.pending if o <= tip]:
+            self.model.acked(offset, "durable")
+
+    def load_on(self, target: int) -> Any:
+        self.owner = target
+        return self.cluster.load(target)
+
+    def step_restart(self, step: Step, index: int) -> None:
+        self.cluster.crash(self.owner)
+        self.reload_same_broker("restart")
+
+    def step_power_loss(self, step: Step, index: int) -> None:
+        self.cluster.power_loss(self.owner, step.args["torn_bytes"])
+        self.reload_same_broker("power loss")
+
+    def reload_same_broker(self, why: str) -> None:
+        hosted = self.load_on(self.owner)
+        nxt = hosted.next_offset
+        durable_top = max(self.model.durable_acked, default=-1)
+        check(nxt > durable_top, "durable-readable",
+              f"after a {why}, broker {self.owner} continues at {nxt}, below acknowledged offset {durable_top}")
+        check(nxt >= self.model.top(), "unique-offsets",
+              f"after a {why}, broker {self.owner} continues at {nxt}, reusing offsets up to {self.model.top() - 1}")
+        self.model.forget_unsynced(nxt)
+
+    def step_takeover(self, step: Step, index: int) -> None:
+        from uploader import last_committed_offset
+
+        dead, target = self.owner, self.other_broker(step.args["to"])
+        dead_tip = _durable_tip(self.hosted())
+        self.cluster.lose_disk(dead)
+        archive_end = last_committed_offset(self.cluster.inner_metadata, TOPIC)
+        hosted = self.load_on(target)
+        first_new = 0 if archive_end is None else archive_end + 1
+        check(hosted.next_offset == first_new, "takeover-start",
+              f"broker {target} took over at {hosted.next_offset}, but the archive ends at {archive_end}")
+        actual_tail = 0 if dead_tip is None else max(0, dead_tip - first_new + 1)
+        reported = hosted.report.unarchived_at_least
+        check(reported <= actual_tail, "takeover-report",
+              f"reported {reported} unarchived offsets, but only {actual_tail} were past the archive")
+        lost = self.model.reassign_tail(archive_end)
+        self.note(f"step {index}: takeover by b{target} at {first_new}; lost tail {len(lost)} "
+                  f"(reported at least {reported})")
+
+    def step_uploader_crash(self, step: Step, index: int) -> None:
+        self.cluster.crash_hook.arm(step.args["point"])
+        try:
+            self.hosted().uploader.upload_once()
+        except HarnessCrash:
+            pass
+        except Exception as e:  # noqa: BLE001 - the hook may surface wrapped; the crash follows anyway
+            if not self.cluster.crash_hook.fired:
+                raise
+            self.note(f"step {index}: uploader crash surfaced as {type(e).__name__}")
+        fired = self.cluster.crash_hook.fired
+        self.cluster.crash_hook.armed = None
+        if fired:
+            self.cluster.crash(self.owner)
+            self.reload_same_broker(f"crash at uploader step {step.args['point']}")
+
+    def step_s3_fault(self, step: Step, index: int) -> None:
+        plan = self.cluster.object_faults
+        plan.fail(step.args["op"], times=1 if step.args["transient"] else None)
+        self.faulted(step, index)
+
+    def step_etcd_fault(self, step: Step, index: int) -> None:
+        plan = self.cluster.metadata_faults
+        plan.fail(step.args["op"], times=1 if step.args["transient"] else None, when=step.args["when"])
+        self.faulted(step, index)
+
+    def faulted(self, step: Step, index: int) -> None:
+        """Run an upload or a seal under the armed fault, then retry with storage healthy."""
+        if step.args["during"] == "upload":
+            try:
+                self.hosted().uploader.upload_once()
+            except Exception as e:  # noqa: BLE001 - failing is allowed; retrying must then work
+                self.note(f"step {index}: upload under fault failed: {type(e).__name__}")
+            self.cluster.clear_faults()
+            self.recover_uploader(index)
+            return
+        self.faulted_seal(index)
+
+    def recover_uploader(self, index: int) -> None:
+        """A fatal uploader error (e.g. a storage error it does not retry) stops it for
+        good; a broker then restarts the topic. Either way the next pass must work."""
+        hosted = self.hosted()
+        if hosted.uploader.failed is not None:
+            self.note(f"step {index}: uploader stopped ({type(hosted.uploader.failed).__name__}); restarting broker")
+            self.cluster.crash(self.owner)
+            self.reload_same_broker("uploader failure")
+        self.hosted().uploader.upload_once()
+        self.check_descriptors()
+
+    def faulted_seal(self, index: int) -> None:
+        from tiered.lifecycle import TopicState
+
+        host, hosted = self.cluster.host(self.owner), self.hosted()
+        tip = hosted.next_offset - 1
+        try:
+            last = host.unload(TOPIC)
+        except Exception as e:  # noqa: BLE001 - the failure is allowed; what it leaves is checked
+            self.note(f"step {index}: seal under fault failed: {type(e).__name__}: {str(e)[:80]}")
+            self.cluster.clear_faults()
+            self.check_unload_left_safe(hosted, TopicState)
+            last = host.unload(TOPIC)
+        self.cluster.clear_faults()
+        check(last == (None if tip < 0 else tip), "seal-continuity", f"seal returned {last}, WAL tip was {tip}")
+        self.promote_pending(tip)
+        hosted = self.load_on(self.owner)  # the same broker loads it again from the seal
+        check(hosted.next_offset == tip + 1, "seal-continuity",
+              f"sealed at {last}, reloaded at {hosted.next_offset}")
+
+    def check_unload_left_safe(self, hosted: Any, topic_state: Any) -> None:
+        from tiered.metadata import keys
+
+        state_kv = self.cluster.inner_metadata.get(keys.state_key(TOPIC))
+        sealed = state_kv is not None and keys.SealedState.from_json(state_kv.key, state_kv.value).sealed
+        if hosted.state is topic_state.SEALED:
+            return  # the seal landed; only local cleanup failed, and unload resumes it
+        check(not sealed, "unload-failure-safe", "a failed unload left the topic sealed")
+        check(not hosted.wal.closed, "unload-failure-safe", "a failed unload closed the WAL")
+
+    def step_sigkill(self, step: Step, index: int) -> None:
+        from tiered.harness.subproc import kill_broker_mid_produce
+
+        target = self.cluster.brokers  # the real-disk broker
+        last = self.cluster.host(self.owner).unload(TOPIC)
+        self.promote_pending(-1 if last is None else last)
+        self.cluster.crash(self.owner)
+        reported = kill_broker_mid_produce(self, target, step.args["count"], step.args["after_s"])
+        self.owner = target
+        hosted = self.cluster.load(target)
+        self.note(f"step {index}: SIGKILLed broker b{target} after {len(reported)} durable acks; "
+                  f"recovered to {hosted.next_offset}")
+        for offset, payload in reported:
+            self.model.appended(offset, payload)
+            self.model.acked(offset, "durable")
+        check(hosted.report.recovered_local_wal, "durable-readable", "the killed broker did not recover its WAL")
+        self.adopt_unreported(hosted)
+        self.reload_same_broker("SIGKILL")
+
+    def adopt_unreported(self, hosted: Any) -> None:
+        """Messages the killed broker made durable but did not get to report are real: read
+        them once so the model knows them (they must be the worker's payloads, in order)."""
+        top = self.model.top()
+        for m in _read(hosted.create_reader(top, live=False), None):
+            check(m.payload.startswith(f"seed{self.seed}-k".encode()), "unique-offsets",
+                  f"offset {m.offset} after a SIGKILL holds unexpected {m.payload!r}")
+            self.model.appended(m.offset, m.payload)
+            self.model.observed(m.offset, m.payload, "after SIGKILL")
+
+    # -- checks -------------------------------------------------------------------------
+    def check_descriptors(self) -> None:
+        from uploader import list_descriptors
+
+        descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
+        expected = 0
+        for d in descriptors:
+            check(d.start_offset == expected, "descriptors-contiguous",
+                  f"descriptor {d.start_offset}-{d.end_offset} follows one ending at {expected - 1}")
+            expected = d.end_offset + 1
+
+    def final_checks(self) -> None:
+        from tiered.verify import verify_topic
+        from uploader import collect_garbage
+
+        self.cluster.clear_faults()
+        hosted = self.hosted()
+        hosted.uploader.upload_once()
+        tip = hosted.next_offset
+        got = _read(hosted.create_reader("earliest", live=False), None)
+        offsets = [m.offset for m in got]
+        check(offsets == list(range(tip)), "contiguous-offsets",
+              f"a full read yields {_ranges(offsets)}, expected 0-{tip - 1}")
+        for m in got:
+            self.model.observed(m.offset, m.payload, "final read")
+        missing = sorted(o for o in self.model.durable_acked if o >= tip)
+        check(not missing, "durable-readable", f"acknowledged offsets {missing} are gone (tip {tip})")
+        self.check_descriptors()
+        collect_garbage(self.cluster.inner_metadata, self.cluster.inner_objects, TOPIC, grace_s=0.0)
+        report = verify_topic(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects,
+                              wal_dir=self.cluster.local_wal_dir(self.owner))
+        check(report.ok, "verify-ok", "; ".join(p["message"] for p in report.problems))
+
+
+def _new_sub() -> Any:
+    from tiered.harness.model import SubscriptionModel
+
+    return SubscriptionModel()
+
+
+def _read(reader: Any, limit: int | None) -> list[Any]:
+    out = []
+    with reader:
+        for message in reader:
+            out.append(message)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def _durable_tip(hosted: Any) -> int | None:
+    durable = hosted.wal.durable_offset
+    return None if durable is None or durable < 0 else durable
+
+
+def _ranges(offsets: list[int]) -> str:
+    if not offsets:
+        return "nothing"
+    spans, start, prev = [], offsets[0], offsets[0]
+    for o in offsets[1:]:
+        if o != prev + 1:
+            spans.append(f"{start}-{prev}")
+            start = o
+        prev = o
+    spans.append(f"{start}-{prev}")
+    return ", ".join(spans)

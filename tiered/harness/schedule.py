@@ -1,0 +1,82 @@
+"""Schedules: every random choice of a scenario, derived from one seed.
+
+``make_schedule(seed, ...)`` is a pure function, so ``dnb harness --seed S`` replays
+exactly the steps that failed. The runner draws no randomness of its own except
+through :func:`step_rng` (also seeded), e.g. the byte at which a power loss tears.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+#: (kind, weight). Producing and consuming dominate; every failure kind still shows
+#: up in most schedules of 12+ steps.
+STEP_WEIGHTS: tuple[tuple[str, int], ...] = (
+    ("produce", 24),        # append N messages, wait for durable (or archived) acks
+    ("produce_nowait", 6),  # append without waiting: may die in a power loss, never acked
+    ("upload", 10),         # one upload pass on the owner
+    ("consume", 18),        # a subscription reads (and mostly acks) through the tiered reader
+    ("move", 9),            # clean move: seal on the owner, restore on another broker
+    ("restart", 6),         # owner process crashes (page cache survives); same broker reloads
+    ("power_loss", 6),      # owner loses unsynced bytes (fault-injecting fs); same broker reloads
+    ("takeover", 5),        # owner dies unsealed; ANOTHER broker loads (failover)
+    ("uploader_crash", 5),  # the broker dies at a step inside an upload; same broker reloads
+    ("s3_fault", 5),        # object store fails during an upload or a seal; retried after
+    ("etcd_fault", 5),      # metadata store fails during an upload or a seal; retried after
+)
+SUBSCRIPTIONS = ("s0", "s1")
+UPLOADER_CRASH_POINTS = ("read", "before_put", "after_put", "before_commit", "after_commit")
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self.args.items())
+        return f"{self.kind}({inner})"
+
+
+def make_schedule(seed: int, brokers: int = 3, steps: int = 12, subprocess_crashes: bool = False) -> list[Step]:
+    rng = random.Random(f"schedule-{seed}")
+    kinds = [k for k, _ in STEP_WEIGHTS]
+    weights = [w for _, w in STEP_WEIGHTS]
+    if subprocess_crashes:
+        kinds.append("sigkill")
+        weights.append(6)
+    # Start with data so even short schedules exercise the archive.
+    schedule = [Step("produce", {"count": rng.randint(1, 6), "ack": "durable"})]
+    for _ in range(steps - 1):
+        kind = rng.choices(kinds, weights)[0]
+        schedule.append(Step(kind, _args(kind, rng, brokers)))
+    return schedule
+
+
+def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
+    if kind == "produce":
+        return {"count": rng.randint(1, 8), "ack": "archived" if rng.random() < 0.2 else "durable"}
+    if kind == "produce_nowait":
+        return {"count": rng.randint(1, 5)}
+    if kind == "consume":
+        return {"subscription": rng.choice(SUBSCRIPTIONS), "max": rng.randint(1, 12), "ack": rng.random() < 0.8}
+    if kind in ("move", "takeover"):
+        return {"to": rng.randrange(brokers)}  # the runner picks another broker if this is the owner
+    if kind == "power_loss":
+        return {"torn_bytes": rng.choice((0, 0, 1, 7, 16, 40))}
+    if kind == "uploader_crash":
+        return {"point": rng.choice(UPLOADER_CRASH_POINTS)}
+    if kind == "s3_fault":
+        return {"during": rng.choice(("upload", "seal")), "op": rng.choice(("put", "get", "list")),
+                "transient": rng.random() < 0.5}
+    if kind == "etcd_fault":
+        return {"during": rng.choice(("upload", "seal")), "op": rng.choice(("txn", "range", "get")),
+                "transient": rng.random() < 0.5, "when": rng.choice(("before", "after"))}
+    if kind == "sigkill":
+        return {"count": rng.randint(5, 40), "after_s": round(rng.uniform(0.0, 0.5), 3)}
+    return {}
+
+
+def step_rng(seed: int, index: int) -> random.Random:
+    return random.Random(f"step-{seed}-{index}")
