@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -131,6 +132,7 @@ class TieredReader:
         self._retention_retries = 0
         self._served = 0
         self._mode: str | None = None
+        self._io_lock = threading.Lock()  # one archive batch or WAL open at a time
         self._closed = False
         self._phase = self._initial_phase()
 
@@ -186,7 +188,7 @@ class TieredReader:
             if self._pending:
                 return self._accept(self._pending.popleft())
             if self._phase == _PHASE_CLOUD:
-                self._pending.extend(self._cloud_batch())
+                self._cloud_batch()
             elif self._phase == _PHASE_WAL:
                 message = self._next_wal_sync()
                 if message is not None:
@@ -205,8 +207,9 @@ class TieredReader:
             if self._pending:
                 return self._accept(self._pending.popleft())
             if self._phase == _PHASE_CLOUD:
-                # Archive reads block on the network: one worker-thread hop per batch.
-                self._pending.extend(await asyncio.to_thread(self._cloud_batch))
+                # Archive reads block on the network: one worker-thread hop per batch. The
+                # thread itself queues the batch, so a cancelled await loses nothing.
+                await asyncio.to_thread(self._cloud_batch)
             elif self._phase == _PHASE_WAL:
                 message = await self._next_wal_async()
                 if message is not None:
@@ -232,10 +235,21 @@ class TieredReader:
         log.debug("reader of %s: cloud %d..%d", self.topic, self._position, end_inclusive)
         return _PHASE_CLOUD
 
-    def _cloud_batch(self) -> list[Message]:
-        """Next archive messages; at the end of the archive range, hand off to the WAL."""
+    def _cloud_batch(self) -> None:
+        """Queue the next archive messages; at the end of the archive range, hand off to the WAL.
+
+        Serialised by a lock: after a cancelled ``async`` hop, the next hop waits for the
+        abandoned one (whose batch is queued) instead of racing it.
+        """
+        with self._io_lock:
+            if self._pending or self._phase != _PHASE_CLOUD:
+                return
+            self._cloud_batch_locked()
+
+    def _cloud_batch_locked(self) -> None:
         assert self._cloud is not None
         batch = self._cloud.next_batch(ASYNC_BATCH_MESSAGES if self._mode == "async" else SYNC_BATCH_MESSAGES)
+        self._pending.extend(batch)
         if not batch:
             end = self._cloud.end
             self._cloud.close()
@@ -245,10 +259,14 @@ class TieredReader:
             if expected_next != end + 1:
                 raise DataGap(expected_next, end, "the archive ended early")
             self._phase = _PHASE_WAL if self.wal is not None else _PHASE_DONE
-        return batch
 
     def _open_wal(self) -> None:
         """Open the WAL at ``position``; below its retention, read the gap from the archive."""
+        with self._io_lock:
+            if self._wal_reader is None and self._phase == _PHASE_WAL:
+                self._open_wal_locked()
+
+    def _open_wal_locked(self) -> None:
         position = self._position
         try:
             self._wal_reader = self.wal.reader(position, live=self.live)
@@ -275,6 +293,7 @@ class TieredReader:
             self._open_wal()
             if self._phase != _PHASE_WAL:
                 return None
+        if self._wal_iter is None:
             self._wal_iter = iter(self._wal_reader)
         try:
             record = next(self._wal_iter)
@@ -290,6 +309,7 @@ class TieredReader:
             await asyncio.to_thread(self._open_wal)
             if self._phase != _PHASE_WAL:
                 return None
+        if self._wal_iter is None:
             self._wal_iter = self._wal_reader.__aiter__()
         try:
             record = await self._wal_iter.__anext__()
