@@ -1,0 +1,25 @@
+"""ONE Spark session (local[2]) for the whole Spark suite: starting one costs ~5 s."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from tests.fixtures.servers import set_fake_aws_credentials
+    from tiered.spark.session import local_session
+
+    # Python workers inherit the environment the JVM had at launch, so the fake AWS
+    # credentials moto accepts must exist before the session starts.
+    set_fake_aws_credentials()
+    # Spark's default (pushdown off): tests that want it on switch it per query.
+    session = local_session(master="local[2]", app_name="dnb-tests", filter_pushdown=False)
+    try:
+        yield session
+    finally:
+        session.stop()
