@@ -1,0 +1,53 @@
+"""The contract both codec twins satisfy (``native._codec_py`` and the compiled ``native._codec``).
+
+A type checker checks each twin against :class:`CodecTwin`; ``tests/native`` checks at run
+time that both expose every name. Signatures mirror ``native/_codec.pyi``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol, runtime_checkable
+
+from native.format import Record, ScanResult
+from native.object_format import Block, Footer, ObjectHeader
+
+Buffer = bytes | bytearray | memoryview
+Message = tuple[int, "bytes | None", "Mapping[str, str] | None", bytes]
+
+
+@runtime_checkable
+class CodecTwin(Protocol):
+    IMPLEMENTATION: str
+
+    def crc32c(self, data: Buffer, value: int = 0) -> int: ...
+    def encode_record(self, publish_time: int, key: bytes | None,
+                      attributes: Mapping[str, str] | None, payload: bytes) -> bytes: ...
+    def encode_frame(self, offset: int, publish_time: int, key: bytes | None,
+                     attributes: Mapping[str, str] | None, payload: bytes) -> bytes: ...
+    def encode_batch(self, first_offset: int, messages: Iterable[Message]) -> bytes: ...
+    def decode_record(self, offset: int, record: Buffer) -> Record: ...
+    def scan_frames(self, buf: Buffer, pos: int = 0, end: int | None = None,
+                    expected_offset: int | None = None, decode: bool = True,
+                    positions: bool = False, max_frames: int | None = None) -> ScanResult: ...
+    def encode_segment_header(self, base_offset: int, created_ms: int) -> bytes: ...
+    def decode_segment_header(self, buf: Buffer) -> tuple[int, int]: ...
+
+    # dnb1 objects: the primitives behind native.object_format (use that module's API).
+    def object_encode(self, frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
+                      first_offset: int | None) -> bytes: ...
+    def object_footer_bytes_needed(self, tail: Buffer, object_name: str,
+                                   object_size: int | None) -> int: ...
+    def object_parse_footer(self, tail: Buffer, object_name: str, object_size: int) -> Footer: ...
+    def object_parse_header(self, data: Buffer, object_name: str) -> ObjectHeader: ...
+    def object_decode_block(self, data: Buffer, block: Block, object_name: str,
+                            first_offset: int | None, last_offset: int | None,
+                            min_publish_time: int | None, max_publish_time: int | None,
+                            want_records: bool) -> list[Record] | bytes: ...
+
+
+TWIN_NAMES = (
+    "IMPLEMENTATION", "crc32c", "encode_record", "encode_frame", "encode_batch", "decode_record",
+    "scan_frames", "encode_segment_header", "decode_segment_header", "object_encode",
+    "object_footer_bytes_needed", "object_parse_footer", "object_parse_header",
+    "object_decode_block",
+)
