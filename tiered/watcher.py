@@ -27,7 +27,7 @@ from tiered.lifecycle import BrokerHost, LifecycleError, TopicNotHosted
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent
 from tiered.ownership import OwnerRecord, OwnershipError, owner_key
-from tiered.restore import read_sealed_state
+from tiered.restore import RestoreMismatch, read_sealed_state
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,9 @@ class AssignmentWatcher:
                 return
             try:
                 self._apply(topic, action)
+                return
+            except RestoreMismatch as e:  # metadata disagrees with itself: retrying cannot help
+                self._report(topic, action, e)
                 return
             except (StorageError, LifecycleError, OwnershipError) as e:
                 if attempt == self.config.retry_attempts_max:
