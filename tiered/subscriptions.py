@@ -108,6 +108,7 @@ class Subscription:
         self._cursor = start_offset - 1  # last acknowledged (-1: nothing yet)
         self._flushed = stored_cursor  # what the store holds (None: no cursor key)
         self._acks_since_flush = 0
+        self._known_next = 0  # a next offset of the topic seen earlier (a lower bound)
         self._fenced = False
         self._closed = False
 
@@ -136,9 +137,12 @@ class Subscription:
             raise InvalidAck(self.name, offset, self._manager.bounds.next_offset())
         if offset <= self._cursor:
             return False  # Never move backward; a repeated or older ack is a no-op.
-        next_offset = self._manager.bounds.next_offset()
-        if offset >= next_offset:
-            raise InvalidAck(self.name, offset, next_offset)
+        if offset >= self._known_next:
+            # Topics only grow, so a next offset seen once stays a valid bound: ask the
+            # bounds (possibly a metadata read) only for acks beyond it.
+            self._known_next = self._manager.bounds.next_offset()
+            if offset >= self._known_next:
+                raise InvalidAck(self.name, offset, self._known_next)
         with self._lock:
             if offset <= self._cursor:
                 return False
