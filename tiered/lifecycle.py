@@ -190,11 +190,13 @@ class HostedTopic:
         return self.host.config.produce_timeout_s if timeout_s is None else timeout_s
 
     # -- reading -----------------------------------------------------------------
-    def create_reader(self, start: int | Literal["earliest", "latest"], live: bool = True) -> Any:
-        """A tiered reader (cloud → WAL → live) starting at ``start``."""
+    def create_reader(self, start: int | Literal["earliest", "latest"], live: bool = True, **options: Any) -> Any:
+        """A tiered reader (cloud → WAL → live) starting at ``start``; ``options`` go to
+        :func:`tiered.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
         from tiered.reader import create_reader
 
-        return create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start, live=live)
+        return create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
+                             live=live, **options)
 
     def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
         return self.subscriptions.subscribe(name, initial)
