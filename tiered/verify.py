@@ -120,7 +120,12 @@ def _check_chain(descriptors: list[keys.ObjectDescriptor], report: VerifyReport)
 def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], objects: Any,
                    report: VerifyReport, progress: Progress) -> None:
     for desc in progress(descriptors, len(descriptors), "verifying objects"):
-        key = descriptor_object_key(topic, desc)
+        try:
+            key = descriptor_object_key(topic, desc)
+        except ValueError as e:
+            report.add("malformed", f"descriptor {desc.start_offset}-{desc.end_offset}: {e}",
+                       first_offset=desc.start_offset)
+            continue
         try:
             data = objects.get(key)
         except ObjectNotFound:
@@ -288,7 +293,12 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> Non
 def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: VerifyReport) -> None:
     from uploader import find_orphans
 
-    for orphan in find_orphans(metadata, objects, topic):
+    try:
+        orphans = find_orphans(metadata, objects, topic)
+    except ValueError as e:  # a malformed descriptor (already reported) stops the orphan scan
+        report.add("orphan_scan", f"orphans not checked: {e}", severity="warning")
+        return
+    for orphan in orphans:
         report.orphans.append(orphan.key)
         if orphan.collectable:
             report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "

@@ -103,7 +103,11 @@ class Cluster:
         self.hosts[index] = None
 
     def power_loss(self, index: int, torn_bytes: int) -> None:
-        """The machine loses power: only fsynced bytes survive, the last write torn."""
+        """The machine loses power: only fsynced bytes survive, the last write torn.
+        (The real-disk broker cannot drop its page cache: there it is a process crash.)"""
+        if self.fs[index] is None:
+            self.crash(index)
+            return
         image = self.fs[index].crash_image(torn_bytes=torn_bytes)
         self.crash(index)
         self.fs[index] = image

@@ -1,0 +1,202 @@
+"""Every ``dnb`` command in-process, with and without --json, with its exact JSON keys;
+the move done by hand on two data dirs; refusals that change nothing."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.cli.helpers import broker, dnb, stores
+
+TOPIC = "/default/reliable_topic"
+INSPECT_KEYS = {"topic", "owner", "epoch", "sealed_state", "descriptors", "cursors", "local_wal"}
+
+
+def test_move_by_hand_json(tmp_path):
+    a, b = broker(tmp_path, "1"), broker(tmp_path, "2")
+    assert dnb(*a, "--json", "produce", TOPIC, "--count", "22").json() == {"first_offset": 0, "last_offset": 21}
+    assert dnb(*a, "--json", "upload", TOPIC).json() == {"committed_through": 21}
+    read = dnb(*a, "--json", "consume", TOPIC, "--subscription", "subs", "--max", "14", "--ack").json()
+    assert set(read) == {"messages"}
+    assert [m["offset"] for m in read["messages"]] == list(range(14))
+    assert all(set(m) == {"offset", "tier", "payload", "encoding"} for m in read["messages"])
+    assert {m["tier"] for m in read["messages"]} == {"wal"}
+    assert read["messages"][0] == {"offset": 0, "tier": "wal", "payload": "message-0", "encoding": "utf-8"}
+
+    assert dnb(*a, "--json", "seal", TOPIC).json() == {"last_committed_offset": 21}
+    assert dnb(*b, "--json", "restore", TOPIC).json() == {"next_offset": 22}
+    assert dnb(*b, "--json", "produce", TOPIC, "--count", "6").json() == {"first_offset": 22, "last_offset": 27}
+    read = dnb(*b, "--json", "consume", TOPIC, "--subscription", "subs", "--ack").json()["messages"]
+    assert [(m["offset"], m["tier"]) for m in read] == [(o, "cloud") for o in range(14, 22)] + \
+        [(o, "wal") for o in range(22, 28)]
+
+    info = dnb(*b, "--json", "inspect", TOPIC).json()
+    assert set(info) == INSPECT_KEYS
+    assert info["owner"] == "2" and info["cursors"] == {"subs": 27}
+    assert info["local_wal"] == {"first_offset": 22, "last_offset": 27}
+    assert [(d["start_offset"], d["end_offset"]) for d in info["descriptors"]] == [(0, 21)]
+    assert dnb(*b, "--json", "verify", TOPIC).json() == {"ok": True, "problems": []}
+
+
+def test_every_command_table_mode(tmp_path):
+    a, b = broker(tmp_path, "1"), broker(tmp_path, "2")
+    run = dnb(*a, "produce", TOPIC, "--count", "3", "--size", "5")
+    assert run.rc == 0 and "first_offset" in run.out and "last_offset" in run.out and "{" not in run.out
+    run = dnb(*a, "upload", TOPIC)
+    assert run.rc == 0 and "committed_through" in run.out
+    run = dnb(*a, "consume", TOPIC, "--subscription", "s", "--from", "earliest")
+    assert run.rc == 0 and "offset" in run.out and "tier" in run.out and "3 message(s)" in run.out
+    run = dnb(*a, "seal", TOPIC)
+    assert run.rc == 0 and "last_committed_offset  2" in run.out
+    run = dnb(*b, "restore", TOPIC)
+    assert run.rc == 0 and "next_offset  3" in run.out
+    run = dnb(*b, "inspect", TOPIC)
+    assert run.rc == 0 and "descriptors:" in run.out and "cursors:" in run.out
+    run = dnb(*b, "verify", TOPIC)
+    assert run.rc == 0 and "OK" in run.out
+
+
+def test_produce_from_stdin_and_binary_payload_is_base64(tmp_path):
+    a = broker(tmp_path, "1")
+    assert dnb(*a, "--json", "produce", TOPIC, stdin="hello\nworld\n").json() == \
+        {"first_offset": 0, "last_offset": 1}
+    from tiered.cli.commands import message_json
+    from tiered.messages import Message
+
+    assert message_json(Message(5, 0, None, {}, b"\xff\x00", "cloud")) == \
+        {"offset": 5, "tier": "cloud", "payload": "/wA=", "encoding": "base64"}
+    got = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--from", "1").json()["messages"]
+    assert [(m["offset"], m["payload"]) for m in got] == [(1, "world")]
+
+
+def test_consume_follow_stops_after_idle_timeout(tmp_path):
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "2")
+    run = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--follow", "--idle-timeout-s", "0.3")
+    assert run.rc == 0 and [m["offset"] for m in run.json()["messages"]] == [0, 1]
+
+
+def test_consume_on_a_sealed_topic_reads_the_archive_without_taking_it(tmp_path):
+    a, b = broker(tmp_path, "1"), broker(tmp_path, "2")
+    dnb(*a, "produce", TOPIC, "--count", "4")
+    dnb(*a, "seal", TOPIC)
+    got = dnb(*b, "--json", "consume", TOPIC, "--subscription", "s", "--ack").json()["messages"]
+    assert [(m["offset"], m["tier"]) for m in got] == [(o, "cloud") for o in range(4)]
+    info = dnb(*b, "--json", "inspect", TOPIC).json()
+    assert info["owner"] is None and info["cursors"] == {"s": 3}
+
+
+def test_same_broker_recovers_its_wal_between_invocations(tmp_path):
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "5")
+    assert dnb(*a, "--json", "produce", TOPIC, "--count", "1").json() == {"first_offset": 5, "last_offset": 5}
+    info = dnb(*a, "--json", "inspect", TOPIC).json()
+    assert info["owner"] == "1" and info["local_wal"] == {"first_offset": 0, "last_offset": 5}
+    assert info["descriptors"] == []
+
+
+def test_env_vars_configure_global_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("DNB_DATA_DIR", str(tmp_path / "env-broker"))
+    monkeypatch.setenv("DNB_BROKER_ID", "7")
+    monkeypatch.setenv("DNB_JSON", "1")
+    assert dnb("produce", TOPIC, "--count", "1").json() == {"first_offset": 0, "last_offset": 0}
+    assert dnb("inspect", TOPIC).json()["owner"] == "7"
+    assert os.path.exists(tmp_path / "env-broker" / "metadata.db")
+    assert os.path.isdir(tmp_path / "env-broker" / "wal" / "default" / "reliable_topic")
+
+
+# -- refusals ---------------------------------------------------------------------------
+
+def _state(tmp_path):
+    return dnb(*broker(tmp_path, "1"), "--json", "inspect", TOPIC).json()
+
+
+def test_seal_on_a_non_owner_refuses_and_changes_nothing(tmp_path):
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "3")
+    before = _state(tmp_path)
+    run = dnb(*broker(tmp_path, "2"), "seal", TOPIC)
+    assert run.rc == 3 and run.out == ""
+    assert "does not own the topic" in run.err and "broker 1" in run.err and "Traceback" not in run.err
+    assert _state(tmp_path) == before
+
+
+def test_seal_of_a_sealed_topic_refuses(tmp_path):
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "1")
+    dnb(*a, "seal", TOPIC)
+    before = _state(tmp_path)
+    run = dnb(*a, "seal", TOPIC)
+    assert run.rc == 3 and "held by nobody" in run.err.replace("held by\nnobody", "held by nobody")
+    assert _state(tmp_path) == before
+
+
+def test_restore_of_a_topic_owned_elsewhere_refuses_and_changes_nothing(tmp_path):
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "3")
+    before = _state(tmp_path)
+    for command in (("restore", TOPIC), ("produce", TOPIC, "--count", "1"), ("upload", TOPIC),
+                    ("consume", TOPIC, "--subscription", "s", "--ack")):
+        run = dnb(*broker(tmp_path, "2"), *command)
+        assert run.rc == 3, command
+        assert "owned by broker 1" in run.err and "--takeover" in run.err
+    assert _state(tmp_path) == before
+    assert not os.path.exists(tmp_path / "broker-2" / "wal" / "default" / "reliable_topic")
+
+
+def test_restore_takeover_is_the_failover_path(tmp_path):
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "3")
+    dnb(*broker(tmp_path, "1"), "upload", TOPIC)
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "2")  # 3-4 never archived
+    run = dnb(*broker(tmp_path, "2"), "--json", "restore", "--takeover", TOPIC)
+    assert run.json() == {"next_offset": 3}
+    assert _state(tmp_path)["owner"] == "2"
+
+
+@pytest.mark.parametrize("name", ["../x", "/a/../b", "/a/b/c", "", "/", "/a/", "/a/b c", "/a/" + "x" * 300,
+                                  "/./b", "/a/b\x00", "//etc/passwd", "/a\\b/c"])
+def test_hostile_topic_names_are_refused_before_anything_is_created(tmp_path, name):
+    for command in (("produce", name, "--count", "1"), ("seal", name), ("restore", name), ("verify", name),
+                    ("consume", name, "--subscription", "s"), ("inspect", name), ("upload", name)):
+        run = dnb("--data-dir", str(tmp_path / "d"), *command)
+        assert run.rc == 2, (name, command, run.err)
+        assert "topic name" in run.err and "Traceback" not in run.err
+    assert not os.path.exists(tmp_path / "d")
+
+
+@pytest.mark.parametrize("option,url,needle", [
+    ("--metadata", "mysql://x/y", "unknown scheme 'mysql'"),
+    ("--metadata", "/plain/path.db", "unknown scheme '(none)'"),
+    ("--objects", "gs://bucket", "unknown scheme 'gs'"),
+    ("--objects", "file://host/dir", "file:///abs/dir"),
+    ("--metadata", "etcd://nohostport", "host:port"),
+])
+def test_bad_urls_exit_non_zero_with_a_clear_message(tmp_path, option, url, needle):
+    run = dnb("--data-dir", str(tmp_path / "d"), option, url, "produce", TOPIC, "--count", "1")
+    assert run.rc == 2 and needle in run.err and "Traceback" not in run.err
+    assert not os.path.exists(tmp_path / "d" / "wal")
+
+
+def test_unreachable_etcd_is_unavailable_not_a_traceback(tmp_path):
+    from tests.fixtures.servers import free_port
+
+    run = dnb("--data-dir", str(tmp_path), "--metadata", f"etcd://127.0.0.1:{free_port()}", "inspect", TOPIC)
+    assert run.rc in (2, 4) and run.err.startswith("dnb: ") and "Traceback" not in run.err
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    run = dnb("--debug", *broker(tmp_path, "2"), "--metadata", "mysql://x", "seal", TOPIC)
+    assert run.rc == 2
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "1")
+    run = dnb("--debug", *broker(tmp_path, "2"), "seal", TOPIC)
+    assert run.rc == 3 and "Traceback" in run.err
+
+
+def test_usage_errors(tmp_path):
+    assert dnb().rc == 2
+    assert dnb("--help").rc == 0
+    assert dnb("nosuch").rc == 2
+    assert dnb("--data-dir", str(tmp_path), "consume", TOPIC, "--subscription", "s", "--from", "-3").rc == 2
+    assert dnb("--data-dir", str(tmp_path), "--broker-id", "../1", "produce", TOPIC).rc == 2
+
+
+def test_stores_helper_urls_are_absolute(tmp_path):
+    assert stores(tmp_path)[1].startswith("sqlite:///")

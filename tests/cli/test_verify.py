@@ -1,0 +1,139 @@
+"""verify catches a gap, an overlap, a corrupt object, a missing object, an orphan, a wrong
+seal and a local WAL that does not join the archive; exit 0 only when ok."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.cli.helpers import broker, dnb
+from tiered.metadata import keys, open_metadata
+from uploader import list_descriptors
+from uploader.naming import object_key
+from wal.topics import TopicName
+
+TOPIC = "/default/t"
+
+
+@pytest.fixture
+def archived(tmp_path):
+    """Three committed objects 0-4, 5-9, 10-14 on broker 1, then sealed."""
+    a = broker(tmp_path, "1")
+    for _ in range(3):
+        dnb(*a, "produce", TOPIC, "--count", "5")
+        dnb(*a, "upload", TOPIC)
+    assert dnb(*a, "--json", "seal", TOPIC).json() == {"last_committed_offset": 14}
+    assert dnb(*a, "--json", "verify", TOPIC).json() == {"ok": True, "problems": []}
+    return tmp_path
+
+
+def _meta(tmp_path):
+    return open_metadata(f"sqlite:///{tmp_path}/shared.db")
+
+
+def _verify(tmp_path):
+    run = dnb(*broker(tmp_path, "1"), "--json", "verify", TOPIC)
+    report = run.json()
+    assert set(report) == {"ok", "problems"}
+    assert run.rc == (0 if report["ok"] else 1)
+    return report
+
+
+def _kinds(report):
+    return {p["kind"] for p in report["problems"] if p["severity"] == "error"}
+
+
+def _object_path(tmp_path, desc):
+    return os.path.join(tmp_path, "objects", object_key(TopicName.parse(TOPIC), desc.start_offset, desc.object_id))
+
+
+def test_gap(archived):
+    with _meta(archived) as m:
+        m.delete(keys.descriptor_key(TOPIC, 5))
+    report = _verify(archived)
+    assert "gap" in _kinds(report)
+    gap = next(p for p in report["problems"] if p["kind"] == "gap")
+    assert (gap["first_offset"], gap["last_offset"]) == (5, 9)
+    # The object of the deleted descriptor is now garbage inside the archived range.
+    assert "orphan" in _kinds(report)
+
+
+def test_overlap(archived):
+    with _meta(archived) as m:
+        middle = list_descriptors(m, TOPIC)[1]
+        bogus = keys.ObjectDescriptor(7, 12, "data-7-12", middle.size, middle.etag, middle.created_at,
+                                      middle.broker_id, middle.epoch)
+        m.put(keys.descriptor_key(TOPIC, 7), bogus.to_json())
+    assert {"overlap", "missing_object"} <= _kinds(_verify(archived))
+
+
+def test_corrupt_object(archived):
+    with _meta(archived) as m:
+        desc = list_descriptors(m, TOPIC)[1]
+    path = _object_path(archived, desc)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 3] ^= 0x40
+    open(path, "wb").write(bytes(data))
+    report = _verify(archived)
+    assert _kinds(report) == {"corrupt_object"}
+    assert desc.object_id in report["problems"][0]["message"]
+
+
+def test_missing_object(archived):
+    with _meta(archived) as m:
+        desc = list_descriptors(m, TOPIC)[0]
+    os.remove(_object_path(archived, desc))
+    assert _kinds(_verify(archived)) == {"missing_object"}
+
+
+def test_orphan_inside_the_archive_is_an_error_past_it_a_warning(archived):
+    with _meta(archived) as m:
+        desc = list_descriptors(m, TOPIC)[0]
+    src = _object_path(archived, desc)
+    topic = TopicName.parse(TOPIC)
+    inside = os.path.join(archived, "objects", object_key(topic, 0, "data-0-4-e9"))
+    past = os.path.join(archived, "objects", object_key(topic, 15, "data-15-19"))
+    for path in (inside, past):
+        with open(src, "rb") as f, open(path, "wb") as g:
+            g.write(f.read())
+    report = _verify(archived)
+    assert _kinds(report) == {"orphan"}
+    severities = {p["key"].rsplit("/", 1)[-1]: p["severity"] for p in report["problems"]}
+    assert severities == {os.path.basename(inside): "error", os.path.basename(past): "warning"}
+
+
+def test_sealed_state_that_disagrees_with_the_archive(archived):
+    with _meta(archived) as m:
+        kv = m.get(keys.state_key(TOPIC))
+        state = keys.SealedState.from_json(kv.key, kv.value)
+        m.put(kv.key, keys.SealedState(True, 20, state.broker_id, state.timestamp).to_json())
+    assert "sealed_mismatch" in _kinds(_verify(archived))
+
+
+def test_local_wal_that_does_not_join_the_archive(tmp_path):
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "5")
+    dnb(*a, "upload", TOPIC)
+    dnb(*a, "produce", TOPIC, "--count", "5")
+    assert dnb(*a, "--json", "verify", TOPIC).json()["ok"]
+    with _meta(tmp_path) as m:  # forget the only descriptor: the WAL (0-9) now starts... fine,
+        m.delete(keys.descriptor_key(TOPIC, 0))  # but its object becomes garbage
+    # A WAL starting past the archive's end + 1 is a hole nobody can serve.
+    wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
+    first = sorted(os.listdir(wal_dir))[0]
+    assert first.endswith(".seg")
+    from tiered.verify import VerifyReport, _check_local_wal
+
+    report = VerifyReport(TOPIC, archive_last_offset=2)
+    _check_local_wal(TopicName.parse(TOPIC), str(tmp_path / "broker-1" / "wal"), report)
+    assert report.ok
+    report = VerifyReport(TOPIC, archive_last_offset=-5)
+    _check_local_wal(TopicName.parse(TOPIC), str(tmp_path / "broker-1" / "wal"), report)
+    assert [p["kind"] for p in report.problems] == ["wal_gap"]
+
+
+def test_table_output_and_skip_objects(archived):
+    run = dnb(*broker(archived, "1"), "verify", TOPIC)
+    assert run.rc == 0 and "3 descriptor(s), 3 object(s) read" in run.out
+    run = dnb(*broker(archived, "1"), "verify", "--skip-objects", TOPIC)
+    assert run.rc == 0 and "0 object(s) read" in run.out
