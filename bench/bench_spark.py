@@ -1,0 +1,152 @@
+"""Spark over the dnb1 archive vs Spark over Parquet of the same rows, in one run.
+
+    .venv/bin/python bench/bench_spark.py                 # 10 M messages of 100 B
+    .venv/bin/python bench/bench_spark.py --messages 500000   # quick run
+
+Builds the archive directly with the native dnb1 writer (objects of ``--object-messages``,
+1 MiB zstd blocks, descriptors in SQLite), writes the same rows to Parquet with Spark,
+then times three queries on each, with filter pushdown on:
+
+* ``count``   — ``SELECT count(*)`` (Parquet answers from its metadata; dnb1 must decode)
+* ``scan``    — ``sum(length(payload))``: every row and payload read
+* ``offset``  — ``count(*) WHERE offset BETWEEN m/2 AND m/2 + 9999`` (dnb1 prunes objects/blocks)
+* ``payload`` — ``count(*) WHERE payload contains a needle``: a full scan with a filter
+
+Each query runs ``--repeat`` times; the table shows the best time. Results go to
+``bench/results/spark.json``. Timings are wall-clock on this machine, shared cores included.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TOPIC = "/bench/spark"
+BASE_TIME_MS = 1_700_000_000_000
+
+
+def build_archive(root: str, messages: int, object_messages: int, payload_bytes: int, block_bytes: int) -> dict:
+    import native
+    from native import object_format
+    from tiered.metadata import keys, open_metadata
+    from tiered.objects import open_objects
+
+    objects_url, metadata_url = f"file://{root}/objects", f"sqlite:///{root}/metadata.db"
+    started = time.perf_counter()
+    total_bytes = 0
+    filler = (b"the quick brown fox jumps over the lazy dog " * 4)
+    with open_objects(objects_url) as objects, open_metadata(metadata_url) as meta:
+        for start in range(0, messages, object_messages):
+            end = min(messages, start + object_messages) - 1
+            batch = []
+            for i in range(start, end + 1):
+                head = b"msg-%012d-" % i
+                batch.append((BASE_TIME_MS + i, None, None, (head + filler)[:payload_bytes]))
+            frames = native.encode_batch(start, batch)
+            data = object_format.write_object(frames, topic=TOPIC, block_bytes=block_bytes, zstd_level=3,
+                                              first_offset=start)
+            object_id = f"data-{start}-{end}"
+            info = objects.put(keys.object_key(TOPIC, start, object_id), data)
+            meta.put(keys.descriptor_key(TOPIC, start), keys.ObjectDescriptor(
+                start, end, object_id, len(data), info.etag, time.time(), "bench", 1, compression="zstd").to_json())
+            total_bytes += len(data)
+    return {"objects_url": objects_url, "metadata_url": metadata_url, "archive_bytes": total_bytes,
+            "build_s": time.perf_counter() - started}
+
+
+def best_of(repeat: int, fn) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--payload-bytes", type=int, default=100)
+    ap.add_argument("--object-messages", type=int, default=1_000_000)
+    ap.add_argument("--block-bytes", type=int, default=1 << 20)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--workdir", default=None, help="kept if given; else a temp dir that is removed")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "spark.json"))
+    args = ap.parse_args()
+
+    root = args.workdir or tempfile.mkdtemp(prefix="dnb-bench-spark-")
+    os.makedirs(root, exist_ok=True)
+    try:
+        run(args, root)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, root: str) -> None:
+    import native
+    from tiered.spark.session import local_session
+
+    archive = build_archive(root, args.messages, args.object_messages, args.payload_bytes, args.block_bytes)
+    print(f"archive: {args.messages:,} messages, {archive['archive_bytes'] / 1e6:.1f} MB in dnb1 "
+          f"(codec {native.IMPLEMENTATION}), built in {archive['build_s']:.1f} s", flush=True)
+    spark = local_session(master=args.master, app_name="dnb-bench-spark",
+                          conf={"spark.driver.memory": "2g"}, filter_pushdown=True)
+    try:
+        dnb1 = (spark.read.format("dnb1").option("topic", TOPIC).option("metadata", archive["metadata_url"])
+                .option("objects", archive["objects_url"]).load())
+        parquet_path = os.path.join(root, "parquet")
+        t = time.perf_counter()
+        dnb1.write.mode("overwrite").parquet(parquet_path)
+        parquet_write_s = time.perf_counter() - t
+        parquet_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(parquet_path) for f in fs
+                            if f.endswith(".parquet"))
+        print(f"parquet: {parquet_bytes / 1e6:.1f} MB written by Spark in {parquet_write_s:.1f} s", flush=True)
+        dnb1.createOrReplaceTempView("dnb1")
+        spark.read.parquet(parquet_path).createOrReplaceTempView("pq")
+        lo = args.messages // 2
+        needle = "msg-%012d-" % (args.messages - 7)
+        queries = {
+            "count": "SELECT count(*) FROM {t}",
+            "scan": "SELECT sum(length(payload)) FROM {t}",
+            "offset": f"SELECT count(*) FROM {{t}} WHERE offset BETWEEN {lo} AND {lo + 9999}",
+            "payload": f"SELECT count(*) FROM {{t}} WHERE instr(cast(payload AS string), '{needle}') > 0",
+        }
+        results = []
+        for name, sql in queries.items():
+            row = {"query": name}
+            for table in ("dnb1", "pq"):
+                seconds, value = best_of(args.repeat, lambda: spark.sql(sql.format(t=table)).collect()[0][0])
+                row[f"{table}_s"] = round(seconds, 3)
+                row[f"{table}_value"] = value
+            assert row["dnb1_value"] == row["pq_value"], f"{name}: dnb1 {row['dnb1_value']} != parquet {row['pq_value']}"
+            row["ratio"] = round(row["dnb1_s"] / row["pq_s"], 2)
+            results.append(row)
+            print(f"  {name:8s} dnb1 {row['dnb1_s']:7.2f} s   parquet {row['pq_s']:7.2f} s   "
+                  f"dnb1/parquet {row['ratio']:5.2f}x   (result {row['dnb1_value']})", flush=True)
+    finally:
+        spark.stop()
+    print()
+    print("| query | dnb1 (s) | Parquet (s) | dnb1 / Parquet |")
+    print("|---|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['query']} | {r['dnb1_s']:.2f} | {r['pq_s']:.2f} | {r['ratio']:.2f}x |")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"messages": args.messages, "payload_bytes": args.payload_bytes,
+                   "object_messages": args.object_messages, "block_bytes": args.block_bytes,
+                   "master": args.master, "codec": native.IMPLEMENTATION, "cpus": os.cpu_count(),
+                   "archive_bytes": archive["archive_bytes"], "parquet_bytes": parquet_bytes,
+                   "parquet_write_s": round(parquet_write_s, 2), "results": results}, f, indent=2)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
