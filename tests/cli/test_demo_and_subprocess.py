@@ -122,3 +122,28 @@ def test_cli_move_on_real_etcd_and_moto(tmp_path, etcd_server, etcd_root, moto_s
     got = dnb(*b, "--json", "consume", TOPIC, "--subscription", "s", "--ack").json()["messages"]
     assert [(m["offset"], m["tier"]) for m in got] == [(o, "cloud") for o in range(5)]
     assert dnb(*b, "--json", "verify", TOPIC).json() == {"ok": True, "problems": []}
+
+
+@pytest.mark.spark
+def test_query_runs_spark_sql_over_the_archive(tmp_path):
+    pytest.importorskip("pyspark")
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "5")
+    dnb(*a, "upload", TOPIC)
+    run = dnb(*a, "--json", "query", TOPIC, "SELECT count(*) AS n, max(offset) AS top FROM messages")
+    assert run.rc == 0, run.err
+    assert run.json() == {"columns": ["n", "top"], "rows": [[5, 4]]}
+
+
+def test_query_table_mode_and_json_safe_values(tmp_path, monkeypatch):
+    import datetime as dt
+
+    import tiered.spark.query as spark_query
+
+    rows = [{"offset": 0, "payload": b"hi", "key": b"\xff", "t": dt.datetime(2026, 1, 1)}]
+    monkeypatch.setattr(spark_query, "run_query", lambda *args, **kw: rows)
+    run = dnb(*broker(tmp_path, "1"), "query", TOPIC, "SELECT 1")
+    assert run.rc == 0 and "offset" in run.out and "1 row(s)" in run.out
+    got = dnb(*broker(tmp_path, "1"), "--json", "query", TOPIC, "SELECT 1").json()
+    assert got == {"columns": ["offset", "payload", "key", "t"],
+                   "rows": [[0, "hi", "base64:/w==", "2026-01-01T00:00:00"]]}

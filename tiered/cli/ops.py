@@ -305,12 +305,25 @@ def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
     return _query_json(result)
 
 
-def _query_json(result: Any) -> dict[str, Any]:
-    """Accept a dict {columns, rows}, a list of Rows, or a (columns, rows) pair."""
-    if isinstance(result, dict) and "rows" in result:
-        return {"columns": list(result.get("columns", [])), "rows": [list(r) for r in result["rows"]]}
-    if isinstance(result, tuple) and len(result) == 2:
-        return {"columns": list(result[0]), "rows": [list(r) for r in result[1]]}
-    rows = list(result)
-    columns = list(rows[0].asDict().keys()) if rows and hasattr(rows[0], "asDict") else []
-    return {"columns": columns, "rows": [list(r) for r in rows]}
+def _query_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{columns, rows}``: rows as lists in column order, values made JSON-safe."""
+    columns = list(rows[0].keys()) if rows else []
+    return {"columns": columns, "rows": [[_json_safe(row.get(c)) for c in columns] for row in rows]}
+
+
+def _json_safe(value: Any) -> Any:
+    import base64
+    import datetime as dt
+
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

@@ -1,0 +1,140 @@
+"""The offset-continuity harness: >= 200 seeds on the embedded defaults, a few with SIGKILLed
+broker subprocesses, a few on real etcd + moto, and proof that the checker catches bugs."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.cli.helpers import dnb
+from tiered.harness import make_schedule, run_many, run_scenario
+
+SEEDS_PER_CHUNK = 25
+CHUNKS = 8  # 8 x 25 = 200 seeds
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs():
+    # Injected faults make the library log warnings by design; keep the test output readable.
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_embedded_seeds(chunk):
+    summary = run_many(first_seed=chunk * SEEDS_PER_CHUNK, scenarios=SEEDS_PER_CHUNK)
+    assert summary["failed"] == 0, summary["failure"]
+    assert summary["passed"] == SEEDS_PER_CHUNK
+
+
+def test_subprocess_sigkill_seeds():
+    # Seeds whose schedules include at least one SIGKILL of a real broker process.
+    seeds = [s for s in range(1000, 1200) if any(st.kind == "sigkill" for st in
+                                                  make_schedule(s, 3, 12, subprocess_crashes=True))][:4]
+    assert len(seeds) == 4
+    for seed in seeds:
+        result = run_scenario(seed, subprocess_crashes=True)
+        assert result.ok, result.to_json()
+        assert any("SIGKILLed" in note for note in result.notes)
+
+
+@pytest.mark.etcd
+@pytest.mark.s3
+def test_real_etcd_and_moto_seeds(etcd_server, etcd_root, moto_server, s3_bucket):
+    objects = f"s3://{s3_bucket}/h?endpoint={moto_server.endpoint_url}"
+    summary = run_many(first_seed=500, scenarios=4, metadata_url=etcd_server.url + etcd_root, objects_url=objects)
+    assert summary["failed"] == 0, summary["failure"]
+
+
+def test_schedule_is_a_pure_function_of_the_seed():
+    assert make_schedule(42) == make_schedule(42)
+    assert make_schedule(42) != make_schedule(43)
+    kinds = {step.kind for seed in range(200) for step in make_schedule(seed)}
+    assert kinds >= {"produce", "produce_nowait", "upload", "consume", "move", "restart", "power_loss",
+                     "takeover", "uploader_crash", "s3_fault", "etcd_fault"}
+
+
+# -- the checker catches real bugs ------------------------------------------------------
+
+def _first_failure(seeds=range(0, 40)):
+    summary = run_many(first_seed=seeds.start, scenarios=len(seeds))
+    assert summary["failed"] == 1, "the harness did not notice the injected bug"
+    return summary
+
+
+def test_catches_a_restore_that_reuses_an_offset(monkeypatch):
+    import tiered.restore as restore
+    from tiered import lifecycle
+
+    real = restore.plan_restore
+    monkeypatch.setattr(lifecycle, "plan_restore", _dataclass_replacing(real, "start_offset", -1))
+    summary = _first_failure()
+    assert summary["failure"]["violation"].split(":")[0] in (
+        "seal-continuity", "takeover-start", "unique-offsets", "unexpected-error")
+
+
+def _dataclass_replacing(real, field, delta):
+    import dataclasses
+
+    def patched(metadata, token):
+        plan = real(metadata, token)
+        if getattr(plan, field) > 0 and not plan.may_recover_local:
+            return dataclasses.replace(plan, **{field: getattr(plan, field) + delta})
+        return plan
+
+    return patched
+
+
+def test_catches_a_reader_that_drops_a_message(monkeypatch):
+    from tiered import reader as reader_module
+
+    real_next = reader_module.TieredReader.__next__
+
+    def dropping(self):
+        message = real_next(self)
+        if message.offset == 3 and message.tier == "cloud":
+            return real_next(self)  # silently skip offset 3 when it comes from the archive
+        return message
+
+    monkeypatch.setattr(reader_module.TieredReader, "__next__", dropping)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].startswith("contiguous-offsets")
+
+
+def test_catches_a_seal_that_loses_the_last_message(monkeypatch):
+    from tiered import lifecycle
+
+    real_drain = lifecycle.BrokerHost._drain
+
+    def short_drain(self, hosted):
+        last = real_drain(self, hosted)
+        return None if last in (None, 0) else last - 1
+
+    monkeypatch.setattr(lifecycle.BrokerHost, "_drain", short_drain)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].split(":")[0] in ("seal-continuity", "unexpected-error")
+
+
+def test_cli_prints_seed_schedule_and_first_violated_invariant(monkeypatch):
+    from tiered import reader as reader_module
+
+    real_next = reader_module.TieredReader.__next__
+
+    def duplicating(self):
+        message = real_next(self)
+        if message.offset == 2 and not getattr(self, "_dup_done", False):
+            self._dup_done = True
+            self._pending.appendleft(message)  # serve offset 2 twice
+        return message
+
+    monkeypatch.setattr(reader_module.TieredReader, "__next__", duplicating)
+    run = dnb("harness", "--scenarios", "40")
+    assert run.rc == 1
+    assert "FAILED seed" in run.out and "first violated invariant: " in run.out
+    assert "schedule:" in run.out and "replay: dnb harness --seed" in run.out
+    seed = int(run.out.split("FAILED seed ")[1].split()[0])
+    replay = dnb("--json", "harness", "--seed", str(seed)).json()
+    assert replay["failed"] == 1 and replay["failure"]["seed"] == seed
+    assert set(replay) == {"first_seed", "scenarios", "passed", "failed", "elapsed_s", "failure", "replay"}
+    assert replay["failure"]["violation"] == run.out.split("first violated invariant: ")[1].splitlines()[0]
