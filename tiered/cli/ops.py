@@ -14,7 +14,6 @@ failover path, used when that broker is known to be dead).
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import time

@@ -30,7 +30,7 @@ from typing import Any
 
 from tiered.harness.cluster import Cluster, HarnessCrash
 from tiered.harness.model import TopicModel, Violation, check
-from tiered.harness.schedule import Step, make_schedule, step_rng
+from tiered.harness.schedule import Step, make_schedule
 from wal.topics import TopicName
 
 TOPIC = TopicName.parse("/harness/topic")

@@ -1,8 +1,8 @@
 """Schedules: every random choice of a scenario, derived from one seed.
 
 ``make_schedule(seed, ...)`` is a pure function, so ``dnb harness --seed S`` replays
-exactly the steps that failed. The runner draws no randomness of its own except
-through :func:`step_rng` (also seeded), e.g. the byte at which a power loss tears.
+exactly the steps that failed. The runner draws no randomness of its own: even the
+byte count at which a power loss tears the last write is part of the step.
 """
 from __future__ import annotations
 
@@ -77,6 +77,3 @@ def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
         return {"count": rng.randint(5, 40), "after_s": round(rng.uniform(0.0, 0.5), 3)}
     return {}
 
-
-def step_rng(seed: int, index: int) -> random.Random:
-    return random.Random(f"step-{seed}-{index}")
