@@ -46,6 +46,8 @@ decode_record = codec.decode_record
 scan_frames = codec.scan_frames
 encode_segment_header = codec.encode_segment_header
 decode_segment_header = codec.decode_segment_header
+# The WAL's append core (offsets + encoding + pending frames in one atomic step).
+AppendBuffer = codec.AppendBuffer
 
 # The dnb1 archive object API (spec in native/object_format.py). These functions dispatch to
 # the codec selected above at call time; pass codec= to pick a twin explicitly (tests do).
@@ -85,7 +87,7 @@ def available_codecs() -> list:
 __all__ = [
     "IMPLEMENTATION", "codec", "available_codecs", "crc32c", "encode_record", "encode_frame",
     "encode_batch", "decode_record", "scan_frames", "encode_segment_header",
-    "decode_segment_header", "Record", "ScanResult", "ScanStop", "CodecError",
+    "decode_segment_header", "AppendBuffer", "Record", "ScanResult", "ScanStop", "CodecError",
     "CorruptObject", "CorruptSegmentHeader", "object_format", "Block", "Footer", "ObjectHeader",
     "write_object", "footer_bytes_needed", "parse_footer", "read_footer", "select_blocks",
     "decode_block", "block_frames", "parse_header", "iter_records", "read_records",

@@ -16,6 +16,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from libc.stdint cimport UINT32_MAX, UINT64_MAX, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from collections.abc import Mapping
 import operator
@@ -195,10 +196,15 @@ cdef const char *_utf8(obj, str what, Py_ssize_t *size) except NULL:
 
 cdef int _measure(MsgInfo *m, publish_time, key, attributes, payload, list keep) except -1:
     """Validates one message and fills ``m``; the same checks, in the same order, as the twin."""
+    m.publish_time = _u64(publish_time, "publish_time")
+    return _measure_body(m, key, attributes, payload, keep)
+
+
+cdef int _measure_body(MsgInfo *m, key, attributes, payload, list keep) except -1:
+    """Everything of _measure after publish_time (the AppendBuffer fills that from its clock)."""
     cdef Py_ssize_t n = RECORD_FIXED, name_len, value_len, pos = 0
     cdef PyObject *pk
     cdef PyObject *pv
-    m.publish_time = _u64(publish_time, "publish_time")
     m.key = NULL
     m.key_len = 0
     if key is not None:
@@ -236,32 +242,48 @@ cdef int _measure(MsgInfo *m, publish_time, key, attributes, payload, list keep)
 
 
 cdef Py_ssize_t _write_record(const MsgInfo *m, uint8_t *out) except -1:
-    """Writes the record of ``m`` at ``out``; returns its length (asserted equal to _measure's)."""
+    """Writes the record of ``m`` at ``out``, never past ``out + m.record_len``; returns its length.
+
+    The bound is checked before every copy because Python code may have run since _measure
+    (a Mapping converted, an ``__index__`` called, the AppendBuffer's normalise hook), so another
+    thread may have grown an attributes dict in between: such a record is refused with an
+    AssertionError before a single byte lands past the space that was measured for it.
+    """
     cdef uint8_t flags = 0
     cdef uint8_t *p = out + RECORD_FIXED
+    cdef uint8_t *end = out + m.record_len - m.payload_len  # where the payload must start
     cdef Py_ssize_t pos = 0, name_len, value_len
     cdef const char *s
+    cdef const char *v
     cdef PyObject *pk
     cdef PyObject *pv
     if m.key != NULL:
         flags |= FLAG_KEY
+        if p + 4 + m.key_len > end:
+            raise AssertionError("record length changed between measuring and writing")
         dnb_st32(p, <uint32_t>m.key_len)
         memcpy(p + 4, m.key, m.key_len)
         p += 4 + m.key_len
     if m.attrs != NULL:
         flags |= FLAG_ATTRS
+        if p + 2 > end or len(<object>m.attrs) > U16_MAX:
+            raise AssertionError("record length changed between measuring and writing")
         dnb_st16(p, <uint16_t>len(<object>m.attrs))
         p += 2
         while PyDict_Next(<object>m.attrs, &pos, &pk, &pv):
             # UTF-8 is cached inside the str since _measure, so this does not encode again.
             s = PyUnicode_AsUTF8AndSize(<object>pk, &name_len)
+            v = PyUnicode_AsUTF8AndSize(<object>pv, &value_len)
+            if name_len > U16_MAX or p + 6 + name_len + value_len > end:
+                raise AssertionError("record length changed between measuring and writing")
             dnb_st16(p, <uint16_t>name_len)
             memcpy(p + 2, s, name_len)
             p += 2 + name_len
-            s = PyUnicode_AsUTF8AndSize(<object>pv, &value_len)
             dnb_st32(p, <uint32_t>value_len)
-            memcpy(p + 4, s, value_len)
+            memcpy(p + 4, v, value_len)
             p += 4 + value_len
+    if p != end:
+        raise AssertionError("record length changed between measuring and writing")
     memcpy(p, m.payload, m.payload_len)
     p += m.payload_len
     out[0] = RECORD_VERSION
@@ -356,6 +378,348 @@ def encode_batch(first_offset, messages):
         return out
     finally:
         free(infos)
+
+
+# ---------------------------------------------------------------------------------------------
+# The append core of a WAL: offsets, encoding and the pending buffer in one atomic C step
+
+cdef inline uint64_t _clock_ms() noexcept nogil:
+    """Wall clock in ms since the epoch, the same reading as ``time.time_ns() // 1_000_000``."""
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <uint64_t>ts.tv_sec * 1000 + <uint64_t>(ts.tv_nsec // 1000000)
+
+
+cdef enum:
+    APPEND_BUFFER_MIN = 64 * 1024   # first allocation; grows by doubling
+
+
+cdef class AppendBuffer:
+    """Allocates offsets and keeps the encoded frames the WAL writer has not taken yet.
+
+    ``append`` validates a message, then allocates its offset, encodes its frame (C encoder, C
+    CRC32C) straight into a growable C buffer and counts it, as ONE atomic step: that part runs
+    without releasing the GIL and without calling any Python code, so no other Python thread
+    can observe or interleave with it. That is what keeps offsets unique, contiguous and in
+    buffer (= file) order with any number of appending threads, with no lock. ``busy`` is set
+    for exactly that step and checked on entry; finding it set means Python code ran inside
+    the step (a bug), which raises instead of corrupting the buffer. The pure-Python twin
+    (native/_codec_py.py) gets the same guarantee from a lock.
+
+    Python is called back only on rare paths, never per message in steady state:
+    ``wait_for_room()`` before appending while ``pending_bytes >= pending_bytes_max``
+    (backpressure, bounded by the caller), ``wake()`` after appending when the writer parked
+    itself idle or ``pending_bytes`` just crossed ``batch_bytes``, ``refusal()`` (a factory of
+    the exception to raise, set once appends must be refused), ``too_large(message)`` for a
+    record over ``max_message_bytes``, and ``normalize(message)`` for batch elements that are
+    neither bytes nor a tuple. Callbacks run outside the atomic step.
+
+    ``take()`` hands everything pending to the writer in one call (one memcpy) and also says
+    where the newest frames that fit ``tail_messages_max``/``tail_bytes_max`` start, so the
+    WAL's cache of recent frames keeps working when one take holds thousands of records.
+    """
+    cdef uint8_t *buf
+    cdef Py_ssize_t used, cap, keep_cap
+    cdef uint64_t next_off        # the offset the next append gets
+    cdef uint64_t first_off       # offset of the first pending frame (== next_off when empty)
+    cdef Py_ssize_t count         # pending records; first_off + count == next_off
+    cdef Py_ssize_t *ring         # start position of pending frame i at ring[i % tail_cap]
+    cdef Py_ssize_t tail_cap, tail_bytes_max
+    cdef readonly Py_ssize_t max_message_bytes, pending_bytes_max, batch_bytes
+    cdef bint idle, in_step
+    cdef object refusal_factory, wake_cb, wait_for_room_cb, too_large_cb, normalize_cb
+
+    def __cinit__(self):
+        self.buf = NULL
+        self.ring = NULL
+        self.used = self.cap = 0
+
+    def __init__(self, next_offset, *, max_message_bytes, pending_bytes_max, batch_bytes,
+                 tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
+                 normalize):
+        self.next_off = self.first_off = _u64(next_offset, "next_offset")
+        self.count = 0
+        if not 1 <= max_message_bytes <= MAX_RECORD:
+            raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD}]")
+        if pending_bytes_max < max_message_bytes or batch_bytes <= 0:
+            raise ValueError("pending_bytes_max must hold one maximal message, batch_bytes > 0")
+        if tail_messages_max <= 0 or tail_bytes_max <= 0:
+            raise ValueError("tail_messages_max and tail_bytes_max must be positive")
+        self.max_message_bytes = max_message_bytes
+        self.pending_bytes_max = pending_bytes_max
+        self.batch_bytes = batch_bytes
+        # Keep a buffer of about one group commit between takes; free anything larger.
+        self.keep_cap = max(APPEND_BUFFER_MIN, 2 * batch_bytes)
+        self.tail_cap = tail_messages_max
+        self.tail_bytes_max = tail_bytes_max
+        free(self.ring)
+        self.ring = <Py_ssize_t *>malloc(self.tail_cap * sizeof(Py_ssize_t))
+        if self.ring == NULL:
+            raise MemoryError()
+        self.idle = self.in_step = False
+        self.refusal_factory = None
+        self.wake_cb = wake
+        self.wait_for_room_cb = wait_for_room
+        self.too_large_cb = too_large
+        self.normalize_cb = normalize
+
+    def __dealloc__(self):
+        free(self.buf)
+        free(self.ring)
+
+    # -------------------------------------------------------------- the atomic step
+    cdef inline int _enter(self) except -1:
+        if self.in_step:
+            raise AssertionError("AppendBuffer re-entered: Python code ran inside the atomic step")
+        if self.first_off + <uint64_t>self.count != self.next_off or self.used > self.cap:
+            raise AssertionError("AppendBuffer counters disagree")
+        self.in_step = True
+        return 0
+
+    cdef inline int _leave(self) except -1:
+        # Paired with _enter; a mismatch here would mean two steps overlapped.
+        if not self.in_step or self.first_off + <uint64_t>self.count != self.next_off:
+            self.in_step = False
+            raise AssertionError("AppendBuffer step left in an inconsistent state")
+        self.in_step = False
+        return 0
+
+    cdef uint8_t *_reserve(self, Py_ssize_t n) except NULL:
+        """Room for n more bytes at buf + used (not counted until _commit)."""
+        cdef Py_ssize_t want = self.used + n, new_cap
+        cdef uint8_t *grown
+        if want > self.cap or self.buf == NULL:
+            new_cap = self.cap * 2 if self.cap else APPEND_BUFFER_MIN
+            if new_cap < want:
+                new_cap = want
+            grown = <uint8_t *>realloc(self.buf, new_cap)
+            if grown == NULL:
+                raise MemoryError(f"append buffer of {new_cap} bytes")
+            self.buf = grown
+            self.cap = new_cap
+        return self.buf + self.used
+
+    cdef int _write(self, MsgInfo *infos, Py_ssize_t n, Py_ssize_t total) except -1:
+        """Encodes n measured messages at the next offsets and counts them; the atomic step.
+
+        Frames are written past ``used`` first and counted only once all are written, so an
+        error half-way (a record that changed since measuring) leaves nothing behind.
+        """
+        cdef uint8_t *p
+        cdef uint8_t *start
+        cdef Py_ssize_t i, pos
+        if self.refusal_factory is not None:
+            raise self.refusal_factory()
+        if <uint64_t>(n - 1) > UINT64_MAX - self.next_off:
+            raise CodecError(f"offset {_U64_LIMIT} is not a u64")
+        self._enter()
+        try:
+            start = p = self._reserve(total)
+            for i in range(n):
+                _write_record(&infos[i], p + FRAME_HDR)
+                _seal_frame(p, self.next_off + <uint64_t>i, infos[i].record_len)
+                p += FRAME_HDR + infos[i].record_len
+            if p - start != total:
+                raise AssertionError("batch length changed between measuring and writing")
+            pos = self.used
+            for i in range(n):
+                self.ring[(self.count + i) % self.tail_cap] = pos
+                pos += FRAME_HDR + infos[i].record_len
+            self.used += total
+            self.count += n
+            self.next_off += <uint64_t>n
+        finally:
+            self._leave()
+        return 0
+
+    cdef inline bint _should_wake(self, Py_ssize_t added) noexcept:
+        """After counting ``added`` bytes: wake the writer if it is parked or a batch is full.
+
+        Only the crossing of batch_bytes wakes it: a writer that is busy re-checks the
+        threshold under the WAL lock before it waits, so later appends need not notify.
+        """
+        if self.idle or (self.used - added < self.batch_bytes <= self.used):
+            self.idle = False
+            return True
+        return False
+
+    cdef int _check_size(self, const MsgInfo *m) except -1:
+        if m.record_len > self.max_message_bytes:
+            raise self.too_large_cb(f"record of {m.record_len} bytes exceeds max_message_bytes "
+                                    f"{self.max_message_bytes}")
+        return 0
+
+    # -------------------------------------------------------------- appends
+    def append(self, payload, key=None, attributes=None, publish_time=None):
+        """Appends one message; returns its offset."""
+        cdef MsgInfo m
+        cdef list keep
+        cdef uint64_t offset
+        if self.used >= self.pending_bytes_max:
+            self.wait_for_room_cb()
+        m.publish_time = _clock_ms() if publish_time is None else _u64(publish_time, "publish_time")
+        if type(payload) is bytes and key is None and attributes is None:
+            # The common case measured inline: no list, no dict walk.
+            m.key = NULL
+            m.key_len = 0
+            m.attrs = NULL
+            m.payload = <const uint8_t *>PyBytes_AS_STRING(payload)
+            m.payload_len = len(<bytes>payload)
+            m.record_len = RECORD_FIXED + m.payload_len
+        else:
+            keep = []
+            _measure_body(&m, key, attributes, payload, keep)
+        self._check_size(&m)
+        offset = self.next_off
+        self._write(&m, 1, FRAME_HDR + m.record_len)
+        if self._should_wake(FRAME_HDR + m.record_len):
+            self.wake_cb()
+        return offset
+
+    def append_batch(self, messages, publish_time=None):
+        """Appends messages (bytes, or (payload, key, attributes, publish_time) tuples with
+        trailing items optional, or anything ``normalize`` turns into such a tuple); returns
+        the first offset. All or nothing: a bad message appends none of them."""
+        cdef list items = messages if type(messages) is list else list(messages)
+        cdef Py_ssize_t n = len(items), i, total = 0, size
+        cdef MsgInfo *infos
+        cdef MsgInfo *m
+        cdef list keep = []
+        cdef uint64_t default_time, first
+        cdef tuple t
+        if n == 0:
+            raise ValueError("append_batch needs at least one message")
+        default_time = _clock_ms() if publish_time is None else _u64(publish_time, "publish_time")
+        if self.used >= self.pending_bytes_max:
+            self.wait_for_room_cb()
+        infos = <MsgInfo *>malloc(n * sizeof(MsgInfo))
+        if infos == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                message = items[i]
+                m = &infos[i]
+                if type(message) is bytes:
+                    m.publish_time = default_time
+                    m.key = NULL
+                    m.key_len = 0
+                    m.attrs = NULL
+                    m.payload = <const uint8_t *>PyBytes_AS_STRING(message)
+                    m.payload_len = len(<bytes>message)
+                    m.record_len = RECORD_FIXED + m.payload_len
+                elif type(message) is bytearray or type(message) is memoryview:
+                    m.publish_time = default_time
+                    _measure_body(m, None, None, message, keep)
+                else:
+                    if type(message) is not tuple:
+                        # Rare forms (wal.Message, lists) are turned into the tuple by Python.
+                        message = self.normalize_cb(message)
+                        keep.append(message)
+                        if type(message) is not tuple:
+                            raise CodecError("normalize must return a tuple")
+                    t = <tuple>message
+                    size = len(t)
+                    if not 1 <= size <= 4:
+                        raise CodecError("each message must be payload or a (payload, key, "
+                                         "attributes, publish_time) tuple")
+                    if size < 4 or t[3] is None:
+                        m.publish_time = default_time
+                    else:
+                        m.publish_time = _u64(t[3], "publish_time")
+                    _measure_body(m, t[1] if size > 1 else None, t[2] if size > 2 else None,
+                                  t[0], keep)
+                self._check_size(m)
+                total += FRAME_HDR + m.record_len
+            first = self.next_off
+            self._write(infos, n, total)
+        finally:
+            free(infos)
+        if self._should_wake(total):
+            self.wake_cb()
+        return first
+
+    # -------------------------------------------------------------- the writer's side
+    def take(self):
+        """Everything pending, in one call: ``(frames, first_offset, last_offset, count,
+        tail_position, tail_count)``. ``frames[tail_position:]`` holds the newest
+        ``tail_count`` frames, the most that fit tail_messages_max and tail_bytes_max
+        (``tail_count`` 0 when not even one does). Nothing pending: ``count`` is 0."""
+        cdef Py_ssize_t lo, hi, mid, k
+        self._enter()
+        try:
+            data = PyBytes_FromStringAndSize(<const char *>self.buf, self.used)
+            # The largest k whose last k frames fit; starts grow with k's shrinking, so the
+            # predicate is monotone and a binary search over the ring finds it.
+            lo = 0
+            hi = self.count if self.count < self.tail_cap else self.tail_cap
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.used - self.ring[(self.count - mid) % self.tail_cap] <= self.tail_bytes_max:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+            tail_position = self.used if k == 0 else self.ring[(self.count - k) % self.tail_cap]
+            result = (data, self.first_off, <object>self.next_off - 1, self.count,
+                      tail_position, k)
+            self.first_off = self.next_off
+            self.count = 0
+            self.used = 0
+            if self.cap > self.keep_cap:
+                # A burst grew the buffer; give the memory back rather than hold it forever.
+                free(self.buf)
+                self.buf = NULL
+                self.cap = 0
+        finally:
+            self._leave()
+        return result
+
+    def park(self):
+        """Writer, under the WAL lock: mark itself idle iff nothing is pending (atomically
+        with appends, so an append either sees ``idle`` and wakes it or was taken first)."""
+        if self.count:
+            return False
+        self.idle = True
+        return True
+
+    def unpark(self):
+        self.idle = False
+
+    # -------------------------------------------------------------- state
+    @property
+    def refusal(self):
+        """None, or a zero-argument callable returning the exception every append raises."""
+        return self.refusal_factory
+
+    @refusal.setter
+    def refusal(self, factory):
+        if factory is not None and not callable(factory):
+            raise TypeError("refusal must be None or a callable returning an exception")
+        self.refusal_factory = factory
+
+    @property
+    def next_offset(self):
+        return self.next_off
+
+    @property
+    def pending_first(self):
+        return self.first_off
+
+    @property
+    def pending_count(self):
+        return self.count
+
+    @property
+    def pending_bytes(self):
+        return self.used
+
+    @property
+    def writer_idle(self):
+        return self.idle
+
+    @property
+    def busy(self):
+        return self.in_step
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ time that both expose every name. Signatures mirror ``native/_codec.pyi``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from native.format import Record, ScanResult
@@ -13,6 +13,39 @@ from native.object_format import Block, Footer, ObjectHeader
 
 Buffer = bytes | bytearray | memoryview
 Message = tuple[int, "bytes | None", "Mapping[str, str] | None", bytes]
+
+
+class AppendCore(Protocol):
+    """The WAL append core (``AppendBuffer`` in each twin); see its docstring in _codec.pyx.
+
+    Construct with ``AppendBuffer(next_offset, *, max_message_bytes, pending_bytes_max,
+    batch_bytes, tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
+    normalize)``.
+    """
+
+    max_message_bytes: int
+    pending_bytes_max: int
+    batch_bytes: int
+    refusal: Callable[[], BaseException] | None
+
+    def append(self, payload: bytes, key: bytes | None = None,
+               attributes: Mapping[str, str] | None = None, publish_time: int | None = None) -> int: ...
+    def append_batch(self, messages: Sequence, publish_time: int | None = None) -> int: ...
+    def take(self) -> tuple[bytes, int, int, int, int, int]: ...
+    def park(self) -> bool: ...
+    def unpark(self) -> None: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def pending_first(self) -> int: ...
+    @property
+    def pending_count(self) -> int: ...
+    @property
+    def pending_bytes(self) -> int: ...
+    @property
+    def writer_idle(self) -> bool: ...
+    @property
+    def busy(self) -> bool: ...
 
 
 @runtime_checkable
@@ -31,6 +64,7 @@ class CodecTwin(Protocol):
                     positions: bool = False, max_frames: int | None = None) -> ScanResult: ...
     def encode_segment_header(self, base_offset: int, created_ms: int) -> bytes: ...
     def decode_segment_header(self, buf: Buffer) -> tuple[int, int]: ...
+    AppendBuffer: Callable[..., AppendCore]
 
     # dnb1 objects: the primitives behind native.object_format (use that module's API).
     def object_encode(self, frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
@@ -47,7 +81,7 @@ class CodecTwin(Protocol):
 
 TWIN_NAMES = (
     "IMPLEMENTATION", "crc32c", "encode_record", "encode_frame", "encode_batch", "decode_record",
-    "scan_frames", "encode_segment_header", "decode_segment_header", "object_encode",
+    "scan_frames", "encode_segment_header", "decode_segment_header", "AppendBuffer", "object_encode",
     "object_footer_bytes_needed", "object_parse_footer", "object_parse_header",
     "object_decode_block",
 )

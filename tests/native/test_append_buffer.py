@@ -1,0 +1,257 @@
+"""The WAL append core (``AppendBuffer``) over both twins: same bytes, same errors, callbacks
+only on the rare paths, atomic offset allocation under many threads."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import native
+from native.errors import CodecError
+
+
+class TooLarge(ValueError):
+    pass
+
+
+class Calls:
+    """Records every callback the core makes."""
+
+    def __init__(self) -> None:
+        self.wakes = 0
+        self.room_waits = 0
+        self.normalized: list = []
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def wait_for_room(self) -> None:
+        self.room_waits += 1
+
+    def normalize(self, message) -> tuple:
+        self.normalized.append(message)
+        return tuple(message)
+
+
+def make(codec, next_offset=0, calls=None, **overrides):
+    calls = calls or Calls()
+    options = dict(max_message_bytes=1000, pending_bytes_max=1 << 20, batch_bytes=1 << 16,
+                   tail_messages_max=4, tail_bytes_max=200, wake=calls.wake,
+                   wait_for_room=calls.wait_for_room, too_large=TooLarge,
+                   normalize=calls.normalize)
+    options.update(overrides)
+    return codec.AppendBuffer(next_offset, **options), calls
+
+
+def feed(core) -> None:
+    """Every accepted form, with explicit publish times so the bytes are deterministic."""
+    core.append(b"one", publish_time=1)
+    core.append(b"two", key=b"k", attributes={"a": "b", "\u00e9": "\u20ac"}, publish_time=2)
+    core.append(bytearray(b"three"), key=memoryview(b""), publish_time=3)
+    core.append_batch([b"b1", (b"b2",), (b"b3", b"key"), (b"b4", None, {"x": "y"}),
+                       (b"b5", None, None, 55), [b"b6", b"list"], memoryview(b"b7")],
+                      publish_time=4)
+    for i in range(20):  # wraps the tail ring several times
+        core.append(b"p%d" % i * (i % 5 + 1), publish_time=100 + i)
+
+
+def expected_frames(first: int) -> bytes:
+    """The same messages through the plain codec (the format's reference encoder)."""
+    py = native.available_codecs()[0]
+    msgs = [(1, None, None, b"one"), (2, b"k", {"a": "b", "\u00e9": "\u20ac"}, b"two"),
+            (3, b"", None, b"three"), (4, None, None, b"b1"), (4, None, None, b"b2"),
+            (4, b"key", None, b"b3"), (4, None, {"x": "y"}, b"b4"), (55, None, None, b"b5"),
+            (4, b"list", None, b"b6"), (4, None, None, b"b7")]
+    msgs += [(100 + i, None, None, b"p%d" % i * (i % 5 + 1)) for i in range(20)]
+    return py.encode_batch(first, msgs)
+
+
+def test_twins_take_identical_bytes_and_tails(codec):
+    core, calls = make(codec, next_offset=7)
+    feed(core)
+    data, first, last, count, tail_position, tail_count = core.take()
+    assert data == expected_frames(7)
+    assert (first, last, count) == (7, 36, 30) and core.next_offset == 37
+    assert core.pending_count == 0 and core.pending_bytes == 0 and core.pending_first == 37
+    # The tail is the newest frames within 4 messages and 200 bytes.
+    scan = codec.scan_frames(data, expected_offset=7, positions=True)
+    assert scan.error is None and scan.count == 30
+    assert tail_position == scan.positions[30 - tail_count]
+    assert 1 <= tail_count <= 4 and len(data) - tail_position <= 200
+    assert tail_count == 4 or len(data) - scan.positions[30 - tail_count - 1] > 200
+    assert calls.normalized == [[b"b6", b"list"]]
+    assert calls.wakes == 0 and calls.room_waits == 0
+
+
+def test_both_twins_agree_exactly():
+    twins = native.available_codecs()
+    if len(twins) < 2:
+        pytest.skip("only one twin available")
+    results = []
+    for twin in twins:
+        core, _ = make(twin, next_offset=2**40)
+        feed(core)
+        first = core.take()
+        core.append(b"x" * 150, publish_time=9)
+        core.append(b"y" * 150, publish_time=9)
+        results.append((first, core.take()))
+    assert results[0] == results[1]
+    assert results[0][1][4:] == (results[0][1][0].index(b"y" * 150) - 26, 1), "only one fits 200 B"
+
+
+def test_tail_count_zero_when_last_frame_exceeds_the_byte_bound(codec):
+    core, _ = make(codec, tail_bytes_max=50)
+    core.append(b"z" * 100, publish_time=1)
+    data, first, last, count, tail_position, tail_count = core.take()
+    assert (count, tail_position, tail_count) == (1, len(data), 0)
+
+
+def test_default_publish_time_is_the_wall_clock_in_ms(codec):
+    core, _ = make(codec)
+    before = time.time_ns() // 1_000_000
+    core.append(b"a")
+    core.append_batch([b"b", (b"c", None, None, None)])
+    after = time.time_ns() // 1_000_000
+    scan = codec.scan_frames(core.take()[0], expected_offset=0)
+    assert all(before <= r.publish_time <= after for r in scan.records)
+
+
+def test_refused_and_oversized_messages_use_no_offset(codec):
+    core, _ = make(codec, next_offset=5, max_message_bytes=100)
+    with pytest.raises(TooLarge, match="record of 101 bytes exceeds max_message_bytes 100"):
+        core.append(b"x" * 91)
+    with pytest.raises(TooLarge):
+        core.append(b"x" * 80, key=b"k" * 20)
+    with pytest.raises(TooLarge):
+        core.append_batch([b"ok", b"x" * 91])
+    with pytest.raises(CodecError):
+        core.append_batch([b"ok", (b"a", None, None, None, "extra")])
+    with pytest.raises(CodecError):
+        core.append_batch([b"ok", (None,)])
+    with pytest.raises(CodecError):
+        core.append(b"ok", attributes={"a": 1})
+    with pytest.raises(ValueError, match="at least one"):
+        core.append_batch([])
+    assert core.next_offset == 5 and core.pending_count == 0, "nothing may be half-appended"
+    assert core.append(b"x" * 90) == 5
+
+    core.refusal = lambda: RuntimeError("closed")
+    errors = []
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="closed") as info:
+            core.append(b"late")
+        errors.append(info.value)
+    with pytest.raises(RuntimeError):
+        core.append_batch([b"late"])
+    assert errors[0] is not errors[1], "each refusal is a fresh exception (no growing traceback)"
+    assert core.next_offset == 6
+    with pytest.raises(TypeError):
+        core.refusal = RuntimeError("not a factory")
+
+
+def test_wake_only_when_parked_or_the_batch_threshold_is_crossed(codec):
+    seen_busy = []
+    calls = Calls()
+
+    def wake() -> None:
+        seen_busy.append(core.busy)  # callbacks run outside the atomic step
+        calls.wake()
+
+    core, _ = make(codec, calls=calls, batch_bytes=300, wake=wake)
+    core.append(b"a" * 50, publish_time=1)  # 76 B
+    assert calls.wakes == 0
+    core.append_batch([b"a" * 50] * 3, publish_time=1)  # 304 B: crosses 300 once
+    assert calls.wakes == 1
+    core.append(b"a" * 50, publish_time=1)
+    assert calls.wakes == 1, "past the threshold, appends do not call back again"
+    assert core.park() is False, "cannot park with frames pending"
+    core.take()
+    assert core.park() is True and core.writer_idle
+    core.append(b"b", publish_time=1)
+    assert calls.wakes == 2 and not core.writer_idle
+    core.append(b"c", publish_time=1)
+    assert calls.wakes == 2
+    assert seen_busy == [False, False] and core.busy is False
+
+
+def test_backpressure_calls_wait_for_room_before_appending(codec):
+    calls = Calls()
+    core, _ = make(codec, calls=calls, max_message_bytes=100, pending_bytes_max=200)
+    core.append(b"x" * 80, publish_time=1)  # 106 B
+    assert calls.room_waits == 0
+    core.append(b"x" * 80, publish_time=1)  # 212 B now
+    assert calls.room_waits == 0
+    core.append(b"x", publish_time=1)
+    core.append_batch([b"x"], publish_time=1)
+    assert calls.room_waits == 2
+    core.take()
+    core.append(b"x", publish_time=1)
+    assert calls.room_waits == 2
+
+
+def test_many_threads_get_unique_contiguous_offsets_in_buffer_order(codec):
+    core, _ = make(codec, pending_bytes_max=1 << 30, tail_messages_max=1024, tail_bytes_max=1 << 20)
+    threads_n, per_thread = 4, 2000
+    taken: list = []
+    stop = threading.Event()
+
+    def produce(thread_id: int) -> None:
+        for i in range(per_thread):
+            if i % 7 == 0:
+                core.append_batch([b"%d:%d:b" % (thread_id, i)] * 3, publish_time=1)
+            else:
+                core.append(b"%d:%d" % (thread_id, i), publish_time=1)
+
+    def drain() -> None:
+        while not stop.is_set():
+            taken.append(core.take())
+            time.sleep(0.0005)
+
+    drainer = threading.Thread(target=drain)
+    producers = [threading.Thread(target=produce, args=(t,)) for t in range(threads_n)]
+    drainer.start()
+    for thread in producers:
+        thread.start()
+    for thread in producers:
+        thread.join(60)
+    stop.set()
+    drainer.join(60)
+    taken.append(core.take())
+    expected_first = 0
+    payloads = []
+    for data, first, last, count, _pos, _k in taken:
+        assert first == expected_first and last == first + count - 1
+        scan = codec.scan_frames(data, expected_offset=first)
+        assert scan.error is None and scan.count == count
+        payloads += [r.payload for r in scan.records]
+        expected_first = last + 1
+    per_thread_total = per_thread + 2 * ((per_thread + 6) // 7)
+    assert expected_first == core.next_offset == threads_n * per_thread_total
+    last_seen = {}
+    for payload in payloads:  # each thread's messages appear in the order it appended them
+        thread_id, i = map(int, payload.split(b":")[:2])
+        assert i >= last_seen.get(thread_id, -1)
+        last_seen[thread_id] = i
+
+
+def test_a_dict_grown_between_measuring_and_writing_never_corrupts_the_buffer(codec):
+    attributes = {"a": "b"}
+
+    class Sneaky:
+        pass
+
+    def normalize(message) -> tuple:
+        attributes.update({f"k{i}": "v" * 50 for i in range(5)})  # Python code mid-batch
+        return (b"later",)
+
+    core, _ = make(codec, normalize=normalize)
+    core.append(b"before", publish_time=1)
+    try:
+        core.append_batch([(b"first", None, attributes), Sneaky()], publish_time=1)
+    except AssertionError:
+        assert core.next_offset == 1, "a refused batch must leave nothing behind"
+    data, first, last, count, _pos, _k = core.take()
+    scan = codec.scan_frames(data, expected_offset=0)
+    assert scan.error is None and scan.count == count == core.next_offset
+    assert core.busy is False
