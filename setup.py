@@ -22,6 +22,15 @@ extensions = [
         define_macros=macros,
         extra_compile_args=["-O3"],
     ),
+    # Columnar decoding for the Spark reader: its own extension so it builds and ships
+    # independently of the codec (native/columns.py picks the twin).
+    Extension(
+        "native._columns",
+        sources=["native/_columns.pyx"],
+        include_dirs=["native"],
+        define_macros=macros,
+        extra_compile_args=["-O3"],
+    ),
 ]
 
 setup(
