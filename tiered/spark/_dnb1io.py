@@ -1,8 +1,9 @@
 """The one seam between the Spark source and the dnb1 format and object stores.
 
-Planning and reading see only :class:`ObjectIndex` / :class:`BlockRef` and decoded
-``native.Record`` tuples; every call into ``native.object_format`` (whose docstring is
-the format spec) and ``tiered.objects`` goes through here. Errors in the object's bytes
+Planning and reading see only :class:`ObjectIndex` / :class:`BlockRef`, validated frame
+bytes and ``native.columns.Columns`` buffers; every call into ``native.object_format``
+(whose docstring is the format spec), ``native.columns`` and ``tiered.objects`` goes
+through here. Errors in the object's bytes
 surface as :class:`native.errors.CorruptObject` naming the object and byte position.
 """
 from __future__ import annotations
@@ -77,11 +78,32 @@ def read_index(store: ObjectStore, key: str, size: int, topic: str | None = None
     return ObjectIndex(key, size, footer.first_offset, footer.last_offset, blocks)
 
 
+def _native_block(block: BlockRef) -> Any:
+    from native import object_format as fmt
+
+    return fmt.Block(block.index, block.position, block.length, block.raw_bytes,
+                     block.first_offset, block.last_offset, block.min_time_ms, block.max_time_ms)
+
+
 def decode_block(key: str, raw: bytes | memoryview, block: BlockRef) -> Sequence[Any]:
     """All records of one block (``native.Record`` tuples), fully validated by the codec;
     CorruptObject names the object and byte position of anything wrong."""
     from native import object_format as fmt
 
-    native_block = fmt.Block(block.index, block.position, block.length, block.raw_bytes,
-                             block.first_offset, block.last_offset, block.min_time_ms, block.max_time_ms)
-    return fmt.decode_block(raw, native_block, key)
+    return fmt.decode_block(raw, _native_block(block), key)
+
+
+def block_frames(key: str, raw: bytes | memoryview, block: BlockRef) -> bytes:
+    """The raw WAL frames of one block, validated exactly as :func:`decode_block` does (block
+    CRC, decompression, every frame's CRC and record, offsets and times against the index)."""
+    from native import object_format as fmt
+
+    return fmt.block_frames(raw, _native_block(block), key)
+
+
+def decode_columns(frames: bytes | memoryview, first_offset: int | None, last_offset: int | None,
+                   min_time_ms: int | None, max_time_ms: int | None) -> Any:
+    """Validated frames → ``native.columns.Columns`` for the rows inside the windows."""
+    from native import columns
+
+    return columns.decode_columns(frames, first_offset, last_offset, min_time_ms, max_time_ms)
