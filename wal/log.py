@@ -1,8 +1,10 @@
 """WriteAheadLog: the per-topic durable log (design: docs/WAL.md, format: native/format.py).
 
 Threads: any number of appenders, one group-commit writer (wal/writer.py), any number of
-readers. One lock guards the in-memory state; three conditions on it wake the writer
-(work), blocked appenders (room) and durability waiters/readers (durable).
+readers. Appends go through the append core (``native.AppendBuffer``): offset allocation,
+encoding and buffering are one atomic step there, without this module's lock. One lock
+guards the rest of the in-memory state; three conditions on it wake the writer (work),
+blocked appenders (room) and durability waiters/readers (durable).
 """
 from __future__ import annotations
 
@@ -16,14 +18,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from threading import Condition, Lock
 
-from native import encode_batch, encode_frame, scan_frames
+from native import AppendBuffer, scan_frames
 from native.format import FRAME_HEADER_BYTES, STOP_TORN, Record
 from wal.cache import FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed, WalTimeout
 from wal.fs import FileSystem, RealFs
-from wal.message import normalize_batch
+from wal.message import as_tuple
 from wal.metrics import WalMetrics
 from wal.reader import WalReader
 from wal.recovery import recover
@@ -38,10 +40,6 @@ _FOREVER = 1 << 64
 _U32 = struct.Struct("<I")
 
 DurableListener = Callable[[int], None]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class WriteAheadLog:
@@ -80,27 +78,32 @@ class WriteAheadLog:
         self._segments = segments
         self._segment_bases = [s.base_offset for s in segments]
         self._origin_offset = segments[0].base_offset
-        self._next_offset = next_offset
         self._durable_next = next_offset
-        self._pending: list = []
-        self._pending_counts: dict[int, int] = {}
-        self._pending_bytes = 0
-        self._pending_first = next_offset
-        self._writer_idle = False
         self._room_waiters = 0
         self._closing = False
         self._closed = False
         self._failure: BaseException | None = None
-        self._refusal: type[WalError] | None = None  # set once appends must be refused
         self._listeners: list[DurableListener] = []
         self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._readers: "weakref.WeakSet[WalReader]" = weakref.WeakSet()
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
         self._checkpoint_lock = Lock()
-        self._max_message_bytes = config.max_message_bytes
-        self._max_frame_bytes = config.max_message_bytes + FRAME_HEADER_BYTES
         self._pending_bytes_max = config.pending_bytes_max
         self._batch_bytes = config.fsync_batch_bytes
+        # The append core owns next_offset and the frames not yet taken by the writer. It
+        # calls back only on rare paths: backpressure, waking a parked writer (or one a full
+        # batch is waiting for), a refused append, an oversized record, a rare batch form.
+        self._core = AppendBuffer(
+            next_offset, max_message_bytes=config.max_message_bytes,
+            pending_bytes_max=config.pending_bytes_max, batch_bytes=config.fsync_batch_bytes,
+            tail_messages_max=config.cache_messages_max, tail_bytes_max=config.cache_bytes_max,
+            wake=self._wake_writer, wait_for_room=self._wait_for_room, too_large=MessageTooLarge,
+            normalize=as_tuple)
+        # wal.append / wal.append_batch resolve straight to the core's bound methods (C in the
+        # compiled twin): a Python wrapper would cost more than the append itself. The class
+        # methods below document the signatures and delegate for calls through the class.
+        self.append = self._core.append
+        self.append_batch = self._core.append_batch
         self.metrics = WalMetrics(str(topic), metrics_registry)
         self.metrics.durable_offset.set(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
@@ -110,9 +113,11 @@ class WriteAheadLog:
         """Drains and fsyncs everything appended, stops the writer; idempotent."""
         with self._lock:
             already = self._closing
+            # Refuse first: an append either completed before this (its frames are pending
+            # and the writer drains them because _closing is set) or raises WalClosed.
+            if self._core.refusal is None:
+                self._core.refusal = self._refusal_error
             self._closing = True
-            if self._refusal is None:
-                self._refusal = WalClosed
             self._work.notify_all()
             self._room.notify_all()
         drained = self._writer.join(self.config.close_timeout_s)
@@ -149,7 +154,7 @@ class WriteAheadLog:
 
     @property
     def next_offset(self) -> int:
-        return self._next_offset
+        return self._core.next_offset
 
     @property
     def durable_offset(self) -> int | None:
@@ -167,63 +172,43 @@ class WriteAheadLog:
     # ------------------------------------------------------------------ append
     def append(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                publish_time: int | None = None) -> int:
-        """Appends one message; returns its offset. Durable later: see wait_durable()."""
-        if len(payload) > self._max_message_bytes:
-            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds max_message_bytes "
-                                  f"{self._max_message_bytes}")
-        if publish_time is None:
-            publish_time = time.time_ns() // 1_000_000
-        with self._lock:
-            if self._pending_bytes >= self._pending_bytes_max:
-                self._wait_for_room()
-            if self._refusal is not None:
-                raise self._refusal_error()
-            offset = self._next_offset
-            # Encoded under the lock on purpose: the offset is inside the CRC'd frame, and
-            # one codec call is cheaper than a second lock round trip (the GIL would
-            # serialise an encode outside the lock anyway).
-            frame = encode_frame(offset, publish_time, key, attributes, payload)
-            if len(frame) > self._max_frame_bytes:
-                raise MessageTooLarge(f"record of {len(frame) - FRAME_HEADER_BYTES} bytes exceeds "
-                                      f"max_message_bytes {self._max_message_bytes}")
-            self._pending.append(frame)
-            self._pending_bytes += len(frame)
-            self._next_offset = offset + 1
-            if self._writer_idle or self._pending_bytes >= self._batch_bytes:
-                self._work.notify()
-        return offset
+        """Appends one message; returns its offset. Durable later: see wait_durable().
+
+        Raises MessageTooLarge (record over max_message_bytes; no offset is used),
+        WalClosed/WalFailed once the WAL refuses appends, WalTimeout when backpressure
+        blocked it for append_timeout_s. Instances call the core directly (see __init__).
+        """
+        return self._core.append(payload, key, attributes, publish_time)
 
     def append_batch(self, messages: Sequence, publish_time: int | None = None) -> int:
-        """Appends messages (see wal/message.py for accepted forms); returns the first offset."""
-        tuples = normalize_batch(messages, _now_ms() if publish_time is None else publish_time,
-                                 self._max_message_bytes)
+        """Appends messages (see wal/message.py for accepted forms); returns the first offset.
+
+        All or nothing: one bad or oversized message appends none. ``publish_time`` is the
+        default for messages that carry none (else the time of the call).
+        """
+        return self._core.append_batch(messages, publish_time)
+
+    def _wake_writer(self) -> None:
+        """Core callback: the writer parked itself idle, or a full batch is waiting."""
         with self._lock:
-            if self._pending_bytes >= self._pending_bytes_max:
-                self._wait_for_room()
-            if self._refusal is not None:
-                raise self._refusal_error()
-            first = self._next_offset
-            data = encode_batch(first, tuples)  # one codec call for the whole batch
-            self._pending_counts[len(self._pending)] = len(tuples)
-            self._pending.append(data)
-            self._pending_bytes += len(data)
-            self._next_offset = first + len(tuples)
-            if self._writer_idle or self._pending_bytes >= self._batch_bytes:
-                self._work.notify()
-        return first
+            self._work.notify()
 
     def _wait_for_room(self) -> None:
-        """Backpressure with a bound; called with the lock held."""
+        """Core callback, before an append while pending bytes are at the bound: backpressure,
+        for at most append_timeout_s. Returns once there is room or appends are refused."""
         deadline = time.monotonic() + self.config.append_timeout_s
-        self._room_waiters += 1
-        try:
-            while self._pending_bytes >= self._pending_bytes_max and self._refusal is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WalTimeout(f"append blocked {self.config.append_timeout_s} s on a full write buffer")
-                self._room.wait(remaining)
-        finally:
-            self._room_waiters -= 1
+        with self._lock:
+            self._room_waiters += 1
+            try:
+                while (self._core.pending_bytes >= self._pending_bytes_max
+                       and self._core.refusal is None):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise WalTimeout(f"append blocked {self.config.append_timeout_s} s on a full "
+                                         "write buffer")
+                    self._room.wait(remaining)
+            finally:
+                self._room_waiters -= 1
 
     def _refusal_error(self) -> WalError:
         if self._failure is not None:
@@ -236,8 +221,9 @@ class WriteAheadLog:
     def wait_durable(self, offset: int, timeout_s: float) -> bool:
         """Blocks until ``offset`` is durable (True) or ``timeout_s`` passes (False)."""
         with self._lock:
-            if offset >= self._next_offset:
-                raise ValueError(f"offset {offset} was never appended (next is {self._next_offset})")
+            next_offset = self._core.next_offset
+            if offset >= next_offset:
+                raise ValueError(f"offset {offset} was never appended (next is {next_offset})")
             return self._wait_durable_locked(offset, timeout_s)
 
     def _wait_durable_locked(self, offset: int, timeout_s: float) -> bool:
@@ -253,8 +239,9 @@ class WriteAheadLog:
 
     async def wait_durable_async(self, offset: int, timeout_s: float | None = None) -> bool:
         """Awaits durability of ``offset`` without blocking the event loop."""
-        if offset >= self._next_offset:
-            raise ValueError(f"offset {offset} was never appended (next is {self._next_offset})")
+        next_offset = self._core.next_offset
+        if offset >= next_offset:
+            raise ValueError(f"offset {offset} was never appended (next is {next_offset})")
         return await self._wait_durable_async(offset, timeout_s)
 
     async def _wait_durable_async(self, offset: int, timeout_s: float | None) -> bool:
@@ -277,7 +264,7 @@ class WriteAheadLog:
     def flush(self, timeout_s: float = 30.0) -> None:
         """Returns once everything appended before the call is fsynced."""
         with self._lock:
-            target = self._next_offset - 1
+            target = self._core.next_offset - 1
             if target < self._durable_next:
                 if self._failure is not None:
                     raise self._refusal_error()
@@ -298,38 +285,37 @@ class WriteAheadLog:
     def _take_batch(self, last_sync_start: float) -> Batch | None:
         """Writer thread: the next batch to commit, or None when closing and drained."""
         interval_s = self.config.fsync_interval_ms / 1000.0
+        core = self._core
         with self._lock:
             while True:
                 if self._failure is not None:
                     return None
-                if self._pending:
+                if core.pending_count:
                     wait_s = last_sync_start + interval_s - time.monotonic()
-                    if wait_s <= 0 or self._pending_bytes >= self._batch_bytes or self._closing:
+                    if wait_s <= 0 or core.pending_bytes >= self._batch_bytes or self._closing:
                         return self._detach_pending()
+                    # An append crossing fsync_batch_bytes wakes us early; it takes the lock
+                    # to notify, so it cannot slip between this check and the wait.
                     self._work.wait(wait_s)
                 elif self._closing:
                     return None
-                else:
-                    self._writer_idle = True
+                elif core.park():
+                    # Parked atomically with appends: the next append sees it and wakes us.
                     self._work.wait(_IDLE_WAIT_S)
-                    self._writer_idle = False
+                    core.unpark()
 
     def _detach_pending(self) -> Batch:
-        batch = Batch(self._pending, self._pending_counts, self._pending_first, self._next_offset - 1,
-                      self._pending_bytes)
-        assert batch.first_offset == self._durable_next and batch.last_offset >= batch.first_offset
-        self._pending = []
-        self._pending_counts = {}
-        self._pending_bytes = 0
-        self._pending_first = self._next_offset
+        data, first, last, count, tail_position, tail_count = self._core.take()
+        assert count > 0 and last - first + 1 == count and len(data) > 0, "take() found nothing"
+        assert first == self._durable_next, "pending frames must continue the durable offsets"
         if self._room_waiters:
             self._room.notify_all()
-        return batch
+        return Batch([data], first, last, len(data), tail_position, tail_count)
 
     def _on_durable(self, batch: Batch, segment: Segment, position: int, size_bytes: int,
                     fsync_s: float) -> None:
         """Writer thread, after a successful fsync: publish the new durable watermark."""
-        tail = _cache_tail(batch, self.config.cache_messages_max, self.config.cache_bytes_max)
+        tail = _cache_tail(batch)
         with self._lock:
             assert batch.first_offset == self._durable_next, "durable offsets must stay contiguous"
             segment.last_offset = batch.last_offset
@@ -366,7 +352,7 @@ class WriteAheadLog:
         with self._lock:
             if self._failure is None:
                 self._failure = exc
-            self._refusal = WalFailed
+            self._core.refusal = self._refusal_error
             self._work.notify_all()
             self._room.notify_all()
             self._durable.notify_all()
@@ -486,7 +472,7 @@ class WriteAheadLog:
         return max((max(0, durable_next - r.consumed_offset) for r in readers if not r.closed), default=0)
 
     def __repr__(self) -> str:
-        return (f"WriteAheadLog({self.topic}, first={self.first_offset}, next={self._next_offset}, "
+        return (f"WriteAheadLog({self.topic}, first={self.first_offset}, next={self.next_offset}, "
                 f"durable={self.durable_offset})")
 
 
@@ -525,22 +511,15 @@ def _decode_chunks(chunks: list, position: int, limit: int, max_bytes: int) -> l
     return records
 
 
-def _cache_tail(batch: Batch, messages_max: int, bytes_max: int) -> tuple[int, int, bytes] | None:
-    """The newest whole chunks of a batch that fit the cache bounds, joined; None if none fit."""
-    count = nbytes = 0
-    start = len(batch.chunks)
-    while start > 0:
-        chunk_count = batch.counts.get(start - 1, 1)
-        chunk_bytes = len(batch.chunks[start - 1])
-        if count + chunk_count > messages_max or nbytes + chunk_bytes > bytes_max:
-            break
-        count += chunk_count
-        nbytes += chunk_bytes
-        start -= 1
-    if count == 0:
+def _cache_tail(batch: Batch) -> tuple[int, int, bytes] | None:
+    """The newest frames of a batch that fit the cache bounds (found by the core's take());
+    None if not even the last one fits."""
+    if batch.tail_count == 0:
         return None
-    data = batch.chunks[start] if start == len(batch.chunks) - 1 else b"".join(batch.chunks[start:])
-    return batch.last_offset - count + 1, batch.last_offset, bytes(data)
+    data = batch.chunks[0]
+    assert len(batch.chunks) == 1 and batch.tail_position < len(data)
+    tail = data if batch.tail_position == 0 else data[batch.tail_position:]
+    return batch.last_offset - batch.tail_count + 1, batch.last_offset, tail
 
 
 def _split_ready(waiters: list, durable_next: int) -> tuple[list, list]:

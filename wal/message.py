@@ -2,20 +2,18 @@
 
 A batch element is one of:
   * ``bytes`` (or bytearray/memoryview): a payload with no key and no attributes;
-  * a :class:`Message`;
-  * a tuple ``(payload, key, attributes, publish_time)`` (trailing items may be omitted).
-A batch of plain payloads takes a fast path with no per-message Python work beyond
-building the codec's input tuple.
+  * a tuple ``(payload, key, attributes, publish_time)`` (trailing items may be omitted);
+  * a :class:`Message` (or any other sequence in the tuple's order).
+The append core (``native.AppendBuffer``) handles bytes and tuples itself, in C for the
+compiled twin; only the other forms call back into :func:`as_tuple`, once per such message.
+Size limits are checked by the core on the exact encoded record length.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from native.format import RECORD_FIXED_BYTES
-from wal.errors import MessageTooLarge
-
-_PLAIN_TYPES = frozenset({bytes, bytearray, memoryview})
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,27 +34,12 @@ def record_bytes(payload, key, attributes) -> int:
     return size
 
 
-def normalize_batch(messages: Sequence, now_ms: int, max_message_bytes: int) -> list[tuple]:
-    """Codec input tuples ``(publish_time, key, attributes, payload)``; raises on oversize."""
-    if not messages:
-        raise ValueError("append_batch needs at least one message")
-    if set(map(type, messages)) <= _PLAIN_TYPES:
-        largest = max(map(len, messages))
-        if RECORD_FIXED_BYTES + largest > max_message_bytes:
-            raise MessageTooLarge(f"payload of {largest} bytes exceeds max_message_bytes {max_message_bytes}")
-        return [(now_ms, None, None, m) for m in messages]
-    return [_one(m, now_ms, max_message_bytes) for m in messages]
-
-
-def _one(message, now_ms: int, max_message_bytes: int) -> tuple:
-    if type(message) in _PLAIN_TYPES:
-        payload, key, attributes, publish_time = message, None, None, None
-    elif isinstance(message, Message):
-        payload, key, attributes, publish_time = (message.payload, message.key, message.attributes,
-                                                  message.publish_time)
-    else:
-        payload, key, attributes, publish_time = (tuple(message) + (None, None, None))[:4]
-    size = record_bytes(payload, key, attributes)
-    if size > max_message_bytes:
-        raise MessageTooLarge(f"record of {size} bytes exceeds max_message_bytes {max_message_bytes}")
-    return (now_ms if publish_time is None else publish_time, key, attributes, payload)
+def as_tuple(message) -> tuple:
+    """``(payload, key, attributes, publish_time)`` of a batch element that is neither bytes
+    nor a tuple; the core validates the fields and the length."""
+    if isinstance(message, Message):
+        return (message.payload, message.key, message.attributes, message.publish_time)
+    if isinstance(message, (str, bytes, bytearray, memoryview)) or not hasattr(message, "__len__"):
+        # A bytes subclass or a str would otherwise be split into characters.
+        return (message,)
+    return tuple(message)

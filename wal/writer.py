@@ -25,11 +25,12 @@ _log = logging.getLogger(__name__)
 
 
 class Batch(NamedTuple):
-    chunks: list  # encoded frames, in offset order
-    counts: dict  # chunk index -> record count, for chunks holding more than one record
+    chunks: list  # encoded frames, in offset order (one chunk from the append core's take())
     first_offset: int
     last_offset: int
     nbytes: int
+    tail_position: int  # chunks[0][tail_position:] holds the newest frames that fit the cache
+    tail_count: int  # how many frames that is (0: not even the last one fits)
 
 
 class GroupCommitWriter:
