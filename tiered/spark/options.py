@@ -10,8 +10,6 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from wal.topics import TopicName
-
 ON_CORRUPT = ("fail", "skip")
 PUSHDOWN = ("auto", "true", "false")
 #: Blocks of one object are grouped into partitions of at most this many bytes.
@@ -113,7 +111,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
             raise OptionError("give either .load(path) (by location) or option metadata (by topic), not both")
         if "topic" not in opts or "objects" not in opts:
             raise OptionError("reading by topic needs options topic, metadata and objects")
-        topic = str(TopicName.parse(opts["topic"]))
+        topic = _topic(opts["topic"])
         objects_url = opts["objects"]
     else:
         location = path or opts.get("objects")
@@ -123,7 +121,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
                 "topic + metadata + objects"
             )
         objects_url = _location_url(location)
-        topic = str(TopicName.parse(opts["topic"])) if "topic" in opts else _topic_from_location(objects_url)
+        topic = _topic(opts["topic"]) if "topic" in opts else _topic_from_location(objects_url)
     on_corrupt = opts.get("oncorrupt", "fail").lower()
     if on_corrupt not in ON_CORRUPT:
         raise OptionError(f"onCorrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
@@ -145,6 +143,15 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     )
 
 
+def _topic(text: str) -> str:
+    """The canonical ``/ns/topic`` form. Imported here, not at the top: ``wal`` pulls in the
+    whole WAL (~150 ms), and every Spark Python worker that unpickles this module (schema
+    lookup, each read task's worker) would pay for it without ever parsing a topic."""
+    from wal.topics import TopicName
+
+    return str(TopicName.parse(text))
+
+
 def _location_url(location: str) -> str:
     """A bare absolute path is taken as a local directory."""
     if location.startswith("/"):
@@ -160,7 +167,7 @@ def _topic_from_location(url: str) -> str:
     parts = [p for p in urllib.parse.urlsplit(url).path.split("/") if p]
     if len(parts) >= 2:
         try:
-            return str(TopicName.parse(f"/{parts[-2]}/{parts[-1]}"))
+            return _topic(f"/{parts[-2]}/{parts[-1]}")
         except ValueError:
             pass
     return url
