@@ -216,8 +216,13 @@ def _harness_args(p: argparse.ArgumentParser) -> None:
 
 
 def _harness(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    import logging
+
     from tiered.harness import render_summary, run_many
 
+    if not out.debug:
+        # The harness injects faults on purpose; the library's warnings about them are noise.
+        logging.getLogger().setLevel(logging.ERROR)
     summary = run_many(first_seed=args.seed if args.seed is not None else args.first_seed,
                        scenarios=1 if args.seed is not None else args.scenarios,
                        brokers=args.brokers, steps=args.steps,
