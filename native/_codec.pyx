@@ -9,7 +9,8 @@ call per frame. Detail strings of errors are kept identical to the twin's on pur
 twin-equality tests can compare whole results.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromObject, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromObject, PyBytes_FromStringAndSize, _PyBytes_Resize
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.dict cimport PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject, PyTypeObject
@@ -391,7 +392,7 @@ cdef inline uint64_t _clock_ms() noexcept nogil:
 
 
 cdef enum:
-    APPEND_BUFFER_MIN = 64 * 1024   # first allocation; grows by doubling
+    APPEND_CHUNK = 1024 * 1024      # pending frames live in chunks of this size (or one batch)
 
 
 cdef class AppendBuffer:
@@ -414,12 +415,19 @@ cdef class AppendBuffer:
     record over ``max_message_bytes``, and ``normalize(message)`` for batch elements that are
     neither bytes nor a tuple. Callbacks run outside the atomic step.
 
-    ``take()`` hands everything pending to the writer in one call (one memcpy) and also says
+    Frames are encoded in place into bytes chunks of APPEND_CHUNK (a batch larger than that
+    gets a chunk of its own; a batch never spans chunks, so it can be written past the
+    counted end and counted only once whole). ``take()`` hands the writer every chunk in one
+    call without copying them (the last one is shrunk in place), ready for writev; copying
+    tens of MB per group commit into fresh memory cost more than encoding them. It also says
     where the newest frames that fit ``tail_messages_max``/``tail_bytes_max`` start, so the
     WAL's cache of recent frames keeps working when one take holds thousands of records.
     """
-    cdef uint8_t *buf
-    cdef Py_ssize_t used, cap, keep_cap
+    cdef list chunks              # full chunks, in offset order
+    cdef object cur               # the chunk being filled (refcount 1, never exposed) or None
+    cdef uint8_t *buf             # PyBytes_AS_STRING(cur)
+    cdef Py_ssize_t cur_used, cap # bytes counted in cur / its size
+    cdef Py_ssize_t used          # pending bytes across chunks and cur
     cdef uint64_t next_off        # the offset the next append gets
     cdef uint64_t first_off       # offset of the first pending frame (== next_off when empty)
     cdef Py_ssize_t count         # pending records; first_off + count == next_off
@@ -432,7 +440,9 @@ cdef class AppendBuffer:
     def __cinit__(self):
         self.buf = NULL
         self.ring = NULL
-        self.used = self.cap = 0
+        self.chunks = []
+        self.cur = None
+        self.used = self.cur_used = self.cap = 0
 
     def __init__(self, next_offset, *, max_message_bytes, pending_bytes_max, batch_bytes,
                  tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
@@ -448,8 +458,6 @@ cdef class AppendBuffer:
         self.max_message_bytes = max_message_bytes
         self.pending_bytes_max = pending_bytes_max
         self.batch_bytes = batch_bytes
-        # Keep a buffer of about one group commit between takes; free anything larger.
-        self.keep_cap = max(APPEND_BUFFER_MIN, 2 * batch_bytes)
         self.tail_cap = tail_messages_max
         self.tail_bytes_max = tail_bytes_max
         free(self.ring)
@@ -464,14 +472,13 @@ cdef class AppendBuffer:
         self.normalize_cb = normalize
 
     def __dealloc__(self):
-        free(self.buf)
         free(self.ring)
 
     # -------------------------------------------------------------- the atomic step
     cdef inline int _enter(self) except -1:
         if self.in_step:
             raise AssertionError("AppendBuffer re-entered: Python code ran inside the atomic step")
-        if self.first_off + <uint64_t>self.count != self.next_off or self.used > self.cap:
+        if self.first_off + <uint64_t>self.count != self.next_off or self.cur_used > self.cap:
             raise AssertionError("AppendBuffer counters disagree")
         self.in_step = True
         return 0
@@ -484,20 +491,36 @@ cdef class AppendBuffer:
         self.in_step = False
         return 0
 
+    cdef int _seal_chunk(self) except -1:
+        """Moves the filled part of ``cur`` to ``chunks``, shrinking it in place (no copy)."""
+        cdef PyObject *raw
+        if self.cur is None:
+            return 0
+        if self.cur_used == 0:
+            self.cur = None  # nothing in it; a new one is allocated when needed
+        else:
+            # _PyBytes_Resize needs the only reference: take it over from self.cur.
+            raw = <PyObject *>self.cur
+            Py_INCREF(<object>raw)
+            self.cur = None
+            if self.cur_used != self.cap:
+                _PyBytes_Resize(&raw, self.cur_used)  # on failure it has released raw
+            self.chunks.append(<object>raw)
+            Py_DECREF(<object>raw)
+        self.buf = NULL
+        self.cur_used = self.cap = 0
+        return 0
+
     cdef uint8_t *_reserve(self, Py_ssize_t n) except NULL:
-        """Room for n more bytes at buf + used (not counted until _commit)."""
-        cdef Py_ssize_t want = self.used + n, new_cap
-        cdef uint8_t *grown
-        if want > self.cap or self.buf == NULL:
-            new_cap = self.cap * 2 if self.cap else APPEND_BUFFER_MIN
-            if new_cap < want:
-                new_cap = want
-            grown = <uint8_t *>realloc(self.buf, new_cap)
-            if grown == NULL:
-                raise MemoryError(f"append buffer of {new_cap} bytes")
-            self.buf = grown
-            self.cap = new_cap
-        return self.buf + self.used
+        """Room for n more bytes in ``cur`` at cur_used (not counted until _write counts it)."""
+        cdef Py_ssize_t size
+        if self.cur is None or self.cur_used + n > self.cap:
+            self._seal_chunk()
+            size = APPEND_CHUNK if n <= APPEND_CHUNK else n
+            self.cur = PyBytes_FromStringAndSize(NULL, size)
+            self.buf = <uint8_t *>PyBytes_AS_STRING(self.cur)
+            self.cap = size
+        return self.buf + self.cur_used
 
     cdef int _write(self, MsgInfo *infos, Py_ssize_t n, Py_ssize_t total) except -1:
         """Encodes n measured messages at the next offsets and counts them; the atomic step.
@@ -525,6 +548,7 @@ cdef class AppendBuffer:
             for i in range(n):
                 self.ring[(self.count + i) % self.tail_cap] = pos
                 pos += FRAME_HDR + infos[i].record_len
+            self.cur_used += total
             self.used += total
             self.count += n
             self.next_off += <uint64_t>n
@@ -640,16 +664,20 @@ cdef class AppendBuffer:
 
     # -------------------------------------------------------------- the writer's side
     def take(self):
-        """Everything pending, in one call: ``(frames, first_offset, last_offset, count,
-        tail_position, tail_count)``. ``frames[tail_position:]`` holds the newest
+        """Everything pending, in one call: ``(chunks, first_offset, last_offset, count,
+        tail_position, tail_count)``. ``b"".join(chunks)`` is the frames, back to back; each
+        chunk holds whole frames (how they are split is not part of the contract).
+        ``tail_position`` is a byte position in that join: from there on lie the newest
         ``tail_count`` frames, the most that fit tail_messages_max and tail_bytes_max
         (``tail_count`` 0 when not even one does). Nothing pending: ``count`` is 0."""
         cdef Py_ssize_t lo, hi, mid, k
+        cdef list chunks
         self._enter()
         try:
-            data = PyBytes_FromStringAndSize(<const char *>self.buf, self.used)
-            # The largest k whose last k frames fit; starts grow with k's shrinking, so the
-            # predicate is monotone and a binary search over the ring finds it.
+            self._seal_chunk()
+            chunks, self.chunks = self.chunks, []
+            # The largest k whose last k frames fit; a frame's start only grows with its
+            # index, so the predicate is monotone and a binary search over the ring finds k.
             lo = 0
             hi = self.count if self.count < self.tail_cap else self.tail_cap
             while lo < hi:
@@ -660,16 +688,11 @@ cdef class AppendBuffer:
                     hi = mid - 1
             k = lo
             tail_position = self.used if k == 0 else self.ring[(self.count - k) % self.tail_cap]
-            result = (data, self.first_off, <object>self.next_off - 1, self.count,
+            result = (chunks, self.first_off, <object>self.next_off - 1, self.count,
                       tail_position, k)
             self.first_off = self.next_off
             self.count = 0
             self.used = 0
-            if self.cap > self.keep_cap:
-                # A burst grew the buffer; give the memory back rather than hold it forever.
-                free(self.buf)
-                self.buf = NULL
-                self.cap = 0
         finally:
             self._leave()
         return result

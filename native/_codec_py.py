@@ -372,7 +372,7 @@ class AppendBuffer:
 
     # -------------------------------------------------------------- the writer's side
     def take(self) -> tuple:
-        """``(frames, first_offset, last_offset, count, tail_position, tail_count)``."""
+        """``(chunks, first_offset, last_offset, count, tail_position, tail_count)``."""
         with self._lock:
             frames, first, last = self._frames, self._first, self._next - 1
             data = b"".join(frames)
@@ -387,7 +387,8 @@ class AppendBuffer:
             self._frames = []
             self._bytes = 0
             self._first = self._next
-        return data, first, last, len(frames), len(data) - tail_bytes, tail_count
+        # One chunk: how frames are split into chunks is not part of the contract.
+        return [data] if data else [], first, last, len(frames), len(data) - tail_bytes, tail_count
 
     def park(self) -> bool:
         with self._lock:

@@ -305,12 +305,13 @@ class WriteAheadLog:
                     core.unpark()
 
     def _detach_pending(self) -> Batch:
-        data, first, last, count, tail_position, tail_count = self._core.take()
-        assert count > 0 and last - first + 1 == count and len(data) > 0, "take() found nothing"
+        chunks, first, last, count, tail_position, tail_count = self._core.take()
+        nbytes = sum(map(len, chunks))
+        assert count > 0 and last - first + 1 == count and nbytes > 0, "take() found nothing"
         assert first == self._durable_next, "pending frames must continue the durable offsets"
         if self._room_waiters:
             self._room.notify_all()
-        return Batch([data], first, last, len(data), tail_position, tail_count)
+        return Batch(chunks, first, last, nbytes, tail_position, tail_count)
 
     def _on_durable(self, batch: Batch, segment: Segment, position: int, size_bytes: int,
                     fsync_s: float) -> None:
@@ -513,12 +514,22 @@ def _decode_chunks(chunks: list, position: int, limit: int, max_bytes: int) -> l
 
 def _cache_tail(batch: Batch) -> tuple[int, int, bytes] | None:
     """The newest frames of a batch that fit the cache bounds (found by the core's take());
-    None if not even the last one fits."""
+    None if not even the last one fits. Copies at most cache_bytes_max."""
     if batch.tail_count == 0:
         return None
-    data = batch.chunks[0]
-    assert len(batch.chunks) == 1 and batch.tail_position < len(data)
-    tail = data if batch.tail_position == 0 else data[batch.tail_position:]
+    assert 0 <= batch.tail_position < batch.nbytes
+    start = 0  # byte position of chunks[index] in the batch
+    for index, chunk in enumerate(batch.chunks):
+        if batch.tail_position < start + len(chunk):
+            break
+        start += len(chunk)
+    skip = batch.tail_position - start
+    parts = batch.chunks[index:]
+    if skip == 0 and len(parts) == 1:
+        tail = parts[0]
+    else:
+        tail = b"".join([memoryview(parts[0])[skip:], *parts[1:]])
+    assert len(tail) == batch.nbytes - batch.tail_position
     return batch.last_offset - batch.tail_count + 1, batch.last_offset, tail
 
 

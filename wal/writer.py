@@ -25,11 +25,11 @@ _log = logging.getLogger(__name__)
 
 
 class Batch(NamedTuple):
-    chunks: list  # encoded frames, in offset order (one chunk from the append core's take())
+    chunks: list  # whole encoded frames, in offset order, as the append core's take() gave them
     first_offset: int
     last_offset: int
     nbytes: int
-    tail_position: int  # chunks[0][tail_position:] holds the newest frames that fit the cache
+    tail_position: int  # from this byte of the joined chunks on: the newest frames that fit the cache
     tail_count: int  # how many frames that is (0: not even the last one fits)
 
 

@@ -70,7 +70,8 @@ def expected_frames(first: int) -> bytes:
 def test_twins_take_identical_bytes_and_tails(codec):
     core, calls = make(codec, next_offset=7)
     feed(core)
-    data, first, last, count, tail_position, tail_count = core.take()
+    chunks, first, last, count, tail_position, tail_count = core.take()
+    data = b"".join(chunks)
     assert data == expected_frames(7)
     assert (first, last, count) == (7, 36, 30) and core.next_offset == 37
     assert core.pending_count == 0 and core.pending_bytes == 0 and core.pending_first == 37
@@ -92,18 +93,26 @@ def test_both_twins_agree_exactly():
     for twin in twins:
         core, _ = make(twin, next_offset=2**40)
         feed(core)
-        first = core.take()
+        first = joined(core.take())
         core.append(b"x" * 150, publish_time=9)
         core.append(b"y" * 150, publish_time=9)
-        results.append((first, core.take()))
+        results.append((first, joined(core.take())))
     assert results[0] == results[1]
     assert results[0][1][4:] == (results[0][1][0].index(b"y" * 150) - 26, 1), "only one fits 200 B"
+
+
+def joined(taken: tuple) -> tuple:
+    """take() with its chunks joined: how frames are split into chunks may differ by twin."""
+    chunks, *rest = taken
+    assert all(chunks), "no empty chunks"
+    return (b"".join(chunks), *rest)
 
 
 def test_tail_count_zero_when_last_frame_exceeds_the_byte_bound(codec):
     core, _ = make(codec, tail_bytes_max=50)
     core.append(b"z" * 100, publish_time=1)
-    data, first, last, count, tail_position, tail_count = core.take()
+    chunks, first, last, count, tail_position, tail_count = core.take()
+    data = b"".join(chunks)
     assert (count, tail_position, tail_count) == (1, len(data), 0)
 
 
@@ -113,7 +122,7 @@ def test_default_publish_time_is_the_wall_clock_in_ms(codec):
     core.append(b"a")
     core.append_batch([b"b", (b"c", None, None, None)])
     after = time.time_ns() // 1_000_000
-    scan = codec.scan_frames(core.take()[0], expected_offset=0)
+    scan = codec.scan_frames(b"".join(core.take()[0]), expected_offset=0)
     assert all(before <= r.publish_time <= after for r in scan.records)
 
 
@@ -220,9 +229,9 @@ def test_many_threads_get_unique_contiguous_offsets_in_buffer_order(codec):
     taken.append(core.take())
     expected_first = 0
     payloads = []
-    for data, first, last, count, _pos, _k in taken:
+    for chunks, first, last, count, _pos, _k in taken:
         assert first == expected_first and last == first + count - 1
-        scan = codec.scan_frames(data, expected_offset=first)
+        scan = codec.scan_frames(b"".join(chunks), expected_offset=first)
         assert scan.error is None and scan.count == count
         payloads += [r.payload for r in scan.records]
         expected_first = last + 1
@@ -251,7 +260,29 @@ def test_a_dict_grown_between_measuring_and_writing_never_corrupts_the_buffer(co
         core.append_batch([(b"first", None, attributes), Sneaky()], publish_time=1)
     except AssertionError:
         assert core.next_offset == 1, "a refused batch must leave nothing behind"
-    data, first, last, count, _pos, _k = core.take()
-    scan = codec.scan_frames(data, expected_offset=0)
+    chunks, first, last, count, _pos, _k = core.take()
+    scan = codec.scan_frames(b"".join(chunks), expected_offset=0)
     assert scan.error is None and scan.count == count == core.next_offset
     assert core.busy is False
+
+
+def test_chunks_hold_whole_frames_across_chunk_boundaries(codec):
+    """Enough data for several 1 MiB chunks, and a batch bigger than one chunk."""
+    core, _ = make(codec, max_message_bytes=100_000, pending_bytes_max=1 << 30,
+                   tail_messages_max=1000, tail_bytes_max=300_000)
+    for i in range(300):
+        core.append(bytes([i % 256]) * (i * 97 % 9000 + 1), publish_time=1)
+    core.append_batch([b"B" * 90_000] * 15, publish_time=2)  # 1.35 MB in one batch
+    core.append(b"end", publish_time=3)
+    chunks, first, last, count, tail_position, tail_count = core.take()
+    assert all(chunks) and (first, last, count) == (0, 315, 316)
+    start = 0
+    for chunk in chunks:  # each chunk scans on its own: no frame is split
+        scan = codec.scan_frames(chunk, expected_offset=start)
+        assert scan.error is None and scan.end == len(chunk)
+        start += scan.count
+    assert start == 316
+    data = b"".join(chunks)
+    scan = codec.scan_frames(data, expected_offset=0, positions=True)
+    assert tail_position == scan.positions[316 - tail_count] and tail_count == 4
+    assert core.take()[0] == [] and core.append(b"again", publish_time=1) == 316
