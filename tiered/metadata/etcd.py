@@ -1,8 +1,11 @@
 """Metadata store on a real etcd cluster through ``pyetcd`` (etcd-sdk-python).
 
-* Several endpoints with failover: an endpoint that failed is skipped for
-  ``endpoint_retry_s`` and the next call goes to another one. Calls are not retried
-  here; the caller sees :class:`~tiered.errors.StorageUnavailable` (retryable).
+* Several endpoints with failover: a call that finds its endpoint unreachable moves
+  to the next one at once (reads on any ``UNAVAILABLE``; writes only when no
+  connection was made, so a write is never applied twice); an endpoint that failed is
+  skipped for ``endpoint_retry_s``. When every endpoint is down the caller sees
+  :class:`~tiered.errors.StorageUnavailable` (retryable) at once, and the first call
+  after a server comes back succeeds (gRPC's reconnect back-off is capped at ~1 s).
 * An optional ``root`` prefix is added to every key on the way in and stripped on
   the way out, so several clusters/tests can share one etcd.
 * TLS (``ca_cert``, ``cert_cert``, ``cert_key``) and ``user``/``password`` are passed
@@ -133,20 +136,48 @@ class EtcdMetadataStore(MetadataStore):
         except etcd_exc.Etcd3Exception as e:
             raise MetadataError(f"etcd {where}: {what}: {type(e).__name__}") from e
 
-    def _stub_call(self, what: str, stub_name: str, method: str, request):
-        with self._mapped(what):
-            stub = getattr(self._client, stub_name)
-            return getattr(stub, method)(
-                request,
-                self.timeout_s,
-                credentials=self._client.call_credentials,
-                metadata=self._client.metadata,
-            )
+    def _stub_call(self, what: str, stub_name: str, method: str, request, *, read_only: bool = False):
+        """One RPC with failover: when an endpoint is unreachable, the same call moves to
+        the next endpoint (at most one try per endpoint). A read moves on any
+        ``UNAVAILABLE``; a write only when the request provably never left (the
+        connection could not be made), so a write is never applied twice."""
+        tries = len(self.endpoints)
+        for attempt in range(tries):
+            with self._mapped(what):
+                self._revive_if_all_failed()
+                stub = getattr(self._client, stub_name)
+                try:
+                    return getattr(stub, method)(
+                        request,
+                        self.timeout_s,
+                        credentials=self._client.call_credentials,
+                        metadata=self._client.metadata,
+                    )
+                except grpc.RpcError as e:
+                    if attempt + 1 < tries and _may_retry_elsewhere(e, read_only):
+                        endpoint = self._client.endpoint_in_use
+                        log.info("etcd %s: %s unreachable; failing over", what, endpoint.netloc)
+                        endpoint.fail()
+                        self._client._clear_old_stubs()
+                        continue
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _revive_if_all_failed(self) -> None:
+        """pyetcd refuses every call while all endpoints sit in their retry pause. Probe
+        the one that failed longest ago instead: a refused connection costs ~1 ms, and a
+        restarted server is found by the next call rather than after the pause."""
+        endpoints = self._client.endpoints
+        if not all(ep.is_failed() for ep in endpoints.values()):
+            return
+        label = min(endpoints, key=lambda name: endpoints[name].last_failed)
+        endpoints[label].last_failed = 0
+        self._client._current_endpoint_label = label
 
     # -- key/value ---------------------------------------------------------
     def get(self, key: str) -> KeyValue | None:
         check_key(key)
-        resp = self._stub_call("get", "kvstub", "Range", etcdrpc.RangeRequest(key=self._k(key)))
+        resp = self._stub_call("get", "kvstub", "Range", etcdrpc.RangeRequest(key=self._k(key)), read_only=True)
         return self._kv(resp.kvs[0]) if resp.kvs else None
 
     def put(self, key: str, value: bytes, lease_id: int = 0) -> int:
@@ -180,7 +211,7 @@ class EtcdMetadataStore(MetadataStore):
             sort_order=etcdrpc.RangeRequest.ASCEND,
             sort_target=etcdrpc.RangeRequest.KEY,
         )
-        resp = self._stub_call("range", "kvstub", "Range", request)
+        resp = self._stub_call("range", "kvstub", "Range", request, read_only=True)
         return [self._kv(kv) for kv in resp.kvs]
 
     def txn(
@@ -232,7 +263,7 @@ class EtcdMetadataStore(MetadataStore):
 
     def current_revision(self) -> int:
         request = etcdrpc.RangeRequest(key=self._k("/"), count_only=True)
-        return self._stub_call("current_revision", "kvstub", "Range", request).header.revision
+        return self._stub_call("current_revision", "kvstub", "Range", request, read_only=True).header.revision
 
     def compact(self, revision: int) -> None:
         # physical=True waits until the history is really gone, so a watch issued
@@ -314,10 +345,37 @@ class EtcdMetadataStore(MetadataStore):
         return f"EtcdMetadataStore({eps!r}, root={self.root!r})"
 
 
+#: gRPC's reconnect back-off grows to 120 s by default: a server restarted after a
+#: few refused calls would stay "unavailable" for minutes. Cap it at ~1 s.
+RECONNECT_BACKOFF_MS_MIN = 100
+RECONNECT_BACKOFF_MS_MAX = 1_000
+
+
 def _endpoint(host: str, port: int, creds, retry_s: float) -> Endpoint:
     # gRPC keepalive notices a dead server while a watch is idle.
-    opts = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000)]
+    opts = [
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MIN),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MIN),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS_MAX),
+    ]
     return Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=retry_s, opts=opts)
+
+
+def _may_retry_elsewhere(e: grpc.RpcError, read_only: bool) -> bool:
+    """May this failed call be re-sent to another endpoint? Reads: on any UNAVAILABLE.
+    Writes: only when gRPC never got a connection (so the server never saw them)."""
+    if not hasattr(e, "code") or e.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    if read_only:
+        return True
+    details = (e.details() if hasattr(e, "details") else "") or ""
+    return any(marker in details for marker in _NOT_SENT_MARKERS)
+
+
+#: gRPC's words for "no connection was made" (the request was never sent).
+_NOT_SENT_MARKERS = ("failed to connect", "Failed to connect", "Connection refused", "connections to all backends failing")
 
 
 def _map_rpc_error(e: grpc.RpcError, where: str, what: str) -> Exception:
