@@ -399,7 +399,7 @@ cdef class AppendBuffer:
     """Allocates offsets and keeps the encoded frames the WAL writer has not taken yet.
 
     ``append`` validates a message, then allocates its offset, encodes its frame (C encoder, C
-    CRC32C) straight into a growable C buffer and counts it, as ONE atomic step: that part runs
+    CRC32C) straight into its pending chunk and counts it, as ONE atomic step: that part runs
     without releasing the GIL and without calling any Python code, so no other Python thread
     can observe or interleave with it. That is what keeps offsets unique, contiguous and in
     buffer (= file) order with any number of appending threads, with no lock. ``busy`` is set
