@@ -91,6 +91,8 @@ class Uploader:
         self._waiters = ArchivedWaiters(str(self.topic))
         self._waiters.advance(committed_through)
         self._listening = False
+        self._drain_target: int | None = None
+        self._drain_progress: Callable[[int | None, int], None] | None = None
 
     # -- public state ---------------------------------------------------------------
     @property
@@ -179,27 +181,72 @@ class Uploader:
         self._pass_with_retries(deadline_s, retention=True)
         return self._committed_through
 
-    def drain(self, timeout_s: float | None = None) -> int | None:
+    def drain(self, timeout_s: float | None = None,
+              progress: Callable[[int | None, int], None] | None = None) -> int | None:
         """Archive and commit everything up to the WAL tip; returns the last committed offset.
 
         For seal: waits (bounded) for the tip to be durable, then uploads until it is
         committed. Never deletes WAL segments, so on failure the WAL is intact. Raises
         DrainTimeout (cause: the last storage error) when storage stays down past the
         bound, OwnershipLost when fenced out.
+
+        Progress: ``progress(committed_through, target)`` is called once at the start and
+        after every committed object (so at most once per object: cheap), and every
+        object is logged at INFO with how far the drain has got. An exception in the
+        callback is logged and ignored: reporting never fails a seal.
         """
         timeout_s = self.config.drain_timeout_s if timeout_s is None else timeout_s
         deadline_s = time.monotonic() + timeout_s
         tip = self.wal.next_offset - 1
         if tip < self.wal.first_offset:
             return self._committed_through  # an empty WAL has nothing to archive
-        self._wait_durable(tip, deadline_s)
-        while self._committed_through is None or self._committed_through < tip:
-            self._pass_with_retries(deadline_s, retention=False)
-            if self._committed_through is None or self._committed_through < tip:
-                if time.monotonic() >= deadline_s:
-                    raise DrainTimeout(f"topic {self.topic}: archived through "
-                                       f"{self._committed_through}, tip is {tip}")
+        self._drain_target = tip
+        self._drain_progress = progress
+        try:
+            self._report_drain(None)
+            self._wait_durable(tip, deadline_s)
+            backoff_s = self.config.retry_backoff_s
+            while self._committed_through is None or self._committed_through < tip:
+                try:
+                    self._pass_with_retries(deadline_s, retention=False)
+                except StorageError as e:
+                    # A pass gives up after retry_attempts_max; a drain keeps trying for
+                    # its whole time bound (a seal should ride out a short outage).
+                    remaining_s = deadline_s - time.monotonic()
+                    if not e.retryable:
+                        raise
+                    if remaining_s <= 0:
+                        raise DrainTimeout(f"topic {self.topic}: storage unavailable: {e}") from e
+                    time.sleep(min(backoff_s, remaining_s))
+                    backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
+                    continue
+                if self._committed_through is None or self._committed_through < tip:
+                    if time.monotonic() >= deadline_s:
+                        raise DrainTimeout(f"topic {self.topic}: archived through "
+                                           f"{self._committed_through}, tip is {tip}")
+        finally:
+            self._drain_target = None
+            self._drain_progress = None
+        log.info("topic %s: drain done, archived through %s", self.topic, self._committed_through)
         return self._committed_through
+
+    def _report_drain(self, descriptor: ObjectDescriptor | None) -> None:
+        """During a drain: log the committed object and call the progress callback."""
+        target = self._drain_target
+        if target is None:
+            return
+        done = self._committed_through
+        if descriptor is not None:
+            base = self.wal.first_offset if self._seed is None else self._seed + 1
+            log.info("topic %s: drain committed %d-%d (%s bytes); through %d of %d (%.0f%%)",
+                     self.topic, descriptor.start_offset, descriptor.end_offset, descriptor.size,
+                     done, target, 100.0 * _fraction(done, base, target))
+        callback = self._drain_progress
+        if callback is not None:
+            try:
+                callback(done, target)
+            except Exception:  # noqa: BLE001 - progress reporting must never fail a drain
+                log.warning("topic %s: drain progress callback failed", self.topic, exc_info=True)
 
     def _wait_durable(self, offset: int, deadline_s: float) -> None:
         durable = self.wal.durable_offset
@@ -246,10 +293,12 @@ class Uploader:
                 backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
 
     def _pass(self, retention: bool) -> None:
-        for _ in range(OBJECTS_PER_PASS_MAX):
-            if not self._upload_next():
-                break
-        self._update_lag()
+        try:
+            for _ in range(OBJECTS_PER_PASS_MAX):
+                if not self._upload_next():
+                    break
+        finally:
+            self._update_lag()  # also when the pass fails: that is when the lag grows
         if retention:
             self._retain()
 
@@ -271,6 +320,7 @@ class Uploader:
         self.metrics.upload_seconds.observe(time.monotonic() - started_s)
         self.metrics.objects.labels(how).inc()
         self.metrics.frame_bytes.inc(len(frames))
+        self._report_drain(descriptor)
         return True
 
     def _chain_tip(self) -> ChainTip:
@@ -518,3 +568,9 @@ class Uploader:
         hook: Callable[[str], None] | None = self.config.fault_hook
         if hook is not None:
             hook(step)
+
+
+def _fraction(done: int | None, base: int, target: int) -> float:
+    if done is None or target < base:
+        return 0.0
+    return min(1.0, max(0.0, (done - base + 1) / (target - base + 1)))

@@ -76,7 +76,8 @@ class Env:
         self.topic = topic
         self.owner = keys.Ownership("1", 7, time.time())
         metadata.put(keys.owner_key(topic), self.owner.to_json())
-        self.metrics = UploaderMetrics(registry=_registry())
+        self.registry = _registry()
+        self.metrics = UploaderMetrics(registry=self.registry)
 
     @property
     def fencing(self) -> list:
