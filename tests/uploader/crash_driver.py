@@ -31,11 +31,79 @@ def expected_frames(first: int, last: int) -> bytes:
                     for o in range(first, last + 1))
 
 
+#: ``<metadata url> <objects url>``: run on real servers (etcd + S3 over HTTP) instead of
+#: SQLite + a local directory. gRPC does not survive ``fork()``, so in this mode the
+#: driver itself never opens a store: setup, checks and the final verify run in forked
+#: children too.
+REMOTE_ENV = "DNB_CRASH_STORES"
+
+
+def remote() -> bool:
+    return bool(os.environ.get(REMOTE_ENV))
+
+
+_remote_objects = None
+
+
+def prepare_remote() -> None:
+    """In the driver, before any fork: import the clients and build the S3 store once
+    (botocore's model loading costs ~0.3 s; the store has made no request, so it holds
+    no socket and is safe to inherit). No gRPC channel is ever opened here."""
+    global _remote_objects
+    import tiered.metadata.etcd  # noqa: F401 - import cost paid once
+    from tiered.objects import open_objects
+
+    _remote_objects = open_objects(os.environ[REMOTE_ENV].split()[1])
+
+
+class _Borrowed:
+    """The inherited S3 store: children must not close it for the others."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def close(self) -> None:
+        pass
+
+
 def open_stores(root: str):
+    if remote():
+        from tiered.metadata import open_metadata
+        from tiered.objects import open_objects
+
+        meta_url, objects_url = os.environ[REMOTE_ENV].split()
+        objects = _Borrowed(_remote_objects) if _remote_objects is not None else open_objects(objects_url)
+        return open_metadata(meta_url), objects
     from tiered.metadata.sqlite import SqliteMetadataStore
     from tiered.objects.local import LocalObjectStore
 
     return SqliteMetadataStore(os.path.join(root, "meta.db")), LocalObjectStore(os.path.join(root, "objects"))
+
+
+def forked(fn, *args):
+    """Run ``fn(*args)`` in a forked child when remote (else here); its stdout is shared."""
+    if not remote():
+        return fn(*args)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            fn(*args)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 3
+        sys.stdout.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{getattr(fn, '__name__', fn)} failed in a child: status {status}")
+    return None
 
 
 def fencing():
@@ -61,7 +129,7 @@ def child(root: str, rng: random.Random, kill_at: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     metadata, objects = open_stores(root)
-    if rng.random() < 0.2:
+    if rng.random() < 0.2 and hasattr(objects, "before_publish"):
         objects.before_publish = lambda tmp: hook("publish")  # die with a temp file, unpublished
     wal = WriteAheadLog.open(os.path.join(root, "wal"), TOPIC, WalConfig(segment_bytes_max=4_096))
     for _ in range(rng.randint(0, 40)):
@@ -80,11 +148,12 @@ def child(root: str, rng: random.Random, kill_at: int) -> None:
 def check_chain(root: str) -> int | None:
     from uploader import list_descriptors
 
-    metadata, _ = open_stores(root)
+    metadata, objects = open_stores(root)
     try:
         descriptors = list_descriptors(metadata, TOPIC)
     finally:
         metadata.close()
+        objects.close()
     for prev, cur in zip(descriptors, descriptors[1:]):
         assert cur.start_offset == prev.end_offset + 1, f"gap/overlap: {prev} then {cur}"
     assert not descriptors or descriptors[0].start_offset == 0
@@ -115,17 +184,32 @@ def verify(root: str) -> dict:
     collect_garbage(metadata, objects, TOPIC, grace_s=0)
     assert find_orphans(metadata, objects, TOPIC) == []
     wal.close()
+    metadata.close()
+    objects.close()
     return {"tip": tip, "descriptors": len(descriptors), "orphans_collected": orphans_before}
 
 
-def main(root: str, rounds: int, seed: int) -> None:
+def put_owner(root: str) -> None:
     from tiered.metadata import keys
 
-    rng = random.Random(seed)
-    metadata, _ = open_stores(root)
+    metadata, objects = open_stores(root)
     owner, _ = fencing()
     metadata.put(keys.owner_key(TOPIC), owner.to_json())
     metadata.close()
+    objects.close()
+
+
+def verify_and_print(root: str, kills: int) -> None:
+    result = verify(root)
+    result["kills"] = kills
+    print(json.dumps(result))
+
+
+def main(root: str, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
+    if remote():
+        prepare_remote()
+    forked(put_owner, root)
     kills = 0
     for _ in range(rounds):
         kill_at = rng.randint(1, 12)
@@ -144,10 +228,8 @@ def main(root: str, rounds: int, seed: int) -> None:
             kills += 1
         elif os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"child failed with status {status}")
-        check_chain(root)
-    result = verify(root)
-    result["kills"] = kills
-    print(json.dumps(result))
+        forked(check_chain, root)
+    forked(verify_and_print, root, kills)
 
 
 if __name__ == "__main__":

@@ -32,3 +32,26 @@ def test_sigkill_at_random_points_leaves_no_gap_duplicate_or_orphan(tmp_path):
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert sum(r["kills"] for r in results) >= 100, results
     assert all(r["descriptors"] > 0 for r in results)
+
+
+REMOTE_ROUNDS = 20
+REMOTE_TIMEOUT_S = 90
+
+
+def test_sigkill_on_real_etcd_and_s3_over_http(tmp_path, etcd_server, etcd_root, moto_server, s3_bucket):
+    """The same crash rounds with the stores on real servers: etcd and moto over HTTP.
+
+    Fewer rounds (each costs more); every child opens fresh clients after the fork.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    stores = f"{etcd_server.url}{etcd_root} s3://{s3_bucket}/arch?endpoint={moto_server.endpoint_url}"
+    env = dict(os.environ, PYTHONPATH=root, DNB_CRASH_STORES=stores)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.uploader.crash_driver", str(tmp_path), str(REMOTE_ROUNDS), "7"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=REMOTE_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kills"] >= REMOTE_ROUNDS // 2, result
+    assert result["descriptors"] > 0 and result["tip"] > 0, result
+    # The archive really is on the servers, not in the local directory.
+    assert not (tmp_path / "meta.db").exists() and not (tmp_path / "objects").exists()
