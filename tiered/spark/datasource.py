@@ -31,7 +31,7 @@ onCorrupt           ``fail`` (default): a corrupt object or block fails the quer
 metricsDir          directory that receives one JSON file per plan and per task
                     (objects/blocks/bytes read); see :mod:`tiered.spark.metrics`
 partitionBytesMax   largest run of blocks one task reads (default 32 MiB)
-pushdown            ``auto`` (default) / ``true`` / ``false``, see below
+pushdown            ``false`` (default) / ``auto`` / ``true``, see below
 footerThreads       parallel footer reads while planning (default 8)
 ==================  ===============================================================
 
@@ -43,14 +43,24 @@ Pruning: the offset and timestamp options skip whole objects (by descriptor, bef
 request, or by footer) and whole blocks (by the footer's block index); returned rows are
 exactly those inside the windows.
 
-Filter pushdown: when ``spark.sql.python.filterPushdown.enabled`` is true, filters on
+Filter pushdown is OFF by default, on purpose. Spark 4.3 keeps the state a Python
+reader's ``pushFilters`` left behind per table, not per scan: a second query on the same
+DataFrame reuses the first query's pruned partitions (``df.where("offset >= 90").count()``
+then ``df.count()`` returns 10, not 100), and two scans of one view in a single query
+(a UNION or two subqueries with different offset filters) both get the last scan's
+filters. ``tests/spark/test_datasource.py`` pins that the default returns correct rows in
+exactly those cases. Pruning that is always safe: the ``startingOffset`` /
+``endingOffset`` / ``startingTimestamp`` / ``endingTimestamp`` options, which belong to
+the DataFrame itself.
+
+Opting in (``pushdown=auto``) is for a DataFrame that serves exactly one query with one
+scan of it: when ``spark.sql.python.filterPushdown.enabled`` is true, filters on
 ``offset`` (=, <, <=, >, >=, IN) are consumed and applied exactly, and filters on
 ``publish_time`` prune blocks and are handed back to Spark. Spark refuses a reader that
 *defines* ``pushFilters`` while the flag is off (``DATA_SOURCE_PUSHDOWN_DISABLED``), and
-the reader cannot see the flag, so ``reader()`` returns the pushdown-capable reader
-only when Spark is calling it from its filter-pushdown planner (``pushdown=auto``);
-``pushdown=true`` forces it (the query then needs the flag on) and ``false`` never
-pushes.
+the reader cannot see the flag, so with ``auto`` ``reader()`` returns the
+pushdown-capable reader only when Spark calls it from its filter-pushdown planner;
+``pushdown=true`` forces it (the query then needs the flag on).
 """
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ class ReadOptions:
     on_corrupt: str = "fail"
     metrics_dir: str | None = None
     partition_bytes_max: int = DEFAULT_PARTITION_BYTES_MAX
-    pushdown: str = "auto"
+    pushdown: str = "false"
     footer_threads: int = DEFAULT_FOOTER_THREADS
 
     @property
@@ -125,7 +125,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
     on_corrupt = opts.get("oncorrupt", "fail").lower()
     if on_corrupt not in ON_CORRUPT:
         raise OptionError(f"onCorrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
-    pushdown = opts.get("pushdown", "auto").lower()
+    pushdown = opts.get("pushdown", "false").lower()
     if pushdown not in PUSHDOWN:
         raise OptionError(f"pushdown must be one of {PUSHDOWN}, got {pushdown!r}")
     store_options = {k: opts[k] for k in ("endpoint", "region") if k in opts}
