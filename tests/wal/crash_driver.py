@@ -41,9 +41,14 @@ class Zygote:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
         self._proc = subprocess.Popen([sys.executable, _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env=env, bufsize=0)
+        # Reports the forked writer made before the fork server's PID line reached the
+        # pipe (the two processes race for it); consumed before reading the pipe again.
+        self._early: list[str] = []
         assert self._line() == "READY"
 
     def _line(self) -> str:
+        if self._early:
+            return self._early.pop(0)
         line = self._proc.stdout.readline()
         if not line:
             raise RuntimeError("crash child exited unexpectedly")
@@ -54,8 +59,7 @@ class Zygote:
         current = Round(len(run.rounds) + 1)
         before = run.durable_max()
         self._proc.stdin.write(f"RUN {run.root} {current.round_id} {rng.randrange(1 << 30)}\n".encode())
-        kind, pid = self._line().split()
-        assert kind == "PID"
+        pid = self._await_pid()
         if rng.random() < 0.15:  # sometimes kill during start-up and recovery
             time.sleep(rng.random() * 0.01)
         else:
@@ -65,6 +69,18 @@ class Zygote:
         run.kills += 1
         self._drain(current, before, pid)
         run.rounds.append(current)
+
+    def _await_pid(self) -> str:
+        """The writer's pid; OPEN/D lines that overtook it are kept for later, in order."""
+        early = []
+        for _ in range(1000):  # bounded: a writer reports at most OPEN + a few D first
+            parts = self._line().split()
+            if parts[0] == "PID":
+                self._early = early + self._early
+                return parts[1]
+            assert parts[0] in ("OPEN", "D"), parts
+            early.append(" ".join(parts))
+        raise AssertionError("fork server never reported the writer's pid")
 
     def _expect_open(self, current: Round, before: int) -> int:
         line = self._line()
