@@ -1,40 +1,23 @@
 """The hot path: frame/record codec, CRC32C and dnb1 object blocks.
 
-This is the ONE place that picks the implementation. ``DNB_FORCE_PYTHON=1`` selects the
-pure-Python twin on purpose; otherwise the Cython extension is imported, and if it is
-missing we fall back with a loud warning (the test suite turns that into a failure).
-Everything else imports codec functions from here, never from a twin directly.
+The twin is picked here, by the one rule in ``native/_select.py``: ``DNB_FORCE_PYTHON=1``
+selects the pure-Python twin on purpose; otherwise the Cython extension is imported, and if
+it is missing we fall back with a loud warning (the test suite turns that into a failure).
+Everything else imports codec functions from here, never from a twin directly
+(``native.columns`` does the same for the columnar decoder).
 """
 from __future__ import annotations
 
 import logging
-import os
-import warnings
 
 from native import _codec_py
+from native._select import FORCE_PYTHON_ENV, FORCED_PYTHON, both_twins, select_twin
 from native.errors import CodecError, CorruptObject, CorruptSegmentHeader
 from native.format import Record, ScanResult, ScanStop
 
 _log = logging.getLogger(__name__)
 
-FORCE_PYTHON_ENV = "DNB_FORCE_PYTHON"
-FORCED_PYTHON = os.environ.get(FORCE_PYTHON_ENV, "") not in ("", "0")
-NATIVE_IMPORT_ERROR: ImportError | None = None
-
-if FORCED_PYTHON:
-    codec = _codec_py
-else:
-    try:
-        from native import _codec as codec  # type: ignore[no-redef]
-    except ImportError as exc:  # pragma: no cover - exercised by the conftest guard
-        NATIVE_IMPORT_ERROR = exc
-        codec = _codec_py
-        warnings.warn(
-            f"native._codec did not load ({exc}); using the slow pure-Python twin. "
-            "Rebuild with `pip install -e .` or set DNB_FORCE_PYTHON=1 to silence.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+codec, NATIVE_IMPORT_ERROR = select_twin(_codec_py, "native._codec")
 
 IMPLEMENTATION: str = codec.IMPLEMENTATION
 
@@ -72,16 +55,7 @@ from native.object_format import (  # noqa: E402
 
 def available_codecs() -> list:
     """Every twin that can run here (the pure-Python one always can)."""
-    twins = [_codec_py]
-    if codec is not _codec_py:
-        twins.append(codec)
-    else:
-        try:
-            from native import _codec
-            twins.append(_codec)
-        except ImportError:
-            pass
-    return twins
+    return both_twins(_codec_py, "native._codec")
 
 
 __all__ = [

@@ -2,10 +2,10 @@
 
 This docstring is the specification of :func:`decode_columns`; both twins
 (``native/_columns.pyx`` and ``native/_columns_py.py``) implement it and return identical
-buffers. This module is the ONE place that picks the twin, the same way ``native/__init__.py``
-picks the codec: ``DNB_FORCE_PYTHON=1`` selects the pure-Python twin on purpose; otherwise
-the Cython extension ``native._columns`` is imported, and if it is missing we fall back with a
-loud warning (the test suite turns that into a failure via :data:`NATIVE_IMPORT_ERROR`).
+buffers. The twin is picked by the one rule in ``native/_select.py``, as for the codec:
+``DNB_FORCE_PYTHON=1`` selects the pure-Python twin on purpose; otherwise the Cython
+extension ``native._columns`` is imported, and if it is missing we fall back with a loud
+warning (the test suite turns that into a failure via :data:`NATIVE_IMPORT_ERROR`).
 
 Input
 =====
@@ -55,31 +55,11 @@ caller narrows the offset range and retries.
 """
 from __future__ import annotations
 
-import os
-import warnings
-
 from native import _columns_py
 from native._columns_py import BUFFER_BYTES_MAX, Columns, ColumnsError, ColumnsTooLarge
+from native._select import FORCED_PYTHON, both_twins, select_twin
 
-FORCE_PYTHON_ENV = "DNB_FORCE_PYTHON"
-FORCED_PYTHON = os.environ.get(FORCE_PYTHON_ENV, "") not in ("", "0")
-NATIVE_IMPORT_ERROR: ImportError | None = None
-
-if FORCED_PYTHON:
-    twin = _columns_py
-else:
-    try:
-        from native import _columns as twin  # type: ignore[no-redef]
-    except ImportError as exc:  # pragma: no cover - exercised by the test guard
-        NATIVE_IMPORT_ERROR = exc
-        twin = _columns_py
-        warnings.warn(
-            f"native._columns did not load ({exc}); using the slow pure-Python twin. "
-            "Rebuild with `pip install -e . --no-build-isolation` or set DNB_FORCE_PYTHON=1 "
-            "to silence.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+twin, NATIVE_IMPORT_ERROR = select_twin(_columns_py, "native._columns")
 
 IMPLEMENTATION: str = twin.IMPLEMENTATION
 decode_columns = twin.decode_columns
@@ -87,12 +67,7 @@ decode_columns = twin.decode_columns
 
 def available_twins() -> list:
     """Every twin that can run here (the pure-Python one always can)."""
-    twins = [_columns_py]
-    try:
-        from native import _columns
-    except ImportError:
-        return twins
-    return [*twins, _columns]
+    return both_twins(_columns_py, "native._columns")
 
 
 __all__ = [

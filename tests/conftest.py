@@ -12,6 +12,7 @@ import os
 import pytest
 
 import native
+import native.columns
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
@@ -23,12 +24,13 @@ if importlib.util.find_spec("tests.fixtures.servers") is not None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if native.FORCED_PYTHON:
         return
-    if native.NATIVE_IMPORT_ERROR is not None or native.IMPLEMENTATION != "cython":
-        raise pytest.UsageError(
-            "native._codec (the Cython extension) did not load: "
-            f"{native.NATIVE_IMPORT_ERROR!r}. Build it with `pip install -e .` "
-            f"or set {native.FORCE_PYTHON_ENV}=1 to test the pure-Python twin on purpose."
-        )
+    for name, module in (("native._codec", native), ("native._columns", native.columns)):
+        if module.NATIVE_IMPORT_ERROR is not None or module.IMPLEMENTATION != "cython":
+            raise pytest.UsageError(
+                f"{name} (a Cython extension) did not load: {module.NATIVE_IMPORT_ERROR!r}. "
+                "Build it with `pip install -e . --no-build-isolation` "
+                f"or set {native.FORCE_PYTHON_ENV}=1 to test the pure-Python twins on purpose."
+            )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
