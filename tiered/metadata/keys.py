@@ -17,6 +17,9 @@ key                                                    value
 /cluster/unassigned/<ns>/<topic>                       :class:`Unassigned`
 =====================================================  ==============================
 
+Lost ranges (one per failover) live at
+``/storage/topics/<ns>/<topic>/lost/<start:020d>-<epoch:020d>`` as :class:`LostRange`.
+
 Object keys (in the object store, relative to its prefix) are
 ``topics/<ns>/<topic>/<start:020d>-<object_id>.dnb1``: the object id makes every
 upload a new key, so a retried upload never overwrites an object a descriptor
@@ -88,6 +91,17 @@ def state_key(topic: TopicName | str) -> str:
 
 def owner_key(topic: TopicName | str) -> str:
     return storage_prefix(topic) + "owner"
+
+
+def lost_prefix(topic: TopicName | str) -> str:
+    return storage_prefix(topic) + "lost/"
+
+
+def lost_key(topic: TopicName | str, start_offset: int, epoch: int) -> str:
+    """One record per failover: the new owner restarted numbering at ``start_offset`` after
+    the owner of ``epoch`` died. The epoch is in the key because two failovers can restart
+    at the same offset (nothing archived in between), each losing its own owner's tail."""
+    return lost_prefix(topic) + f"{_offset(start_offset)}-{_offset(epoch)}"
 
 
 def topic_prefix(topic: TopicName | str) -> str:
@@ -292,6 +306,61 @@ class Cursor(_Record):
 
     def _problem(self) -> str | None:
         return None if self.last_acked_offset >= 0 else "last_acked_offset is negative"
+
+
+@dataclass(frozen=True, slots=True)
+class LostRange(_Record):
+    """Offsets a dead owner made durable but never archived, reassigned after a failover.
+
+    Written first by the broker that took over (``exact: false``: ``end_offset`` is the
+    dead owner's last *published* durable tip, a lower bound, or null when it published
+    none past ``start_offset``), then rewritten by the dead owner when it comes back and
+    quarantines its WAL (``exact: true``: ``end_offset`` is its durable tip, null when it
+    held nothing past ``start_offset``; ``quarantine_path`` names where the WAL went).
+    ``broker_id``/``epoch`` name the owner whose WAL held the offsets.
+    """
+
+    start_offset: int
+    end_offset: int | None
+    broker_id: str
+    epoch: int
+    exact: bool
+    quarantine_path: str | None
+    reported_by: str
+    timestamp: float
+
+    _TYPES: ClassVar[dict[str, str]] = {
+        "start_offset": "int", "end_offset": "int|None", "broker_id": "str", "epoch": "int", "exact": "bool",
+        "quarantine_path": "str|None", "reported_by": "str", "timestamp": "number",
+    }  # fmt: skip
+
+    def _problem(self) -> str | None:
+        if self.start_offset < 0:
+            return f"start_offset {self.start_offset} is negative"
+        if self.end_offset is not None and self.end_offset < self.start_offset:
+            return f"end_offset {self.end_offset} < start_offset {self.start_offset} (use null for none lost)"
+        if self.epoch < 0:
+            return f"epoch {self.epoch} is negative"
+        if self.quarantine_path is not None and not self.exact:
+            return "a quarantine_path is only known to the exact (returning owner's) report"
+        return None
+
+    @property
+    def count(self) -> int:
+        """How many offsets were lost (0: none)."""
+        return 0 if self.end_offset is None else self.end_offset - self.start_offset + 1
+
+    def check_key(self, key: str) -> "LostRange":
+        """Assert the record sits under the key its start offset and epoch name."""
+        tail = key.rsplit("/", 1)[-1]
+        if tail != f"{self.start_offset:0{OFFSET_DIGITS}d}-{self.epoch:0{OFFSET_DIGITS}d}":
+            raise MalformedRecord(key, f"key differs from start_offset {self.start_offset} / epoch {self.epoch}")
+        return self
+
+
+def read_lost_ranges(metadata: Any, topic: TopicName | str) -> list[LostRange]:
+    """Every lost-range record of ``topic``, ascending by start offset (MalformedRecord on junk)."""
+    return [LostRange.from_json(kv.key, kv.value).check_key(kv.key) for kv in metadata.range(lost_prefix(topic))]
 
 
 @dataclass(frozen=True, slots=True)
