@@ -28,12 +28,14 @@ from prometheus_client import Counter
 
 from tiered.errors import StorageError
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, MetadataStore, Put, absent
+from tiered.metadata.base import Compare, Delete, MetadataStore, Put, absent, value_is
 from tiered.read_errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
+CURSOR_CLAMPS = Counter("dnb_cursor_clamps_total",
+                        "Cursors moved back at load because they pointed past where offsets continue")
 CURSOR_FLUSHES = Counter("dnb_cursor_flushes_total", "Cursor writes by outcome", ["outcome"])
 ACKS = Counter("dnb_subscription_acks_total", "Acks that advanced a cursor")
 
@@ -353,4 +355,50 @@ class SubscriptionManager:
             raise SubscriptionClosed(f"subscription manager of {self.topic} is closed")
 
 
-__all__ = ["Subscription", "SubscriptionManager", "TopicBounds"]
+#: Cursors read per page while clamping (bounds memory for topics with many subscriptions).
+CLAMP_PAGE_KEYS = 1000
+
+
+def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: int,
+                  fencing: Sequence[Compare]) -> dict[str, int]:
+    """Move every cursor at or past ``next_offset`` back to ``next_offset - 1``.
+
+    The one deliberate backward move of a cursor (docs/LIFECYCLE.md, "Cursors after a
+    failover"): after a takeover the new owner numbers new messages from
+    ``next_offset``, so a cursor that acknowledged the dead owner's never-archived tail
+    would otherwise skip the new messages written at those offsets. With
+    ``next_offset == 0`` there is no offset to point at; the cursor key is deleted (the
+    subscription starts over at its initial position, which is 0 for ``earliest``).
+
+    Each clamp is its own transaction with ``fencing`` plus ``value == what we read``, so
+    a stale owner changes nothing. Returns ``{subscription: old cursor}`` of the clamped
+    ones; raises CursorFenced when ownership was lost meanwhile.
+    """
+    topic = TopicName.parse(topic)
+    prefix = keys.subscriptions_prefix(topic)
+    clamped: dict[str, int] = {}
+    after: str | None = None
+    while True:
+        page = metadata.range(prefix, limit=CLAMP_PAGE_KEYS, start_after=after)
+        for kv in page:
+            if not kv.key.endswith("/cursor"):
+                continue
+            old = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
+            if old < next_offset:
+                continue
+            name = kv.key[len(prefix):-len("/cursor")]
+            op = Put(kv.key, keys.Cursor(next_offset - 1).to_json()) if next_offset > 0 else Delete(kv.key)
+            result = metadata.txn([*fencing, value_is(kv.key, kv.value)], [op], [])
+            if not result.succeeded:
+                raise CursorFenced(name, old)
+            CURSOR_CLAMPS.inc()
+            log.warning("topic %s: subscription %s cursor clamped from %d to %s: offsets past %s were never "
+                        "archived and are reassigned to new messages", topic, name, old,
+                        next_offset - 1 if next_offset > 0 else "none (cursor deleted)", next_offset - 1)
+            clamped[name] = old
+        if len(page) < CLAMP_PAGE_KEYS:
+            return clamped
+        after = page[-1].key
+
+
+__all__ = ["Subscription", "SubscriptionManager", "TopicBounds", "clamp_cursors"]
