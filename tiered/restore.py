@@ -8,8 +8,10 @@ descriptors or the progress key any more), :func:`plan_restore` reads them and d
   at the sealed offset; a disagreement raises :class:`RestoreMismatch`.
 * not sealed (the previous owner crashed, or it is the first load): start after the
   last committed descriptor, never on an offset any descriptor covers. The dead
-  owner's published durable tip (:class:`Progress`) tells how many offsets it never
-  archived ("at least N": the tip is published at most once per interval).
+  owner's published durable tip (:class:`Progress`, only when it is that owner's and
+  epoch's) tells how many offsets it never archived ("at least N": the tip is published
+  at most once per interval). The exact range comes later, from the dead owner itself
+  when it returns and quarantines its WAL (:class:`tiered.metadata.keys.LostRange`).
 * the previous owner was this very broker and the topic was not sealed since: its
   local WAL is recovered instead, provided it still reaches the archive (no gap).
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
-from tiered.ownership import OwnerToken
+from tiered.ownership import OwnerRecord, OwnerToken
 from uploader.commit import last_committed_offset
 from wal.topics import TopicName
 
@@ -117,7 +119,7 @@ def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
     opened_at = 0 if sealed is None else sealed.next_offset
     start = max(opened_at, archive_next)
     mine = previous is not None and previous.holder == token.broker_id
-    unarchived = _unarchived(read_progress(metadata, topic), start)
+    unarchived = _unarchived(read_progress(metadata, topic), previous, start)
     return RestorePlan(start, descriptor_end, sealed, mine, unarchived, previous_owner)
 
 
@@ -125,8 +127,12 @@ def _is_sealed(state: keys.SealedState | None) -> bool:
     return state is not None and state.sealed
 
 
-def _unarchived(progress: Progress | None, start: int) -> int:
-    if progress is None or progress.durable_offset is None:
+def _unarchived(progress: Progress | None, previous: "OwnerRecord | None", start: int) -> int:
+    if progress is None or progress.durable_offset is None or previous is None:
+        return 0
+    # A takeover does not delete the progress key, so it may still be an earlier dead
+    # owner's; counting it would blame the wrong WAL for offsets it never held.
+    if (progress.broker_id, progress.epoch) != (previous.broker_id, previous.epoch):
         return 0
     return max(0, progress.durable_offset + 1 - start)
 
