@@ -5,10 +5,15 @@ One :class:`BrokerHost` per broker process hosts topics; each loaded topic is a
 walks through the move; the rules in short:
 
 * **load**: take ownership (epoch + 1, one txn) → plan where offsets continue
-  (:mod:`tiered.restore`) → recover our own local WAL or discard a stale one and open
-  an empty WAL at the planned offset → mark the topic open (fenced) → start the
-  uploader seeded with the archived tip → subscriptions. A failover (previous owner
-  died unsealed) is reported as a metric and a log line.
+  (:mod:`tiered.restore`) → recover our own local WAL or retire a stale one
+  (quarantined when it holds offsets past the archive) and open an empty WAL at the
+  planned offset → mark the topic open (fenced; a failover also records a
+  :class:`~tiered.metadata.keys.LostRange`) → clamp cursors past the new next offset →
+  start the uploader seeded with the archived tip → subscriptions. A failover
+  (previous owner died unsealed) is reported as a metric and a log line.
+* **a broker coming back** retires (``retire_stale_wals``) the local WALs of topics it no
+  longer holds: never deleted while they hold offsets that were not archived; those are
+  quarantined under ``<wal root>/.quarantine/`` and reported exactly.
 * **unload**, in order: refuse appends → flush + fsync the WAL → flush cursors →
   drain the uploader → write ``sealed: true`` and release ownership in one fenced txn
   → only then delete the local WAL. A failed step raises :class:`UnloadError` naming
@@ -23,11 +28,10 @@ import asyncio
 import enum
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -47,11 +51,15 @@ from tiered.ownership import (
     release_ops,
 )
 from tiered.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
+from tiered.subscriptions import clamp_cursors
+from wal.fs import RealFs
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
 Ack = Literal["durable", "archived"]
+#: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
+QUARANTINE_DIR = ".quarantine"
 T = TypeVar("T")
 
 UNARCHIVED_ON_FAILOVER = Gauge(
@@ -60,6 +68,11 @@ UNARCHIVED_ON_FAILOVER = Gauge(
     ["topic"],
 )
 FAILOVERS = Counter("dnb_failovers_total", "Loads of a topic whose previous owner died without sealing")
+QUARANTINES = Counter("dnb_wal_quarantines_total",
+                      "Stale local WALs quarantined because they held offsets never archived", ["topic"])
+QUARANTINED_OFFSETS = Counter("dnb_wal_quarantined_offsets_total",
+                              "Offsets held only by quarantined stale WALs (exactly the lost failover tails)",
+                              ["topic"])
 LOAD_SECONDS = Histogram("dnb_topic_load_seconds", "Time to load (restore) a topic")
 UNLOAD_SECONDS = Histogram("dnb_topic_unload_seconds", "Time to unload (seal) a topic")
 
@@ -112,6 +125,21 @@ class TopicState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class RetiredWal:
+    """A stale local WAL this broker let go of: deleted when everything it held was
+    archived (``lost_start is None``), else quarantined at ``quarantine_path`` with the
+    exact never-archived offsets ``lost_start..lost_end`` recorded as a LostRange."""
+
+    topic: TopicName
+    first_offset: int
+    last_offset: int | None
+    lost_start: int | None
+    lost_end: int | None
+    epoch: int
+    quarantine_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreReport:
     start_offset: int
     recovered_local_wal: bool
@@ -119,6 +147,10 @@ class RestoreReport:
     #: >0 only on failover: offsets of the dead owner's WAL never archived (lower bound).
     unarchived_at_least: int
     load_s: float
+    #: Cursors moved back to ``start_offset - 1`` at this load: {subscription: old cursor}.
+    clamped_cursors: dict[str, int] = field(default_factory=dict)
+    #: This broker's own stale WAL of the topic, retired during this load.
+    retired_local_wal: RetiredWal | None = None
 
 
 class HostedTopic:
@@ -136,6 +168,7 @@ class HostedTopic:
         self.state = TopicState.OPEN
         self.last_committed_offset: int | None = None
         self._append_lock = threading.Lock()
+        self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
 
     # -- producing ---------------------------------------------------------------
@@ -207,17 +240,22 @@ class HostedTopic:
 
     # -- progress ----------------------------------------------------------------
     def publish_progress(self) -> bool:
-        """Publish the durable tip (fenced) if it moved; True when written."""
-        durable = _durable_tip(self.wal)
-        if self.state is not TopicState.OPEN or durable == self._progress_published:
-            return False
-        record = Progress(self.token.broker_id, self.token.epoch, durable, time.time())
-        result = self.host.metadata.txn(self.token.fencing, [Put(progress_key(self.topic), record.encode())])
-        if not result.succeeded:
-            log.error("topic %s: progress write refused, ownership lost to a newer epoch", self.topic)
-            return False
-        self._progress_published = durable
-        return True
+        """Publish the durable tip (fenced) if it moved; True when written.
+
+        Also while unloading: a seal that fails after its flush leaves the topic to a
+        failover, which reports from this record."""
+        # One writer at a time, so an older tip can never overwrite a newer one.
+        with self._progress_lock:
+            durable = _durable_tip(self.wal)
+            if self.state not in (TopicState.OPEN, TopicState.UNLOADING) or durable == self._progress_published:
+                return False
+            record = Progress(self.token.broker_id, self.token.epoch, durable, time.time())
+            result = self.host.metadata.txn(self.token.fencing, [Put(progress_key(self.topic), record.encode())])
+            if not result.succeeded:
+                log.error("topic %s: progress write refused, ownership lost to a newer epoch", self.topic)
+                return False
+            self._progress_published = durable
+            return True
 
     def __repr__(self) -> str:
         return f"HostedTopic({self.topic}, epoch={self.token.epoch}, state={self.state.value})"
@@ -241,7 +279,11 @@ class BrokerHost:
     """Hosts topics for one broker process. Thread-safe; see the module docstring."""
 
     def __init__(self, broker_id: str, wal_root: str | os.PathLike[str], metadata: MetadataStore,
-                 objects: ObjectStore, config: BrokerConfig | None = None, *, wal_fs: Any = None) -> None:
+                 objects: ObjectStore, config: BrokerConfig | None = None, *, wal_fs: Any = None,
+                 retire_stale_wals: bool = True) -> None:
+        """``wal_fs`` is the file layer every WAL of this host runs on (``wal.fs``; the
+        real disk by default). ``retire_stale_wals`` scans the WAL root at start for
+        WALs of topics this broker no longer holds (see :meth:`retire_stale_wals`)."""
         keys.broker_assignments_prefix(broker_id)  # validates the id as a key segment
         self.broker_id = broker_id
         self.wal_root = os.fspath(wal_root)
@@ -249,6 +291,11 @@ class BrokerHost:
         self.objects = objects
         self.config = config or BrokerConfig()
         self.wal_fs = wal_fs
+        #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
+        #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
+        self.fs = wal_fs if wal_fs is not None else RealFs()
+        #: Stale WALs retired by this host (deleted or quarantined), oldest first.
+        self.retired: list[RetiredWal] = []
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
         self._topic_locks: dict[TopicName, threading.Lock] = {}
@@ -256,6 +303,11 @@ class BrokerHost:
         self.session: BrokerSession | None = None
         if self.config.register_session:
             self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s).start()
+        # Set by every hosted WAL's durable listener: the progress thread publishes soon
+        # after data becomes durable instead of on a fixed tick (see _progress_loop).
+        self._progress_wake = threading.Event()
+        if retire_stale_wals:
+            self.retire_stale_wals()
         self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
                                                  name=f"dnb-progress-{broker_id}")
         self._progress_thread.start()
@@ -305,11 +357,21 @@ class BrokerHost:
         started = time.monotonic()
         token = acquire(self.metadata, topic, self.broker_id, force=force)
         opened: list[Callable[[], None]] = []
+        retired: list[RetiredWal] = []
         try:
             plan = plan_restore(self.metadata, token)
-            wal, recovered = _step(topic, "open WAL", LoadError, lambda: self._open_wal(topic, plan))
+            wal, recovered = _step(topic, "open WAL", LoadError, lambda: self._open_wal(token, plan, retired))
             opened.append(lambda: wal.close())
-            _step(topic, "mark topic open", LoadError, lambda: self._mark_open(token, plan))
+            retired_here = retired[0] if retired else None
+            _step(topic, "mark topic open", LoadError,
+                  lambda: self._mark_open(token, plan, recovered, retired_here))
+            clamped: dict[str, int] = {}
+            if not _is_sealed(plan):
+                # Unsealed load: offsets continue at wal.next_offset, and a cursor may have
+                # acknowledged offsets past it that nobody archived (a dead owner's tail,
+                # or bytes a power loss took). Those offsets are about to name new messages.
+                clamped = _step(topic, "clamp subscription cursors", LoadError,
+                                lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
             uploader = _step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
@@ -319,22 +381,35 @@ class BrokerHost:
             raise
         report = RestoreReport(wal.next_offset if recovered else plan.start_offset, recovered,
                                plan.previous_owner, 0 if recovered else plan.unarchived_at_least,
-                               time.monotonic() - started)
+                               time.monotonic() - started, clamped, retired_here)
         self._report_restore(topic, report, token)
         LOAD_SECONDS.observe(report.load_s)
-        return HostedTopic(self, token, wal, uploader, subs, report)
+        hosted = HostedTopic(self, token, wal, uploader, subs, report)
+        wal.add_durable_listener(self._on_durable)
+        return hosted
 
-    def _open_wal(self, topic: TopicName, plan: RestorePlan) -> tuple[Any, bool]:
+    def _on_durable(self, _durable_offset: int) -> None:
+        # Runs on a WAL writer thread after each fsync: only flag the progress thread,
+        # never write metadata here (that would be one etcd write per fsync).
+        self._progress_wake.set()
+
+    def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal]) -> tuple[Any, bool]:
         from wal import WriteAheadLog
 
+        topic = token.topic
         if self._local_wal_exists(topic):
             if plan.may_recover_local:
                 wal = self._recover_local(topic, plan)
                 if wal is not None:
                     return wal, True
+            previous = token.previous
+            if previous is not None and previous.holder == self.broker_id:
+                # Our own unsealed WAL that cannot be recovered: numbering restarts at the
+                # planned offset, so whatever it holds from there on is lost here and now.
+                retired.append(self._retire_local(topic, plan.start_offset, previous.epoch))
             else:
-                log.warning("topic %s: discarding a stale local WAL (the topic moved on since)", topic)
-            self._discard_local(topic)
+                log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
+                retired.append(self._retire_local(topic))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
@@ -362,20 +437,183 @@ class BrokerHost:
 
     def _local_wal_exists(self, topic: TopicName) -> bool:
         path = self._local_wal_path(topic)
-        return os.path.isdir(path) and any(os.scandir(path))
+        return self.fs.exists(path) and bool(self.fs.listdir(path))
 
-    def _discard_local(self, topic: TopicName) -> None:
+    # -- stale local WALs --------------------------------------------------------
+    def retire_stale_wals(self) -> list[RetiredWal]:
+        """Retire the local WAL of every topic under the WAL root that this broker does
+        not hold: what a broker coming back after losing its topics finds on its disk.
+
+        A WAL whose every offset is archived is deleted; one holding offsets past where
+        the topic continued elsewhere is quarantined and its exact lost range recorded
+        (:meth:`_retire_local`). A WAL of a topic this broker still holds is left for
+        ``load`` to recover. A failure is logged with its cause and leaves the WAL in
+        place (never deleted), so the next start, or a load of the topic, tries again."""
+        from tiered.ownership import read_owner
+        from wal.errors import InvalidTopicName
+
+        done: list[RetiredWal] = []
+        if not self.fs.exists(self.wal_root):
+            return done
+        for namespace in self.fs.listdir(self.wal_root):
+            if namespace == QUARANTINE_DIR:
+                continue
+            try:
+                names = self.fs.listdir(os.path.join(self.wal_root, namespace))
+            except (NotADirectoryError, FileNotFoundError):
+                continue  # a file at the namespace level, not a WAL directory
+            for name in names:
+                try:
+                    topic = TopicName.parse(f"/{namespace}/{name}")
+                except InvalidTopicName:
+                    continue  # not a directory the lifecycle could have made
+                with self._topic_lock(topic):
+                    if topic in self._topics or not self._local_wal_exists(topic):
+                        continue
+                    try:
+                        owner, _kv = read_owner(self.metadata, topic)
+                        if owner is not None and owner.holder == self.broker_id:
+                            continue  # still ours (this broker crashed): load recovers it
+                        done.append(self._retire_local(topic))
+                    except Exception as e:  # noqa: BLE001 - one bad topic must not stop the broker
+                        log.error("topic %s: retiring the stale local WAL failed, kept in place: %s: %s",
+                                  topic, type(e).__name__, e, exc_info=e)
+        return done
+
+    def _retire_local(self, topic: TopicName, start: int | None = None, epoch: int | None = None) -> RetiredWal:
+        """Delete or quarantine this broker's stale WAL of ``topic``; never lose silently.
+
+        ``start``/``epoch``: where the topic's numbering restarted after this broker's
+        epoch ``epoch``. When a broker comes back they are unknown (None): the LostRange
+        the taker-over wrote naming this broker says them; without one (a stale WAL left
+        by a crash between seal and delete), the first offset of this WAL that no
+        descriptor of this broker archived.
+        """
         from wal import WriteAheadLog
 
+        path = self._local_wal_path(topic)
         try:
-            WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs).delete()
-        except Exception as e:  # noqa: BLE001 - a WAL too broken to open is still ours to remove
-            log.warning("topic %s: stale WAL would not open (%s); removing its directory", topic, e)
-            shutil.rmtree(self._local_wal_path(topic))
+            wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
+        except Exception as e:  # noqa: BLE001 - unreadable is no reason to delete: keep all of it
+            leaf = f"unreadable-{int(time.time() * 1000)}"
+            qpath = self._quarantine(topic, path, leaf)
+            QUARANTINES.labels(str(topic)).inc()
+            log.error("topic %s: stale local WAL does not open (%s: %s); quarantined whole at %s, "
+                      "its range is unknown", topic, type(e).__name__, e, qpath)
+            retired = RetiredWal(topic, -1, None, None, None, -1 if epoch is None else epoch, qpath)
+            self.retired.append(retired)
+            return retired
+        try:
+            first, tip = wal.first_offset, _durable_tip(wal)
+        finally:
+            wal.close()
+        record = None
+        if start is None or epoch is None:
+            record = self._own_lost_record(topic)
+            if record is not None:
+                start, epoch = record.start_offset, record.epoch
+            else:
+                start, epoch = self._first_unarchived_by_us(topic, first)
+        lost_start = max(start, first)
+        if tip is None or tip < lost_start:
+            # Everything this WAL held is archived: nothing to keep, nothing lost.
+            if record is not None and not record.exact:
+                self._write_lost(topic, start, epoch, None, None)  # confirm: nothing was lost
+            self._delete_local(topic)
+            log.info("topic %s: deleted stale local WAL %d..%s: every offset it held is archived",
+                     topic, first, tip)
+            retired = RetiredWal(topic, first, tip, None, None, epoch, None)
+        else:
+            leaf = f"{epoch:0{keys.OFFSET_DIGITS}d}"
+            qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+            # Record first: if the move then fails, a retry finds the same range and path;
+            # a move without a record would be a silent loss if this broker died next.
+            self._write_lost(topic, start, epoch, tip, qpath)
+            self._quarantine(topic, path, leaf)
+            QUARANTINES.labels(str(topic)).inc()
+            QUARANTINED_OFFSETS.labels(str(topic)).inc(tip - lost_start + 1)
+            log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
+                        "here but never archived, and the topic's numbering restarted at %d, so they are lost "
+                        "(recorded at %s)", topic, epoch, qpath, lost_start, tip, start,
+                        keys.lost_key(topic, start, epoch))
+            retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath)
+        self.retired.append(retired)
+        return retired
 
-    def _mark_open(self, token: OwnerToken, plan: RestorePlan) -> None:
-        state = opened_state(token, plan)
-        result = self.metadata.txn(token.fencing, [Put(keys.state_key(token.topic), state.to_json())])
+    def _own_lost_record(self, topic: TopicName) -> keys.LostRange | None:
+        """The newest failover away from this broker: it says where numbering restarted."""
+        mine = [r for r in keys.read_lost_ranges(self.metadata, topic) if r.broker_id == self.broker_id]
+        return max(mine, key=lambda r: r.epoch, default=None)
+
+    def _first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
+        """Without a LostRange: the first offset from ``first`` on that no descriptor of
+        this broker covers, and the newest epoch this broker archived under (0: none)."""
+        from uploader import list_descriptors
+
+        covered, epoch = first - 1, 0
+        for d in list_descriptors(self.metadata, topic):
+            if d.broker_id != self.broker_id:
+                continue
+            epoch = max(epoch, d.epoch)
+            if d.start_offset <= covered + 1 <= d.end_offset:
+                covered = d.end_offset
+        return covered + 1, epoch
+
+    def _write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None) -> None:
+        """Write this broker's exact LostRange: compare-and-swap against the current record
+        (this broker does not own the topic, so ownership cannot fence this write)."""
+        from tiered.metadata.base import absent, value_is
+
+        key = keys.lost_key(topic, start, epoch)
+        kv = self.metadata.get(key)
+        record = keys.LostRange(start, end, self.broker_id, epoch, True, qpath, self.broker_id, time.time())
+        compare = absent(key) if kv is None else value_is(key, kv.value)
+        if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
+            raise StorageError(f"{key} changed while broker {self.broker_id} was recording its lost range; "
+                               "the stale WAL is kept for a retry")
+
+    def _quarantine(self, topic: TopicName, path: str, leaf: str) -> str:
+        """Move the WAL's files to ``<root>/.quarantine/<ns>/<topic>/<leaf>/`` through the
+        WAL's file layer, durably: every new directory's parent and both ends are fsynced."""
+        fs = self.fs
+        qroot = os.path.join(self.wal_root, QUARANTINE_DIR)
+        qpath = os.path.join(qroot, topic.namespace, topic.name, leaf)
+        fs.makedirs(qpath)
+        for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
+            fs.fsync_dir(directory)
+        for name in fs.listdir(path):
+            fs.rename(os.path.join(path, name), os.path.join(qpath, name))
+        fs.fsync_dir(qpath)
+        fs.fsync_dir(path)
+        fs.rmdir(path)
+        fs.fsync_dir(os.path.dirname(path))
+        return qpath
+
+    def _delete_local(self, topic: TopicName) -> None:
+        """Remove a closed stale WAL whose every offset is archived (durably: dir fsynced)."""
+        path = self._local_wal_path(topic)
+        for name in self.fs.listdir(path):
+            self.fs.remove(os.path.join(path, name))
+        self.fs.rmdir(path)
+        self.fs.fsync_dir(os.path.dirname(path))
+
+    def _mark_open(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
+                   retired: RetiredWal | None) -> None:
+        ops: list[Any] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json())]
+        previous = token.previous
+        failover = (not recovered and not _is_sealed(plan) and previous is not None
+                    and previous.holder is not None)
+        # Our own WAL retired in this load already wrote the exact record for that epoch.
+        if failover and not (retired is not None and retired.epoch == previous.epoch):  # type: ignore[union-attr]
+            # The takeover's own account, in the same fenced txn as the open marker: where
+            # numbering restarts and how much the dead owner is known to have lost (its
+            # last published tip). Its WAL, if it comes back, makes it exact.
+            start, at_least = plan.start_offset, plan.unarchived_at_least
+            record = keys.LostRange(start, start + at_least - 1 if at_least > 0 else None,
+                                    previous.broker_id, previous.epoch, False, None,  # type: ignore[union-attr]
+                                    token.broker_id, time.time())
+            ops.append(Put(keys.lost_key(token.topic, start, record.epoch), record.to_json()))
+        result = self.metadata.txn(token.fencing, ops)
         if not result.succeeded:
             raise OwnershipLostError(token.topic, "mark topic open")
 
@@ -402,6 +640,10 @@ class BrokerHost:
             log.warning("topic %s: failover from %s (died unsealed): at least %d offsets of its WAL were "
                         "never archived and are lost; continuing at %d (epoch %d)", topic,
                         report.previous_owner, report.unarchived_at_least, report.start_offset, token.epoch)
+        if report.clamped_cursors:
+            log.warning("topic %s: %d subscription cursor(s) moved back to %d at load: %s", topic,
+                        len(report.clamped_cursors), report.start_offset - 1,
+                        ", ".join(f"{n} was {c}" for n, c in sorted(report.clamped_cursors.items())))
         log.info("topic %s: loaded at epoch %d, next offset %d%s (%.3fs)", topic, token.epoch,
                  report.start_offset, " (recovered local WAL)" if report.recovered_local_wal else "", report.load_s)
 
@@ -434,6 +676,9 @@ class BrokerHost:
             hosted.state = TopicState.UNLOADING
         _step(topic, "flush WAL", UnloadError, lambda: _flush_wal(hosted.wal, cfg.flush_timeout_s))
         _step(topic, "flush subscription cursors", UnloadError, hosted.subscriptions.flush_all)
+        # The drain can take long; if this broker dies in it, the next owner reports
+        # the unarchived tail from this record, so publish the now-flushed tip first.
+        _quietly(hosted.publish_progress)
         last = _step(topic, "drain uploader", UnloadError, lambda: self._drain(hosted))
         _step(topic, "write sealed state", UnloadError, lambda: self._write_seal(hosted, last))
         hosted.last_committed_offset = last
@@ -509,6 +754,7 @@ class BrokerHost:
             else:
                 self.abandon(hosted.topic)
         self._closed.set()
+        self._progress_wake.set()
         self._progress_thread.join(self.config.close_timeout_s)
         if self.session is not None:
             self.session.stop(revoke=True)
@@ -527,15 +773,33 @@ class BrokerHost:
             raise RuntimeError(f"broker host {self.broker_id} is closed")
 
     def _progress_loop(self) -> None:
-        while not self._closed.wait(self.config.progress_interval_s):
+        """Publish durable tips soon after they move, at most once per interval.
+
+        A durable advance (WAL listener) wakes the loop at once, so after a quiet spell
+        the first new tip is published within milliseconds rather than a whole interval
+        later; a failover right after a burst then reports it. The pause after each round
+        is the rate limit: advances during it coalesce into one write per topic. The
+        timeout on the wake retries a write that failed."""
+        gap_s = self.config.progress_interval_s
+        while not self._closed.is_set():
+            self._progress_wake.wait(gap_s)
+            self._progress_wake.clear()
+            if self._closed.is_set():
+                return
             for hosted in self.topics():
                 try:
                     hosted.publish_progress()
-                except Exception as e:  # noqa: BLE001 - progress is advisory; the next tick retries
+                except Exception as e:  # noqa: BLE001 - progress is advisory; the next round retries
                     log.warning("topic %s: publishing progress failed: %s", hosted.topic, e)
+            if self._closed.wait(gap_s):
+                return
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+def _is_sealed(plan: RestorePlan) -> bool:
+    return plan.sealed is not None and plan.sealed.sealed
 
 
 def _step(topic: TopicName, step: str, error: type[LifecycleError], fn: Callable[[], T]) -> T:

@@ -342,8 +342,13 @@ def test_stale_local_wal_is_discarded_when_the_topic_moved_on(local_cluster: Clu
     topic_b = b.load(TOPIC)
     produce_range(topic_b, 5, 9)
     assert b.unload(TOPIC) == 9
+    assert wal_files(local_cluster, "A"), "A's stale WAL is still on disk before it comes back"
     a2 = local_cluster.broker("A")
-    assert wal_files(local_cluster, "A"), "A's stale WAL is still on disk before it loads again"
+    # Everything A's WAL held (0-4) is archived: deleted at start, nothing quarantined.
+    assert [(r.first_offset, r.last_offset, r.lost_start, r.quarantine_path) for r in a2.retired] == [
+        (0, 4, None, None)]
+    assert not wal_files(local_cluster, "A")
+    assert not os.path.exists(os.path.join(local_cluster.wal_root("A"), ".quarantine"))
     hosted = a2.load(TOPIC)
     assert not hosted.report.recovered_local_wal
     assert hosted.next_offset == 10

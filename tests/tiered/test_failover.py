@@ -1,0 +1,270 @@
+"""Failover without silent loss: the WAL's own file layer, prompt progress, the dead
+owner's quarantined WAL with its exact lost range, and cursors clamped at a takeover.
+
+Each test fails without the fix it names (see docs/LIFECYCLE.md, "Failover").
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+from prometheus_client import REGISTRY
+
+from tiered.errors import MalformedRecord
+from tiered.lifecycle import BrokerHost
+from tiered.metadata import keys
+from tiered.restore import read_progress
+from tiered.verify import VerifyReport, _scan_wal, verify_topic
+from wal.fs import FaultFs
+from wal.topics import TopicName
+
+from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
+    FAST_BROKER,
+    TOPIC,
+    Cluster,
+    any_cluster,
+    local_cluster,
+    payload_for,
+    produce_range,
+    read_all,
+    wal_files,
+)
+
+T = TopicName.parse(TOPIC)
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels or None) or 0.0
+
+
+def _die(host: BrokerHost) -> None:
+    """The broker process dies: no seal, WAL kept on its disk, its lease gone."""
+    for hosted in host.topics():
+        host.abandon(hosted.topic)
+    host.close()
+
+
+def _a_dies_with_unarchived_tail(cluster: Cluster) -> tuple[BrokerHost, int]:
+    """A archives 0-4, then makes 5-11 durable only, and dies. Returns (B loaded, A's epoch)."""
+    a = cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4, ack="archived")
+    produce_range(topic_a, 5, 11)
+    epoch = topic_a.token.epoch
+    _die(a)
+    b = cluster.broker("B")
+    assert b.load(TOPIC).next_offset == 5
+    return b, epoch
+
+
+# -- 1. the WAL's file layer -------------------------------------------------------
+
+
+def test_restart_recovers_a_wal_that_lives_on_the_fault_injecting_file_layer(local_cluster: Cluster) -> None:
+    fs = FaultFs()
+    root = local_cluster.wal_root("A")
+    config = FAST_BROKER
+    first = BrokerHost("A", root, local_cluster.metadata, local_cluster.objects, config, wal_fs=fs)
+    produce_range(first.load(TOPIC), 0, 4)
+    _die(first)
+    assert not os.path.exists(root), "the WAL lives on the fault layer, not on the real disk"
+    again = BrokerHost("A", root, local_cluster.metadata, local_cluster.objects, config, wal_fs=fs)
+    local_cluster.hosts.append(again)
+    hosted = again.load(TOPIC)
+    assert hosted.report.recovered_local_wal
+    assert hosted.next_offset == 5
+    assert [m.payload for m in read_all(hosted, 0, 4)] == [payload_for(i) for i in range(5)]
+
+
+def test_stale_wal_on_the_fault_layer_is_quarantined_there(local_cluster: Cluster) -> None:
+    fs = FaultFs()
+    root = local_cluster.wal_root("A")
+    a = BrokerHost("A", root, local_cluster.metadata, local_cluster.objects, FAST_BROKER, wal_fs=fs)
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 2, ack="archived")
+    produce_range(topic_a, 3, 5)
+    _die(a)
+    local_cluster.broker("B").load(TOPIC)
+    back = BrokerHost("A", root, local_cluster.metadata, local_cluster.objects, FAST_BROKER, wal_fs=fs)
+    local_cluster.hosts.append(back)
+    [retired] = back.retired
+    assert (retired.lost_start, retired.lost_end) == (3, 5)
+    assert not fs.exists(os.path.join(root, "default", "reliable_topic"))
+    assert fs.listdir(retired.quarantine_path), "the segments moved into the quarantine on the fault layer"
+    assert not os.path.exists(root)
+
+
+# -- 2a. progress is published promptly, rate-limited ---------------------------------
+
+
+def test_durable_tip_is_published_within_milliseconds_not_a_whole_interval(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A", progress_interval_s=30.0)
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 0)
+    deadline = time.monotonic() + 3.0
+    while (read_progress(local_cluster.metadata, T) or None) is None:
+        assert time.monotonic() < deadline, "progress still unpublished: it waits for the 30 s tick"
+        time.sleep(0.01)
+    assert read_progress(local_cluster.metadata, T).durable_offset == 0
+    # Rate limit: further fsyncs within the interval do not write progress again.
+    produce_range(hosted, 1, 9)
+    time.sleep(0.3)
+    assert read_progress(local_cluster.metadata, T).durable_offset == 0
+
+
+def test_seal_publishes_the_flushed_tip_before_its_long_drain(local_cluster: Cluster, monkeypatch) -> None:
+    a = local_cluster.broker("A", progress_interval_s=30.0)
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 0)
+    deadline = time.monotonic() + 3.0
+    while read_progress(local_cluster.metadata, T) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    produce_range(hosted, 1, 6)  # inside the rate limit: not published by the loop
+    seen = []
+
+    def drain_dies(_hosted):
+        seen.append(read_progress(local_cluster.metadata, T).durable_offset)
+        raise OSError("broker dies in the drain")
+
+    monkeypatch.setattr(a, "_drain", drain_dies)
+    with pytest.raises(Exception):
+        a.unload(TOPIC)
+    assert seen == [6]
+
+
+# -- 2b. the dead owner comes back: quarantine + exact lost range --------------------
+
+
+def test_returning_owner_quarantines_its_wal_and_records_the_exact_lost_range(
+        any_cluster: Cluster, caplog) -> None:
+    b, epoch = _a_dies_with_unarchived_tail(any_cluster)
+    takeover = keys.read_lost_ranges(any_cluster.metadata, T)
+    assert [(r.start_offset, r.broker_id, r.epoch, r.exact, r.reported_by) for r in takeover] == [
+        (5, "A", epoch, False, "B")]
+    assert takeover[0].end_offset is None or 5 <= takeover[0].end_offset <= 11  # at least, never more
+    produce_range(b.topic(TOPIC), 5, 7)  # the new owner reuses 5-7 for new messages
+    quarantined = _sample("dnb_wal_quarantined_offsets_total", topic=TOPIC)
+
+    with caplog.at_level(logging.WARNING, logger="tiered.lifecycle"):
+        back = any_cluster.broker("A")  # A comes back with its disk
+    qpath = os.path.join(any_cluster.wal_root("A"), ".quarantine", "default", "reliable_topic", f"{epoch:020d}")
+    [retired] = back.retired
+    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end) == (0, 11, 5, 11)
+    assert retired.quarantine_path == qpath
+    [record] = keys.read_lost_ranges(any_cluster.metadata, T)
+    assert (record.start_offset, record.end_offset, record.broker_id, record.epoch, record.exact,
+            record.quarantine_path, record.reported_by) == (5, 11, "A", epoch, True, qpath, "A")
+    assert record.count == 7
+    assert _sample("dnb_wal_quarantined_offsets_total", topic=TOPIC) == quarantined + 7
+    assert "offsets 5-11 were durable here but never archived" in caplog.text and qpath in caplog.text
+    # Moved, not deleted: the quarantined WAL still holds every offset A had.
+    assert wal_files(any_cluster, "A") == []
+    assert _scan_wal(qpath, VerifyReport(TOPIC)) == (0, 11)
+    # verify shows the loss as a warning; the archive itself is fine.
+    report = verify_topic(T, any_cluster.metadata, any_cluster.objects)
+    assert report.ok
+    [lost] = [p for p in report.problems if p["kind"] == "lost_range"]
+    assert lost["severity"] == "warning" and "offsets 5-11 (7)" in lost["message"] and qpath in lost["message"]
+
+
+def test_returning_owner_that_lost_nothing_confirms_it_and_deletes_its_wal(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    _die(a)
+    b = local_cluster.broker("B")
+    b.load(TOPIC)
+    back = local_cluster.broker("A")
+    assert [(r.lost_start, r.quarantine_path) for r in back.retired] == [(None, None)]
+    assert wal_files(local_cluster, "A") == []
+    [record] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert record.exact and record.end_offset is None and record.count == 0
+    assert not [p for p in verify_topic(T, local_cluster.metadata, local_cluster.objects).problems
+                if p["kind"] == "lost_range"]
+
+
+def test_stale_wal_found_at_load_is_quarantined_too(local_cluster: Cluster) -> None:
+    b, epoch = _a_dies_with_unarchived_tail(local_cluster)
+    produce_range(b.topic(TOPIC), 5, 6)
+    assert b.unload(TOPIC) == 6
+    # A comes back without the start-up scan; loading the topic must not delete its WAL either.
+    back = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, local_cluster.objects,
+                      FAST_BROKER, retire_stale_wals=False)
+    local_cluster.hosts.append(back)
+    hosted = back.load(TOPIC)
+    assert hosted.next_offset == 7 and not hosted.report.recovered_local_wal
+    retired = hosted.report.retired_local_wal
+    assert retired is not None and (retired.lost_start, retired.lost_end) == (5, 11)
+    [record] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (record.start_offset, record.end_offset, record.exact, record.epoch) == (5, 11, True, epoch)
+    assert os.listdir(retired.quarantine_path)
+
+
+def test_lost_range_record_is_validated() -> None:
+    key = keys.lost_key(T, 5, 1)
+    assert key.endswith("/lost/00000000000000000005-00000000000000000001")
+    good = keys.LostRange(5, 9, "A", 1, True, "/q", "A", 1.0)
+    assert keys.LostRange.from_json(key, good.to_json()).check_key(key) == good
+    with pytest.raises(ValueError):
+        keys.LostRange(5, 4, "A", 1, True, None, "A", 1.0).to_json()  # end before start
+    with pytest.raises(ValueError):
+        keys.LostRange(5, 9, "A", 1, False, "/q", "B", 1.0).to_json()  # only the exact report has a path
+    with pytest.raises(MalformedRecord):
+        keys.LostRange.from_json(key, b'{"start_offset": "5"}')
+    with pytest.raises(MalformedRecord):
+        good.check_key(keys.lost_key(T, 6, 1))
+
+
+# -- 3. cursors after a takeover ------------------------------------------------------
+
+
+def test_takeover_clamps_cursors_past_the_restart_point(local_cluster: Cluster, caplog) -> None:
+    a = local_cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4, ack="archived")
+    produce_range(topic_a, 5, 9)
+    ahead, behind = topic_a.subscribe("ahead", "earliest"), topic_a.subscribe("behind", "earliest")
+    ahead.ack(8)
+    behind.ack(2)
+    topic_a.subscriptions.flush_all()
+    _die(a)
+    clamps = _sample("dnb_cursor_clamps_total")
+    with caplog.at_level(logging.WARNING):
+        topic_b = local_cluster.broker("B").load(TOPIC)
+    assert topic_b.report.clamped_cursors == {"ahead": 8}
+    assert _sample("dnb_cursor_clamps_total") == clamps + 1
+    assert "subscription ahead cursor clamped from 8 to 4" in caplog.text
+    produce_range(topic_b, 5, 7)  # new messages at the reassigned offsets
+    sub = topic_b.subscribe("ahead")
+    assert sub.cursor == 4  # without the clamp it would resume at 9 and skip the new 5-7
+    assert [m.offset for m in read_all(topic_b, sub.cursor + 1, 7)] == [5, 6, 7]
+    assert topic_b.subscribe("behind").cursor == 2  # a cursor below the restart point stays
+
+
+def test_takeover_with_nothing_archived_drops_cursors_to_none(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 3)
+    sub = topic_a.subscribe("s", "earliest")
+    sub.ack(3)
+    sub.flush()
+    _die(a)
+    topic_b = local_cluster.broker("B").load(TOPIC)
+    assert topic_b.next_offset == 0 and topic_b.report.clamped_cursors == {"s": 3}
+    assert local_cluster.metadata.get(keys.cursor_key(T, "s")) is None
+    produce_range(topic_b, 0, 1)
+    assert topic_b.subscribe("s", "earliest").start_offset == 0
+
+
+def test_clean_move_never_touches_cursors(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4)
+    sub = topic_a.subscribe("s", "earliest")
+    sub.ack(4)
+    assert a.unload(TOPIC) == 4
+    topic_b = local_cluster.broker("B").load(TOPIC)
+    assert topic_b.report.clamped_cursors == {}
+    assert topic_b.subscribe("s").cursor == 4
