@@ -13,13 +13,16 @@
    continues right after the archive (its first offset is at most archive end + 1);
 5. subscription cursors do not point past the last offset the topic has;
 6. objects under the topic's prefix that no descriptor names are listed as orphans
-   (a crash between an object PUT and its descriptor commit leaves one).
+   (a crash between an object PUT and its descriptor commit leaves one);
+7. lost ranges (failovers, ``keys.LostRange``) are listed: offsets a dead owner made
+   durable but never archived, reassigned since. A reported loss is a ``warning`` (the
+   archive itself is fine); a malformed record is an error.
 
 Each problem is a dict with a ``severity`` (``error``, or ``warning`` for an orphan past
 the archive's end, which may be an upload between its PUT and its commit; ``ok`` is
 false only for errors), a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
 ``missing_object``, ``corrupt_object``, ``range_mismatch``, ``sealed_mismatch``,
-``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``) and a ``message`` saying
+``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``, ``lost_range``) and a ``message`` saying
 what and where, plus the offsets or keys involved.
 """
 from __future__ import annotations
@@ -49,6 +52,7 @@ class VerifyReport:
     wal_first_offset: int | None = None
     wal_last_offset: int | None = None
     orphans: list[str] = field(default_factory=list)
+    lost_ranges: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +80,7 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
         _check_local_wal(name, wal_dir, report)
     _check_cursors(name, metadata, report)
     _check_orphans(name, metadata, objects, report)
+    _list_lost_ranges(name, metadata, report)
     return report
 
 
@@ -310,3 +315,33 @@ def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: Verify
             report.add("orphan", f"object {orphan.key} ({orphan.size} bytes) is named by no descriptor yet; "
                                  "it lies past the archive's end (an upload in flight, or left by a crash)",
                        severity="warning", key=orphan.key)
+
+
+# -- 7. lost ranges -------------------------------------------------------------------
+
+def lost_range_json(record: keys.LostRange) -> dict[str, Any]:
+    return {"start_offset": record.start_offset, "end_offset": record.end_offset, "count": record.count,
+            "broker_id": record.broker_id, "epoch": record.epoch, "exact": record.exact,
+            "quarantine_path": record.quarantine_path, "reported_by": record.reported_by,
+            "timestamp": record.timestamp}
+
+
+def _list_lost_ranges(topic: TopicName, metadata: Any, report: VerifyReport) -> None:
+    for kv in metadata.range(keys.lost_prefix(topic)):
+        try:
+            record = keys.LostRange.from_json(kv.key, kv.value).check_key(kv.key)
+        except MalformedRecord as e:
+            report.add("malformed", str(e), key=kv.key)
+            continue
+        report.lost_ranges.append(lost_range_json(record))
+        if record.exact and record.end_offset is None:
+            continue  # the dead owner came back and confirmed it held nothing unarchived
+        what = (f"offsets {record.start_offset}-{record.end_offset} ({record.count})" if record.exact else
+                f"at least {record.count} offset(s) from {record.start_offset}"
+                + ("" if record.end_offset is None else f" (to {record.end_offset} or beyond)"))
+        where = (f"; its WAL is quarantined at {record.quarantine_path}" if record.quarantine_path else
+                 "" if record.exact else "; exact once that broker comes back with its disk")
+        report.add("lost_range", f"failover at {record.start_offset}: {what} were durable on broker "
+                                 f"{record.broker_id} (epoch {record.epoch}) but never archived, and are "
+                                 f"reassigned{where}", severity="warning", key=kv.key,
+                   first_offset=record.start_offset, last_offset=record.end_offset, exact=record.exact)

@@ -146,13 +146,20 @@ def _inspect(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 
 
 def _render_inspect(result: dict[str, Any]) -> str:
-    head = {k: v for k, v in result.items() if k not in ("descriptors", "cursors")}
+    head = {k: v for k, v in result.items() if k not in ("descriptors", "cursors", "lost_ranges")}
     parts = [render_mapping(head), "", "descriptors:"]
     parts.append(render_table(("start", "end", "object", "size", "broker", "epoch"),
                               [(d["start_offset"], d["end_offset"], d["object_id"], d["size"],
                                 d["broker_id"], d["epoch"]) for d in result["descriptors"]]))
     parts += ["", "cursors:", render_table(("subscription", "last_acked_offset"),
                                             sorted(result["cursors"].items()))]
+    if result["lost_ranges"]:
+        # Failovers: offsets a dead owner held durably but never archived (reassigned since).
+        parts += ["", "lost ranges (failovers):", render_table(
+            ("start", "end", "broker", "epoch", "exact", "quarantine"),
+            [(r["start_offset"], "unknown" if r["end_offset"] is None and not r["exact"] else
+              ("none" if r["end_offset"] is None else r["end_offset"]), r["broker_id"], r["epoch"],
+              r["exact"], r["quarantine_path"] or "-") for r in result["lost_ranges"]])]
     return "\n".join(parts)
 
 

@@ -243,7 +243,7 @@ def restore(settings: Settings, topic: str, takeover: bool = False) -> int:
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     from tiered.metadata import keys
     from tiered.ownership import read_owner
-    from tiered.verify import local_wal_range
+    from tiered.verify import local_wal_range, lost_range_json
     from uploader import list_descriptors
 
     name = TopicName.parse(topic)
@@ -253,6 +253,7 @@ def inspect(settings: Settings, topic: str) -> dict[str, Any]:
         state = keys.SealedState.from_json(state_kv.key, state_kv.value) if state_kv else None
         descriptors = list_descriptors(metadata, name)
         cursors = _cursors(metadata, name)
+        lost = [lost_range_json(r) for r in keys.read_lost_ranges(metadata, name)]
     first, last = local_wal_range(settings.wal_dir, name)
     return {
         "topic": str(name),
@@ -264,6 +265,7 @@ def inspect(settings: Settings, topic: str) -> dict[str, Any]:
         "descriptors": [_descriptor_json(d) for d in descriptors],
         "cursors": cursors,
         "local_wal": None if first is None else {"first_offset": first, "last_offset": last},
+        "lost_ranges": lost,
     }
 
 
