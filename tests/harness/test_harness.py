@@ -138,3 +138,23 @@ def test_cli_prints_seed_schedule_and_first_violated_invariant(monkeypatch):
     assert replay["failed"] == 1 and replay["failure"]["seed"] == seed
     assert set(replay) == {"first_seed", "scenarios", "passed", "failed", "elapsed_s", "failure", "replay"}
     assert replay["failure"]["violation"] == run.out.split("first violated invariant: ")[1].splitlines()[0]
+
+
+def test_catches_a_takeover_that_leaves_cursors_past_the_restart_point(monkeypatch):
+    from tiered import lifecycle
+
+    monkeypatch.setattr(lifecycle, "clamp_cursors", lambda *args, **kwargs: {})
+    summary = _first_failure()
+    assert summary["failure"]["violation"].split(":")[0] in ("cursor-clamp", "subscription-exactly-once")
+
+
+def test_catches_a_returning_broker_that_deletes_its_wal_silently(monkeypatch):
+    from tiered import lifecycle
+
+    def silent_delete(self, topic, start=None, epoch=None):
+        self._delete_local(topic)
+        return lifecycle.RetiredWal(topic, 0, None, None, None, 0, None)
+
+    monkeypatch.setattr(lifecycle.BrokerHost, "_retire_local", silent_delete)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].startswith("lost-range-exact")

@@ -7,7 +7,9 @@
 * Shared metadata and object stores wrapped in fault injectors (``FaultPlan``).
 
 Brokers do not register sessions: the harness itself decides who is dead, and a
-takeover is the lifecycle's failover path (holder not registered).
+takeover is the lifecycle's failover path (holder not registered). A dead broker keeps
+its disk: when the harness next builds a host for it, the host retires its stale WAL
+(quarantine + exact lost range), which the checker compares with the takeover.
 """
 from __future__ import annotations
 
@@ -75,25 +77,7 @@ class Cluster:
 
     def load(self, index: int) -> Any:
         """Load the topic on broker ``index`` (restore, recovery or takeover)."""
-        self._mirror_local_wal(index)
         return self.host(index).load(self.topic)
-
-    def _mirror_local_wal(self, index: int) -> None:
-        """Work around: BrokerHost checks whether a local WAL exists with os.path on the
-        real disk even when its WAL lives on ``wal_fs``. Mirror the fault fs's answer with
-        a marker file at the same real path, so the lifecycle takes the branch it would
-        take on a real disk."""
-        fs = self.fs[index]
-        if fs is None:
-            return
-        path = os.path.join(self.wal_root(index), self.topic.namespace, self.topic.name)
-        marker = os.path.join(path, ".harness-faultfs")
-        has_wal = fs.exists(path) and bool(fs.listdir(path))
-        if has_wal:
-            os.makedirs(path, exist_ok=True)
-            open(marker, "a").close()
-        elif os.path.exists(marker):
-            os.remove(marker)
 
     def crash(self, index: int) -> None:
         """The broker process dies: topics dropped unsealed; its page cache survives."""
@@ -111,18 +95,6 @@ class Cluster:
         image = self.fs[index].crash_image(torn_bytes=torn_bytes)
         self.crash(index)
         self.fs[index] = image
-
-    def lose_disk(self, index: int) -> None:
-        """For a takeover the dead broker's disk is gone with it."""
-        from wal.fs import FaultFs
-
-        self.crash(index)
-        if self.fs[index] is not None:
-            self.fs[index] = FaultFs()
-        else:
-            import shutil
-
-            shutil.rmtree(self.wal_root(index), ignore_errors=True)
 
     def local_wal_dir(self, index: int) -> str | None:
         """A WAL root verify can scan (only the real-disk broker has one)."""

@@ -4,8 +4,9 @@ Every append gets a unique payload, so "offset X holds payload P" is an exact fa
 check. Offsets enter the model when appended (``pending``: not yet acknowledged) and
 become facts once acknowledged as durable or observed by a reader. The only way a
 fact may disappear is a takeover from a crashed owner, for offsets past the archive's
-end (the "unarchived tail", which the lifecycle must report); such offsets may then be
-reassigned to new messages.
+end (the "unarchived tail", which the lifecycle must report exactly); such offsets may
+then be reassigned to new messages, and every subscription cursor past the archive's
+end moves back to it (the lifecycle's clamp).
 """
 from __future__ import annotations
 
@@ -29,10 +30,8 @@ def check(condition: bool, invariant: str, detail: str) -> None:
 @dataclass
 class SubscriptionModel:
     next_expected: int = 0  # cursor + 1
-    #: After a takeover reassigned offsets at or below the cursor, the subscription
-    #: legitimately skips them (they are in the reported unarchived tail).
-    tail_lost: bool = False
-    delivered_acked: list[int] = field(default_factory=list)
+    #: Payloads this subscription read and acknowledged: each message exactly once.
+    acked_payloads: set[bytes] = field(default_factory=set)
 
 
 @dataclass
@@ -42,7 +41,8 @@ class TopicModel:
     durable_acked: set[int] = field(default_factory=set)
     archived_acked: set[int] = field(default_factory=set)
     subscriptions: dict[str, SubscriptionModel] = field(default_factory=dict)
-    lost_tails: list[tuple[int, int]] = field(default_factory=list)  # reported, reassigned ranges
+    #: (first, last) offsets of facts a takeover reassigned (each inside a reported range).
+    lost_tails: list[tuple[int, int]] = field(default_factory=list)
     payload_counter: int = 0
 
     def next_payload(self, seed: int) -> bytes:
@@ -98,6 +98,6 @@ class TopicModel:
         if lost:
             self.lost_tails.append((lost[0], lost[-1]))
         for sub in self.subscriptions.values():
-            if sub.next_expected > first_lost:
-                sub.tail_lost = True
+            # The new owner clamps every cursor past the archive back to its end.
+            sub.next_expected = min(sub.next_expected, first_lost)
         return lost

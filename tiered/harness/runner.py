@@ -11,11 +11,18 @@ Invariants (the names a failure reports):
 * ``archived-never-lost``: a message acknowledged as archived survives any takeover.
 * ``takeover-start`` / ``takeover-report``: a takeover continues right after the last
   committed descriptor, and never reports more unarchived offsets than really were.
+* ``lost-range-exact``: the dead owner keeps its disk; once it is back (at the latest at
+  the end of the scenario) the topic's LostRange records are exactly one per takeover,
+  each naming exactly the offsets the dead owner's WAL held past the restart point, and
+  every reassigned offset lies inside one (reported, never silently lost).
+* ``cursor-clamp``: after a takeover every stored cursor past the restart point S is S - 1
+  (deleted when S is 0), and the load reports each clamp with the old value.
 * ``seal-continuity``: seal names the WAL tip, and the next owner starts right after it.
 * ``unload-failure-safe``: a failed seal leaves the topic unsealed and hosted with its WAL,
   and retrying resumes.
 * ``subscription-exactly-once``: each subscription resumes right after its cursor and sees
-  every later message once, across moves.
+  every later message once, across moves (no acknowledged payload is delivered twice,
+  no offset after the cursor is skipped).
 * ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
 """
 from __future__ import annotations
@@ -95,11 +102,22 @@ def _urls(root: str, seed: int, metadata_url: str | None, objects_url: str | Non
     return metadata_url, objects_url
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """What the checker knows about one failover: the LostRange it must end up with."""
+
+    dead: int
+    dead_epoch: int
+    start: int  # where the new owner restarted numbering
+    dead_tip: int | None  # the dead owner's durable tip (its WAL keeps exactly this)
+
+
 class Scenario:
     def __init__(self, seed: int, cluster: Cluster, result: ScenarioResult) -> None:
         self.seed, self.cluster, self.result = seed, cluster, result
         self.model = TopicModel()
         self.owner = 0
+        self.takeovers: list[Takeover] = []
 
     def note(self, text: str) -> None:
         self.result.notes.append(text)
@@ -147,18 +165,14 @@ class Scenario:
         hosted = self.hosted()
         sub = hosted.subscribe(name, "earliest")
         start = sub.cursor + 1
-        if sub_model.tail_lost:
-            # The cursor may point into a reassigned tail; resuming past it is the
-            # reported loss. From here on the subscription is checked from its cursor.
-            sub_model.next_expected, sub_model.tail_lost = start, False
         check(start == sub_model.next_expected, "subscription-exactly-once",
               f"subscription {name} resumes at {start}, but its last acknowledged offset was "
-              f"{sub_model.next_expected - 1}")
+              f"{sub_model.next_expected - 1} (or a takeover's restart point)")
         try:
             reader = hosted.create_reader(start, live=False)
-        except UnknownOffset:
-            sub_model.tail_lost = True  # cursor past a reassigned tail; checked again later
-            return
+        except UnknownOffset as e:
+            raise Violation("subscription-exactly-once",
+                            f"subscription {name} cannot resume at {start}: {e}") from e
         got = _read(reader, step.args["max"])
         offsets = [m.offset for m in got]
         check(offsets == list(range(start, start + len(got))), "contiguous-offsets",
@@ -169,7 +183,10 @@ class Scenario:
             sub.ack(got[-1].offset)
             sub.flush()
             sub_model.next_expected = got[-1].offset + 1
-            sub_model.delivered_acked.extend(offsets)
+            again = [m.offset for m in got if m.payload in sub_model.acked_payloads]
+            check(not again, "subscription-exactly-once",
+                  f"subscription {name} acknowledged the messages at offsets {again} a second time")
+            sub_model.acked_payloads.update(m.payload for m in got)
 
     # -- moves and crashes --------------------------------------------------------------
     def step_move(self, step: Step, index: int) -> None:
@@ -215,11 +232,15 @@ class Scenario:
         from uploader import last_committed_offset
 
         dead, target = self.owner, self.other_broker(step.args["to"])
-        dead_tip = _durable_tip(self.hosted())
-        self.cluster.lose_disk(dead)
+        dead_hosted = self.hosted()
+        # The process dies unsealed; its disk stays (the broker comes back later). Closing
+        # drains what was appended, so the WAL on that disk ends exactly at this tip.
+        self.cluster.crash(dead)
+        dead_tip = _durable_tip(dead_hosted)
         archive_end = last_committed_offset(self.cluster.inner_metadata, TOPIC)
-        hosted = self.load_on(target)
         first_new = 0 if archive_end is None else archive_end + 1
+        cursors_before = {n: s.next_expected - 1 for n, s in self.model.subscriptions.items()}
+        hosted = self.load_on(target)
         check(hosted.next_offset == first_new, "takeover-start",
               f"broker {target} took over at {hosted.next_offset}, but the archive ends at {archive_end}")
         actual_tail = 0 if dead_tip is None else max(0, dead_tip - first_new + 1)
@@ -227,8 +248,46 @@ class Scenario:
         check(reported <= actual_tail, "takeover-report",
               f"reported {reported} unarchived offsets, but only {actual_tail} were past the archive")
         lost = self.model.reassign_tail(archive_end)
+        check(not lost or (dead_tip is not None and lost[-1] <= dead_tip), "lost-range-exact",
+              f"offsets {lost} were lost, but the dead owner's WAL ended at {dead_tip}")
+        self.check_cursors_clamped(hosted, first_new, cursors_before)
+        self.takeovers.append(Takeover(dead, dead_hosted.token.epoch, first_new, dead_tip))
         self.note(f"step {index}: takeover by b{target} at {first_new}; lost tail {len(lost)} "
-                  f"(reported at least {reported})")
+                  f"(reported at least {reported}, dead tip {dead_tip})")
+
+    def check_cursors_clamped(self, hosted: Any, start: int, before: dict[str, int]) -> None:
+        from tiered.metadata import keys
+
+        expected = {n: c for n, c in before.items() if c >= start}
+        check(hosted.report.clamped_cursors == expected, "cursor-clamp",
+              f"load at {start} reported clamps {hosted.report.clamped_cursors}, expected {expected}")
+        for name, sub in self.model.subscriptions.items():
+            kv = self.cluster.inner_metadata.get(keys.cursor_key(TOPIC, name))
+            stored = None if kv is None else keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
+            want = sub.next_expected - 1 if sub.next_expected > 0 else None
+            check(stored == want, "cursor-clamp",
+                  f"after a takeover at {start}, subscription {name}'s cursor is {stored}, expected {want}")
+
+    def check_lost_ranges(self) -> None:
+        """Bring every dead broker back (its host retires its stale WAL), then the lost
+        ranges must be exactly the takeovers' tails: reported, exact, nothing else."""
+        from tiered.metadata import keys
+
+        for takeover in self.takeovers:
+            self.cluster.host(takeover.dead)
+        records = {(r.start_offset, r.epoch): r for r in keys.read_lost_ranges(self.cluster.inner_metadata, TOPIC)}
+        expected = {(t.start, t.dead_epoch): t for t in self.takeovers}
+        check(set(records) == set(expected), "lost-range-exact",
+              f"lost-range records at (start, epoch) {sorted(records)}, takeovers {sorted(expected)}")
+        for at, takeover in expected.items():
+            record = records[at]
+            tip = takeover.dead_tip
+            end = tip if tip is not None and tip >= takeover.start else None
+            check(record.exact and record.broker_id == self.cluster.broker_id(takeover.dead)
+                  and record.end_offset == end and (record.quarantine_path is not None) == (end is not None),
+                  "lost-range-exact",
+                  f"takeover at {takeover.start} from b{takeover.dead} (epoch {takeover.dead_epoch}, WAL tip {tip}) "
+                  f"is recorded as {record}")
 
     def step_uploader_crash(self, step: Step, index: int) -> None:
         self.cluster.crash_hook.arm(step.args["point"])
@@ -368,6 +427,7 @@ class Scenario:
         missing = sorted(o for o in self.model.durable_acked if o >= tip)
         check(not missing, "durable-readable", f"acknowledged offsets {missing} are gone (tip {tip})")
         self.check_descriptors()
+        self.check_lost_ranges()
         collect_garbage(self.cluster.inner_metadata, self.cluster.inner_objects, TOPIC, grace_s=0.0)
         report = verify_topic(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects,
                               wal_dir=self.cluster.local_wal_dir(self.owner))
