@@ -200,3 +200,23 @@ def test_usage_errors(tmp_path):
 
 def test_stores_helper_urls_are_absolute(tmp_path):
     assert stores(tmp_path)[1].startswith("sqlite:///")
+
+
+def test_inspect_and_verify_show_the_lost_range_once_the_dead_broker_is_back(tmp_path):
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "3")
+    dnb(*broker(tmp_path, "1"), "upload", TOPIC)
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "2")  # 3-4 never archived
+    assert dnb(*broker(tmp_path, "2"), "--json", "restore", "--takeover", TOPIC).json() == {"next_offset": 3}
+    # Broker 1 starts again (any command builds its host): its stale WAL is quarantined.
+    dnb(*broker(tmp_path, "1"), "upload", TOPIC)
+    info = dnb(*broker(tmp_path, "2"), "--json", "inspect", TOPIC).json()
+    [lost] = info["lost_ranges"]
+    # Every CLI invocation reloads the topic, so broker 1 held it last at epoch 3.
+    qpath = str(tmp_path / "broker-1" / "wal" / ".quarantine" / "default" / "reliable_topic" / f"{3:020d}")
+    assert lost["epoch"] == 3
+    assert (lost["start_offset"], lost["end_offset"], lost["count"], lost["broker_id"], lost["exact"],
+            lost["quarantine_path"]) == (3, 4, 2, "1", True, qpath)
+    assert os.listdir(qpath)
+    report = dnb(*broker(tmp_path, "2"), "--json", "verify", TOPIC).json()
+    assert report["ok"] and [p["kind"] for p in report["problems"]] == ["lost_range"]
+    assert "lost ranges (failovers):" in dnb(*broker(tmp_path, "2"), "inspect", TOPIC).out
