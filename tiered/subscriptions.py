@@ -28,7 +28,7 @@ from prometheus_client import Counter
 
 from tiered.errors import StorageError
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, Delete, MetadataStore, Put, absent, value_is
+from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
 from tiered.read_errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from wal.topics import TopicName
 
@@ -294,8 +294,8 @@ class SubscriptionManager:
             stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
             return Subscription(self, name, stored + 1, stored)
         start = self.bounds.earliest_offset() if initial == "earliest" else self.bounds.next_offset()
-        if start == 0:
-            return Subscription(self, name, 0, None)
+        # Pinned even at 0 (cursor -1): "latest" on an empty topic must still mean "from
+        # here", not "whatever is latest when the consumer next connects".
         return self._create_pinned(name, key, start)
 
     def _create_pinned(self, name: str, key: str, start: int) -> Subscription:
@@ -367,8 +367,8 @@ def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: 
     failover"): after a takeover the new owner numbers new messages from
     ``next_offset``, so a cursor that acknowledged the dead owner's never-archived tail
     would otherwise skip the new messages written at those offsets. With
-    ``next_offset == 0`` there is no offset to point at; the cursor key is deleted (the
-    subscription starts over at its initial position, which is 0 for ``earliest``).
+    ``next_offset == 0`` the cursor becomes -1 (nothing acknowledged: resume at 0), never
+    deleted, since a missing cursor would restart at "latest" and skip messages.
 
     Each clamp is its own transaction with ``fencing`` plus ``value == what we read``, so
     a stale owner changes nothing. Returns ``{subscription: old cursor}`` of the clamped
@@ -387,14 +387,14 @@ def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: 
             if old < next_offset:
                 continue
             name = kv.key[len(prefix):-len("/cursor")]
-            op = Put(kv.key, keys.Cursor(next_offset - 1).to_json()) if next_offset > 0 else Delete(kv.key)
+            op = Put(kv.key, keys.Cursor(next_offset - 1).to_json())
             result = metadata.txn([*fencing, value_is(kv.key, kv.value)], [op], [])
             if not result.succeeded:
                 raise CursorFenced(name, old)
             CURSOR_CLAMPS.inc()
             log.warning("topic %s: subscription %s cursor clamped from %d to %s: offsets past %s were never "
                         "archived and are reassigned to new messages", topic, name, old,
-                        next_offset - 1 if next_offset > 0 else "none (cursor deleted)", next_offset - 1)
+                        next_offset - 1, next_offset - 1)
             clamped[name] = old
         if len(page) < CLAMP_PAGE_KEYS:
             return clamped

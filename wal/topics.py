@@ -5,7 +5,9 @@ built from a :class:`TopicName`, never from a raw string, so a hostile name cann
 traverse out of the WAL directory, the bucket prefix or the key space.
 
 A topic name looks like ``/namespace/topic``. Each segment is 1..128 characters
-from ``[A-Za-z0-9._-]`` and may not be ``.`` or ``..``.
+from ``[A-Za-z0-9._-]`` and may not start with ``.``: that rules out ``.`` and ``..``, and
+keeps every topic directory apart from the dot-directories the storage layer keeps beside
+them (``.quarantine`` under the WAL root, ``.dnb-tmp`` in a local object store).
 """
 from __future__ import annotations
 
@@ -53,8 +55,8 @@ class TopicName:
 
 
 def _check_segment(raw: str, part: str) -> None:
-    if part in (".", ".."):
-        raise InvalidTopicName(f"topic name {raw!r} contains a {part!r} segment")
+    if part.startswith("."):
+        raise InvalidTopicName(f"topic name {raw!r}: segment {part!r} may not start with '.'")
     if not _SEGMENT_RE.fullmatch(part):
         raise InvalidTopicName(
             f"topic name {raw!r}: segment {part!r} must be 1-128 characters of [A-Za-z0-9._-]"

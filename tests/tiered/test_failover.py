@@ -244,7 +244,7 @@ def test_takeover_clamps_cursors_past_the_restart_point(local_cluster: Cluster, 
     assert topic_b.subscribe("behind").cursor == 2  # a cursor below the restart point stays
 
 
-def test_takeover_with_nothing_archived_drops_cursors_to_none(local_cluster: Cluster) -> None:
+def test_takeover_with_nothing_archived_clamps_cursors_to_minus_one(local_cluster: Cluster) -> None:
     a = local_cluster.broker("A")
     topic_a = a.load(TOPIC)
     produce_range(topic_a, 0, 3)
@@ -254,9 +254,11 @@ def test_takeover_with_nothing_archived_drops_cursors_to_none(local_cluster: Clu
     _die(a)
     topic_b = local_cluster.broker("B").load(TOPIC)
     assert topic_b.next_offset == 0 and topic_b.report.clamped_cursors == {"s": 3}
-    assert local_cluster.metadata.get(keys.cursor_key(T, "s")) is None
+    kv = local_cluster.metadata.get(keys.cursor_key(T, "s"))
+    assert keys.Cursor.from_json(kv.key, kv.value).last_acked_offset == -1  # kept, not deleted
     produce_range(topic_b, 0, 1)
-    assert topic_b.subscribe("s", "earliest").start_offset == 0
+    # "latest" would skip 0-1 if the clamp had deleted the cursor; -1 resumes at 0.
+    assert topic_b.subscribe("s", "latest").start_offset == 0
 
 
 def test_clean_move_never_touches_cursors(local_cluster: Cluster) -> None:

@@ -16,7 +16,8 @@ Invariants (the names a failure reports):
   each naming exactly the offsets the dead owner's WAL held past the restart point, and
   every reassigned offset lies inside one (reported, never silently lost).
 * ``cursor-clamp``: after a takeover every stored cursor past the restart point S is S - 1
-  (deleted when S is 0), and the load reports each clamp with the old value.
+  (-1 when S is 0: nothing acknowledged, resume at 0), and the load reports each clamp with
+  the old value.
 * ``seal-continuity``: seal names the WAL tip, and the next owner starts right after it.
 * ``unload-failure-safe``: a failed seal leaves the topic unsealed and hosted with its WAL,
   and retrying resumes.
@@ -264,7 +265,7 @@ class Scenario:
         for name, sub in self.model.subscriptions.items():
             kv = self.cluster.inner_metadata.get(keys.cursor_key(TOPIC, name))
             stored = None if kv is None else keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
-            want = sub.next_expected - 1 if sub.next_expected > 0 else None
+            want = sub.next_expected - 1  # -1: pinned before offset 0 (subscribe always pins)
             check(stored == want, "cursor-clamp",
                   f"after a takeover at {start}, subscription {name}'s cursor is {stored}, expected {want}")
 

@@ -298,14 +298,19 @@ class SealedState(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Cursor(_Record):
-    """Last acknowledged offset of a subscription."""
+    """Last acknowledged offset of a subscription; -1 = nothing acknowledged yet.
+
+    -1 is a real position, not "no cursor": a subscription that started on an empty topic
+    (or whose cursor a failover clamped to before offset 0) resumes at 0, whereas a missing
+    cursor means "start at the subscribe-time initial position" (latest by default), which
+    would skip whatever was written in between."""
 
     last_acked_offset: int
 
     _TYPES: ClassVar[dict[str, str]] = {"last_acked_offset": "int"}
 
     def _problem(self) -> str | None:
-        return None if self.last_acked_offset >= 0 else "last_acked_offset is negative"
+        return None if self.last_acked_offset >= -1 else "last_acked_offset is below -1"
 
 
 @dataclass(frozen=True, slots=True)
