@@ -80,7 +80,7 @@ def test_descriptor_roundtrip_and_key_check() -> None:
         GOOD.check_key(descriptor_key("/ns/t", 5))
 
 
-@pytest.mark.parametrize("topic", ["../x", "/ns/../x", "/abs/olute/path", "//t", "/ns/", "ns", "/n\x00s/t", "/ns/" + "t" * 300, "/ns/t/", ""])
+@pytest.mark.parametrize("topic", ["../x", "/ns/../x", "/abs/olute/path", "//t", "/ns/", "ns", "/n\x00s/t", "/ns/" + "t" * 300, "/ns/t/", "", "/.quarantine/t", "/ns/.hidden", "/ns/."])
 def test_hostile_topic_names_never_become_keys(topic: str) -> None:
     builders = [
         lambda t: descriptor_key(t, 0), state_key, lambda t: cursor_key(t, "s"),
