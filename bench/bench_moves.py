@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from tests.fixtures.servers import EtcdServer, MotoServer, set_fake_aws_credentials  # noqa: E402
-from tiered.config import BrokerConfig  # noqa: E402
+from tiered.lifecycle.config import BrokerConfig  # noqa: E402
 from tiered.lifecycle import BrokerHost  # noqa: E402
 from tiered.metadata import open_metadata  # noqa: E402
 from tiered.objects import open_objects  # noqa: E402

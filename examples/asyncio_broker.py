@@ -20,11 +20,11 @@ import asyncio
 import logging
 import tempfile
 
-from tiered.config import BrokerConfig
+from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle import BrokerHost
 from tiered.metadata import open_metadata
 from tiered.objects import open_objects
-from tiered.watcher import AssignmentWatcher, assign, request_unload, wait_sealed
+from tiered.lifecycle.watcher import AssignmentWatcher, assign, request_unload, wait_sealed
 
 TOPIC = "/default/demo"
 

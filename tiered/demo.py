@@ -75,7 +75,7 @@ class _Scenario:
     """The steps of the seed, each recording one timeline row and checking the seed's numbers."""
 
     def __init__(self, root: str, topic: str, metadata: Any, objects: Any) -> None:
-        from tiered.config import BrokerConfig
+        from tiered.lifecycle.config import BrokerConfig
         from uploader.config import UploaderConfig
 
         self.root, self.topic, self.metadata, self.objects = root, topic, metadata, objects

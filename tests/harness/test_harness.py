@@ -64,8 +64,8 @@ def _first_failure(seeds=range(0, 40)):
 
 
 def test_catches_a_restore_that_reuses_an_offset(monkeypatch):
-    import tiered.restore as restore
-    from tiered import lifecycle
+    import tiered.lifecycle.restore as restore
+    from tiered.lifecycle import host as lifecycle
 
     real = restore.plan_restore
     monkeypatch.setattr(lifecycle, "plan_restore", _dataclass_replacing(real, "start_offset", -1))
@@ -87,7 +87,7 @@ def _dataclass_replacing(real, field, delta):
 
 
 def test_catches_a_reader_that_drops_a_message(monkeypatch):
-    from tiered import reader as reader_module
+    from tiered.read import reader as reader_module
 
     real_next = reader_module.TieredReader.__next__
 
@@ -103,7 +103,7 @@ def test_catches_a_reader_that_drops_a_message(monkeypatch):
 
 
 def test_catches_a_seal_that_loses_the_last_message(monkeypatch):
-    from tiered import lifecycle
+    from tiered.lifecycle import host as lifecycle
 
     real_drain = lifecycle.BrokerHost._drain
 
@@ -117,7 +117,7 @@ def test_catches_a_seal_that_loses_the_last_message(monkeypatch):
 
 
 def test_cli_prints_seed_schedule_and_first_violated_invariant(monkeypatch):
-    from tiered import reader as reader_module
+    from tiered.read import reader as reader_module
 
     real_next = reader_module.TieredReader.__next__
 
@@ -141,7 +141,7 @@ def test_cli_prints_seed_schedule_and_first_violated_invariant(monkeypatch):
 
 
 def test_catches_a_takeover_that_leaves_cursors_past_the_restart_point(monkeypatch):
-    from tiered import lifecycle
+    from tiered.lifecycle import host as lifecycle
 
     monkeypatch.setattr(lifecycle, "clamp_cursors", lambda *args, **kwargs: {})
     summary = _first_failure()
@@ -149,7 +149,7 @@ def test_catches_a_takeover_that_leaves_cursors_past_the_restart_point(monkeypat
 
 
 def test_catches_a_returning_broker_that_deletes_its_wal_silently(monkeypatch):
-    from tiered import lifecycle
+    from tiered.lifecycle import host as lifecycle
 
     def silent_delete(self, topic, start=None, epoch=None):
         self._delete_local(topic)

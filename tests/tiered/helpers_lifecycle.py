@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tiered.config import BrokerConfig
+from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle import BrokerHost
 from tiered.metadata import open_metadata
 from tiered.metadata.base import MetadataStore

@@ -5,9 +5,9 @@ import pytest
 
 from native import object_format
 from tests.tiered.helpers_read import TOPIC, Backends, archive, backends, record  # noqa: F401 (fixture)
-from tiered.cloud import CloudReader
-from tiered.messages import Message
-from tiered.read_errors import CorruptArchive, DataGap
+from tiered.read.cloud import CloudReader
+from tiered.read.messages import Message
+from tiered.read.errors import CorruptArchive, DataGap
 
 
 def offsets(messages) -> list[int]:

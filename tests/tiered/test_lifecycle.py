@@ -9,7 +9,7 @@ import pytest
 
 from tiered.lifecycle import LoadError, TopicNotHosted, TopicState, TopicUnloading
 from tiered.metadata import keys
-from tiered.ownership import (
+from tiered.lifecycle.ownership import (
     BrokerSession,
     OwnerRecord,
     OwnershipLostError,
@@ -18,7 +18,7 @@ from tiered.ownership import (
     read_owner,
     release,
 )
-from tiered.restore import progress_key, read_progress, read_sealed_state
+from tiered.lifecycle.restore import progress_key, read_progress, read_sealed_state
 from wal.topics import TopicName
 
 from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster, produce_range  # noqa: F401

@@ -14,9 +14,9 @@ import pytest
 
 from tiered.lifecycle import TopicState
 from tiered.metadata import keys
-from tiered.messages import TIER_CLOUD, TIER_WAL
-from tiered.ownership import OwnershipConflict, OwnershipError, TopicOwnedElsewhere
-from tiered.restore import read_sealed_state
+from tiered.read.messages import TIER_CLOUD, TIER_WAL
+from tiered.lifecycle.ownership import OwnershipConflict, OwnershipError, TopicOwnedElsewhere
+from tiered.lifecycle.restore import read_sealed_state
 from uploader import list_descriptors
 from uploader.config import UploaderConfig
 from wal.topics import TopicName
@@ -199,7 +199,7 @@ def test_two_brokers_racing_to_load_exactly_one_wins(any_cluster: Cluster) -> No
 
 
 def test_stale_owner_cannot_write_descriptor_cursor_or_seal(local_cluster: Cluster) -> None:
-    from tiered.read_errors import CursorFenced
+    from tiered.read.errors import CursorFenced
     from uploader.errors import OwnershipLost
 
     a, b = local_cluster.broker("A"), local_cluster.broker("B")
@@ -356,7 +356,7 @@ def test_stale_local_wal_is_discarded_when_the_topic_moved_on(local_cluster: Clu
 
 
 def test_sealed_state_disagreeing_with_descriptors_is_a_typed_error(local_cluster: Cluster) -> None:
-    from tiered.restore import RestoreMismatch
+    from tiered.lifecycle.restore import RestoreMismatch
 
     a, b = local_cluster.broker("A"), local_cluster.broker("B")
     hosted = a.load(TOPIC)

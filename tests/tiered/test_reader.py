@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from tests.tiered.helpers_read import TOPIC, Backends, MemoryWal, archive, backends, record  # noqa: F401
-from tiered.messages import Message
-from tiered.read_errors import DataGap
-from tiered.reader import create_reader
+from tiered.read.messages import Message
+from tiered.read.errors import DataGap
+from tiered.read.reader import create_reader
 
 
 def history(b: Backends) -> MemoryWal:

@@ -7,10 +7,10 @@ import threading
 import pytest
 
 from tests.tiered.helpers_read import TOPIC, Backends, backends, record  # noqa: F401 (fixture)
-from tiered.messages import Message
+from tiered.read.messages import Message
 from tiered.metadata import keys
 from tiered.metadata.base import value_is
-from tiered.reader import create_reader
+from tiered.read.reader import create_reader
 from uploader.config import UploaderConfig
 from uploader.uploader import Uploader
 from wal.log import WriteAheadLog

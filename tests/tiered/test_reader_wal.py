@@ -7,11 +7,11 @@ import threading
 import pytest
 
 from tests.tiered.helpers_read import TOPIC, MemoryWal, record
-from tiered.messages import Message
+from tiered.read.messages import Message
 from tiered.metadata import open_metadata
 from tiered.objects import open_objects
-from tiered.read_errors import ReaderClosed, UnknownOffset
-from tiered.reader import create_reader
+from tiered.read.errors import ReaderClosed, UnknownOffset
+from tiered.read.reader import create_reader
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 from tests.tiered.helpers_read import TOPIC, Backends, backends, wait_until  # noqa: F401 (fixture)
 from tiered.metadata import keys
 from tiered.metadata.base import value_is
-from tiered.read_errors import CursorFenced, InvalidAck, SubscriptionClosed
-from tiered.subscriptions import SubscriptionManager
+from tiered.read.errors import CursorFenced, InvalidAck, SubscriptionClosed
+from tiered.read.subscriptions import SubscriptionManager
 
 
 class Topic:

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from tiered.metadata import keys
-from tiered.ownership import registered_key
-from tiered.watcher import AssignmentWatcher, NotAssigned, assign, request_unload, wait_sealed
+from tiered.lifecycle.ownership import registered_key
+from tiered.lifecycle.watcher import AssignmentWatcher, NotAssigned, assign, request_unload, wait_sealed
 
 from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
     TOPIC,

@@ -32,7 +32,7 @@ CLI_STEP_TIMEOUT_S = 60.0
 
 def broker_config() -> Any:
     """A BrokerConfig for one short CLI process: no background upload timer to race."""
-    from tiered.config import BrokerConfig
+    from tiered.lifecycle.config import BrokerConfig
     from uploader.config import UploaderConfig
 
     return BrokerConfig(uploader=UploaderConfig(interval_s=3600.0), session_ttl_s=CLI_SESSION_TTL_S,
@@ -56,7 +56,7 @@ def hosting(settings: Settings) -> Iterator[Any]:
 
 def owner_of(metadata: Any, topic: TopicName) -> tuple[str | None, int | None]:
     """(holder, epoch): holder None when nobody holds the topic (never owned or released)."""
-    from tiered.ownership import read_owner
+    from tiered.lifecycle.ownership import read_owner
 
     record, _kv = read_owner(metadata, topic)
     if record is None:
@@ -159,9 +159,9 @@ def consume(settings: Settings, topic: str, subscription: str, start: str | int 
 def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str | int | None,
                      max_messages: int | None, ack: bool) -> list[Any]:
     from tiered.metadata.base import absent, value_is
-    from tiered.ownership import owner_key
-    from tiered.reader import create_reader
-    from tiered.subscriptions import SubscriptionManager
+    from tiered.lifecycle.ownership import owner_key
+    from tiered.read.reader import create_reader
+    from tiered.read.subscriptions import SubscriptionManager
 
     kv = host.metadata.get(owner_key(topic))
     fencing = [absent(owner_key(topic))] if kv is None else [value_is(kv.key, kv.value)]
@@ -178,7 +178,7 @@ def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str 
 
 def _read(reader: Any, max_messages: int | None, idle_timeout_s: float | None) -> list[Any]:
     """Collect messages until the reader ends, ``max_messages``, idle timeout or Ctrl-C."""
-    from tiered.read_errors import ReaderClosed
+    from tiered.read.errors import ReaderClosed
 
     messages: list[Any] = []
     if max_messages == 0:
@@ -242,7 +242,7 @@ def restore(settings: Settings, topic: str, takeover: bool = False) -> int:
 
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     from tiered.metadata import keys
-    from tiered.ownership import read_owner
+    from tiered.lifecycle.ownership import read_owner
     from tiered.verify import local_wal_range, lost_range_json
     from uploader import list_descriptors
 

@@ -117,7 +117,7 @@ class Cluster:
 
 
 def _config(hook: CrashHook) -> Any:
-    from tiered.config import BrokerConfig
+    from tiered.lifecycle.config import BrokerConfig
     from uploader.config import UploaderConfig
     from wal.config import WalConfig
 

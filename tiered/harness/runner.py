@@ -159,7 +159,7 @@ class Scenario:
         self.check_descriptors()
 
     def step_consume(self, step: Step, index: int) -> None:
-        from tiered.read_errors import UnknownOffset
+        from tiered.read.errors import UnknownOffset
 
         name = step.args["subscription"]
         sub_model = self.model.subscriptions.setdefault(name, _new_sub())

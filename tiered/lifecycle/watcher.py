@@ -2,7 +2,7 @@
 
 ``/cluster/brokers/<broker_id>/<ns>/<topic>`` present = host it. The watcher loads a
 topic on PUT and unloads (seals) it on DELETE, and keeps the broker registered under
-a lease (:class:`~tiered.ownership.BrokerSession`) so other brokers know it is alive.
+a lease (:class:`~tiered.lifecycle.ownership.BrokerSession`) so other brokers know it is alive.
 
 Operator helpers follow the move in the seed document: :func:`request_unload` writes
 the ``/cluster/unassigned/<ns>/<topic>`` marker and deletes the assignment in one txn;
@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tiered.errors import CompactedRevision, StorageError, WatchOverflow
-from tiered.lifecycle import BrokerHost, LifecycleError, TopicNotHosted
+from tiered.lifecycle.host import BrokerHost, LifecycleError, TopicNotHosted
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent
-from tiered.ownership import OwnerRecord, OwnershipError, owner_key
-from tiered.restore import RestoreMismatch, read_sealed_state
+from tiered.lifecycle.ownership import OwnerRecord, OwnershipError, owner_key
+from tiered.lifecycle.restore import RestoreMismatch, read_sealed_state
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)

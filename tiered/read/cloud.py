@@ -41,11 +41,11 @@ from native import object_format
 from native.errors import CorruptObject
 from native.object_format import Block, Footer
 from tiered.errors import ObjectNotFound
-from tiered.messages import TIER_CLOUD, Message
+from tiered.read.messages import TIER_CLOUD, Message
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
-from tiered.read_errors import CorruptArchive, DataGap, ReaderClosed, ReadTimeout
+from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed, ReadTimeout
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)

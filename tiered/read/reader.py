@@ -3,7 +3,7 @@
 ``create_reader(topic, wal, metadata, objects, start)`` picks the tiers:
 
 * ``start >= wal.first_offset``: the local WAL only (replay, then live).
-* ``start < wal.first_offset``: a :class:`~tiered.cloud.CloudReader` for
+* ``start < wal.first_offset``: a :class:`~tiered.read.cloud.CloudReader` for
   ``[start, wal.first_offset - 1]``, chained to the WAL at ``wal.first_offset``, then live.
 * ``wal is None`` (the topic is not hosted here): the archive only, up to the last
   committed descriptor at creation time; the reader then ends.
@@ -39,12 +39,12 @@ from typing import Any, Literal
 
 from prometheus_client import Counter, Gauge
 
-from tiered.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
-from tiered.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
+from tiered.read.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
+from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
-from tiered.read_errors import DataGap, OffsetOutOfOrder, ReaderClosed, UnknownOffset
+from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, UnknownOffset
 from wal.errors import OffsetBelowRetention
 from wal.topics import TopicName
 

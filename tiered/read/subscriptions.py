@@ -29,7 +29,7 @@ from prometheus_client import Counter
 from tiered.errors import StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
-from tiered.read_errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
+from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)

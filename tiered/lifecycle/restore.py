@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
-from tiered.ownership import OwnerRecord, OwnerToken
+from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
 from uploader.commit import last_committed_offset
 from wal.topics import TopicName
 

@@ -5,7 +5,7 @@ One :class:`BrokerHost` per broker process hosts topics; each loaded topic is a
 walks through the move; the rules in short:
 
 * **load**: take ownership (epoch + 1, one txn) → plan where offsets continue
-  (:mod:`tiered.restore`) → recover our own local WAL or retire a stale one
+  (:mod:`tiered.lifecycle.restore`) → recover our own local WAL or retire a stale one
   (quarantined when it holds offsets past the archive) and open an empty WAL at the
   planned offset → mark the topic open (fenced; a failover also records a
   :class:`~tiered.metadata.keys.LostRange`) → clamp cursors past the new next offset →
@@ -36,12 +36,12 @@ from typing import Any, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from tiered.config import BrokerConfig
+from tiered.lifecycle.config import BrokerConfig
 from tiered.errors import StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Delete, MetadataStore, Put
 from tiered.objects.base import ObjectStore
-from tiered.ownership import (
+from tiered.lifecycle.ownership import (
     BrokerSession,
     OwnershipLostError,
     OwnerRecord,
@@ -50,8 +50,8 @@ from tiered.ownership import (
     release,
     release_ops,
 )
-from tiered.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
-from tiered.subscriptions import clamp_cursors
+from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
+from tiered.read.subscriptions import clamp_cursors
 from wal.fs import RealFs
 from wal.topics import TopicName
 
@@ -225,8 +225,8 @@ class HostedTopic:
     # -- reading -----------------------------------------------------------------
     def create_reader(self, start: int | Literal["earliest", "latest"], live: bool = True, **options: Any) -> Any:
         """A tiered reader (cloud → WAL → live) starting at ``start``; ``options`` go to
-        :func:`tiered.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
-        from tiered.reader import create_reader
+        :func:`tiered.read.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
+        from tiered.read.reader import create_reader
 
         return create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
                              live=live, **options)
@@ -449,7 +449,7 @@ class BrokerHost:
         (:meth:`_retire_local`). A WAL of a topic this broker still holds is left for
         ``load`` to recover. A failure is logged with its cause and leaves the WAL in
         place (never deleted), so the next start, or a load of the topic, tries again."""
-        from tiered.ownership import read_owner
+        from tiered.lifecycle.ownership import read_owner
         from wal.errors import InvalidTopicName
 
         done: list[RetiredWal] = []
@@ -627,7 +627,7 @@ class BrokerHost:
         return uploader
 
     def _open_subscriptions(self, token: OwnerToken, wal: Any) -> Any:
-        from tiered.subscriptions import SubscriptionManager
+        from tiered.read.subscriptions import SubscriptionManager
 
         return SubscriptionManager(token.topic, self.metadata, fencing=token.fencing, wal=wal,
                                    flush_every_acks=self.config.cursor_flush_every_acks,
