@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pyspark is an optional dependency (extra "spark")
     from pyspark.sql import SparkSession
 
-# Root logger and the REPL logger at the same level: Spark prints "Setting default log
-# level" whenever the two differ in a Python-launched driver.
+# Root logger and the shell's logger at the same level: Spark prints "Setting default log
+# level" whenever the two differ in a Python-launched driver. The shell's logger is the
+# class that initialised logging: the REPL's main class, or PythonGatewayServer for PySpark.
 _LOG4J2_PROPERTIES = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -28,6 +29,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
+logger.pygateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pygateway.level = error
 """
 
 # Settings that make a one-laptop session fast to start and quiet. Callers override
