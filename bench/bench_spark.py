@@ -12,6 +12,10 @@ then times four queries on each, with filter pushdown on (opted in: fresh DataFr
 * ``offset``  — ``count(*) WHERE offset BETWEEN m/2 AND m/2 + 9999`` (dnb1 prunes objects/blocks)
 * ``payload`` — ``count(*) WHERE payload contains a needle``: a full scan with a filter
 
+``count`` and ``scan`` also run on a third source, ``bench/spark_floor_source.py``: a Python
+data source with the same schema that yields ready-made Arrow batches (no storage, no
+decoding), i.e. the floor of Spark's Python data source path on this machine.
+
 Both sides first run one untimed full scan (JVM JIT and Python workers warm for both). Each
 query then runs ``--repeat`` times on a freshly loaded DataFrame per run, on both sides:
 Spark 4.3 caches a Python data source's planned partitions in the relation and reuses them
@@ -102,8 +106,15 @@ def run(args: argparse.Namespace, root: str) -> None:
     archive = build_archive(root, args.messages, args.object_messages, args.payload_bytes, args.block_bytes)
     print(f"archive: {args.messages:,} messages, {archive['archive_bytes'] / 1e6:.1f} MB in dnb1 "
           f"(codec {native.IMPLEMENTATION}), built in {archive['build_s']:.1f} s", flush=True)
+    # Spark's Python workers import the floor source from bench/ (see spark_floor_source.py).
+    bench_dir = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (bench_dir, os.environ.get("PYTHONPATH")) if p)
+    sys.path.insert(0, bench_dir)
+    from spark_floor_source import FloorSource
+
     spark = local_session(master=args.master, app_name="dnb-bench-spark",
                           conf={"spark.driver.memory": "2g"}, filter_pushdown=True)
+    spark.dataSource.register(FloorSource)
     try:
         dnb1 = (spark.read.format("dnb1").option("topic", TOPIC).option("metadata", archive["metadata_url"])
                 .option("objects", archive["objects_url"]).load())
@@ -121,6 +132,9 @@ def run(args: argparse.Namespace, root: str) -> None:
                              .option("metadata", archive["metadata_url"])
                              .option("objects", archive["objects_url"]).option("pushdown", "auto").load()),
             "pq": lambda: spark.read.parquet(parquet_path),
+            # Same rows' shape, no storage and no decoding: Spark's own cost for a Python source.
+            "floor": lambda: (spark.read.format("dnbfloor").option("rows", str(args.messages))
+                              .option("payloadBytes", str(args.payload_bytes)).load()),
         }
 
         def timed(table: str, sql: str) -> tuple[float, object]:
@@ -143,22 +157,26 @@ def run(args: argparse.Namespace, root: str) -> None:
         results = []
         for name, sql in queries.items():
             row = {"query": name}
-            for table in ("dnb1", "pq"):
+            for table in ("dnb1", "pq", "floor"):
+                if table == "floor" and name not in ("count", "scan"):
+                    continue  # the floor's rows are synthetic; only whole-table queries compare
                 seconds, value = timed(table, sql)
                 row[f"{table}_s"] = round(seconds, 3)
                 row[f"{table}_value"] = value
             assert row["dnb1_value"] == row["pq_value"], f"{name}: dnb1 {row['dnb1_value']} != parquet {row['pq_value']}"
             row["ratio"] = round(row["dnb1_s"] / row["pq_s"], 2)
             results.append(row)
+            floor = f"   python-source floor {row['floor_s']:6.2f} s" if "floor_s" in row else ""
             print(f"  {name:8s} dnb1 {row['dnb1_s']:7.2f} s   parquet {row['pq_s']:7.2f} s   "
-                  f"dnb1/parquet {row['ratio']:5.2f}x   (result {row['dnb1_value']})", flush=True)
+                  f"dnb1/parquet {row['ratio']:5.2f}x{floor}   (result {row['dnb1_value']})", flush=True)
     finally:
         spark.stop()
     print()
-    print("| query | dnb1 (s) | Parquet (s) | dnb1 / Parquet |")
-    print("|---|---:|---:|---:|")
+    print("| query | dnb1 (s) | Parquet (s) | dnb1 / Parquet | Python-source floor (s) | dnb1 / floor |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['query']} | {r['dnb1_s']:.2f} | {r['pq_s']:.2f} | {r['ratio']:.2f}x |")
+        floor = (f"{r['floor_s']:.2f} | {r['dnb1_s'] / r['floor_s']:.2f}x" if "floor_s" in r else "- | -")
+        print(f"| {r['query']} | {r['dnb1_s']:.2f} | {r['pq_s']:.2f} | {r['ratio']:.2f}x | {floor} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"messages": args.messages, "payload_bytes": args.payload_bytes,
