@@ -8,8 +8,16 @@
   after a server comes back succeeds (gRPC's reconnect back-off is capped at ~1 s).
 * An optional ``root`` prefix is added to every key on the way in and stripped on
   the way out, so several clusters/tests can share one etcd.
-* TLS (``ca_cert``, ``cert_cert``, ``cert_key``) and ``user``/``password`` are passed
-  to the client; they never appear in errors or logs.
+* TLS: any of ``ca_cert``, ``cert_cert``, ``cert_key`` (PEM paths) turns TLS on; no
+  ``ca_cert`` means the system trust store; a client cert needs its key. A refused
+  handshake (server cert not trusted, client cert missing/rejected, unusable key) is
+  :class:`~tiered.errors.PermissionDenied` (not retryable: retrying cannot fix a
+  configuration), not ``StorageUnavailable``.
+* ``user``/``password``: the store authenticates on first use and again whenever the
+  server calls the token invalid (restart, ``--auth-token-ttl``, another member), and
+  sends the token as plain gRPC metadata, so auth works over plaintext and TLS alike.
+  Wrong credentials → :class:`~tiered.errors.PermissionDenied`.
+* Credentials, tokens and key material never appear in errors, logs or ``repr``.
 * Every RPC has a deadline (``timeout_s``).
 * After ``fork()`` create a new store in the child; gRPC channels do not survive it.
 """
@@ -91,14 +99,19 @@ class EtcdMetadataStore(MetadataStore):
         self.endpoints = list(endpoints)
         self.root = root
         self.timeout_s = timeout_s
-        creds = None
-        if ca_cert is not None:
-            creds = pyetcd.MultiEndpointEtcd3Client.get_secure_creds(ca_cert, cert_key, cert_cert)
+        if (user is None) != (password is None) or user == "" or password == "":
+            raise ValueError("etcd auth needs both a user name and a non-empty password")
+        self._auth = _Credentials(user, password) if user is not None else None
+        self._authed = False  # a token is in self._client.metadata (or the server has no auth)
+        creds = _tls_credentials(ca_cert, cert_cert, cert_key)
         with self._mapped("connect"):
             eps = [_endpoint(host, port, creds, endpoint_retry_s) for host, port in self.endpoints]
-            self._client = pyetcd.MultiEndpointEtcd3Client(
-                endpoints=eps, timeout=timeout_s, user=user, password=password, failover=True
-            )
+            # user/password are NOT given to pyetcd: it would authenticate once, in the
+            # constructor, and send the token as call credentials, which gRPC refuses on a
+            # plaintext channel. The store authenticates lazily and again whenever the
+            # server says the token is invalid (simple tokens die with a restart, expire
+            # after --auth-token-ttl idle seconds, and are local to one cluster member).
+            self._client = pyetcd.MultiEndpointEtcd3Client(endpoints=eps, timeout=timeout_s, failover=True)
 
     # -- key mapping -------------------------------------------------------
     def _k(self, key: str) -> bytes:
@@ -115,18 +128,27 @@ class EtcdMetadataStore(MetadataStore):
     def _mapped(self, what: str) -> Iterator[None]:
         """Map gRPC / pyetcd errors onto the hierarchy; endpoints only, never credentials."""
         where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        hint = ""
         try:
             try:
                 yield
             except grpc.RpcError as e:
+                tls_problem = _tls_problem(e)
+                hint = _unavailable_hint(e)
                 # Let pyetcd mark the endpoint failed (for failover), then map its error.
                 if hasattr(self, "_client"):
-                    self._client._manage_grpc_errors(e)
+                    try:
+                        self._client._manage_grpc_errors(e)
+                    except etcd_exc.Etcd3Exception:
+                        if tls_problem is None:
+                            raise
+                if tls_problem is not None:
+                    raise PermissionDenied(f"etcd {where}: {what}: {tls_problem}") from e
                 raise
         except etcd_exc.ConnectionTimeoutError as e:
             raise OperationTimeout(f"etcd {where}: {what} timed out after {self.timeout_s}s") from e
         except (etcd_exc.ConnectionFailedError, etcd_exc.NoServerAvailableError) as e:
-            raise StorageUnavailable(f"etcd {where}: {what}: server unavailable") from e
+            raise StorageUnavailable(f"etcd {where}: {what}: server unavailable{hint}") from e
         except etcd_exc.InternalServerError as e:
             raise StorageUnavailable(f"etcd {where}: {what}: internal server error") from e
         except etcd_exc.RevisionCompactedError as e:
@@ -136,32 +158,70 @@ class EtcdMetadataStore(MetadataStore):
         except etcd_exc.Etcd3Exception as e:
             raise MetadataError(f"etcd {where}: {what}: {type(e).__name__}") from e
 
-    def _stub_call(self, what: str, stub_name: str, method: str, request, *, read_only: bool = False):
+    def _stub_call(self, what: str, stub_name: str, method: str, request, *, read_only: bool = False, consume=None):
         """One RPC with failover: when an endpoint is unreachable, the same call moves to
         the next endpoint (at most one try per endpoint). A read moves on any
         ``UNAVAILABLE``; a write only when the request provably never left (the
-        connection could not be made), so a write is never applied twice."""
+        connection could not be made), so a write is never applied twice. With auth, a
+        call refused for an invalid token re-authenticates and is sent once more (the
+        server refused it before applying it). ``request`` may be a factory (for
+        streaming calls); ``consume`` runs on the result inside the error mapping."""
         tries = len(self.endpoints)
-        for attempt in range(tries):
+        attempt = 0
+        reauthenticated = False
+        while True:
             with self._mapped(what):
                 self._revive_if_all_failed()
                 stub = getattr(self._client, stub_name)
                 try:
-                    return getattr(stub, method)(
-                        request,
+                    self._ensure_token()
+                    result = getattr(stub, method)(
+                        request() if callable(request) else request,
                         self.timeout_s,
-                        credentials=self._client.call_credentials,
                         metadata=self._client.metadata,
                     )
+                    return consume(result) if consume is not None else result
                 except grpc.RpcError as e:
+                    if self._auth is not None and not reauthenticated and _is_invalid_token(e):
+                        log.info("etcd %s: auth token no longer valid; authenticating again", what)
+                        reauthenticated = True
+                        self._drop_token()
+                        continue
                     if attempt + 1 < tries and _may_retry_elsewhere(e, read_only):
+                        attempt += 1
                         endpoint = self._client.endpoint_in_use
                         log.info("etcd %s: %s unreachable; failing over", what, endpoint.netloc)
                         endpoint.fail()
                         self._client._clear_old_stubs()
                         continue
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    # -- auth --------------------------------------------------------------
+    def _ensure_token(self) -> None:
+        """Authenticate on the endpoint in use if there is no token yet (raises the
+        gRPC error; the caller maps it). The password is sent only in this request."""
+        if self._auth is None or self._authed:
+            return
+        request = etcdrpc.AuthenticateRequest(name=self._auth.user, password=self._auth.password)
+        try:
+            resp = self._client.authstub.Authenticate(request, self.timeout_s)
+        except grpc.RpcError as e:
+            if _auth_not_enabled(e):
+                # Like etcd's own client: credentials for a server without auth are unused.
+                log.info("etcd: authentication is not enabled on the server; continuing without a token")
+                self._client.metadata = None
+                self._authed = True
+                return
+            raise
+        self._client.metadata = (("token", resp.token),)
+        self._authed = True
+        # The watcher sends the token it was built with: new watches need a new one.
+        # Old watches keep their stream (it is closed with the client).
+        self._client._stubs.pop("watcher", None)
+
+    def _drop_token(self) -> None:
+        self._authed = False
+        self._client.metadata = None
 
     def _revive_if_all_failed(self) -> None:
         """pyetcd refuses every call while all endpoints sit in their retry pause. Probe
@@ -286,8 +346,10 @@ class EtcdMetadataStore(MetadataStore):
         return Lease(resp.ID, float(resp.TTL))
 
     def refresh_lease(self, lease_id: int) -> None:
-        with self._mapped("refresh_lease"):
-            responses = list(self._client.refresh_lease(lease_id))
+        request = etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
+        responses = self._stub_call(
+            "refresh_lease", "leasestub", "LeaseKeepAlive", lambda: iter([request]), read_only=True, consume=list
+        )
         if not responses or responses[0].TTL <= 0:
             raise LeaseNotFound(f"lease {lease_id:x} expired or was revoked")
 
@@ -312,22 +374,38 @@ class EtcdMetadataStore(MetadataStore):
                 if not watch._deliver(self._event(ev)):
                     return
 
-        with self._mapped("watch"):
-            watch_id = self._client.add_watch_callback(
-                low or b"\0", on_response, range_end=prefix_end(low) or b"\0", start_revision=start_revision
+        high = prefix_end(low) or b"\0"
+        if self._auth is not None:
+            # etcd answers a watch it refuses (bad token, no read permission) with
+            # "created + canceled", which pyetcd takes for success: the watch would
+            # silently see nothing. A one-key read of the same range proves the token
+            # and the permission first (and re-authenticates if needed).
+            self._stub_call(
+                "watch", "kvstub", "Range",
+                etcdrpc.RangeRequest(key=low or b"\0", range_end=high, limit=1, keys_only=True),
+                read_only=True,
             )
-        watch._cancel_hook = lambda: self._cancel_watch(watch_id)
+        with self._mapped("watch"):
+            watcher = self._client.watcher
+            watch_id = watcher.add_callback(low or b"\0", on_response, range_end=high, start_revision=start_revision)
+        watch._cancel_hook = lambda: self._cancel_watch(watcher, watch_id)
         return watch
 
-    def _cancel_watch(self, watch_id: int) -> None:
+    def _cancel_watch(self, watcher, watch_id: int) -> None:
         with contextlib.suppress(Exception):  # best effort: the server may be gone
-            self._client.cancel_watch(watch_id)
+            watcher.cancel(watch_id)
 
     def _watch_error(self, err: BaseException | None, watch: Watch) -> Exception:
         if isinstance(err, etcd_exc.RevisionCompactedError):
             return CompactedRevision(watch.next_revision, err.compacted_revision)
         where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
-        error = StorageUnavailable(f"etcd {where}: watch stream ended")
+        error: Exception = StorageUnavailable(f"etcd {where}: watch stream ended")
+        if isinstance(err, grpc.RpcError):
+            tls_problem = _tls_problem(err)
+            if tls_problem is not None:
+                error = PermissionDenied(f"etcd {where}: watch: {tls_problem}")
+            elif _is_auth_error(err):
+                error = _map_rpc_error(err, where, "watch")
         error.__cause__ = err
         return error
 
@@ -342,7 +420,108 @@ class EtcdMetadataStore(MetadataStore):
 
     def __repr__(self) -> str:
         eps = ",".join(f"{h}:{p}" for h, p in self.endpoints)
-        return f"EtcdMetadataStore({eps!r}, root={self.root!r})"
+        return f"EtcdMetadataStore({eps!r}, root={self.root!r})"  # never user, password or token
+
+
+class _Credentials:
+    """User and password, kept out of ``repr``/``vars`` dumps and tracebacks' reprs."""
+
+    __slots__ = ("user", "password")
+
+    def __init__(self, user: str, password: str) -> None:
+        self.user = user
+        self.password = password
+
+    def __repr__(self) -> str:
+        return "_Credentials(<redacted>)"
+
+
+def _read_pem(option: str, path: str, marker: bytes) -> bytes:
+    """Read a PEM file for ``option``; errors name the option and path, never the contents."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"etcd {option} {path!r}: cannot read it ({e.strerror or type(e).__name__})") from None
+    if b"-----BEGIN " not in data or marker not in data:
+        raise ValueError(f"etcd {option} {path!r}: not a PEM file with a {marker.decode().strip('-')} block")
+    return data
+
+
+def _tls_credentials(ca_cert: str | None, cert_cert: str | None, cert_key: str | None):
+    """gRPC channel credentials, or None for plaintext. Any TLS option turns TLS on
+    (no ``ca_cert``: the system's trust store); a client cert needs its key and back."""
+    if ca_cert is None and cert_cert is None and cert_key is None:
+        return None
+    if (cert_cert is None) != (cert_key is None):
+        raise ValueError("etcd TLS client auth needs both cert_cert and cert_key")
+    ca = _read_pem("ca_cert", ca_cert, b"CERTIFICATE-----") if ca_cert is not None else None
+    cert = _read_pem("cert_cert", cert_cert, b"CERTIFICATE-----") if cert_cert is not None else None
+    key = _read_pem("cert_key", cert_key, b"PRIVATE KEY-----") if cert_key is not None else None
+    return grpc.ssl_channel_credentials(ca, key, cert)
+
+
+#: Words in gRPC's UNAVAILABLE details that mean the TLS handshake or session was
+#: refused, i.e. a configuration problem that retrying cannot fix (-> PermissionDenied).
+_TLS_PROBLEMS = (
+    ("CERTIFICATE_VERIFY_FAILED", "TLS: the server's certificate is not trusted (check ca_cert and that the "
+                                  "certificate names this host)"),
+    ("security handshaker", "TLS: the client certificate or key is unusable (check cert_cert and cert_key)"),
+    ("TSI_DATA_CORRUPTED", "TLS: the server refused the session (client certificate missing or not "
+                           "signed by a CA it trusts: check cert_cert and cert_key)"),
+    ("Tls handshake failed", "TLS: handshake failed (check ca_cert, cert_cert, cert_key)"),
+)
+
+#: UNAVAILABLE details that are ambiguous (a TLS/plaintext mix-up or a server going
+#: away mid-handshake): still StorageUnavailable, with a hint in the message.
+_UNAVAILABLE_HINTS = (
+    ("Handshake read failed", " (the TLS handshake got no answer: is the server speaking TLS?)"),
+    ("Socket closed", " (connection closed at once: a TLS server reached without ca_cert?)"),
+)
+
+
+def _unavailable_hint(e: grpc.RpcError) -> str:
+    details = _details(e)
+    for marker, hint in _UNAVAILABLE_HINTS:
+        if marker in details:
+            return hint
+    return ""
+
+
+def _tls_problem(e: grpc.RpcError) -> str | None:
+    if not hasattr(e, "code") or e.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    details = (e.details() if hasattr(e, "details") else "") or ""
+    for marker, problem in _TLS_PROBLEMS:
+        if marker in details:
+            return problem
+    return None
+
+
+def _details(e: grpc.RpcError) -> str:
+    return ((e.details() if hasattr(e, "details") else "") or "") if isinstance(e, grpc.RpcError) else ""
+
+
+def _is_invalid_token(e: grpc.RpcError) -> bool:
+    return "invalid auth token" in _details(e) or "auth token is expired" in _details(e)
+
+
+def _auth_not_enabled(e: grpc.RpcError) -> bool:
+    return "authentication is not enabled" in _details(e)
+
+
+#: etcd's auth refusals; several come as INVALID_ARGUMENT/FAILED_PRECONDITION.
+_AUTH_DETAILS = (
+    "authentication failed", "user name is empty", "invalid auth token", "auth token is expired",
+    "permission denied", "user name not found",
+)
+
+
+def _is_auth_error(e: grpc.RpcError) -> bool:
+    code = e.code() if hasattr(e, "code") else None
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return True
+    return any(d in _details(e) for d in _AUTH_DETAILS)
 
 
 #: gRPC's reconnect back-off grows to 120 s by default: a server restarted after a
@@ -380,9 +559,11 @@ _NOT_SENT_MARKERS = ("failed to connect", "Failed to connect", "Connection refus
 
 def _map_rpc_error(e: grpc.RpcError, where: str, what: str) -> Exception:
     code = e.code() if hasattr(e, "code") else None
-    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-        return PermissionDenied(f"etcd {where}: {what}: {code.name}")
     details = e.details() if hasattr(e, "details") else ""
+    if _is_auth_error(e):
+        # etcd's details are fixed strings ("authentication failed, invalid user ID or
+        # password", "permission denied"): they never echo the credentials.
+        return PermissionDenied(f"etcd {where}: {what}: {code.name if code else ''} {details}".rstrip())
     if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in (details or ""):
         return MetadataError(f"etcd {where}: {what}: {details}")
     if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
