@@ -175,6 +175,14 @@ def test_bad_urls_exit_non_zero_with_a_clear_message(tmp_path, option, url, need
     assert not os.path.exists(tmp_path / "d" / "wal")
 
 
+def test_a_bad_url_never_echoes_its_password(tmp_path):
+    for debug in ((), ("--debug",)):
+        run = dnb(*debug, "--data-dir", str(tmp_path / "d"), "--metadata", "etcds://root:s3cr3t-pw@127.0.0.1:2379",
+                  "inspect", TOPIC)
+        assert run.rc == 2 and "unknown scheme 'etcds'" in run.err and "***@127.0.0.1:2379" in run.err
+        assert "s3cr3t-pw" not in run.err + run.out
+
+
 def test_unreachable_etcd_is_unavailable_not_a_traceback(tmp_path):
     from tests.fixtures.servers import free_port
 

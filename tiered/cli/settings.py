@@ -55,7 +55,15 @@ class Settings:
 def _check_url(option: str, url: str, schemes: tuple[str, ...], example: str) -> None:
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme not in schemes:
-        raise CliError(f"{option} {url!r}: unknown scheme {scheme or '(none)'!r}; use {example}")
+        raise CliError(f"{option} {redact_url(url)!r}: unknown scheme {scheme or '(none)'!r}; use {example}")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials (``user:pw@`` becomes ``***@``), safe for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 @contextlib.contextmanager
