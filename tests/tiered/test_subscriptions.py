@@ -132,3 +132,39 @@ def test_bad_subscription_name_is_rejected(backends: Backends) -> None:
     with manager(backends) as m:
         with pytest.raises(ValueError):
             m.subscribe("../x")
+
+
+def test_concurrent_flushes_never_move_the_stored_cursor_backward(backends: Backends) -> None:
+    """The background flusher and flush_all (unload) can flush one subscription at
+    once. A flush that read cursor 10 and is slow to write must not land after a
+    flush of 20: the store would go back to 10 while the subscription believes 20
+    is written (never re-flushed), and the next owner would serve 11..20 again."""
+    import threading
+
+    first_write_started, second_write_done = threading.Event(), threading.Event()
+    slow = {"armed": False}
+
+    def fencing():
+        if slow["armed"]:
+            slow["armed"] = False
+            first_write_started.set()
+            second_write_done.wait(1.0)  # bounded: with the fix the second flush waits for us
+        return []
+
+    with manager(backends, fencing=fencing) as m:
+        sub = m.subscribe("s", initial="earliest")
+        sub.ack(10)
+        slow["armed"] = True
+        first = threading.Thread(target=sub.flush)
+        first.start()
+        assert first_write_started.wait(5.0)
+        sub.ack(20)
+        second = threading.Thread(target=sub.flush)
+        second.start()
+        second.join(0.5)
+        second_write_done.set()
+        first.join(5.0)
+        second.join(5.0)
+        assert not first.is_alive() and not second.is_alive()
+        sub.flush()
+    assert stored(backends, "s") == 20

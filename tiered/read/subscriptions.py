@@ -107,6 +107,9 @@ class Subscription:
         self.start_offset = start_offset  # first offset the consumer should read
         self._manager = manager
         self._lock = threading.Lock()
+        # Held across read-cursor-then-write: two flushes (background flusher and
+        # flush_all at unload) racing could otherwise land an older cursor last.
+        self._flush_lock = threading.Lock()
         self._cursor = start_offset - 1  # last acknowledged (-1: nothing yet)
         self._flushed = stored_cursor  # what the store holds (None: no cursor key)
         self._acks_since_flush = 0
@@ -162,6 +165,10 @@ class Subscription:
         return self._flush()
 
     def _flush(self) -> bool:
+        with self._flush_lock:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> bool:
         with self._lock:
             cursor = self._cursor
             if cursor < 0 or cursor == self._flushed:
