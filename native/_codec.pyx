@@ -339,7 +339,11 @@ def encode_batch(first_offset, messages):
     its exact size), then write and checksum each frame in place.
     """
     cdef uint64_t first = _u64(first_offset, "first_offset")
-    cdef list items = messages if type(messages) is list else list(messages)
+    # A private copy: it owns a reference to every message (and through the tuples to their
+    # payloads, keys and attribute dicts) while the C loops hold raw pointers into them, even
+    # if Python code run mid-batch (a publish_time's __index__, a Mapping's items()) empties
+    # or rebinds the caller's list.
+    cdef list items = list(messages)
     cdef Py_ssize_t count = len(items), i, total = 0
     cdef MsgInfo *infos
     cdef list keep = []
@@ -604,7 +608,10 @@ cdef class AppendBuffer:
         """Appends messages (bytes, or (payload, key, attributes, publish_time) tuples with
         trailing items optional, or anything ``normalize`` turns into such a tuple); returns
         the first offset. All or nothing: a bad message appends none of them."""
-        cdef list items = messages if type(messages) is list else list(messages)
+        # A private copy that owns every message while infos[] holds raw pointers into them:
+        # normalize(), a publish_time's __index__ or a Mapping's items() run Python code
+        # mid-batch, which may empty the caller's list and free what was already measured.
+        cdef list items = list(messages)
         cdef Py_ssize_t n = len(items), i, total = 0, size
         cdef MsgInfo *infos
         cdef MsgInfo *m

@@ -138,7 +138,7 @@ def encode_batch(first_offset: int, messages: Iterable[tuple]) -> bytes:
     """Frames for ``(publish_time, key, attributes, payload)`` tuples at first_offset, +1, …"""
     first_offset = _u64(first_offset, "first_offset")
     out = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(list(messages)):  # a snapshot, as the compiled twin takes
         if not isinstance(message, (tuple, list)) or len(message) != 4:
             raise CodecError("each message must be a (publish_time, key, attributes, payload) tuple")
         publish_time, key, attributes, payload = message
@@ -320,7 +320,7 @@ class AppendBuffer:
 
     def append_batch(self, messages, publish_time=None) -> int:
         """Appends messages (see the compiled twin); returns the first offset. All or nothing."""
-        items = messages if type(messages) is list else list(messages)
+        items = list(messages)  # a snapshot, as the compiled twin takes (callbacks may edit the caller's)
         if not items:
             raise ValueError("append_batch needs at least one message")
         default_time = _now_ms() if publish_time is None else _u64(publish_time, "publish_time")

@@ -286,3 +286,52 @@ def test_chunks_hold_whole_frames_across_chunk_boundaries(codec):
     scan = codec.scan_frames(data, expected_offset=0, positions=True)
     assert tail_position == scan.positions[316 - tail_count] and tail_count == 4
     assert core.take()[0] == [] and core.append(b"again", publish_time=1) == 316
+
+
+def _fresh(n: int, fill: int) -> bytes:
+    """A bytes object referenced only by whoever holds the result (not interned, not shared)."""
+    return bytes([fill]) * n
+
+
+def test_batch_elements_dropped_by_a_callback_mid_batch_are_still_encoded_intact(codec):
+    """Python code runs mid-batch (normalize, a publish_time's __index__). If it drops the
+    caller's list items, the core must not read payloads, keys or attribute dicts it had
+    measured from freed memory: that would store garbage under a valid CRC."""
+    messages: list = []
+
+    def normalize(message) -> tuple:
+        messages.clear()  # frees the earlier tuples and their only references to the payloads
+        junk = [_fresh(300, 0x5A) for _ in range(2000)]  # reuse the freed memory
+        del junk
+        return (b"last",)
+
+    class Later:
+        pass
+
+    core, _ = make(codec, normalize=normalize)
+    messages.extend([(_fresh(300, 0x41), _fresh(40, 0x4B), {"n" * 3: "v" * 20}), _fresh(300, 0x42),
+                     Later()])
+    assert core.append_batch(messages, publish_time=7) == 0
+    data = b"".join(core.take()[0])
+    scan = codec.scan_frames(data, expected_offset=0)
+    assert scan.error is None and scan.count == 3
+    assert scan.records[0].payload == b"A" * 300 and scan.records[0].key == b"K" * 40
+    assert scan.records[0].attributes == {"nnn": "v" * 20}
+    assert scan.records[1].payload == b"B" * 300 and scan.records[2].payload == b"last"
+
+
+def test_encode_batch_survives_a_publish_time_index_that_drops_earlier_messages(codec):
+    messages: list = []
+
+    class When:
+        def __index__(self) -> int:
+            messages.clear()
+            junk = [_fresh(300, 0x5A) for _ in range(2000)]
+            del junk
+            return 9
+
+    messages.extend([(1, _fresh(40, 0x4B), None, _fresh(300, 0x41)), (When(), None, None, b"x")])
+    data = codec.encode_batch(0, messages)
+    scan = codec.scan_frames(data, expected_offset=0)
+    assert scan.error is None and scan.count == 2
+    assert scan.records[0].payload == b"A" * 300 and scan.records[0].key == b"K" * 40
