@@ -172,3 +172,34 @@ def test_failed_load_releases_ownership_so_another_broker_can_load(local_cluster
     assert a.topics() == []
     assert b.load(TOPIC).next_offset == 0
     assert not read_sealed_state(local_cluster.metadata, T).sealed  # B marked it open
+
+
+def test_acks_made_while_the_seal_drains_reach_the_stored_cursor(local_cluster: Cluster) -> None:
+    """Cursors were flushed before the drain, and the subscriptions closed without a
+    flush after the seal: an ack made during the drain (the long step) was silently
+    dropped, so the next owner re-served messages the consumer had acknowledged."""
+    from dataclasses import replace
+
+    from tests.tiered.helpers_lifecycle import FAST_UPLOADER
+
+    holder: dict = {}
+
+    def hook(step: str) -> None:
+        sub = holder.pop("sub", None)
+        if step == "before_commit" and sub is not None:
+            sub.ack(9)  # the consumer keeps acking while the broker seals
+        elif sub is not None:
+            holder["sub"] = sub
+
+    a = local_cluster.broker("A", uploader=replace(FAST_UPLOADER, fault_hook=hook))
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 9)
+    sub = hosted.subscribe("s", initial="earliest")
+    sub.ack(4)
+    holder["sub"] = sub
+    assert a.unload(TOPIC) == 9
+    assert "sub" not in holder, "the hook never ran"
+    cursor_kv = local_cluster.metadata.get(keys.cursor_key(T, "s"))
+    assert keys.Cursor.from_json(cursor_kv.key, cursor_kv.value).last_acked_offset == 9
+    b = local_cluster.broker("B")
+    assert b.load(TOPIC).subscribe("s").start_offset == 10

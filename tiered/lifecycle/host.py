@@ -680,6 +680,11 @@ class BrokerHost:
         # the unarchived tail from this record, so publish the now-flushed tip first.
         _quietly(hosted.publish_progress)
         last = _step(topic, "drain uploader", UnloadError, lambda: self._drain(hosted))
+        # Consumers keep acking during the drain; refuse further acks and write what
+        # moved, or those acks would be dropped and the next owner re-serve them. (A
+        # retried unload writes any cursor this left unwritten at the flush above.)
+        _step(topic, "flush subscription cursors", UnloadError,
+              lambda: hosted.subscriptions.close(flush=True))
         _step(topic, "write sealed state", UnloadError, lambda: self._write_seal(hosted, last))
         hosted.last_committed_offset = last
         hosted.state = TopicState.SEALED
