@@ -189,10 +189,14 @@ class FaultFs:
     the WAL with written-but-unsynced bytes so a test can crash it at every byte.
     """
 
-    def __init__(self, fail_sync_after: int | None = None) -> None:
+    def __init__(self, fail_sync_after: int | None = None, strict_dirs: bool = False) -> None:
         self._lock = threading.RLock()
         self._dirs: dict[str, dict[str, _Inode]] = {}
         self._durable_dirs: dict[str, dict[str, _Inode]] = {}
+        # strict_dirs: a directory made by makedirs is lost in a crash (with everything in it)
+        # until its parent is fsynced, like any other name. Off by default (older tests).
+        self.strict_dirs = strict_dirs
+        self._volatile_dirs: set[str] = set()
         self._last_write: _Inode | None = None
         self.fail_sync_after = fail_sync_after
         self.sync_calls = 0
@@ -207,6 +211,20 @@ class FaultFs:
 
     def release_syncs(self) -> None:
         self._sync_gate.set()
+
+    def settle_dirs(self) -> None:
+        """Treat every directory made so far as durably named (it existed before the test)."""
+        with self._lock:
+            self._volatile_dirs.clear()
+
+    def _dir_lost(self, path: str) -> bool:
+        while True:
+            if path in self._volatile_dirs:
+                return True
+            parent = os.path.dirname(path)
+            if parent == path:
+                return False
+            path = parent
 
     def unsynced_bytes(self) -> int:
         """Bytes of the last-written file that a power loss could tear (appended, unsynced)."""
@@ -224,9 +242,11 @@ class FaultFs:
         may leave when a write is torn). Names not made durable by fsync_dir vanish.
         """
         with self._lock:
-            image = FaultFs()
+            image = FaultFs(strict_dirs=self.strict_dirs)
             inodes: dict[int, _Inode] = {}
             for path, entries in self._durable_dirs.items():
+                if self._dir_lost(path):
+                    continue
                 image._dirs[path] = {}
                 for name, inode in entries.items():
                     copy = inodes.get(id(inode))
@@ -235,6 +255,8 @@ class FaultFs:
                     image._dirs[path][name] = copy
                 image._durable_dirs[path] = dict(image._dirs[path])
             for path in self._dirs:
+                if self._dir_lost(path):
+                    continue
                 image._dirs.setdefault(path, {})
                 image._durable_dirs.setdefault(path, {})
             return image
@@ -255,6 +277,8 @@ class FaultFs:
             while path not in self._dirs:
                 self._dirs[path] = {}
                 self._durable_dirs[path] = {}
+                if self.strict_dirs:
+                    self._volatile_dirs.add(path)
                 parent = os.path.dirname(path)
                 if parent == path:
                     break
@@ -345,6 +369,8 @@ class FaultFs:
         with self._lock:
             path = os.path.normpath(path)
             self._durable_dirs[path] = dict(self._dirs[path])
+            self._volatile_dirs.difference_update(
+                [d for d in self._volatile_dirs if os.path.dirname(d) == path and d != path])
 
     # ---- handle operations
     def _write(self, inode: _Inode, chunks: list, closed: bool) -> None:

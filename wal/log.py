@@ -54,7 +54,11 @@ class WriteAheadLog:
         fs = fs or RealFs()
         directory = os.path.join(root_dir, name.namespace, name.name)
         fs.makedirs(directory)
-        fs.fsync_dir(os.path.dirname(directory))  # the topic directory's name must survive
+        # Both names makedirs may have created must survive a power loss: the topic's (in the
+        # namespace directory) and the namespace's (in the root). Else acknowledged messages
+        # vanish with the directory and offsets restart from scratch.
+        fs.fsync_dir(os.path.dirname(directory))
+        fs.fsync_dir(root_dir)
         recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
                             config.index_interval_bytes)
         wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry)

@@ -169,3 +169,19 @@ def test_failed_fsync_with_many_appending_threads_drops_nothing_silently():
             kind, offset = outcome
             assert (kind == "durable") == (offset <= durable), "every append is acknowledged or fails"
     log.close()
+
+
+def test_power_loss_after_creating_a_new_namespace_keeps_what_was_reported_durable():
+    """open() makes <root>/<ns>/<topic>: the namespace directory's own name lives in the
+    root directory, which must be fsynced too, or a power loss drops the whole topic."""
+    fs = FaultFs(strict_dirs=True)
+    fs.makedirs(ROOT)
+    fs.settle_dirs()  # the WAL root existed before; the namespace and topic are new
+    log = WriteAheadLog.open(ROOT, "/ns/t", small_config(), fs=fs)
+    for offset in range(5):
+        log.append(payload_for(offset))
+    log.flush()
+    assert log.durable_offset == 4
+    image = fs.crash_image()
+    log.close()
+    assert _recovered_offsets(image, small_config()) == list(range(5))
