@@ -325,10 +325,21 @@ class Uploader:
 
     def _chain_tip(self) -> ChainTip:
         if self._tip is None:
-            self._tip = read_tip(self.metadata, self.topic)
-            if self._tip.descriptor is not None:
-                self._advance(self._tip.descriptor.end_offset)
+            tip = read_tip(self.metadata, self.topic)
+            # Ownership is checked AFTER the chain read: if we still own the topic now,
+            # every descriptor read is ours or a predecessor's. Without this a fenced
+            # owner would take the new owner's descriptors as its own progress and
+            # answer its "archived" waiters for messages never archived.
+            self._check_still_owner()
+            self._tip = tip
+            if tip.descriptor is not None:
+                self._advance(tip.descriptor.end_offset)
         return self._tip
+
+    def _check_still_owner(self) -> None:
+        for compare in self.fencing:
+            if not compare.holds(self.metadata.get(compare.key)):
+                raise OwnershipLost(str(self.topic), f"fencing compare on {compare.key} failed")
 
     def _next_start(self, tip: ChainTip) -> int:
         if tip.descriptor is not None:

@@ -297,3 +297,34 @@ def test_real_wal_round_trip_and_retention_keeps_uncommitted_segments(local_env,
         assert all(s.last_offset <= 129 for s in wal.segments())
     finally:
         wal.close()
+
+
+def test_stale_uploader_never_adopts_the_new_owners_chain_as_its_own(env):
+    """A fenced owner whose cached chain tip was dropped (any transient metadata error
+    does that) re-read the chain, found the NEW owner's descriptors for the offsets it
+    had itself assigned to other messages, advanced committed_through over them and
+    answered its "archived" waiters with success — for messages never archived — and,
+    finding nothing past that end to upload, never noticed it was fenced (retention
+    would then also delete its unarchived segments, the very evidence of the loss)."""
+    from tiered.metadata import keys
+    from tiered.metadata.base import value_is
+    from uploader import Uploader
+
+    wal_a = MemWal()
+    wal_a.append_n(20)
+    up_a = env.uploader(wal_a)
+    assert up_a.upload_once() == 19
+    env.take_over()  # B takes over at 20
+    b_fencing = [value_is(keys.owner_key(env.topic), env.raw_metadata.get(keys.owner_key(env.topic)).value)]
+    wal_b = MemWal(first_offset=20)
+    wal_b.append_n(10, salt=1)  # B's messages 20..29
+    up_b = Uploader(env.topic, wal_b, env.raw_metadata, env.raw_objects, broker_id=2, fencing=b_fencing,
+                    config=UploaderConfig(compression="none"), committed_through=19, metrics=env.metrics)
+    assert up_b.upload_once() == 29
+    wal_a.append_n(5)  # the stale owner still hands out 20..24 for its own messages
+    env.faulty_metadata.faults.fail("txn", times=1)  # one transient commit error: tip dropped
+    with pytest.raises(OwnershipLost):
+        up_a.upload_once()
+    assert up_a.committed_through == 19
+    with pytest.raises(UploaderStopped):
+        up_a.wait_archived(22, timeout_s=0.1)
