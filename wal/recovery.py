@@ -85,6 +85,12 @@ def _check_against_checkpoint(directory: str, segments: list[Segment], next_offs
     """
     if checkpoint is None:
         return
+    # Retention (truncate_before) records the new first offset before it unlinks anything,
+    # so a log that now starts later than the checkpoint's first offset lost its oldest files.
+    checkpoint_first = checkpoint.get("first_offset")
+    if segments and checkpoint_first is not None and segments[0].base_offset > int(checkpoint_first):
+        raise CorruptLog(directory, 0, f"log starts at offset {segments[0].base_offset}, but the "
+                         f"checkpoint retains from {checkpoint_first} (oldest segments missing?)")
     sealed_next = int(checkpoint.get("sealed_next_offset", 0))
     checkpoint_next = int(checkpoint.get("next_offset", 0))
     if next_offset is not None and next_offset < sealed_next:

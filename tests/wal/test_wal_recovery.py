@@ -125,3 +125,24 @@ def test_empty_wal_whose_segment_vanished_continues_from_checkpoint(tmp_path):
     again = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
     assert again.next_offset == 22, "offsets must never restart at 0"
     again.close()
+
+
+def test_missing_oldest_segment_is_refused_not_silently_retained_away(tmp_path):
+    """Only truncate_before may drop leading segments, and it records the new first offset
+    in the checkpoint before unlinking. A first segment that vanished otherwise is lost
+    durable data: opening must refuse, not start at a later first offset."""
+    infos = _build(str(tmp_path))
+    assert len(infos) > 2
+    os.remove(infos[0].path)
+    with pytest.raises(CorruptLog):
+        WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+
+
+def test_segments_retention_removed_are_not_mistaken_for_loss(tmp_path):
+    infos = _build(str(tmp_path))
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+    assert log.truncate_before(infos[2].base_offset) == 2
+    log.close()
+    again = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+    assert again.first_offset == infos[2].base_offset
+    again.close()
