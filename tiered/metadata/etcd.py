@@ -568,6 +568,11 @@ def _map_rpc_error(e: grpc.RpcError, where: str, what: str) -> Exception:
         return MetadataError(f"etcd {where}: {what}: {details}")
     if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
         return StorageUnavailable(f"etcd {where}: {what}: {code.name}")
+    if code == grpc.StatusCode.UNKNOWN:
+        # A server stopping mid-request answers with transport-level UNKNOWNs ("Stream
+        # removed", "context canceled"): the outcome is unknown, exactly like UNAVAILABLE,
+        # so callers must treat it as retryable and re-read, never as a definite failure.
+        return StorageUnavailable(f"etcd {where}: {what}: UNKNOWN {details}".rstrip())
     return MetadataError(f"etcd {where}: {what}: {code.name if code else ''} {details}")
 
 
