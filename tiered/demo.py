@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tiered.cli.output import render_table
+from tiered.read.reader import read_messages
 
 TOPIC = "/default/reliable_topic"
 SUBSCRIPTION = "subs_reliable"
@@ -121,7 +122,7 @@ class _Scenario:
         self.row("T2", "Upload", cloud=f"{_stored(self.metadata, self.topic, 0)} stored")
 
         sub = a.subscribe(SUBSCRIPTION, "earliest")
-        read = _read(a.create_reader(sub.start_offset, live=False), ACK_BEFORE_MOVE + 1)
+        read = read_messages(a.create_reader(sub.start_offset, live=False), ACK_BEFORE_MOVE + 1)
         sub.ack(read[-1].offset)
         sub.flush()
         self.expect("T3 reads", [m.offset for m in read], list(range(ACK_BEFORE_MOVE + 1)))
@@ -147,7 +148,7 @@ class _Scenario:
     def _resume_consumer(self, b: Any) -> None:
         sub = b.subscribe(SUBSCRIPTION)
         self.expect("T8 resume offset", sub.start_offset, ACK_BEFORE_MOVE + 1)
-        read = _read(b.create_reader(sub.start_offset, live=False), None)
+        read = read_messages(b.create_reader(sub.start_offset, live=False), None)
         by_tier = {tier: list(group) for tier, group in itertools.groupby(read, key=lambda m: m.tier)}
         cloud, wal = by_tier.get("cloud", []), by_tier.get("wal", [])
         self.expect("T8 cloud reads", [m.offset for m in cloud], list(range(ACK_BEFORE_MOVE + 1, FIRST_BATCH)))
@@ -167,16 +168,6 @@ class _Scenario:
 def _produce(hosted: Any, count: int, label_from: int) -> tuple[int, int]:
     offsets = [hosted.produce(f"msg-{label_from + i}".encode()) for i in range(count)]
     return offsets[0], offsets[-1]
-
-
-def _read(reader: Any, limit: int | None) -> list[Any]:
-    out = []
-    with reader:
-        for message in reader:
-            out.append(message)
-            if limit is not None and len(out) >= limit:
-                break
-    return out
 
 
 def _read_spans(messages: Iterable[Any]) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ from typing import Any
 from tiered.harness.cluster import Cluster, HarnessCrash
 from tiered.harness.model import TopicModel, Violation, check
 from tiered.harness.schedule import Step, make_schedule
+from tiered.read.reader import read_messages
 from wal.topics import TopicName
 
 TOPIC = TopicName.parse("/harness/topic")
@@ -174,7 +175,7 @@ class Scenario:
         except UnknownOffset as e:
             raise Violation("subscription-exactly-once",
                             f"subscription {name} cannot resume at {start}: {e}") from e
-        got = _read(reader, step.args["max"])
+        got = read_messages(reader, step.args["max"])
         offsets = [m.offset for m in got]
         check(offsets == list(range(start, start + len(got))), "contiguous-offsets",
               f"subscription {name} from {start} read offsets {offsets}")
@@ -391,7 +392,7 @@ class Scenario:
         """Messages the killed broker made durable but did not get to report are real: read
         them once so the model knows them (they must be the worker's payloads, in order)."""
         top = self.model.top()
-        for m in _read(hosted.create_reader(top, live=False), None):
+        for m in read_messages(hosted.create_reader(top, live=False), None):
             check(m.payload.startswith(f"seed{self.seed}-k".encode()), "unique-offsets",
                   f"offset {m.offset} after a SIGKILL holds unexpected {m.payload!r}")
             self.model.appended(m.offset, m.payload)
@@ -419,7 +420,7 @@ class Scenario:
         hosted.wal.flush(5.0)
         hosted.uploader.upload_once()
         tip = hosted.next_offset
-        got = _read(hosted.create_reader("earliest", live=False), None)
+        got = read_messages(hosted.create_reader("earliest", live=False), None)
         offsets = [m.offset for m in got]
         check(offsets == list(range(tip)), "contiguous-offsets",
               f"a full read yields {_ranges(offsets)}, expected 0-{tip - 1}")
@@ -439,16 +440,6 @@ def _new_sub() -> Any:
     from tiered.harness.model import SubscriptionModel
 
     return SubscriptionModel()
-
-
-def _read(reader: Any, limit: int | None) -> list[Any]:
-    out = []
-    with reader:
-        for message in reader:
-            out.append(message)
-            if limit is not None and len(out) >= limit:
-                break
-    return out
 
 
 def _durable_tip(hosted: Any) -> int | None:

@@ -376,4 +376,16 @@ def durable_next(wal: Any) -> int:
     return int(wal.first_offset) if durable is None or durable < 0 else int(durable) + 1
 
 
-__all__ = ["TieredReader", "create_reader", "resolve_start", "topic_next_offset"]
+def read_messages(reader: TieredReader, limit: int | None = None) -> list:
+    """Everything ``reader`` yields (at most ``limit``), then close it: for readers created
+    with ``live=False`` (a live reader never ends on its own without ``limit``)."""
+    out: list = []
+    with reader:
+        for message in reader:
+            out.append(message)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+__all__ = ["TieredReader", "create_reader", "read_messages", "resolve_start", "topic_next_offset"]
