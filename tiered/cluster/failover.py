@@ -33,7 +33,7 @@ def complete_moves(ctx: Context) -> None:
         p = ctx.view.placements[topic]
         if p.state is not PlacementState.RELEASING or not p.source_released or topic in ctx.touched:
             continue
-        if ctx.is_active(p.target):
+        if p.target != p.broker and ctx.is_active(p.target):
             ctx.act(CompleteTransfer(topic, p.broker, p.target, p.move_id, retargeted=False), topic)
             continue
         to = ctx.choose(topic, {p.broker, p.target})

@@ -119,6 +119,7 @@ def cv_of(n: int, total: float, total_sq: float) -> float:
 
 # Per-topic cost vector: (count, cost weight w, wtl, throughput bytes/s, bytes in/s).
 _N, _W, _WTL, _THR, _IN = range(5)
+_COST_FLOOR = 1.0
 
 
 class ScoreModel:
@@ -239,7 +240,9 @@ class ScoreModel:
         reported cost (empty, or idle) borrow the cluster's median, scaled by capacity."""
         own: dict[str, float] = {}
         for b, r in reports.items():
-            if reported[b][unit] > 0:
+            # Below one byte per second of topic traffic there is nothing to attribute to
+            # (and a ratio with a vanishing denominator would be noise, or infinite).
+            if reported[b][unit] >= _COST_FLOOR:
                 own[b] = metric(r) / reported[b][unit]
         scaled = [own[b] * reports[b].capacity.cpu_cores for b in own if b in self.fresh]
         typical = statistics.median(scaled) if scaled else 0.0

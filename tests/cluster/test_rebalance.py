@@ -1,0 +1,221 @@
+"""Automatic rebalancing: gates, hysteresis, limits, candidate rules, and no futile moves."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tiered.cluster import (
+    BrokerMode,
+    ClusterView,
+    CoreState,
+    MoveKind,
+    PlacementState,
+    Transfer,
+    decide,
+    plan_rebalance,
+)
+from tiered.cluster.rebalance import blacklist_matcher
+from tiered.cluster.scoring import ScoreModel, balance_stats
+
+from tests.cluster.helpers import NOW, OLD, READY, balanced, cluster, fair, load, owned, record, report, with_broker
+
+
+def skewed(extra: dict | None = None) -> ClusterView:
+    """Fair scores 6, 2, 1 (CV 0.72); topic /a/i is i MB/s, so /a/1 is the lightest."""
+    loads = {f"/a/{i}": load(float(i)) for i in range(1, 7)}
+    loads.update(extra or {})
+    return cluster({"a": [f"/a/{i}" for i in range(1, 7)], "b": ["/b/1", "/b/2"], "c": ["/c/1"]}, loads)
+
+
+def transfers(decision) -> list[Transfer]:
+    return [a for a in decision.actions if isinstance(a, Transfer)]
+
+
+def test_one_move_lightest_first_from_the_most_loaded_to_the_least() -> None:
+    d = decide(skewed(), fair(), READY, NOW)
+    assert d.checked and d.skipped == ()
+    [t] = transfers(d)
+    assert (t.topic, t.from_broker, t.to_broker, t.kind) == ("/a/1", "a", "c", MoveKind.AUTO)
+    assert t.cv_before == pytest.approx(balance_stats({"a": 6, "b": 2, "c": 1}).cv)
+    assert t.cv_after == pytest.approx(balance_stats({"a": 5, "b": 2, "c": 2}).cv)
+    assert t.estimated_load == pytest.approx(0.2 + 0.3 * 1.0)
+
+
+def test_checks_run_at_the_preset_interval() -> None:
+    cfg = fair(aggressiveness="conservative")
+    d = decide(skewed(), cfg, READY, NOW)
+    assert d.checked and d.next_wakeup_at == NOW + 600
+    later = decide(skewed(), cfg, d.state, NOW + 599)
+    assert not later.checked and later.actions == () and later.next_wakeup_at == NOW + 600
+    assert decide(skewed(), cfg, d.state, NOW + 600).checked
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda v: (v, fair(paused=True), READY), "Paused"),
+    (lambda v: (v, fair(), CoreState(started_at=NOW - 10)), "WarmingUp"),
+    (lambda v: (with_broker(v, "c", report=report(1, 1, ["/c/1"], ts=NOW - 91)), fair(), READY), "Stale"),
+    (lambda v: (v, fair(min_brokers_for_rebalance=4), READY), "TooFewBrokers"),
+    (lambda v: (replace(v, history=[record("/x", "z", "a", NOW - 100, MoveKind.FAILOVER)]), fair(), READY),
+     "Failover"),
+    (lambda v: (replace(v, history=[record("/b/1", "a", "b", NOW - 100, done=NOW - 30)]), fair(), READY),
+     "Settling"),
+])
+def test_gates_skip_with_a_reason(make, reason: str) -> None:
+    view, cfg, state = make(skewed())
+    d = decide(view, cfg, state, NOW)
+    assert d.checked and d.skipped == (reason,) and transfers(d) == []
+
+
+def test_disabled_does_not_check() -> None:
+    d = decide(skewed(), fair(enabled=False), READY, NOW)
+    assert not d.checked and d.actions == () and d.balance is not None
+
+
+def test_dead_broker_with_topics_holds_rebalancing() -> None:
+    view = skewed()
+    view = with_broker(view, "b", registered=False, unregistered_since=NOW - 5)
+    assert decide(view, fair(), READY, NOW).skipped == ("Failover",)
+
+
+def test_a_move_in_flight_holds_rebalancing() -> None:
+    view = skewed()
+    placements = dict(view.placements)
+    placements["/b/1"] = replace(placements["/b/1"], state=PlacementState.RELEASING, target="c")
+    assert decide(replace(view, placements=placements), fair(), READY, NOW).skipped == ("InFlight",)
+
+
+def test_settle_waits_for_the_involved_brokers_next_report() -> None:
+    view = replace(skewed(), history=[record("/b/1", "a", "b", NOW - 500, done=NOW - 60)])
+    view = with_broker(view, "b", report=report(10, 10, ["/b/1", "/b/2"], ts=NOW - 61))
+    assert decide(view, fair(), READY, NOW).skipped == ("Settling",)
+    view = with_broker(view, "b", report=report(10, 10, ["/b/1", "/b/2"], ts=NOW - 59))
+    assert transfers(decide(view, fair(), READY, NOW))
+
+
+def test_hysteresis_starts_after_hit_count_and_stops_below_the_lower_threshold() -> None:
+    cfg = fair(hit_count=2)
+    first = decide(skewed(), cfg, READY, NOW)
+    assert first.skipped == ("HitCount",) and first.state.hits == 1
+    second = decide(skewed(), cfg, replace(first.state, last_check_at=NOW - 300), NOW)
+    assert transfers(second) and second.state.rebalancing
+    # CV 0.268: below the 0.30 threshold but above 0.8 × 0.30, so a running rebalance continues
+    view = cluster({"a": [f"/a/{i}" for i in range(17)], "b": [f"/b/{i}" for i in range(10)],
+                    "c": [f"/c/{i}" for i in range(10)]})
+    assert 0.24 < balance_stats({"a": 17, "b": 10, "c": 10}).cv < 0.30
+    assert transfers(decide(view, cfg, replace(READY, rebalancing=True), NOW))
+    assert decide(view, cfg, READY, NOW).skipped == ("Balanced",)
+    # ... and stops once CV < 0.24
+    calm = cluster({"a": [f"/a/{i}" for i in range(12)], "b": [f"/b/{i}" for i in range(10)],
+                    "c": [f"/c/{i}" for i in range(10)]})
+    d = decide(calm, cfg, replace(READY, rebalancing=True, hits=5), NOW)
+    assert d.skipped == ("Balanced",) and not d.state.rebalancing and d.state.hits == 0
+
+
+def test_hourly_limit_counts_persisted_auto_and_manual_moves_even_for_a_new_leader() -> None:
+    hist = [record(f"/h/{i}", "a", "b", NOW - 3000 + i, MoveKind.AUTO if i % 2 else MoveKind.MANUAL,
+                   done=NOW - 2900) for i in range(10)]
+    view = replace(skewed(), history=hist)
+    d = decide(view, fair(), CoreState(started_at=OLD), NOW)  # a fresh state: a new leader
+    assert d.skipped == ("RateLimit",)
+    # drains and failovers are exempt; moves older than an hour have expired
+    exempt = [replace(r, kind=MoveKind.DRAIN) for r in hist[:5]] + hist[5:]
+    assert transfers(decide(replace(view, history=exempt), fair(), READY, NOW))
+    expired = [replace(r, started_at=NOW - 3601, completed_at=NOW - 3600) for r in hist]
+    assert transfers(decide(replace(view, history=expired), fair(), READY, NOW))
+    assert decide(view, fair(max_moves_per_hour=11), READY, NOW).skipped == ()
+
+
+def test_blacklist_wildcards() -> None:
+    match = blacklist_matcher(("/system/*", "/default/critical-*", "/analytics/logs"))
+    assert match("/system/x") and match("/default/critical-orders") and match("/analytics/logs")
+    assert not match("/default/orders") and not match("/analytics/logs2")
+    d = decide(skewed(), fair(blacklist_topics=["/a/[12]"]), READY, NOW)
+    assert [t.topic for t in transfers(d)] == ["/a/3"]
+
+
+def test_young_topics_are_not_moved() -> None:
+    view = skewed()
+    placements = dict(view.placements)
+    placements["/a/1"] = owned("/a/1", "a", created_at=NOW - 299)
+    assert [t.topic for t in transfers(decide(replace(view, placements=placements), fair(), READY, NOW))] == ["/a/2"]
+
+
+def test_cooling_topics_are_not_moved() -> None:
+    # a move of /a/1 that started 30 s ago and never completed (it failed): still cooling
+    hist = [replace(record("/a/1", "b", "a", NOW - 30), completed_at=None)]
+    view = replace(skewed(), history=hist)
+    assert [m.topic for m in plan_rebalance(view, fair(), NOW, 1)] == ["/a/2"]
+    assert [m.topic for m in plan_rebalance(view, fair(), NOW + 31, 1)] == ["/a/1"]
+
+
+def test_no_ping_pong_back_to_a_broker_the_topic_left_within_the_window() -> None:
+    hist = [record("/a/1", "c", "a", NOW - 1800, done=NOW - 1790)]
+    view = replace(skewed(), history=hist)
+    assert [t.topic for t in transfers(decide(view, fair(), READY, NOW))] == ["/a/2"]
+    hist = [record("/a/1", "c", "a", NOW - 3700, done=NOW - 3601)]
+    assert [t.topic for t in transfers(decide(replace(view, history=hist), fair(), READY, NOW))] == ["/a/1"]
+
+
+def test_two_brokers_rebalance_although_the_seeds_overload_test_never_holds() -> None:
+    view = cluster({"a": ["/a/1", "/a/2", "/a/3", "/a/4"], "b": []})
+    stats = balance_stats({"a": 4, "b": 0})
+    assert stats.overloaded == ()  # 4 is not > mean + σ = 2 + 2
+    [t] = transfers(decide(view, fair(), READY, NOW))
+    assert (t.from_broker, t.to_broker) == ("a", "b")
+
+
+def test_no_futile_move_when_no_topic_lowers_the_cv() -> None:
+    """2 topics vs 1 (CV 0.33): moving one gives 1 vs 2, the same CV. Danube moves it
+    anyway, and back at the next check."""
+    view = cluster({"a": ["/a/1", "/a/2"], "b": ["/b/1"]})
+    d = decide(view, fair(), READY, NOW)
+    assert d.skipped == ("NoCandidate",) and transfers(d) == []
+
+
+def test_a_topic_bigger_than_the_gap_is_not_moved() -> None:
+    """Moving the heavy topic would make the target the hotter broker (the next check
+    would move it back); the light one is moved instead."""
+    loads = {"/a/big": load(60.0), "/a/small": load(10.0), "/b/1": load(20.0)}
+    view = cluster({"a": ["/a/big", "/a/small"], "b": ["/b/1"]}, loads,
+                   cpu={"a": 70.0, "b": 20.0}, mem={"a": 10.0, "b": 10.0})
+    [t] = transfers(decide(view, balanced(), READY, NOW))
+    assert t.topic == "/a/small"
+
+
+def test_lightest_among_the_moves_that_help_not_a_token_move() -> None:
+    """The lightest topic barely helps; the seed's rule would move it hour after hour."""
+    loads = {"/a/tiny": load(0.01), "/a/mid": load(5.0), "/a/3": load(20.0), "/b/1": load(10.0), "/c/1": load(10.0)}
+    view = cluster({"a": ["/a/tiny", "/a/mid", "/a/3"], "b": ["/b/1"], "c": ["/c/1"]}, loads,
+                   cpu={"a": 84.0, "b": 30.0, "c": 30.0}, mem={"a": 10.0, "b": 10.0, "c": 10.0})
+    [t] = transfers(decide(view, balanced(), READY, NOW))
+    assert t.topic == "/a/mid" and t.cv_after < t.cv_before
+
+
+def test_the_predicted_cv_is_the_models_cv_after_the_move() -> None:
+    view = skewed()
+    cfg = balanced()
+    view = cluster({b: [t for t, p in view.placements.items() if p.broker == b] for b in "abc"}, view.topic_loads,
+                   cpu={"a": 80.0, "b": 30.0, "c": 15.0})
+    [t] = transfers(decide(view, cfg, READY, NOW))
+    model = ScoreModel(view, cfg, NOW)
+    model.place(t.topic, t.to_broker)
+    assert balance_stats(model.balance_loads()).cv == pytest.approx(t.cv_after)
+
+
+def test_never_moves_to_a_draining_broker_even_if_it_is_emptiest() -> None:
+    view = with_broker(skewed(), "c", mode=BrokerMode.DRAINING)
+    moves = [t for t in transfers(decide(view, fair(), READY, NOW)) if t.kind is MoveKind.AUTO]
+    assert all(t.to_broker == "b" for t in moves)
+
+
+def test_plan_rebalance_stops_at_the_budget_and_the_lower_threshold() -> None:
+    view = cluster({"a": [f"/a/{i}" for i in range(12)], "b": [], "c": []})
+    plan = plan_rebalance(view, fair(), NOW, max_moves=100)
+    counts = {"a": 12, "b": 0, "c": 0}
+    for m in plan:
+        counts[m.source] -= 1
+        counts[m.target] += 1
+    assert balance_stats(counts).cv < 0.24
+    assert len(plan_rebalance(view, fair(max_moves_per_hour=3), NOW, max_moves=100)) == 3
+    assert len(plan_rebalance(view, fair(), NOW, max_moves=2)) == 2
