@@ -22,8 +22,9 @@ from tiered.cluster.scoring import (
 from tests.cluster.helpers import NOW, cluster, load, owned, report
 
 
-def model(view: ClusterView, strategy: str = "balanced") -> ScoreModel:
-    return ScoreModel(view, LoadManagerConfig(assignment_strategy=strategy), NOW)
+def model(view: ClusterView, strategy: str = "balanced", topic_load: str = "absolute") -> ScoreModel:
+    """The literal formulas unless ``topic_load="relative"`` (the default configuration)."""
+    return ScoreModel(view, LoadManagerConfig(assignment_strategy=strategy, balanced_topic_load=topic_load), NOW)
 
 
 def test_seed_worked_cv_example() -> None:
@@ -62,6 +63,16 @@ def test_balanced_model_matches_the_formula_on_reported_data() -> None:
     m = model(view)
     assert m.score("a") == pytest.approx(32.64)  # 0.3·3.8 + 0.35·40 + 0.35·50
     assert m.score("b") == pytest.approx(0.35 * 5 + 0.35 * 20)
+
+
+def test_balanced_relative_topic_term_is_a_percentage_of_the_average() -> None:
+    """The default: wtl 3.8 vs 0 averages 1.9, so a's topic term is 200 (%), b's 0."""
+    loads = {"/a/t1": load(5.0, 3, 20_000), "/a/t2": load(1.0, 1)}
+    view = cluster({"a": ["/a/t1", "/a/t2"], "b": []}, loads, cpu={"a": 40.0, "b": 5.0}, mem={"a": 50.0, "b": 20.0})
+    m = model(view, topic_load="relative")
+    assert m.score("a") == pytest.approx(0.3 * 200 + 0.35 * 40 + 0.35 * 50)
+    assert m.score("b") == pytest.approx(0.35 * 5 + 0.35 * 20)
+    assert ScoreModel(view, LoadManagerConfig(), NOW).score("a") == pytest.approx(m.score("a"))
 
 
 def test_fair_is_the_topic_count() -> None:

@@ -193,6 +193,9 @@ class LoadManagerConfig:
     connection_cost_bps: float = 1024.0
     #: EMA weight of the newest report (see :mod:`tiered.cluster.smoothing`).
     smoothing_alpha: float = 0.3
+    #: Balanced's topic term: "relative" (a percentage of the average broker's, like CPU
+    #: and memory) or "absolute" (the seed's literal sum; see :mod:`tiered.cluster.scoring`).
+    balanced_topic_load: str = "relative"
     failover: FailoverConfig = field(default_factory=FailoverConfig)
     weighted_load: WeightedLoadConfig = field(default_factory=WeightedLoadConfig)
 
@@ -205,6 +208,8 @@ class LoadManagerConfig:
         _check_int(self, "assign_retries_max", minimum=0)
         if self.max_topics_per_broker is not None:
             _check_int(self, "max_topics_per_broker", minimum=1)
+        if self.balanced_topic_load not in ("relative", "absolute"):
+            raise ConfigError("balanced_topic_load", f"must be relative or absolute, got {self.balanced_topic_load!r}")
         if not 0.0 < self.smoothing_alpha <= 1.0:
             raise ConfigError("smoothing_alpha", f"must be in (0, 1], got {self.smoothing_alpha!r}")
         for name, kind in (("rebalancing", RebalancingConfig), ("failover", FailoverConfig),

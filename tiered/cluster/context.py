@@ -19,7 +19,8 @@ class Context:
         self.config = config
         self.now = now
         self.state = state
-        self.model = ScoreModel(view, config, now)
+        self.topics = sorted(view.placements)
+        self.model = ScoreModel(view, config, now, self.topics)
         self.history = HistoryIndex(view.history)
         self.actions: list[Action] = []
         self.alarms: list[Alarm] = []
@@ -32,11 +33,16 @@ class Context:
         self.by_broker: dict[str, list[Placement]] = {}
         #: Topics each broker owns (state ``owned``), by topic.
         self.owned: dict[str, list[str]] = {}
-        for topic in sorted(view.placements):
+        #: Placements not simply owned (assigning, releasing, free), by topic.
+        self.unsettled: list[Placement] = []
+        owned_state = PlacementState.OWNED
+        for topic in self.topics:
             p = view.placements[topic]
+            if p.state is not owned_state:
+                self.unsettled.append(p)
             if p.broker is not None:
                 self.by_broker.setdefault(p.broker, []).append(p)
-                if p.state is PlacementState.OWNED:
+                if p.state is owned_state:
                     self.owned.setdefault(p.broker, []).append(topic)
 
     # -- brokers ---------------------------------------------------------------------
@@ -75,7 +81,7 @@ class Context:
     def moves_in_flight(self) -> bool:
         """A move (not a new topic's first assignment) is under way, in the view or
         started by this decision."""
-        for p in self.view.placements.values():
+        for p in self.unsettled:
             if p.state is PlacementState.RELEASING or (p.state is PlacementState.ASSIGNING and p.kind is not None):
                 return True
         return any(not isinstance(a, _PASSIVE) for a in self.actions)

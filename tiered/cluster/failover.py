@@ -29,8 +29,8 @@ from tiered.cluster.view import MoveKind, PlacementState
 
 
 def complete_moves(ctx: Context) -> None:
-    for topic in sorted(ctx.view.placements):
-        p = ctx.view.placements[topic]
+    for p in ctx.unsettled:
+        topic = p.topic
         if p.state is not PlacementState.RELEASING or not p.source_released or topic in ctx.touched:
             continue
         if p.target != p.broker and ctx.is_active(p.target):
@@ -94,8 +94,8 @@ def _reassign_all(ctx: Context, broker: str) -> None:
 
 def unstick(ctx: Context) -> None:
     cfg, now = ctx.config, ctx.now
-    for topic in sorted(ctx.view.placements):
-        p = ctx.view.placements[topic]
+    for p in ctx.unsettled:
+        topic = p.topic
         if topic in ctx.touched:
             continue
         info = ctx.view.brokers.get(p.broker) if p.broker is not None else None

@@ -10,12 +10,19 @@ backlog in messages scaled by 10^-4):
   70 % it gets half of the weight (:data:`BOTTLENECK_WEIGHTS`), otherwise the weights are
   even (:data:`EVEN_WEIGHTS`); ``score = 100·Σ weight·utilisation``.
 
-Two deliberate changes, both so that a score means the same on every broker:
+Three deliberate changes, so that a score means the same on every broker and its terms
+weigh what the seed says they weigh:
 
 * ``wtl`` is divided by the broker's **capacity weight** (its CPU cores over the median
   of the brokers'): CPU and memory are already percentages of the broker's own capacity,
   but raw ``wtl`` would make a broker with twice the cores look twice as loaded for the
   same share of its capacity.
+* By default (``balanced_topic_load = "relative"``) Balanced expresses ``wtl`` as a
+  percentage of the average broker's (per capacity weight), like CPU and memory. The
+  seed's table gives the score as "topic_load 30 % + CPU 35 % + Memory 35 %", but with
+  raw counts and connections the topic term is hundreds while CPU is at most 100: with
+  ~500 topics per broker a broker at 99 % CPU and one at 16 % differ by 10 % of their
+  scores, and the CV never reaches a threshold. ``"absolute"`` keeps the literal formula.
 * WeightedLoad picks the bottleneck **once for the cluster** (the largest utilisation of
   any broker) and scores every broker with the same weights; picked per broker, two
   brokers' scores use different weights and cannot be compared or averaged.
@@ -120,6 +127,10 @@ def cv_of(n: int, total: float, total_sq: float) -> float:
 # Per-topic cost vector: (count, cost weight w, wtl, throughput bytes/s, bytes in/s).
 _N, _W, _WTL, _THR, _IN = range(5)
 _COST_FLOOR = 1.0
+#: Usage % at which a broker is saturated (its report no longer grows with its load).
+_SATURATED = 95.0
+#: Fit a line only when the brokers' cost per core differs by a few percent (CV ≥ 3 %).
+_SPREAD_MIN = 0.03 ** 2
 
 
 class ScoreModel:
@@ -133,7 +144,8 @@ class ScoreModel:
     CV: registered, active, with a fresh report.
     """
 
-    def __init__(self, view: ClusterView, config: LoadManagerConfig, now: float) -> None:
+    def __init__(self, view: ClusterView, config: LoadManagerConfig, now: float,
+                 topics_sorted: list[str] | None = None) -> None:
         self.config = config
         self.strategy = config.assignment_strategy
         self.now = now
@@ -155,11 +167,13 @@ class ScoreModel:
         # whatever order its mappings were built in.
         self.placeholder = _mean_load([load for _, load in sorted(view.topic_loads.items())])
         self._costs: dict[str, tuple[float, float, float, float, float]] = {}
+        self._connection_cost = config.connection_cost_bps
         self._loads = view.topic_loads
         self.holder: dict[str, str] = {}
         self.agg: dict[str, list[float]] = {b: [0.0] * 5 for b in brokers}
-        for topic, p in sorted(view.placements.items()):
-            where = _counted_on(p)
+        placements = view.placements
+        for topic in topics_sorted if topics_sorted is not None else sorted(placements):
+            where = _counted_on(placements[topic])
             if where is not None:
                 self._add(topic, where)
 
@@ -175,24 +189,32 @@ class ScoreModel:
     def cost(self, topic: str) -> tuple[float, float, float, float, float]:
         c = self._costs.get(topic)
         if c is None:
-            load = self.load_of(topic)
-            thr = load.throughput_bps
-            c = (1.0, thr + self.config.connection_cost_bps * load.connections, topic_load_score(load),
-                 thr, load.bytes_in_rate)
+            load = self._loads.get(topic, self.placeholder)
+            thr = load.bytes_in_rate + load.bytes_out_rate
+            connections = load.producers + load.consumers
+            wtl = (WTL_COUNT_WEIGHT + WTL_THROUGHPUT_WEIGHT * thr / 1e6 + WTL_CONNECTIONS_WEIGHT * connections
+                   + WTL_BACKLOG_WEIGHT * load.backlog / BACKLOG_SCALE)
+            c = (1.0, thr + self._connection_cost * connections, wtl, thr, load.bytes_in_rate)
             self._costs[topic] = c
         return c
 
     def _add(self, topic: str, broker: str) -> None:
         c, a = self.cost(topic), self.agg[broker]
-        for i in range(5):
-            a[i] += c[i]
+        a[0] += c[0]
+        a[1] += c[1]
+        a[2] += c[2]
+        a[3] += c[3]
+        a[4] += c[4]
         self.holder[topic] = broker
 
     def _remove(self, topic: str) -> None:
         broker = self.holder.pop(topic)
         c, a = self.cost(topic), self.agg[broker]
-        for i in range(5):
-            a[i] -= c[i]
+        a[0] -= c[0]
+        a[1] -= c[1]
+        a[2] -= c[2]
+        a[3] -= c[3]
+        a[4] -= c[4]
 
     def place(self, topic: str, broker: str) -> None:
         """Record that ``topic`` now counts on ``broker`` (new, moved or reassigned)."""
@@ -217,23 +239,58 @@ class ScoreModel:
                 c = self.cost(topic)
                 for i in range(5):
                     reported[b][i] += c[i]
-        k_cpu = self._per_unit(reports, reported, lambda r: r.cpu_pct, _W)
-        k_mem = self._per_unit(reports, reported, lambda r: r.mem_pct, _W)
+        k_cpu, base_cpu, self.idle_cpu = self._resource(reports, reported, lambda r: r.cpu_pct)
+        k_mem, base_mem, self.idle_mem = self._resource(reports, reported, lambda r: r.mem_pct)
         k_disk = self._per_unit(reports, reported, lambda r: r.disk_io_bps, _IN)
         base: dict[str, tuple[float, float, float, float]] = {}
         for b, r in reports.items():
             rep = reported[b]
-            base[b] = (max(r.cpu_pct - k_cpu[b] * rep[_W], 0.0), max(r.mem_pct - k_mem[b] * rep[_W], 0.0),
-                       max(r.net_in_bps + r.net_out_bps - rep[_THR], 0.0),
+            base[b] = (base_cpu[b], base_mem[b], max(r.net_in_bps + r.net_out_bps - rep[_THR], 0.0),
                        max(r.disk_io_bps - k_disk[b] * rep[_IN], 0.0))
         self.weights: Mapping[str, float] = {}
         self.bottleneck: str | None = None
         self.topic_ref = 1.0
         if self.strategy is Strategy.WEIGHTED_LOAD:
             self._choose_weights(reports, k_cpu, k_mem, k_disk, base)
+        self.balanced_topic_scale = 1.0
+        if self.strategy is Strategy.BALANCED and self.config.balanced_topic_load == "relative":
+            scored = [self.agg[b][_WTL] / self.capacity_weight[b] for b in sorted(self.fresh & self.live)]
+            mean = sum(scored) / len(scored) if scored else 0.0
+            # 100 = the average broker's topic load per unit of capacity: a percentage
+            # like CPU and memory, so the 30/35/35 weights mean what they say.
+            self.balanced_topic_scale = 100.0 / mean if mean > 0 else 1.0
         for b in view.brokers:
             self._coef[b] = self._coefficients(b, reports.get(b), k_cpu.get(b, 0.0), k_mem.get(b, 0.0),
                                                k_disk.get(b, 0.0), base.get(b))
+
+    def _resource(self, reports, reported, metric) -> tuple[dict[str, float], dict[str, float], float]:
+        """Split a broker's CPU or memory % into (per unit of topic cost, the rest) and the
+        cluster's idle level.
+
+        With three or more fresh, unsaturated brokers whose topic cost per core differs,
+        a least-squares line ``usage = idle + slope · cost / cores`` gives the usage of an
+        idle broker and the cost of a byte per core: every broker then gets the same
+        per-core cost (capacity-consistent move predictions, free of one broker's report
+        noise), the idle level is left out of the score (no placement changes it, and a
+        flat 15 % of base memory on every broker would hide a broker at 99 % CPU from the
+        CV), and what a broker uses beyond the line stays in its score as its own base.
+        A saturated broker (≥ 95 %) is left out of the fit and its topics' cost can show
+        it needs more than 100 %. Otherwise everything a broker reports is attributed to
+        its topics in proportion to their cost (and an empty broker borrows the median).
+        """
+        points = []
+        for b in sorted(reports):
+            r = reports[b]
+            if b in self.fresh and b in self.live and reported[b][_W] >= _COST_FLOOR and metric(r) < _SATURATED:
+                points.append((reported[b][_W] / r.capacity.cpu_cores, metric(r)))
+        fit = _line(points)
+        if fit is None:
+            k = self._per_unit(reports, reported, metric, _W)
+            return k, {b: max(metric(r) - k[b] * reported[b][_W], 0.0) for b, r in reports.items()}, 0.0
+        idle, slope = fit
+        k = {b: slope / r.capacity.cpu_cores for b, r in reports.items()}
+        rest = {b: max(metric(r) - idle - k[b] * reported[b][_W], 0.0) for b, r in reports.items()}
+        return k, rest, idle
 
     def _per_unit(self, reports, reported, metric, unit: int) -> dict[str, float]:
         """A broker's metric per unit of topic cost (e.g. CPU % per byte/s). Brokers with no
@@ -252,8 +309,8 @@ class ScoreModel:
         a = self.agg[b]
         cap = report.capacity
         return {
-            "cpu": (base[0] + k_cpu * a[_W]) / 100.0,
-            "mem": (base[1] + k_mem * a[_W]) / 100.0,
+            "cpu": (self.idle_cpu + base[0] + k_cpu * a[_W]) / 100.0,
+            "mem": (self.idle_mem + base[1] + k_mem * a[_W]) / 100.0,
             "thr": a[_THR] / (2.0 * cap.nic_bps),
             "net": (base[2] + a[_THR]) / (2.0 * cap.nic_bps),
             "disk": (base[3] + k_disk * a[_IN]) / cap.disk_bps,
@@ -283,7 +340,7 @@ class ScoreModel:
                 return (0.0, 0.0, 0.0, BALANCED_WTL_WEIGHT / cw, 0.0, 0.0)
             return (BALANCED_CPU_WEIGHT * base[0] + BALANCED_MEM_WEIGHT * base[1], 0.0,
                     BALANCED_CPU_WEIGHT * k_cpu + BALANCED_MEM_WEIGHT * k_mem,
-                    BALANCED_WTL_WEIGHT / cw, 0.0, 0.0)
+                    BALANCED_WTL_WEIGHT * self.balanced_topic_scale / cw, 0.0, 0.0)
         w = self.weights
         topic_ref = self.topic_ref
         if report is None or self.no_data:
@@ -324,6 +381,24 @@ class ScoreModel:
         return [b for b in sorted(pool) if b not in skip and (limit is None or self.count(b) < limit)]
 
 
+def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(intercept, slope) of the least-squares line through ``points``, or None when
+    there are fewer than three, their x hardly differ, or the slope is not positive.
+    The intercept is kept within [0, the smallest y]."""
+    n = len(points)
+    if n < 3:
+        return None
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if mx <= 0 or sxx <= _SPREAD_MIN * n * mx * mx:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    if slope <= 0:
+        return None
+    return min(max(my - slope * mx, 0.0), min(y for _, y in points)), slope
+
+
 def _counted_on(p) -> str | None:
     """Where a placement's load counts: its owner or assignee, or the target of a move."""
     if p.state is PlacementState.FREE:
@@ -334,16 +409,15 @@ def _counted_on(p) -> str | None:
 
 
 def _mean_load(loads: Iterable[TopicLoad]) -> TopicLoad:
-    values = list(loads)
-    if not values:
-        return TopicLoad()
-    n = len(values)
-    return TopicLoad(
-        msg_rate=sum(v.msg_rate for v in values) / n,
-        bytes_in_rate=sum(v.bytes_in_rate for v in values) / n,
-        bytes_out_rate=sum(v.bytes_out_rate for v in values) / n,
-        producers=sum(v.producers for v in values) / n,
-        consumers=sum(v.consumers for v in values) / n,
-        subscriptions=sum(v.subscriptions for v in values) / n,
-        backlog=sum(v.backlog for v in values) / n,
-    )
+    totals = [0.0] * 7
+    n = 0
+    for v in loads:
+        n += 1
+        totals[0] += v.msg_rate
+        totals[1] += v.bytes_in_rate
+        totals[2] += v.bytes_out_rate
+        totals[3] += v.producers
+        totals[4] += v.consumers
+        totals[5] += v.subscriptions
+        totals[6] += v.backlog
+    return TopicLoad(*(t / n for t in totals)) if n else TopicLoad()

@@ -237,9 +237,14 @@ def validate(view: ClusterView) -> None:
             if p.target is not None and p.target not in view.brokers:
                 raise InvalidView(where, f"target {p.target!r} is not in the view")
     for topic, load in view.topic_loads.items():
-        _finite(f"topic_loads[{topic!r}]", load.msg_rate, load.bytes_in_rate, load.bytes_out_rate,
-                load.producers, load.consumers, load.subscriptions, load.backlog)
-        if min(load.bytes_in_rate, load.bytes_out_rate, load.producers, load.consumers, load.backlog) < 0:
+        values = (load.msg_rate, load.bytes_in_rate, load.bytes_out_rate, load.producers, load.consumers,
+                  load.subscriptions, load.backlog)
+        try:  # fast path: a sum of finite non-negative numbers is finite (inf and nan propagate)
+            ok = math.isfinite(sum(values)) and min(values) >= 0
+        except TypeError:
+            ok = False
+        if not ok:
+            _finite(f"topic_loads[{topic!r}]", *values)
             raise InvalidView(f"topic_loads[{topic!r}]", "negative rate or count")
     for topic, marker in view.markers.items():
         if marker.topic != topic:
