@@ -42,11 +42,11 @@ HISTORY_KEEP_S = 2 * 3600.0
 
 
 class Ours:
-    def __init__(self, world: World, strategy: str = "balanced", aggressiveness: str = "balanced") -> None:
+    def __init__(self, world: World, strategy: str = "balanced", **rebalancing) -> None:
         self.name = f"ours/{strategy}"
         self.world = world
-        self.config = LoadManagerConfig(assignment_strategy=strategy).with_rebalancing(
-            enabled=True, aggressiveness=aggressiveness)
+        rebalancing.setdefault("enabled", True)
+        self.config = LoadManagerConfig(assignment_strategy=strategy).with_rebalancing(**rebalancing)
         self.state: CoreState | None = CoreState(started_at=-3600.0)
         self.next_wakeup_at: float | None = 0.0
         self.placements: dict[str, Placement] = {}

@@ -41,8 +41,8 @@ from tiered.cluster import (
     decide,
 )
 from tiered.cluster.history import HistoryIndex
-from tiered.cluster.rebalance import blacklist_matcher
-from tiered.cluster.scoring import ScoreModel, balance_stats
+from tiered.cluster.rebalance import Spreads, blacklist_matcher
+from tiered.cluster.scoring import ScoreModel
 
 NOW = 50_000.0
 BROKERS = [f"b{i}" for i in range(8)]
@@ -233,11 +233,14 @@ def check_an_automatic_move_lowers_the_cv_of_the_scores_it_targets(view, cfg, st
         for a in d.actions:
             if a is not move and target_of(a) is not None:
                 model.place(a.topic, target_of(a))
-        before = balance_stats(model.balance_loads()).cv
+        before = Spreads(model)
         model.place(move.topic, move.to_broker)
-        after = balance_stats(model.balance_loads()).cv
-        assert after < before
-        assert abs(before - move.cv_before) < 1e-9 and abs(after - move.cv_after) < 1e-9
+        after = Spreads(model)
+        assert after.imbalance < before.imbalance
+        assert after.score.cv <= before.score.cv + 1e-12  # it trades neither CV for the other
+        if before.cpu is not None:
+            assert after.cpu.cv <= before.cpu.cv + 1e-12
+        assert abs(before.imbalance - move.cv_before) < 1e-9 and abs(after.imbalance - move.cv_after) < 1e-9
 
 
 def check_drains_respect_their_parallelism(view, cfg, state, d) -> None:

@@ -120,6 +120,8 @@ class BalanceStats:
     #: The seed's classification: load > mean + σ; load < mean − σ and < mean / 2.
     overloaded: tuple[str, ...]
     underloaded: tuple[str, ...]
+    #: CV of estimated CPU utilisation, when the strategy weighs resources and a check ran.
+    cpu_cv: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

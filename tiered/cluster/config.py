@@ -84,15 +84,20 @@ class RebalancingConfig:
     paused: bool = False
     #: Hysteresis: start after this many consecutive checks above the threshold ...
     hit_count: int = 2
-    #: ... and keep moving until CV falls below ``stop_ratio * cv_threshold``.
-    stop_ratio: float = 0.8
+    #: ... and keep moving until CV falls below ``stop_ratio * cv_threshold`` (half the
+    #: trigger: an episode that starts ends in the seed's "excellent" band, so episodes
+    #: are rare instead of hovering just under the trigger).
+    stop_ratio: float = 0.5
     #: After a move completes, no automatic move until this long has passed and every
     #: broker it involved has reported since (its load data shows the move).
     settle_delay_s: float = 60.0
     #: A topic is never moved automatically back to a broker it left within this window.
     pingpong_window_s: float = 3600.0
     #: A move must lower the predicted CV by at least this fraction of the current CV.
-    gain_ratio_min: float = 0.02
+    gain_ratio_min: float = 0.005
+    #: Only move between brokers whose loads differ by at least this fraction of the mean:
+    #: a smaller gap may be report noise, and a move across it may not help at all.
+    pair_gap_min: float = 0.10
     #: Among the moves that help, take the lightest topic whose gain is at least this
     #: fraction of the best gain available (lightest first, but never a token move).
     gain_fraction_min: float = 0.5
@@ -123,7 +128,8 @@ class RebalancingConfig:
         _check_int(self, "min_brokers_for_rebalance", minimum=2)
         _check_int(self, "hit_count", minimum=1)
         _check_int(self, "sources_per_check_max", minimum=1)
-        _check_non_negative(self, "min_topic_age_s", "settle_delay_s", "pingpong_window_s", "gain_ratio_min")
+        _check_non_negative(self, "min_topic_age_s", "settle_delay_s", "pingpong_window_s", "gain_ratio_min",
+                            "pair_gap_min")
         _check_fraction(self, "stop_ratio", "gain_fraction_min")
 
 

@@ -18,9 +18,11 @@ through these gates, each a skip reason when it stops the check:
    eligible broker. Candidates are the source's owned topics that are not blacklisted,
    at least ``min_topic_age_s`` old, not moved within ``cooldown_s`` and did not leave
    the target within ``pingpong_window_s``. A candidate qualifies only if moving it
-   lowers the predicted CV by at least ``gain_ratio_min`` of the CV and leaves the target
-   no higher than the source; of those, the lightest (seed's topic score) whose gain is
-   at least ``gain_fraction_min`` of the best gain is moved. Else ``NoCandidate``.
+   lowers the predicted imbalance by at least ``gain_ratio_min`` of it, raises neither
+   the score's nor CPU's CV, and leaves the target no higher than the source; of those,
+   the lightest (seed's topic score) whose gain is at least ``gain_fraction_min`` of the
+   best gain is moved. Source and target must differ by ``pair_gap_min`` of the mean (a
+   smaller gap may be noise). Else ``NoCandidate``.
 
 Why this cannot ping-pong on a steady load: every move strictly lowers Σ(score − mean)²
 of the scores it was computed on, and a topic never returns to a broker it left within
@@ -75,10 +77,10 @@ def check(ctx: Context) -> None:
     if reason is not None:
         ctx.skipped.append(reason)
         return
-    loads = ctx.model.balance_loads()
-    stats = balance_stats(loads)
-    ctx.balance = stats
-    if not _hysteresis(ctx, cfg, eff, stats.cv):
+    stats = balance_stats(ctx.model.balance_loads())
+    spreads = Spreads(ctx.model)
+    ctx.balance = replace(stats, cpu_cv=spreads.cpu.cv if spreads.cpu is not None else None)
+    if not _hysteresis(ctx, cfg, eff, spreads.imbalance):
         return
     if ctx.history.moves_in_last_hour(ctx.now) >= eff.max_moves_per_hour:
         ctx.skipped.append("RateLimit")
@@ -89,7 +91,7 @@ def check(ctx: Context) -> None:
         return
     ctx.model.place(move.topic, move.target)
     ctx.act(Transfer(move.topic, move.source, move.target, MoveKind.AUTO, ctx.move_id(),
-                     topic_load_score(ctx.model.load_of(move.topic)), stats.cv, move.cv_after), move.topic)
+                     topic_load_score(ctx.model.load_of(move.topic)), spreads.imbalance, move.cv_after), move.topic)
 
 
 def _gate(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing) -> str | None:
@@ -145,27 +147,60 @@ def _hysteresis(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing,
     return False
 
 
+class Spread:
+    """One per-broker quantity over the balance set: its CV, and its CV after a move."""
+
+    def __init__(self, values: Mapping[str, float]) -> None:
+        self.values = values
+        self.n = len(values)
+        self.total = sum(values.values())
+        self.total_sq = sum(v * v for v in values.values())
+        self.cv = cv_of(self.n, self.total, self.total_sq)
+
+    def after(self, source: str, target: str, out: float, into: float) -> tuple[float, float, float]:
+        """(CV, source value, target value) once ``out`` leaves source and ``into`` lands on target."""
+        s, d = self.values[source], self.values[target]
+        new_s, new_d = s - out, d + into
+        new_sq = self.total_sq - s * s - d * d + new_s * new_s + new_d * new_d
+        return cv_of(self.n, self.total - out + into, new_sq), new_s, new_d
+
+
+class Spreads:
+    """The imbalance a check acts on: the CV of the strategy's scores and, for the
+    strategies that weigh resources (balanced, weighted_load), the CV of CPU utilisation.
+
+    The score mixes resources with topic counts and connections, which round-robin
+    placement has usually equalised already: its CV can look balanced while one broker
+    runs at twice another's CPU. So the imbalance is the larger of the two CVs, and a
+    move must lower it without raising either (it may not buy score balance with CPU
+    balance, nor the reverse)."""
+
+    def __init__(self, model: ScoreModel) -> None:
+        self.score = Spread(model.balance_loads())
+        self.cpu = Spread(model.balance_cpu()) if model.guards_cpu else None
+        self.imbalance = max(self.score.cv, self.cpu.cv) if self.cpu is not None else self.score.cv
+        #: The quantity that picks source and target: the one whose CV is the imbalance.
+        self.driver = self.cpu if self.cpu is not None and self.cpu.cv > self.score.cv else self.score
+
+
 def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history: HistoryIndex,
                 cfg: RebalancingConfig, eff: EffectiveRebalancing, now: float,
                 exclude: Set[str] = frozenset()) -> Candidate | None:
     """The move the rules allow and prefer, computed on ``model`` (not applied).
-    ``owned`` lists each broker's owned topics (see :func:`owned_by_broker`)."""
-    loads = model.balance_loads()
-    n = len(loads)
-    if n < 2:
+    ``owned`` lists each broker's owned topics (see :class:`tiered.cluster.context.Context`)."""
+    spreads = Spreads(model)
+    driver = spreads.driver.values
+    if spreads.score.n < 2:
         return None
-    total = sum(loads.values())
-    total_sq = sum(v * v for v in loads.values())
-    cv = cv_of(n, total, total_sq)
-    mean = total / n
-    sources = sorted((b for b in loads if loads[b] > mean), key=lambda b: (-loads[b], b))
+    mean = sum(driver.values()) / len(driver)
+    sources = sorted((b for b in driver if driver[b] > mean), key=lambda b: (-driver[b], b))
     blacklisted = blacklist_matcher(cfg.blacklist_topics)
     for source in sources[:cfg.sources_per_check_max]:
-        targets = [b for b in model.eligible_targets({source}) if b in loads]
+        targets = [b for b in model.eligible_targets({source}) if b in driver]
         if not targets:
             continue
-        target = min(targets, key=lambda b: (loads[b], b))
-        if loads[target] >= loads[source]:
+        target = min(targets, key=lambda b: (driver[b], b))
+        if driver[source] - driver[target] < cfg.pair_gap_min * mean:
             continue
         candidates = []
         for topic in owned.get(source, ()):
@@ -179,7 +214,7 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
                 continue
             if history.left_since(topic, target, now - cfg.pingpong_window_s):
                 continue
-            c = _evaluate(model, topic, source, target, loads, n, total, total_sq, cv, cfg)
+            c = _evaluate(model, spreads, topic, source, target, cfg)
             if c is not None:
                 candidates.append(c)
         if candidates:
@@ -189,19 +224,26 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
     return None
 
 
-def _evaluate(model: ScoreModel, topic: str, source: str, target: str, loads, n: int, total: float,
-              total_sq: float, cv: float, cfg: RebalancingConfig) -> Candidate | None:
-    out = model.contribution(topic, source)
-    into = model.contribution(topic, target)
-    new_source, new_target = loads[source] - out, loads[target] + into
-    if new_target > new_source:
-        return None  # the target would become the hotter of the two: the next move undoes it
-    new_total = total - out + into
-    new_sq = total_sq - loads[source] ** 2 - loads[target] ** 2 + new_source ** 2 + new_target ** 2
-    cv_after = cv_of(n, new_total, new_sq)
-    gain = cv - cv_after
-    if gain <= 0 or gain < cfg.gain_ratio_min * cv:
+def _evaluate(model: ScoreModel, spreads: Spreads, topic: str, source: str, target: str,
+              cfg: RebalancingConfig) -> Candidate | None:
+    score_cv, score_s, score_d = spreads.score.after(
+        source, target, model.contribution(topic, source), model.contribution(topic, target))
+    if score_cv > spreads.score.cv:
         return None
-    return Candidate(topic, source, target, gain, cv_after, topic_load_score(model.load_of(topic)))
+    after, new_s, new_d = score_cv, score_s, score_d
+    if spreads.cpu is not None:
+        cpu_cv, cpu_s, cpu_d = spreads.cpu.after(
+            source, target, model.cpu_contribution(topic, source), model.cpu_contribution(topic, target))
+        if cpu_cv > spreads.cpu.cv:
+            return None
+        after = max(score_cv, cpu_cv)
+        if spreads.driver is spreads.cpu:
+            new_s, new_d = cpu_s, cpu_d
+    if new_d > new_s:
+        return None  # the target would become the hotter of the two: the next move undoes it
+    gain = spreads.imbalance - after
+    if gain <= 0 or gain < cfg.gain_ratio_min * spreads.imbalance:
+        return None
+    return Candidate(topic, source, target, gain, after, topic_load_score(model.load_of(topic)))
 
 

@@ -262,6 +262,10 @@ class ScoreModel:
         for b in view.brokers:
             self._coef[b] = self._coefficients(b, reports.get(b), k_cpu.get(b, 0.0), k_mem.get(b, 0.0),
                                                k_disk.get(b, 0.0), base.get(b))
+        # CPU utilisation (fraction of the broker's own capacity, idle included) as the same
+        # linear model: the resource the rebalancing guard keeps from getting worse.
+        self.guards_cpu = self.strategy is not Strategy.FAIR and not self.no_data
+        self._cpu = {b: ((self.idle_cpu + base[b][0]) / 100.0, k_cpu[b] / 100.0) for b in reports}
 
     def _resource(self, reports, reported, metric) -> tuple[dict[str, float], dict[str, float], float]:
         """Split a broker's CPU or memory % into (per unit of topic cost, the rest) and the
@@ -370,6 +374,18 @@ class ScoreModel:
     def rankings(self) -> tuple[tuple[str, float], ...]:
         scored = [(b, self.score(b)) for b in sorted(self.agg) if b in self.live and self.has_score(b)]
         return tuple(sorted(scored, key=lambda x: (x[1], x[0])))
+
+    def cpu(self, broker: str) -> float:
+        """Estimated CPU utilisation (1.0 = the broker's capacity; may exceed 1 when its
+        topics need more than it has)."""
+        c0, k = self._cpu[broker]
+        return c0 + k * self.agg[broker][_W]
+
+    def cpu_contribution(self, topic: str, broker: str) -> float:
+        return self._cpu[broker][1] * self.cost(topic)[_W]
+
+    def balance_cpu(self) -> dict[str, float]:
+        return {b: self.cpu(b) for b in self.balance_set}
 
     def balance_loads(self) -> dict[str, float]:
         return {b: self.score(b) for b in self.balance_set}
