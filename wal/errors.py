@@ -59,5 +59,16 @@ class InitialOffsetMismatch(WalError, ValueError):
         self.next_offset = next_offset
 
 
+class WalLocked(WalError):
+    """Another opener (this process or another) holds the directory's lock file.
+
+    Two writers on one WAL directory would hand out the same offsets for different
+    messages; the second opener is refused at once instead."""
+
+    def __init__(self, path: str, detail: str = "held by another opener") -> None:
+        super().__init__(f"{path}: locked ({detail}); one writer per WAL directory")
+        self.path = path
+
+
 class WalTimeout(WalError, TimeoutError):
     """A bounded wait (flush, backpressured append) ran out of time."""
