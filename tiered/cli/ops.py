@@ -74,10 +74,11 @@ def refuse_if_held_elsewhere(host: Any, topic: TopicName, action: str) -> None:
             EXIT_REFUSED)
 
 
-def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False) -> Any:
+def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False,
+              discard_local_wal: bool = False) -> Any:
     if not takeover:
         refuse_if_held_elsewhere(host, topic, action)
-    return host.load(topic)
+    return host.load(topic, discard_local_wal=discard_local_wal)
 
 
 # -- produce / upload -------------------------------------------------------------------
@@ -226,11 +227,11 @@ def seal(settings: Settings, topic: str) -> int | None:
         return host.unload(name)
 
 
-def restore(settings: Settings, topic: str, takeover: bool = False) -> int:
+def restore(settings: Settings, topic: str, takeover: bool = False, discard_local_wal: bool = False) -> int:
     """Load on this broker (from the sealed state, or recover our own WAL); next offset."""
     name = TopicName.parse(topic)
     with hosting(settings) as host:
-        hosted = load_here(host, name, "restore", takeover=takeover)
+        hosted = load_here(host, name, "restore", takeover=takeover, discard_local_wal=discard_local_wal)
         report = hosted.report
         if report.unarchived_at_least:
             print(f"dnb: warning: failover: at least {report.unarchived_at_least} offset(s) of broker "

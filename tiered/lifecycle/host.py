@@ -47,12 +47,12 @@ from tiered.lifecycle.ownership import (
     OwnerRecord,
     OwnerToken,
     acquire,
-    release,
     release_ops,
 )
 from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
 from tiered.read.subscriptions import clamp_cursors
-from wal.fs import RealFs
+from wal.errors import WalLocked
+from wal.fs import LOCK_NAME, LockHeld, RealFs
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,21 @@ class LifecycleError(Exception):
 
 class LoadError(LifecycleError):
     """Loading failed at ``step``; ownership was released again when that was safe."""
+
+
+class LocalWalUnreadable(LoadError):
+    """This broker's local WAL of the topic exists but does not open (corrupt, disk full,
+    I/O error). It may hold acknowledged messages nobody archived, so it is never moved
+    aside or renumbered silently: the topic stays unloaded and owned by this broker until
+    the WAL is repaired, or an operator discards it explicitly
+    (``load(..., discard_local_wal=True)``, ``dnb restore --discard-local-wal``), which
+    records the lost range first."""
+
+    def __init__(self, topic: TopicName, path: str, cause: BaseException) -> None:
+        super().__init__(topic, "open WAL", f"local WAL {path} does not open ({type(cause).__name__}: {cause}); "
+                         "it is kept as it is and the topic stays owned by this broker. Repair it, or "
+                         "discard it explicitly (dnb restore --discard-local-wal), which records the lost range")
+        self.path = path
 
 
 class UnloadError(LifecycleError):
@@ -294,6 +309,14 @@ class BrokerHost:
         #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
         #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
         self.fs = wal_fs if wal_fs is not None else RealFs()
+        # One host per WAL root: a second process with the same root (whatever its broker
+        # id) would recover, retire or append to the same WALs. Held until close(); the
+        # kernel drops it if the process dies, so a restart after a crash is never refused.
+        self.fs.makedirs(self.wal_root)
+        try:
+            self._root_lock = self.fs.lock(os.path.join(self.wal_root, LOCK_NAME))
+        except LockHeld as e:
+            raise WalLocked(self.wal_root, "another broker host uses this WAL root") from e
         #: Stale WALs retired by this host (deleted or quarantined), oldest first.
         self.retired: list[RetiredWal] = []
         self._topics: dict[TopicName, HostedTopic] = {}
@@ -330,11 +353,18 @@ class BrokerHost:
             return self._topic_locks.setdefault(topic, threading.Lock())
 
     # -- load --------------------------------------------------------------------
-    def load(self, name: TopicName | str, *, force: bool = False) -> HostedTopic:
+    def load(self, name: TopicName | str, *, force: bool = False,
+             discard_local_wal: bool = False) -> HostedTopic:
         """Take ownership and restore ``name``; idempotent for a topic already hosted.
 
         Raises TopicOwnedElsewhere / OwnershipConflict when another broker holds or
-        just took it, RestoreMismatch when metadata disagrees, LoadError otherwise.
+        just took it, RestoreMismatch when metadata disagrees, LocalWalUnreadable when
+        this broker's WAL of the topic does not open, LoadError otherwise. A failed load
+        leaves the topic as recoverable as before (see :meth:`_after_failed_load`).
+
+        ``discard_local_wal`` is the operator's way past LocalWalUnreadable: the WAL is
+        quarantined and the range it may have held is recorded as lost, then numbering
+        continues after the archive.
         """
         topic = TopicName.parse(name)
         self._check_open()
@@ -345,22 +375,26 @@ class BrokerHost:
                 return existing
             if existing is not None:
                 raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
-            hosted = self._load(topic, force)
+            hosted = self._load(topic, force, discard_local_wal)
             with self._lock:
                 self._topics[topic] = hosted
             return hosted
 
-    async def load_async(self, name: TopicName | str, *, force: bool = False) -> HostedTopic:
-        return await asyncio.to_thread(self.load, name, force=force)
+    async def load_async(self, name: TopicName | str, *, force: bool = False,
+                         discard_local_wal: bool = False) -> HostedTopic:
+        return await asyncio.to_thread(self.load, name, force=force, discard_local_wal=discard_local_wal)
 
-    def _load(self, topic: TopicName, force: bool) -> HostedTopic:
+    def _load(self, topic: TopicName, force: bool, discard_local_wal: bool) -> HostedTopic:
         started = time.monotonic()
         token = acquire(self.metadata, topic, self.broker_id, force=force)
         opened: list[Callable[[], None]] = []
         retired: list[RetiredWal] = []
+        plan: RestorePlan | None = None
+        wal: Any = None
         try:
             plan = plan_restore(self.metadata, token)
-            wal, recovered = _step(topic, "open WAL", LoadError, lambda: self._open_wal(token, plan, retired))
+            wal, recovered = _step(topic, "open WAL", LoadError,
+                                   lambda: self._open_wal(token, plan, retired, discard_local_wal))
             opened.append(lambda: wal.close())
             retired_here = retired[0] if retired else None
             _step(topic, "mark topic open", LoadError,
@@ -377,7 +411,7 @@ class BrokerHost:
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
         except BaseException:
             _undo(opened)
-            _release_quietly(self.metadata, token)
+            self._after_failed_load(token, plan, wal)
             raise
         report = RestoreReport(wal.next_offset if recovered else plan.start_offset, recovered,
                                plan.previous_owner, 0 if recovered else plan.unarchived_at_least,
@@ -388,28 +422,72 @@ class BrokerHost:
         wal.add_durable_listener(self._on_durable)
         return hosted
 
+    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Any) -> None:
+        """Leave the topic at least as recoverable as before the failed attempt.
+
+        Releasing is a loss path: a released topic's next load (by any broker, this one
+        included) no longer recovers this broker's local WAL, so its unarchived offsets
+        would be retired and their numbers reused. Precondition for releasing, all of:
+
+        * the plan was read (so we know what the topic was), and
+        * the topic had no unsealed history: it was sealed, or never owned before; and
+        * nothing of value is local: no WAL was opened, or the one opened holds no
+          offset past the archive (``next_offset == plan.start_offset``).
+
+        A sealed topic is sealed again in the same fenced transaction that releases it,
+        so it is exactly as before the attempt. In every other case this broker keeps
+        ownership, as after a crash: its own next load recovers the WAL, and if it dies
+        another broker fails over with the loss recorded."""
+        if wal is not None:
+            nothing_local = plan is not None and wal.next_offset == plan.start_offset
+        else:  # a WAL that did not open may hold anything
+            nothing_local = not _true_if_unsure(lambda: self._local_wal_exists(token.topic))
+        fresh = plan is not None and (_is_sealed(plan) or (token.previous is None and plan.sealed is None
+                                                          and plan.descriptor_end is None))
+        if plan is None or not fresh or not nothing_local:
+            log.warning("topic %s: load failed; broker %s keeps ownership (epoch %d) so its local WAL "
+                        "stays recoverable by its next load", token.topic, self.broker_id, token.epoch)
+            return
+        ops: list[Any] = list(release_ops(token))
+        if plan.sealed is not None and plan.sealed.sealed:
+            ops.append(Put(keys.state_key(token.topic), plan.sealed.to_json()))
+        try:
+            if not self.metadata.txn(token.fencing, ops).succeeded:
+                log.warning("topic %s: load failed and ownership was already lost", token.topic)
+        except Exception as e:  # noqa: BLE001 - the original load error matters more
+            log.warning("topic %s: releasing ownership after a failed load failed (kept): %s", token.topic, e)
+
     def _on_durable(self, _durable_offset: int) -> None:
         # Runs on a WAL writer thread after each fsync: only flag the progress thread,
         # never write metadata here (that would be one etcd write per fsync).
         self._progress_wake.set()
 
-    def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal]) -> tuple[Any, bool]:
+    def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal],
+                  discard_local_wal: bool = False) -> tuple[Any, bool]:
         from wal import WriteAheadLog
 
         topic = token.topic
         if self._local_wal_exists(topic):
-            if plan.may_recover_local:
-                wal = self._recover_local(topic, plan)
-                if wal is not None:
-                    return wal, True
             previous = token.previous
-            if previous is not None and previous.holder == self.broker_id:
-                # Our own unsealed WAL that cannot be recovered: numbering restarts at the
-                # planned offset, so whatever it holds from there on is lost here and now.
-                retired.append(self._retire_local(topic, plan.start_offset, previous.epoch))
-            else:
-                log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
-                retired.append(self._retire_local(topic))
+            ours = previous is not None and previous.holder == self.broker_id
+            try:
+                if plan.may_recover_local:
+                    wal = self._recover_local(topic, plan)
+                    if wal is not None:
+                        return wal, True
+                if ours:
+                    # Our own unsealed WAL that does not join the archive: numbering restarts
+                    # at the planned offset, so whatever it holds from there on is lost here
+                    # and now (recorded exactly before the WAL moves).
+                    retired.append(self._retire_local(topic, plan.start_offset, previous.epoch))  # type: ignore[union-attr]
+                else:
+                    log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
+                    retired.append(self._retire_local(topic))
+            except LocalWalUnreadable:
+                if not discard_local_wal:
+                    raise
+                epoch = previous.epoch if ours else None  # type: ignore[union-attr]
+                retired.append(self._discard_unreadable(topic, plan, epoch))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
@@ -417,27 +495,67 @@ class BrokerHost:
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
 
+    def _open_local(self, topic: TopicName) -> Any:
+        """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
+        from wal import WriteAheadLog
+        from wal.errors import WalLocked as Locked
+
+        try:
+            return WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
+        except Locked:
+            raise  # someone else has it open: not unreadable, and nothing to decide here
+        except Exception as e:  # noqa: BLE001 - whatever the reason, the WAL is kept as it is
+            raise LocalWalUnreadable(topic, self._local_wal_path(topic), e) from e
+
     def _recover_local(self, topic: TopicName, plan: RestorePlan) -> Any | None:
         """Our own unsealed WAL, if it still joins the archive without a gap."""
-        from wal import WriteAheadLog
-
-        wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
+        wal = self._open_local(topic)
         first, tip_next = wal.first_offset, wal.next_offset
         if first <= plan.start_offset <= tip_next:
             log.info("topic %s: recovered local WAL %d..%d (archive continues at %d)",
                      topic, first, tip_next - 1, plan.start_offset)
             return wal
-        log.warning("topic %s: local WAL %d..%d does not join the archive at %d; discarding it",
+        log.warning("topic %s: local WAL %d..%d does not join the archive at %d; retiring it",
                     topic, first, tip_next - 1, plan.start_offset)
         wal.close()
         return None
+
+    def _discard_unreadable(self, topic: TopicName, plan: RestorePlan, epoch: int | None) -> RetiredWal:
+        """The operator chose to give up a WAL that does not open: record, then quarantine.
+
+        The range it held is unknown; what is known is where numbering restarts
+        (``plan.start_offset``), so the record says "from there, end unknown" (``exact:
+        false``), written before the files move so a crash in between cannot make the
+        loss silent."""
+        if epoch is None:
+            record = self._own_lost_record(topic)
+            epoch = record.epoch if record is not None else 0
+        leaf = f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}"
+        qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+        key = keys.lost_key(topic, plan.start_offset, epoch)
+        lost = keys.LostRange(plan.start_offset, None, self.broker_id, epoch, False, qpath,
+                              self.broker_id, time.time())
+        kv = self.metadata.get(key)
+        from tiered.metadata.base import absent, value_is
+
+        compare = absent(key) if kv is None else value_is(key, kv.value)
+        if not self.metadata.txn([compare], [Put(key, lost.to_json())]).succeeded:
+            raise StorageError(f"{key} changed while recording a discarded WAL; kept for a retry")
+        self._quarantine(topic, self._local_wal_path(topic), leaf)
+        QUARANTINES.labels(str(topic)).inc()
+        log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
+                  "offsets from %d on that it held are lost (range unknown, recorded at %s)",
+                  topic, qpath, plan.start_offset, key)
+        retired = RetiredWal(topic, -1, None, plan.start_offset, None, epoch, qpath)
+        self.retired.append(retired)
+        return retired
 
     def _local_wal_path(self, topic: TopicName) -> str:
         return os.path.join(self.wal_root, topic.namespace, topic.name)
 
     def _local_wal_exists(self, topic: TopicName) -> bool:
         path = self._local_wal_path(topic)
-        return self.fs.exists(path) and bool(self.fs.listdir(path))
+        return self.fs.exists(path) and any(n != LOCK_NAME for n in self.fs.listdir(path))
 
     # -- stale local WALs --------------------------------------------------------
     def retire_stale_wals(self) -> list[RetiredWal]:
@@ -456,8 +574,8 @@ class BrokerHost:
         if not self.fs.exists(self.wal_root):
             return done
         for namespace in self.fs.listdir(self.wal_root):
-            if namespace == QUARANTINE_DIR:
-                continue
+            if namespace.startswith("."):
+                continue  # the quarantine, the root's lock file: never a namespace
             try:
                 names = self.fs.listdir(os.path.join(self.wal_root, namespace))
             except (NotADirectoryError, FileNotFoundError):
@@ -489,20 +607,10 @@ class BrokerHost:
         by a crash between seal and delete), the first offset of this WAL that no
         descriptor of this broker archived.
         """
-        from wal import WriteAheadLog
-
         path = self._local_wal_path(topic)
-        try:
-            wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
-        except Exception as e:  # noqa: BLE001 - unreadable is no reason to delete: keep all of it
-            leaf = f"unreadable-{int(time.time() * 1000)}"
-            qpath = self._quarantine(topic, path, leaf)
-            QUARANTINES.labels(str(topic)).inc()
-            log.error("topic %s: stale local WAL does not open (%s: %s); quarantined whole at %s, "
-                      "its range is unknown", topic, type(e).__name__, e, qpath)
-            retired = RetiredWal(topic, -1, None, None, None, -1 if epoch is None else epoch, qpath)
-            self.retired.append(retired)
-            return retired
+        # A WAL that does not open is never moved or deleted here: its range is unknown,
+        # so nothing could record what it held (LocalWalUnreadable; the operator decides).
+        wal = self._open_local(topic)
         try:
             first, tip = wal.first_offset, _durable_tip(wal)
         finally:
@@ -763,6 +871,7 @@ class BrokerHost:
         self._progress_thread.join(self.config.close_timeout_s)
         if self.session is not None:
             self.session.stop(revoke=True)
+        self._root_lock.release()
 
     async def close_async(self, *, unload: bool = False) -> None:
         await asyncio.to_thread(self.close, unload=unload)
@@ -839,8 +948,10 @@ def _quietly(fn: Callable[[], Any]) -> None:
         log.warning("cleanup step failed: %s", e)
 
 
-def _release_quietly(metadata: MetadataStore, token: OwnerToken) -> None:
+def _true_if_unsure(fn: Callable[[], bool]) -> bool:
+    """``fn()``, or True when it fails: callers ask "is there anything?" and an error
+    must count as "maybe" (the answer that never releases or deletes)."""
     try:
-        release(metadata, token)
-    except Exception as e:  # noqa: BLE001 - the original load error matters more
-        log.warning("topic %s: releasing ownership after a failed load failed: %s", token.topic, e)
+        return fn()
+    except Exception:  # noqa: BLE001 - see docstring
+        return True

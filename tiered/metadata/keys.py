@@ -322,7 +322,10 @@ class LostRange(_Record):
     none past ``start_offset``), then rewritten by the dead owner when it comes back and
     quarantines its WAL (``exact: true``: ``end_offset`` is its durable tip, null when it
     held nothing past ``start_offset``; ``quarantine_path`` names where the WAL went).
-    ``broker_id``/``epoch`` name the owner whose WAL held the offsets.
+    A third writer is an operator discarding a WAL that does not open (``exact: false``
+    with a ``quarantine_path``: the range from ``start_offset`` on is unknown, and the
+    unreadable files are kept at that path). ``broker_id``/``epoch`` name the owner
+    whose WAL held the offsets.
     """
 
     start_offset: int
@@ -346,8 +349,6 @@ class LostRange(_Record):
             return f"end_offset {self.end_offset} < start_offset {self.start_offset} (use null for none lost)"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"
-        if self.quarantine_path is not None and not self.exact:
-            return "a quarantine_path is only known to the exact (returning owner's) report"
         return None
 
     @property
