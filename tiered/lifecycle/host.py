@@ -37,9 +37,10 @@ from typing import Any, Literal, TypeVar
 from prometheus_client import Counter, Gauge, Histogram
 
 from tiered.lifecycle.config import BrokerConfig
-from tiered.errors import StorageError
+from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Delete, MetadataStore, Put
+from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.objects.base import ObjectStore
 from tiered.lifecycle.ownership import (
     BrokerSession,
@@ -185,6 +186,8 @@ class HostedTopic:
         self._append_lock = threading.Lock()
         self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
+        # Compared on its revision: a delayed older tip never lands after a newer one.
+        self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
 
     # -- producing ---------------------------------------------------------------
     def produce(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
@@ -265,12 +268,24 @@ class HostedTopic:
             if self.state not in (TopicState.OPEN, TopicState.UNLOADING) or durable == self._progress_published:
                 return False
             record = Progress(self.token.broker_id, self.token.epoch, durable, time.time())
-            result = self.host.metadata.txn(self.token.fencing, [Put(progress_key(self.topic), record.encode())])
-            if not result.succeeded:
+            try:
+                self._progress_record.write(record.encode(), self.token.fencing, self._progress_covers(durable))
+            except RecordFenced:
                 log.error("topic %s: progress write refused, ownership lost to a newer epoch", self.topic)
                 return False
             self._progress_published = durable
             return True
+
+    def _progress_covers(self, durable: int | None) -> Callable[[bytes], bool]:
+        def covers(stored: bytes) -> bool:
+            try:
+                found = Progress.decode(self._progress_record.key, stored)
+            except MalformedRecord:
+                return False
+            return ((found.broker_id, found.epoch) == (self.token.broker_id, self.token.epoch)
+                    and (found.durable_offset if found.durable_offset is not None else -1)
+                    >= (durable if durable is not None else -1))
+        return covers
 
     def __repr__(self) -> str:
         return f"HostedTopic({self.topic}, epoch={self.token.epoch}, state={self.state.value})"
