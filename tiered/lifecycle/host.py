@@ -74,6 +74,8 @@ QUARANTINES = Counter("dnb_wal_quarantines_total",
 QUARANTINED_OFFSETS = Counter("dnb_wal_quarantined_offsets_total",
                               "Offsets held only by quarantined stale WALs (exactly the lost failover tails)",
                               ["topic"])
+FENCED_TOPICS = Counter("dnb_topics_fenced_total",
+                        "Hosted topics that learned a newer owner exists and stopped acknowledging")
 LOAD_SECONDS = Histogram("dnb_topic_load_seconds", "Time to load (restore) a topic")
 UNLOAD_SECONDS = Histogram("dnb_topic_unload_seconds", "Time to unload (seal) a topic")
 
@@ -186,6 +188,11 @@ class HostedTopic:
         self._append_lock = threading.Lock()
         self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
+        #: Set once this broker learns a newer owner exists; appends and acks refuse.
+        self._fenced: OwnershipLostError | None = None
+        session = host.session
+        #: The session lease generation under which the owner record was last seen ours.
+        self._owner_checked_generation = session.generation if session is not None else 0
         # Compared on its revision: a delayed older tip never lands after a newer one.
         self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
 
@@ -210,6 +217,8 @@ class HostedTopic:
         deadline = time.monotonic() + timeout_s
         if not await self.wal.wait_durable_async(offset, timeout_s):
             raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
+        if ack == "durable" and not self._ownership_certain():
+            await asyncio.to_thread(self._confirm_ownership, offset, deadline)
         if ack == "archived":
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
@@ -222,6 +231,8 @@ class HostedTopic:
         # The lock makes "refuse appends" a clean cut: once unload set the state no
         # append is in flight, so the flush that follows covers every offset handed out.
         with self._append_lock:
+            if self._fenced is not None:
+                raise self._fenced
             if self.state is not TopicState.OPEN:
                 raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
             return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
@@ -230,12 +241,83 @@ class HostedTopic:
         deadline = time.monotonic() + timeout_s
         if self.wal.wait_durable(offset, timeout_s) is False:
             raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
+        if ack == "durable" and not self._ownership_certain():
+            self._confirm_ownership(offset, deadline)
         if ack == "archived":
             # Ask for an upload now: an archived waiter should not sit out a whole interval.
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
             if self.uploader.wait_archived(offset, remaining_s) is False:
                 raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
+
+    # -- fencing -----------------------------------------------------------------
+    # A ``durable`` ack promises the message keeps its offset. That holds only while no
+    # other broker can own the topic: after a takeover the new owner numbers from the
+    # end of the archive and this WAL's tail becomes a recorded loss. So a durable ack
+    # is given only (a) while the session lease is certain for more than the margin
+    # (a paused or cut-off broker stops acking before its lease can lapse and anyone
+    # can take over), (b) after a lapsed lease, once the owner record was re-read and
+    # is still ours, and (c) never once this broker learned it is fenced (a fenced
+    # write was refused) unless the offset is already archived under our epoch.
+    # docs/SAFETY.md states what remains (a forced takeover of a live broker).
+
+    def fence(self, step: str) -> None:
+        """Record that a newer owner exists (``step`` names how this broker learned it):
+        appends refuse at once with OwnershipLostError, and so does every ``durable``
+        ack not yet given whose offset is not archived. Only ``abandon`` remains."""
+        if self._fenced is None:
+            self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
+            FENCED_TOPICS.inc()
+            log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
+                      self.topic, self.token.epoch, step)
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
+
+    def _ownership_certain(self) -> bool:
+        """The fast path of every durable ack: no metadata access, no lock."""
+        if self._fenced is not None:
+            return False
+        session = self.host.session
+        return session is None or (session.generation == self._owner_checked_generation
+                                   and session.remaining_s() > self.host.config.ack_margin_s)
+
+    def _confirm_ownership(self, offset: int, deadline: float) -> None:
+        """The slow path: wait (bounded) for a certain lease, re-check the owner record
+        after a lapsed one, and refuse when fenced."""
+        margin_s = self.host.config.ack_margin_s
+        while True:
+            if self._fenced is not None:
+                committed = self.uploader.committed_through
+                if committed is not None and committed >= offset:
+                    return  # archived under our epoch before the fencing: the ack is true
+                raise self._fenced
+            session = self.host.session
+            if session is None:
+                return
+            if session.remaining_s() > margin_s:
+                generation = session.generation
+                if generation == self._owner_checked_generation:
+                    return
+                self._recheck_owner(generation)
+                continue
+            if not session.wait_remaining(margin_s, max(0.0, deadline - time.monotonic())):
+                raise ProduceTimeout(self.topic, "confirm ownership",
+                                     f"offset {offset} is durable here, but this broker's session lease is not "
+                                     f"certain ({session.remaining_s():.2f}s left, margin {margin_s:.2f}s): not "
+                                     "acknowledged, since another broker may take the topic over")
+
+    def _recheck_owner(self, generation: int) -> None:
+        try:
+            kv = self.host.metadata.get(self.token.key)
+        except StorageError as e:
+            raise ProduceTimeout(self.topic, "confirm ownership",
+                                 f"re-reading the owner record after a lapsed lease failed: {e}") from e
+        if kv is None or kv.value != self.token.held_bytes:
+            self.fence("owner record changed while the session lease had lapsed")
+        else:
+            self._owner_checked_generation = generation
 
     def _timeout(self, timeout_s: float | None) -> float:
         return self.host.config.produce_timeout_s if timeout_s is None else timeout_s
@@ -271,7 +353,7 @@ class HostedTopic:
             try:
                 self._progress_record.write(record.encode(), self.token.fencing, self._progress_covers(durable))
             except RecordFenced:
-                log.error("topic %s: progress write refused, ownership lost to a newer epoch", self.topic)
+                self.fence("progress write refused")
                 return False
             self._progress_published = durable
             return True
@@ -434,6 +516,8 @@ class BrokerHost:
         self._report_restore(topic, report, token)
         LOAD_SECONDS.observe(report.load_s)
         hosted = HostedTopic(self, token, wal, uploader, subs, report)
+        uploader.on_fatal = lambda error: _fence_if_ownership(hosted, error, "uploader commit refused")
+        subs.on_fenced = lambda: hosted.fence("cursor write refused")
         wal.add_durable_listener(self._on_durable)
         return hosted
 
@@ -925,6 +1009,13 @@ class BrokerHost:
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:
+    from uploader.errors import OwnershipLost
+
+    if isinstance(error, (OwnershipLost, OwnershipLostError)):
+        hosted.fence(step)
 
 
 def _is_sealed(plan: RestorePlan) -> bool:

@@ -183,6 +183,7 @@ class Subscription:
             self._manager._write_cursor(self, cursor)
         except CursorFenced:
             self._fenced = True
+            self._manager._notify_fenced()
             raise
         except BaseException:
             with self._lock:
@@ -222,6 +223,9 @@ class SubscriptionManager:
         self.flush_interval_s = flush_interval_s
         self.bounds = TopicBounds(self.topic, metadata, wal, earliest_offset, next_offset)
         self._fencing = fencing
+        #: Called when a cursor write is refused by fencing (the owner uses it to stop
+        #: acknowledging produces at once).
+        self.on_fenced: Callable[[], None] | None = None
         self._subs: dict[str, Subscription] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -350,6 +354,13 @@ class SubscriptionManager:
         except StorageError as e:
             CURSOR_FLUSHES.labels("error").inc()
             raise CursorWriteFailed(f"writing {key!r} failed: {e}") from e
+
+    def _notify_fenced(self) -> None:
+        if self.on_fenced is not None:
+            try:
+                self.on_fenced()
+            except Exception:  # noqa: BLE001 - the fenced error itself must still surface
+                log.exception("subscriptions of %s: on_fenced listener failed", self.topic)
 
     def _wake_flusher(self) -> None:
         self._wake.set()
