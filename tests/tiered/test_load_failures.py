@@ -177,3 +177,21 @@ def test_a_failed_load_of_a_sealed_topic_leaves_it_sealed(local_cluster: Cluster
     assert local_cluster.metadata.get(keys.state_key(T)).value == state_before
     assert read_owner(local_cluster.metadata, T)[0].holder is None
     assert local_cluster.broker("C").load(TOPIC).next_offset == 5
+
+
+@pytest.mark.parametrize("kind", ["overlap", "gap"])
+def test_restore_refuses_a_broken_descriptor_chain(local_cluster: Cluster, kind: str) -> None:
+    from tiered.lifecycle.restore import BrokenChain
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 9, ack="archived")
+    assert a.unload(TOPIC) == 9
+    [d] = [keys.ObjectDescriptor.from_json(kv.key, kv.value)
+           for kv in local_cluster.metadata.range(keys.objects_prefix(T))][-1:]
+    start = d.end_offset - 2 if kind == "overlap" else d.end_offset + 5
+    bogus = keys.ObjectDescriptor(start, start + 4, d.object_id, d.size, d.etag, d.created_at, d.broker_id, d.epoch)
+    local_cluster.metadata.put(keys.descriptor_key(T, start), bogus.to_json())
+    with pytest.raises(BrokenChain) as info:
+        local_cluster.broker("B").load(TOPIC)
+    assert kind in str(info.value)
