@@ -260,6 +260,9 @@ class FaultFs:
         self._sync_gate.set()
         self.syncs_waiting = 0
         self._held_locks: set[str] = set()
+        #: While True every call that would allocate space (create, write, rename into
+        #: a new name, makedirs) fails with ENOSPC, as on a full disk; reads still work.
+        self.disk_full = False
 
     # ---- fault controls
     def hold_syncs(self) -> None:
@@ -327,9 +330,15 @@ class FaultFs:
         return _Inode(bytearray(base), base, len(base))
 
     # ---- file system operations
+    def _check_space(self, path: str) -> None:
+        if self.disk_full:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
+
     def makedirs(self, path: str) -> None:
         with self._lock:
             path = os.path.normpath(path)
+            if path not in self._dirs:
+                self._check_space(path)
             while path not in self._dirs:
                 self._dirs[path] = {}
                 self._durable_dirs[path] = {}
@@ -384,6 +393,8 @@ class FaultFs:
     def open_append(self, path: str) -> AppendFile:
         with self._lock:
             entries, name = self._split(path)
+            if name not in entries:
+                self._check_space(path)
             inode = entries.setdefault(name, _Inode())
             return _FaultAppendFile(self, inode)
 
@@ -449,6 +460,7 @@ class FaultFs:
         if closed:
             raise ValueError("write to a closed file")
         with self._lock:
+            self._check_space("<open file>")
             for chunk in chunks:
                 inode.data += chunk
             self._last_write = inode

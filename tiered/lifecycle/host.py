@@ -275,6 +275,18 @@ class HostedTopic:
     def fenced(self) -> bool:
         return self._fenced is not None
 
+    def check_ownership(self) -> bool:
+        """Re-read the owner record now; fence the topic if it is no longer ours.
+
+        Fenced writes tell the owner within one upload, cursor or progress round; an
+        embedding broker that learns of a move another way (a watch on the owner key,
+        an operator, a client redirected to it) calls this to stop acknowledging at
+        once. Returns True while the topic is still ours."""
+        kv = self.host.metadata.get(self.token.key)
+        if kv is None or kv.value != self.token.held_bytes:
+            self.fence("owner record no longer ours")
+        return self._fenced is None
+
     def _ownership_certain(self) -> bool:
         """The fast path of every durable ack: no metadata access, no lock."""
         if self._fenced is not None:

@@ -321,6 +321,7 @@ class SubscriptionManager:
             return Subscription(self, name, start, start - 1, OwnedRecord(self.metadata, key))
         kv = self.metadata.get(key)
         if kv is None:  # The compare failed on fencing, not on the cursor key.
+            self._notify_fenced()
             raise CursorFenced(name, start - 1)
         stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
         return Subscription(self, name, stored + 1, stored, OwnedRecord(self.metadata, key, kv))
