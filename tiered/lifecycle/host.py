@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -205,6 +205,21 @@ class HostedTopic:
         offset = self._append(payload, key, attributes, publish_time)
         self._wait_ack(offset, ack, self._timeout(timeout_s))
         return offset
+
+    def produce_many(self, payloads: "Iterable[bytes]", key: bytes | None = None, *, ack: Ack = "durable",
+                     timeout_s: float | None = None) -> tuple[int | None, int | None]:
+        """Append every payload, then wait once for ``ack`` of the last one (the WAL is
+        in order, so that covers them all; one fsync can cover the whole batch).
+        Returns (first offset, last offset), (None, None) for no payload. A failure
+        after some appends acknowledges none of them."""
+        _check_ack(ack)
+        first = last = None
+        for payload in payloads:
+            last = self._append(payload, key, None, None)
+            first = last if first is None else first
+        if last is not None:
+            self._wait_ack(last, ack, self._timeout(timeout_s))
+        return first, last
 
     async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
                             publish_time: int | None = None, *, ack: Ack = "durable",
