@@ -5,6 +5,8 @@ that catch ``ValueError`` for bad input keep working.
 """
 from __future__ import annotations
 
+from native.errors import OffsetOverflow  # noqa: F401 - re-exported: the WAL raises it on a full topic
+
 
 class WalError(Exception):
     """Base class of every error raised by the ``wal`` package."""

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from threading import Condition, Lock
 
 from native import AppendBuffer, scan_frames
-from native.format import FRAME_HEADER_BYTES, STOP_TORN, Record
+from native.errors import OffsetOverflow
+from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, STOP_TORN, Record
 from wal.cache import FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
@@ -51,6 +52,9 @@ class WriteAheadLog:
              metrics_registry=None) -> "WriteAheadLog":
         """Opens (recovering) or creates the WAL of ``topic`` under ``root_dir/<ns>/<topic>``."""
         name = TopicName.parse(topic)
+        if initial_offset is not None and not (
+                isinstance(initial_offset, int) and 0 <= initial_offset <= MAX_OFFSET + 1):
+            raise OffsetOverflow(f"initial_offset {initial_offset!r} is not in [0, MAX_OFFSET + 1 = {MAX_OFFSET + 1}]")
         config = config or WalConfig()
         fs = fs or RealFs()
         directory = os.path.join(root_dir, name.namespace, name.name)

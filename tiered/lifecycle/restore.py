@@ -23,6 +23,7 @@ import json
 import time
 from dataclasses import dataclass
 
+from native.format import MAX_OFFSET
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
@@ -91,8 +92,11 @@ class Progress:
         try:
             body = json.loads(raw)
             durable = body["durable_offset"]
-            return cls(str(body["broker_id"]), int(body["epoch"]),
-                       None if durable is None else int(durable), float(body["timestamp"]))
+            record = cls(str(body["broker_id"]), int(body["epoch"]),
+                         None if durable is None else int(durable), float(body["timestamp"]))
+            if record.durable_offset is not None and not -1 <= record.durable_offset <= MAX_OFFSET:
+                raise ValueError(f"durable_offset {record.durable_offset} is outside [-1, {MAX_OFFSET}]")
+            return record
         except (ValueError, KeyError, TypeError) as e:
             raise MalformedRecord(key, f"progress record: {e}") from e
 

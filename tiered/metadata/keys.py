@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from tiered.errors import MalformedRecord
+from native.format import MAX_OFFSET
 from wal.topics import TopicName
 
 OFFSET_DIGITS = 20
@@ -176,7 +177,9 @@ def objects_key_prefix(topic: TopicName | str) -> str:
 
 # -- records --------------------------------------------------------------
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """A JSON integer that a signed 64-bit store holds: offsets never pass MAX_OFFSET
+    (2**63 - 1), so a record claiming more is malformed, not a huge topic."""
+    return isinstance(v, int) and not isinstance(v, bool) and -MAX_OFFSET - 1 <= v <= MAX_OFFSET
 
 
 _CHECKS = {
