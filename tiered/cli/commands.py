@@ -28,7 +28,21 @@ class Command:
 
 
 def _topic_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", help="topic name, e.g. /default/reliable_topic")
+    p.add_argument("topic", type=_topic_name, help="topic name, e.g. /default/reliable_topic")
+
+
+def _topic_name(raw: str) -> str:
+    """The canonical ``/namespace/topic`` form only: an operator typing ``ns/t`` most
+    likely meant something else, and a typo must not create or move a topic."""
+    from wal.errors import InvalidTopicName
+    from wal.topics import TopicName
+
+    if not raw.startswith("/"):
+        raise argparse.ArgumentTypeError(f"topic name {raw!r} must start with '/' (/namespace/topic)")
+    try:
+        return str(TopicName.parse(raw))
+    except InvalidTopicName as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 # -- produce ----------------------------------------------------------------------------
@@ -265,15 +279,25 @@ def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 
 # -- argument types ---------------------------------------------------------------------
 
+#: Upper bound of count-like options: far beyond any demo or load run, and a typo such as
+#: 100000000000000000000000 fails at once instead of running for ever.
+COUNT_MAX = 10**12
+
+
 def _non_negative(raw: str) -> int:
-    value = int(raw)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{raw} is negative")
+    if value > COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"{raw} is above the limit {COUNT_MAX}")
     return value
 
 
 def _positive(raw: str) -> int:
-    value = int(raw)
+    value = _non_negative(raw)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{raw} must be > 0")
     return value
