@@ -446,18 +446,26 @@ class BrokerHost:
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
         self._topic_locks: dict[TopicName, threading.Lock] = {}
-        self._closed = threading.Event()
-        self.session: BrokerSession | None = None
-        if self.config.register_session:
-            self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s).start()
-        # Set by every hosted WAL's durable listener: the progress thread publishes soon
-        # after data becomes durable instead of on a fixed tick (see _progress_loop).
-        self._progress_wake = threading.Event()
-        if retire_stale_wals:
-            self.retire_stale_wals()
-        self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
-                                                 name=f"dnb-progress-{broker_id}")
-        self._progress_thread.start()
+        try:
+            self._closed = threading.Event()
+            self.session: BrokerSession | None = None
+            if self.config.register_session:
+                self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s).start()
+            # Set by every hosted WAL's durable listener: the progress thread publishes soon
+            # after data becomes durable instead of on a fixed tick (see _progress_loop).
+            self._progress_wake = threading.Event()
+            if retire_stale_wals:
+                self.retire_stale_wals()
+            self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
+                                                     name=f"dnb-progress-{broker_id}")
+            self._progress_thread.start()
+        except BaseException:
+            # A host that failed to start holds nothing: the next attempt must not find
+            # its own WAL root locked.
+            if self.session is not None:
+                self.session.stop(revoke=True)
+            self._root_lock.release()
+            raise
 
     # -- lookup ------------------------------------------------------------------
     def topic(self, name: TopicName | str) -> HostedTopic:
