@@ -54,7 +54,7 @@ def write_archive(objects: ObjectStore, metadata: MetadataStore | None, topic: s
         info = objects.put(key, data)
         if metadata is not None:
             d = keys.ObjectDescriptor(start, end, object_id, len(data), info.etag, time.time(), broker, epoch,
-                                      compression="zstd")
+                                      *object_format.object_digest(data), compression="zstd")
             metadata.put(keys.descriptor_key(topic, start), d.to_json())
         written.append(key)
     return written
