@@ -374,12 +374,18 @@ def check_footer_digest(tail, footer: Footer, object_name: str, footer_crc32c: i
 def check_block_digest(data, block: Block, object_name: str, block_crc32c: str) -> None:
     """Raise CorruptObject unless ``data`` (the block's stored bytes) carries the CRC32C the
     digest records for it; the codec then checks that CRC against the bytes."""
-    stored = _stored_block_crc(memoryview(data), block, object_name)
     expected = block_crc32c[8 * block.index:8 * block.index + 8]
-    if len(expected) != 8 or stored != int(expected, 16):
+    check_block_crc32c(data, block, object_name, int(expected, 16) if len(expected) == 8 else None)
+
+
+def check_block_crc32c(data, block: Block, object_name: str, expected: int | None) -> None:
+    """:func:`check_block_digest` for one block's recorded CRC32C (None: none recorded)."""
+    stored = _stored_block_crc(memoryview(data), block, object_name)
+    if expected is None or stored != expected:
+        recorded = "nothing" if expected is None else f"{expected:08x}"
         raise _corrupt(object_name, block.position,
                        f"block {block.index} CRC32C {stored:08x} differs from the recorded "
-                       f"{expected or 'nothing'} (not the object that was committed)")
+                       f"{recorded} (not the object that was committed)")
 
 
 def _stored_footer_crc(tail: memoryview, object_name: str) -> int:
