@@ -410,19 +410,20 @@ class Uploader:
         the batch at the orphan's end lets us adopt it instead of leaking it.
         """
         ends = []
+        epoch = self.epoch if self.epoch is not None else 0
         for info in self.objects.list(range_key_prefix(self.topic, start)):
             name = parse_object_key(self.topic, info.key)
-            if name is not None and name.start_offset == start and name.end_offset <= last:
+            # Only our own epoch's objects: another owner's key is never ours to adopt.
+            if name is not None and name.start_offset == start and name.end_offset <= last and name.epoch == epoch:
                 ends.append(name.end_offset)
         return max(ends) if ends else None
 
     def _store_object(self, frames: bytes, start: int, last: int) -> tuple[ObjectDescriptor, str]:
         data = objfmt.encode_object(self.topic, frames, self.config, first_offset=start)
-        candidates = [object_id_for(start, last)]
+        # Our epoch is in every key: no other owner can ever write (or overwrite) these.
         epoch = self.epoch if self.epoch is not None else 0
-        candidates.append(object_id_for(start, last, epoch))
-        candidates.append(object_id_for(start, last, epoch, secrets.token_hex(4)))
-        for how, object_id in zip(("new", "epoch", "nonce"), candidates):
+        candidates = [object_id_for(start, last, epoch), object_id_for(start, last, epoch, secrets.token_hex(4))]
+        for how, object_id in zip(("new", "nonce"), candidates):
             key = object_key(self.topic, start, object_id)
             stored = self._put_or_adopt(key, data, frames)
             if stored is not None:
