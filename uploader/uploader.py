@@ -93,6 +93,9 @@ class Uploader:
         self._listening = False
         self._drain_target: int | None = None
         self._drain_progress: Callable[[int | None, int], None] | None = None
+        #: Called (once, from the failing thread) with the fatal error, e.g. OwnershipLost:
+        #: the host uses it to stop acknowledging the moment a fenced commit tells it.
+        self.on_fatal: Callable[[BaseException], None] | None = None
 
     # -- public state ---------------------------------------------------------------
     @property
@@ -577,6 +580,11 @@ class Uploader:
         self._stopping.set()
         self._wake.set()
         self._waiters.fail(error)
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(error)
+            except Exception:  # noqa: BLE001 - a listener must not hide the uploader's own error
+                log.exception("topic %s: on_fatal listener failed", self.topic)
 
     def _raise_stopped_if_fatal(self) -> None:
         if self._fatal is not None:

@@ -121,7 +121,7 @@ def test_local_wal_that_does_not_join_the_archive(tmp_path):
         m.delete(keys.descriptor_key(TOPIC, 0))  # but its object becomes garbage
     # A WAL starting past the archive's end + 1 is a hole nobody can serve.
     wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
-    first = sorted(os.listdir(wal_dir))[0]
+    first = sorted(n for n in os.listdir(wal_dir) if not n.startswith("."))[0]
     assert first.endswith(".seg")
     from tiered.verify import VerifyReport, _check_local_wal
 

@@ -129,12 +129,16 @@ def _restore_args(p: argparse.ArgumentParser) -> None:
     _topic_arg(p)
     p.add_argument("--takeover", action="store_true",
                    help="take the topic from a broker that died without sealing (failover)")
+    p.add_argument("--discard-local-wal", action="store_true",
+                   help="this broker's local WAL of the topic does not open: quarantine it, record the "
+                        "offsets it may have held as lost, and continue after the archive")
 
 
 def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     from tiered.cli import ops
 
-    out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover)})
+    out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover,
+                                         discard_local_wal=args.discard_local_wal)})
 
 
 # -- inspect ----------------------------------------------------------------------------

@@ -74,10 +74,11 @@ def refuse_if_held_elsewhere(host: Any, topic: TopicName, action: str) -> None:
             EXIT_REFUSED)
 
 
-def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False) -> Any:
+def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False,
+              discard_local_wal: bool = False) -> Any:
     if not takeover:
         refuse_if_held_elsewhere(host, topic, action)
-    return host.load(topic)
+    return host.load(topic, discard_local_wal=discard_local_wal)
 
 
 # -- produce / upload -------------------------------------------------------------------
@@ -99,28 +100,10 @@ def produce(settings: Settings, topic: str, payloads: Iterable[bytes], key: byte
     name = TopicName.parse(topic)
     with hosting(settings) as host:
         hosted = load_here(host, name, "produce to")
-        first = last = None
-        for payload in payloads:
-            # One CLI process is the only writer and never unloads mid-produce, so it may
-            # append straight to the hosted WAL and wait once for the last offset: the WAL
-            # group-commits, and one fsync covers the whole batch (per-message produce()
-            # would wait for an fsync per line).
-            last = hosted.wal.append(payload, key=key)
-            first = last if first is None else first
-        if last is not None:
-            _wait_ack(hosted, last, ack)
-        return first, last
-
-
-def _wait_ack(hosted: Any, offset: int, ack: str) -> None:
-    from tiered.lifecycle import ProduceTimeout
-
-    if hosted.wal.wait_durable(offset, CLI_STEP_TIMEOUT_S) is False:
-        raise ProduceTimeout(hosted.topic, "wait durable", f"offset {offset} not fsynced in {CLI_STEP_TIMEOUT_S}s")
-    if ack == "archived":
-        hosted.uploader.request_upload()
-        if hosted.uploader.wait_archived(offset, CLI_STEP_TIMEOUT_S) is False:
-            raise ProduceTimeout(hosted.topic, "wait archived", f"offset {offset} not archived in time")
+        # One wait for the last offset: the WAL group-commits, so one fsync covers the
+        # batch (per-message produce() would wait for an fsync per line). The hosted
+        # topic's own path, so a fenced or lease-uncertain owner acknowledges nothing.
+        return hosted.produce_many(payloads, key, ack=ack, timeout_s=CLI_STEP_TIMEOUT_S)
 
 
 def upload(settings: Settings, topic: str) -> int | None:
@@ -226,11 +209,11 @@ def seal(settings: Settings, topic: str) -> int | None:
         return host.unload(name)
 
 
-def restore(settings: Settings, topic: str, takeover: bool = False) -> int:
+def restore(settings: Settings, topic: str, takeover: bool = False, discard_local_wal: bool = False) -> int:
     """Load on this broker (from the sealed state, or recover our own WAL); next offset."""
     name = TopicName.parse(topic)
     with hosting(settings) as host:
-        hosted = load_here(host, name, "restore", takeover=takeover)
+        hosted = load_here(host, name, "restore", takeover=takeover, discard_local_wal=discard_local_wal)
         report = hosted.report
         if report.unarchived_at_least:
             print(f"dnb: warning: failover: at least {report.unarchived_at_least} offset(s) of broker "

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from tiered.errors import MalformedRecord
+from native.format import MAX_OFFSET
 from wal.topics import TopicName
 
 OFFSET_DIGITS = 20
@@ -178,7 +179,9 @@ def objects_key_prefix(topic: TopicName | str) -> str:
 
 # -- records --------------------------------------------------------------
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """A JSON integer that a signed 64-bit store holds: offsets never pass MAX_OFFSET
+    (2**63 - 1), so a record claiming more is malformed, not a huge topic."""
+    return isinstance(v, int) and not isinstance(v, bool) and -MAX_OFFSET - 1 <= v <= MAX_OFFSET
 
 
 _CHECKS = {
@@ -337,7 +340,10 @@ class LostRange(_Record):
     none past ``start_offset``), then rewritten by the dead owner when it comes back and
     quarantines its WAL (``exact: true``: ``end_offset`` is its durable tip, null when it
     held nothing past ``start_offset``; ``quarantine_path`` names where the WAL went).
-    ``broker_id``/``epoch`` name the owner whose WAL held the offsets.
+    A third writer is an operator discarding a WAL that does not open (``exact: false``
+    with a ``quarantine_path``: the range from ``start_offset`` on is unknown, and the
+    unreadable files are kept at that path). ``broker_id``/``epoch`` name the owner
+    whose WAL held the offsets.
     """
 
     start_offset: int
@@ -361,8 +367,6 @@ class LostRange(_Record):
             return f"end_offset {self.end_offset} < start_offset {self.start_offset} (use null for none lost)"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"
-        if self.quarantine_path is not None and not self.exact:
-            return "a quarantine_path is only known to the exact (returning owner's) report"
         return None
 
     @property
