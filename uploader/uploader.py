@@ -413,61 +413,75 @@ class Uploader:
         the batch at the orphan's end lets us adopt it instead of leaking it.
         """
         ends = []
+        epoch = self.epoch if self.epoch is not None else 0
         for info in self.objects.list(range_key_prefix(self.topic, start)):
             name = parse_object_key(self.topic, info.key)
-            if name is not None and name.start_offset == start and name.end_offset <= last:
+            # Only our own epoch's objects: another owner's key is never ours to adopt.
+            if name is not None and name.start_offset == start and name.end_offset <= last and name.epoch == epoch:
                 ends.append(name.end_offset)
         return max(ends) if ends else None
 
     def _store_object(self, frames: bytes, start: int, last: int) -> tuple[ObjectDescriptor, str]:
         data = objfmt.encode_object(self.topic, frames, self.config, first_offset=start)
-        candidates = [object_id_for(start, last)]
+        # Our epoch is in every key: no other owner can ever write (or overwrite) these.
         epoch = self.epoch if self.epoch is not None else 0
-        candidates.append(object_id_for(start, last, epoch))
-        candidates.append(object_id_for(start, last, epoch, secrets.token_hex(4)))
-        for how, object_id in zip(("new", "epoch", "nonce"), candidates):
+        candidates = [object_id_for(start, last, epoch), object_id_for(start, last, epoch, secrets.token_hex(4))]
+        for how, object_id in zip(("new", "nonce"), candidates):
             key = object_key(self.topic, start, object_id)
             stored = self._put_or_adopt(key, data, frames)
             if stored is not None:
-                info, adopted = stored
-                return self._descriptor(start, last, object_id, info), "adopted" if adopted else how
+                info, stored_data = stored
+                descriptor = self._descriptor(start, last, object_id, info, stored_data)
+                return descriptor, "adopted" if stored_data is not data else how
             log.warning("topic %s: %s holds different frames (an earlier owner's orphan); "
                         "not overwriting it", self.topic, key)
         raise UploadError(f"topic {self.topic}: no free object name for {start}-{last}")
 
-    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> tuple[ObjectInfo, bool] | None:
-        """(stored object's info, adopted?), or None if the key holds something else."""
+    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> tuple[ObjectInfo, bytes] | None:
+        """(stored object's info, its bytes), or None if the key holds something else.
+
+        The bytes are ``data`` itself for a new object, the existing object's when adopted.
+        """
         self._hook("before_put")
-        adopted = False
+        stored = data
         try:
             info = self.objects.put(key, data, if_absent=True)
         except PreconditionFailed:
-            if not self._holds_frames(key, data, frames):
+            existing = self._existing_with_frames(key, data, frames)
+            if existing is None:
                 return None
             log.info("topic %s: adopting existing object %s", self.topic, key)
-            info, adopted = self.objects.head(key), True
+            info, stored = self.objects.head(key), existing
+            if info.size != len(existing):
+                return None  # replaced between our GET and HEAD: not the object we checked
         except StorageError:
             self._count_failure("put")
             raise
         self._hook("after_put")
         self.metrics.object_bytes.observe(info.size)
-        return info, adopted
+        return info, stored
 
-    def _holds_frames(self, key: str, data: bytes, frames: bytes) -> bool:
+    def _existing_with_frames(self, key: str, data: bytes, frames: bytes) -> bytes | None:
+        """The existing object's bytes when it holds exactly ``frames``, else None."""
         existing = self.objects.get(key)
         if existing == data:
-            return True
+            return existing
         try:
-            return objfmt.object_frames(existing, key) == frames
+            return existing if objfmt.object_frames(existing, key) == frames else None
         except native.CodecError:
             log.warning("topic %s: existing object %s is corrupt; leaving it", self.topic, key)
-            return False
+            return None
 
-    def _descriptor(self, start: int, last: int, object_id: str, info: ObjectInfo) -> ObjectDescriptor:
+    def _descriptor(self, start: int, last: int, object_id: str, info: ObjectInfo,
+                    stored: bytes) -> ObjectDescriptor:
+        # Size and digest come from the bytes we wrote (or checked), not from the store's
+        # answer: they are what every reader will hold the object to.
+        digest = objfmt.object_digest(stored, object_id)
         return ObjectDescriptor(
-            start_offset=start, end_offset=last, object_id=object_id, size=info.size,
+            start_offset=start, end_offset=last, object_id=object_id, size=len(stored),
             etag=info.etag, created_at=time.time(), broker_id=str(self.broker_id),
             epoch=self.epoch if self.epoch is not None else 0,
+            footer_crc32c=digest.footer_crc32c, block_crc32c=digest.block_crc32c,
             compression=self.config.compression,
         )  # fmt: skip
 

@@ -62,7 +62,8 @@ def test_overlap(archived):
     with _meta(archived) as m:
         middle = list_descriptors(m, TOPIC)[1]
         bogus = keys.ObjectDescriptor(7, 12, "data-7-12", middle.size, middle.etag, middle.created_at,
-                                      middle.broker_id, middle.epoch)
+                                      middle.broker_id, middle.epoch, middle.footer_crc32c,
+                                      middle.block_crc32c)
         m.put(keys.descriptor_key(TOPIC, 7), bogus.to_json())
     assert {"overlap", "missing_object"} <= _kinds(_verify(archived))
 

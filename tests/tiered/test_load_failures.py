@@ -190,7 +190,8 @@ def test_restore_refuses_a_broken_descriptor_chain(local_cluster: Cluster, kind:
     [d] = [keys.ObjectDescriptor.from_json(kv.key, kv.value)
            for kv in local_cluster.metadata.range(keys.objects_prefix(T))][-1:]
     start = d.end_offset - 2 if kind == "overlap" else d.end_offset + 5
-    bogus = keys.ObjectDescriptor(start, start + 4, d.object_id, d.size, d.etag, d.created_at, d.broker_id, d.epoch)
+    bogus = keys.ObjectDescriptor(start, start + 4, d.object_id, d.size, d.etag, d.created_at, d.broker_id, d.epoch,
+                                  d.footer_crc32c, d.block_crc32c)
     local_cluster.metadata.put(keys.descriptor_key(T, start), bogus.to_json())
     with pytest.raises(BrokenChain) as info:
         local_cluster.broker("B").load(TOPIC)

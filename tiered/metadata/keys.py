@@ -43,7 +43,9 @@ from wal.topics import TopicName
 
 OFFSET_DIGITS = 20
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Long enough for ``data-<start>-<end>-e<epoch>-<nonce>`` with 20-digit numbers.
+_OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_BLOCK_CRCS_RE = re.compile(r"(?:[0-9a-f]{8})+")
 
 R = TypeVar("R", bound="_Record")
 
@@ -158,7 +160,7 @@ def object_key(topic: TopicName | str, start_offset: int, object_id: str) -> str
     """
     t = _topic(topic)
     if not isinstance(object_id, str) or not _OBJECT_ID_RE.fullmatch(object_id):
-        raise ValueError(f"object id {object_id!r} must be 1-64 characters of [A-Za-z0-9_-]")
+        raise ValueError(f"object id {object_id!r} must be 1-100 characters of [A-Za-z0-9_-]")
     if object_id.startswith("data-") and not object_id.startswith(f"data-{_offset_int(start_offset)}-"):
         raise ValueError(f"object id {object_id!r} does not start at offset {start_offset}")
     return f"{t.namespace}/{t.name}/{object_id}.dnb1"
@@ -233,7 +235,13 @@ class _Record:
 
 @dataclass(frozen=True, slots=True)
 class ObjectDescriptor(_Record):
-    """One archived object: offsets ``start_offset..end_offset`` (inclusive)."""
+    """One archived object: offsets ``start_offset..end_offset`` (inclusive).
+
+    ``size`` is the object's exact length and ``footer_crc32c`` / ``block_crc32c`` its
+    content digest (``native.object_format.object_digest``): readers serve nothing from an
+    object that does not match them. Both digest fields are required: a descriptor without
+    them cannot be checked, so it is malformed rather than trusted.
+    """
 
     start_offset: int
     end_offset: int
@@ -243,12 +251,15 @@ class ObjectDescriptor(_Record):
     created_at: float
     broker_id: str
     epoch: int
+    footer_crc32c: int
+    block_crc32c: str
     format: str = "dnb1"
     compression: str | None = None
 
     _TYPES: ClassVar[dict[str, str]] = {
         "start_offset": "int", "end_offset": "int", "object_id": "str", "size": "int", "etag": "str",
-        "created_at": "number", "broker_id": "str", "epoch": "int", "format": "str", "compression": "str|None",
+        "created_at": "number", "broker_id": "str", "epoch": "int", "footer_crc32c": "int",
+        "block_crc32c": "str", "format": "str", "compression": "str|None",
     }  # fmt: skip
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"format", "compression"})
 
@@ -260,9 +271,13 @@ class ObjectDescriptor(_Record):
         if self.size <= 0:
             return f"size {self.size} is not positive"
         if not _OBJECT_ID_RE.fullmatch(self.object_id):
-            return f"object_id {self.object_id!r} is not 1-64 of [A-Za-z0-9_-]"
+            return f"object_id {self.object_id!r} is not 1-100 of [A-Za-z0-9_-]"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"
+        if not 0 <= self.footer_crc32c < 1 << 32:
+            return f"footer_crc32c {self.footer_crc32c} is not a 32-bit CRC"
+        if not _BLOCK_CRCS_RE.fullmatch(self.block_crc32c):
+            return "block_crc32c is not 8 lowercase hex digits per block"
         return None
 
     def check_key(self, key: str) -> "ObjectDescriptor":
