@@ -53,7 +53,7 @@ def test_schedule_is_a_pure_function_of_the_seed():
     kinds = {step.kind for seed in range(200) for step in make_schedule(seed)}
     assert kinds >= {"produce", "produce_nowait", "upload", "consume", "move", "restart", "power_loss",
                      "takeover", "uploader_crash", "s3_fault", "etcd_fault", "failed_load", "disk_full_load",
-                     "second_opener", "stale_owner", "delayed_write"}
+                     "second_opener", "stale_owner", "delayed_write", "impostor"}
 
 
 # -- the checker catches real bugs ------------------------------------------------------
@@ -210,3 +210,12 @@ def test_catches_a_second_opener_let_in(monkeypatch):
     monkeypatch.setattr(FaultFs, "lock", no_lock)
     summary = _first_failure()
     assert summary["failure"]["violation"].split(":")[0] in ("one-writer", "unexpected-error")
+
+
+def test_catches_a_reader_that_does_not_check_objects_against_descriptors(monkeypatch):
+    from native import object_format
+
+    monkeypatch.setattr(object_format, "check_footer_digest", lambda *args, **kwargs: None)
+    monkeypatch.setattr(object_format, "check_block_digest", lambda *args, **kwargs: None)
+    summary = _first_failure(range(0, 80))
+    assert summary["failure"]["violation"].startswith("object-pinned")

@@ -31,6 +31,9 @@ Invariants (the names a failure reports):
   upload or cursor write) acknowledges nothing more.
 * ``cursor-monotonic``: a delayed older cursor write applied late never moves the
   stored cursor back.
+* ``object-pinned``: an archived object replaced after its commit (another history, a
+  stale owner on a store that ignores conditional puts) is never served: readers raise
+  CorruptArchive and verify reports it.
 * ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
 """
 from __future__ import annotations
@@ -348,6 +351,12 @@ class Scenario:
         old_hosted = self.hosted()
         self.step_takeover(Step("takeover", {"to": step.args["to"]}), index, keep_dead_running=True)
         how = step.args["learns_by"]
+        if step.args.get("store_ignores_if_none_match"):
+            # The new owner archives first; then the stale owner uploads its own tail for
+            # the same offsets through a store that lets every put overwrite.
+            self.step_produce(Step("produce", {"count": 2, "ack": "archived"}), index)
+            self.cluster.objects.ignore_conditional_put = True
+            how = "upload"
         try:
             if how == "progress":
                 old_hosted.publish_progress()
@@ -357,6 +366,8 @@ class Scenario:
                 old_hosted.subscriptions.subscribe("stale-probe", "earliest")
         except Exception as e:  # noqa: BLE001 - the refusal is how it learns
             self.note(f"step {index}: old owner b{old} learned by {how}: {type(e).__name__}")
+        finally:
+            self.cluster.objects.ignore_conditional_put = False
         if not old_hosted.fenced:
             # Nothing was there to write (no new tip, nothing to upload): no write could be
             # refused, so the old owner asks directly, as an embedding broker would.
@@ -402,6 +413,37 @@ class Scenario:
               f"subscription {name} acknowledged the messages at offsets {again} a second time")
         sub_model.acked_payloads.update(m.payload for m in got)
         sub_model.next_expected = got[-1].offset + 1
+
+    def step_impostor(self, step: Step, index: int) -> None:
+        """Replace one committed object with other bytes of the same size; nothing may
+        serve them, and verify must say so. Then put the real object back."""
+        from tiered.metadata import keys
+        from tiered.read.cloud import CloudReader
+        from tiered.read.errors import CorruptArchive
+        from tiered.verify import verify_topic
+        from uploader import list_descriptors
+
+        descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
+        if not descriptors:
+            return
+        d = descriptors[int(step.args["which"] * len(descriptors))]
+        key = keys.object_key(TOPIC, d.start_offset, d.object_id)
+        real = self.cluster.inner_objects.get(key)
+        self.cluster.inner_objects.put(key, _other_history(real, key, self.cluster.config.uploader))
+        try:
+            try:
+                with CloudReader(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects,
+                                 d.start_offset, d.end_offset) as reader:
+                    served = [(m.offset, m.payload) for m in reader]
+            except CorruptArchive:
+                pass
+            else:
+                raise Violation("object-pinned", f"object {key} was replaced, yet a read served {len(served)} "
+                                                 "messages from it")
+            report = verify_topic(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects)
+            check(not report.ok, "object-pinned", f"verify says ok with {key} replaced")
+        finally:
+            self.cluster.inner_objects.put(key, real)
 
     def check_cursors_clamped(self, hosted: Any, start: int, before: dict[str, int]) -> None:
         from tiered.metadata import keys
@@ -580,6 +622,21 @@ class Scenario:
         report = verify_topic(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects,
                               wal_dir=self.cluster.local_wal_dir(self.owner))
         check(report.ok, "verify-ok", "; ".join(p["message"] for p in report.problems))
+
+
+def _other_history(real: bytes, key: str, config: Any) -> bytes:
+    """A valid object of the same topic, offsets, publish times and sizes as ``real``,
+    but other payload bytes: what a stale owner's upload of the same range looks like.
+    Only the descriptor's digest tells the two apart (format CRCs all hold)."""
+    import native
+    from native import object_format
+
+    records = object_format.read_records(real, key)
+    batch = [(r.publish_time, r.key, r.attributes, bytes(b ^ 0x20 for b in r.payload)) for r in records]
+    first = records[0].offset
+    level = config.zstd_level if config.compression == "zstd" else 0
+    return object_format.write_object(native.encode_batch(first, batch), topic=str(TOPIC),
+                                      block_bytes=config.block_bytes, zstd_level=level)
 
 
 def _raising(error: BaseException) -> Any:

@@ -29,6 +29,7 @@ STEP_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("second_opener", 3),   # a second host / WAL opener on the owner's directory is refused
     ("stale_owner", 4),     # another broker takes over while the owner still runs: it must stop acking
     ("delayed_write", 3),   # a cursor write times out and is applied later, after a newer one
+    ("impostor", 3),        # a committed object is replaced behind the archive's back; readers refuse it
 )
 LOAD_FAILURE_STEPS = ("open WAL", "mark topic open", "clamp subscription cursors", "start uploader",
                       "open subscriptions")
@@ -85,7 +86,10 @@ def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
     if kind == "disk_full_load":
         return {"attempts": rng.randint(1, 2)}
     if kind == "stale_owner":
-        return {"to": rng.randrange(brokers), "learns_by": rng.choice(("progress", "upload", "cursor"))}
+        return {"to": rng.randrange(brokers), "learns_by": rng.choice(("progress", "upload", "cursor")),
+                "store_ignores_if_none_match": rng.random() < 0.5}
+    if kind == "impostor":
+        return {"which": rng.random(), "byte": rng.random()}
     if kind == "delayed_write":
         return {"subscription": rng.choice(SUBSCRIPTIONS), "max": rng.randint(2, 12)}
     if kind == "sigkill":

@@ -18,12 +18,16 @@ class FaultyObjectStore(ObjectStore):
     def __init__(self, inner: ObjectStore, plan: FaultPlan | None = None) -> None:
         self.inner = inner
         self.faults = plan or FaultPlan()
+        #: While True every put overwrites, as on a server that ignores If-None-Match
+        #: (older MinIO and Ceph, some proxies): safety must not depend on it.
+        self.ignore_conditional_put = False
 
     @property
     def capabilities(self):  # the inner store's, as it knows them now (S3 probes its server)
         return self.inner.capabilities
 
     def put(self, key: str, data: Data, if_absent: bool = False) -> ObjectInfo:
+        if_absent = if_absent and not self.ignore_conditional_put
         fault = self.faults.next_fault("put")
         if fault is None:
             return self.inner.put(key, data, if_absent)
