@@ -285,8 +285,35 @@ def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
         from tiered.spark.query import run_query
     except ImportError as e:
         raise CliError(f"query needs the Spark extra: pip install 'dnb-storage[spark]' ({e})") from e
-    result = run_query(str(name), sql, settings.metadata_url, settings.objects_url)
+    try:
+        result = run_query(str(name), sql, settings.metadata_url, settings.objects_url)
+    except Exception as e:  # noqa: BLE001 - narrowed below: only Spark's wrappers are rewritten
+        if not type(e).__module__.startswith(("pyspark", "py4j")):
+            raise
+        raise _spark_failure(e) from e
     return _query_json(result)
+
+
+#: Names of the data errors a Spark task may raise (they arrive as text inside Spark's
+#: exception, with the Python worker's whole traceback around them).
+_SPARK_DATA_ERRORS = ("CorruptObject", "CorruptArchive", "ArchiveInconsistent", "DataGap", "CodecError",
+                      "MalformedRecord")
+
+
+def _spark_failure(error: BaseException) -> CliError:
+    """One line for the operator instead of a JVM/worker traceback (``--debug`` shows it):
+    the innermost ``module.Error: message`` line, and exit 5 when it is a data error."""
+    import re
+
+    from tiered.cli.output import EXIT_DATA, EXIT_INTERNAL
+
+    text = str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = next((line for line in reversed(lines)
+                  if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Corrupt\w*|Inconsistent|Gap|Record)\b: ", line)),
+                 lines[0] if lines else type(error).__name__)
+    is_data = any(name in text for name in _SPARK_DATA_ERRORS)
+    return CliError(f"query failed: {cause[:500]}", EXIT_DATA if is_data else EXIT_INTERNAL)
 
 
 def _query_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
