@@ -150,3 +150,23 @@ def test_async_produce_refuses_too(local_cluster: Cluster) -> None:
             await topic_a.produce_async(b"z")
 
     asyncio.run(main())
+
+
+def test_a_second_live_process_with_the_same_broker_id_is_refused(tmp_path) -> None:
+    """Both would pass acquire's "restart by the same broker" rule and number one topic
+    twice; the registration is create-if-absent, so the second one is refused."""
+    from tiered.lifecycle.ownership import BrokerIdInUse
+
+    inner, objects = local_stores(str(tmp_path))
+    config = replace(FAST_BROKER, session_ttl_s=1.0)
+    first = BrokerHost("A", str(tmp_path / "disk-1"), inner, objects, config)
+    try:
+        with pytest.raises(BrokerIdInUse):
+            BrokerHost("A", str(tmp_path / "disk-2"), inner, objects, config)
+        # The refused start left its own WAL root usable (nothing locked, nothing held).
+        first.session.stop(revoke=False)  # the first process "crashes": its lease lapses
+        second = BrokerHost("A", str(tmp_path / "disk-2"), inner, objects, config)
+        second.close()
+    finally:
+        first.close()
+        inner.close()

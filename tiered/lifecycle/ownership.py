@@ -100,6 +100,22 @@ class OwnershipLostError(OwnershipError):
         self.step = step
 
 
+class BrokerIdInUse(OwnershipError):
+    """Another live process is registered under this broker id."""
+
+    def __init__(self, broker_id: str) -> None:
+        super().__init__(f"broker id {broker_id!r} is registered by another live process (its lease kept "
+                         "being refreshed); two processes with one id would number the same topics twice")
+        self.broker_id = broker_id
+
+
+def _revoke_quietly(metadata: MetadataStore, lease_id: int) -> None:
+    try:
+        metadata.revoke_lease(lease_id)
+    except StorageError as e:
+        log.warning("revoking unused lease %x failed (it will expire): %s", lease_id, e)
+
+
 # -- records -----------------------------------------------------------------------
 
 
@@ -287,10 +303,23 @@ class BrokerSession:
         return self
 
     def _register(self) -> None:
+        """Grant a lease and create the registration under it, if nobody else holds it.
+
+        Two live processes with one broker id would both pass the "restart by the same
+        broker" rule of :func:`acquire` and number the same topic twice. A registration
+        left by a crashed incarnation of this broker lapses within one TTL, so a
+        conflicting one is waited out for up to 1.5 TTL; one that stays is another live
+        process: :class:`BrokerIdInUse`."""
         sent = time.monotonic()
         lease = self.metadata.grant_lease(self.ttl_s)
         body = json.dumps({"broker_id": self.broker_id, "started_at": time.time()}).encode()
-        self.metadata.put(registered_key(self.broker_id), body, lease_id=lease.id)
+        key = registered_key(self.broker_id)
+        deadline = time.monotonic() + 1.5 * self.ttl_s
+        while not self.metadata.txn([absent(key)], [Put(key, body, lease.id)]).succeeded:
+            if time.monotonic() >= deadline:
+                _revoke_quietly(self.metadata, lease.id)
+                raise BrokerIdInUse(self.broker_id)
+            time.sleep(min(0.1, self.ttl_s / 10))
         with self._changed:
             self.lease_id = lease.id
             self.generation += 1
