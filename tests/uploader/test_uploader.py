@@ -403,3 +403,43 @@ def test_stale_uploader_never_adopts_the_new_owners_chain_as_its_own(env):
     assert up_a.committed_through == 19
     with pytest.raises(UploaderStopped):
         up_a.wait_archived(22, timeout_s=0.1)
+
+
+def test_a_pass_stops_at_the_durable_tip_it_started_with(local_env):
+    """A pass that chased a tip moving under it cut one small object per fsync while
+    producers were active; what becomes durable during a pass waits for the next one."""
+    wal = MemWal()
+    wal.append_n(10)
+    grown = []
+
+    def producer_keeps_going(data: bytes) -> bytes:
+        if len(grown) < 5:  # each read of the pass sees 10 more durable messages
+            grown.append(1)
+            wal.append_n(10)
+        return data
+
+    wal.read_hook = producer_keeps_going
+    up = local_env.uploader(wal)
+    assert up.upload_once() == 9
+    assert [(d.start_offset, d.end_offset) for d in list_descriptors(local_env.metadata, local_env.topic)] == [(0, 9)]
+    wal.read_hook = None
+    assert up.upload_once() == wal.next_offset - 1  # the next pass takes the rest in one object
+    assert len(list_descriptors(local_env.metadata, local_env.topic)) == 2
+    assert_archive(local_env, wal.frames, 0, wal.next_offset - 1)
+
+
+def test_a_drain_still_reaches_the_tip_across_passes(local_env):
+    wal = MemWal()
+    wal.append_n(10)
+    calls = []
+
+    def producer_keeps_going(data: bytes) -> bytes:
+        if len(calls) < 3:
+            calls.append(1)
+            wal.append_n(5)
+        return data
+
+    wal.read_hook = producer_keeps_going
+    up = local_env.uploader(wal)
+    tip = wal.next_offset - 1
+    assert up.drain(timeout_s=10) >= tip
