@@ -371,6 +371,10 @@ class Uploader:
             raise ArchiveGap(str(self.topic), start, first_offset)
         self._hook("read")
         frames, last = self._read_frames(start, durable)
+        if last > durable:
+            # The WAL hands out whole chunks up to its own durable tip; a pass bounded
+            # below that tip (see _pass) cuts the batch at its bound.
+            frames, last = self._trim(frames, start, durable), durable
         end_cut = self._adoptable_end(start, last)
         self._check_frames(frames, start, last, durable)
         if end_cut is not None and end_cut < last:

@@ -443,3 +443,22 @@ def test_a_drain_still_reaches_the_tip_across_passes(local_env):
     up = local_env.uploader(wal)
     tip = wal.next_offset - 1
     assert up.drain(timeout_s=10) >= tip
+
+
+def test_a_bounded_pass_cuts_a_read_that_returns_more_than_its_bound(local_env):
+    """The WAL returns whole chunks up to its own durable tip, which may have moved past
+    the pass's bound while the pass ran: the object must end exactly at the bound."""
+    wal = MemWal()
+    wal.append_n(10)
+    up = local_env.uploader(wal)
+    real_read = wal.read_frames
+
+    def read_after_more_became_durable(position, size):
+        if wal.next_offset == 10:
+            wal.append_n(5)  # durable now, but after the pass took its bound
+        return real_read(position, size)
+
+    wal.read_frames = read_after_more_became_durable
+    assert up.upload_once() == 9
+    assert up.upload_once() == 14
+    assert_archive(local_env, wal.frames, 0, 14)
