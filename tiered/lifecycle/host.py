@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -186,6 +187,7 @@ class HostedTopic:
         self.state = TopicState.OPEN
         self.last_committed_offset: int | None = None
         self._append_lock = threading.Lock()
+        self._readers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
@@ -283,6 +285,8 @@ class HostedTopic:
         if self._fenced is None:
             self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
             FENCED_TOPICS.inc()
+            # What this WAL holds past the archive is not the topic's history any more.
+            self._move_readers_away()
             log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
                       self.topic, self.token.epoch, step)
 
@@ -355,8 +359,19 @@ class HostedTopic:
         :func:`tiered.read.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
         from tiered.read.reader import create_reader
 
-        return create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
-                             live=live, **options)
+        reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
+                               live=live, **options)
+        self._readers.add(reader)
+        if self.state is not TopicState.OPEN:
+            reader.move_away()  # created while the topic is leaving: nothing more is served
+        return reader
+
+    def _move_readers_away(self) -> None:
+        """Every reader of this topic ends with TopicMoved (carrying its next offset) now:
+        once appends are refused the topic is leaving this broker, and acks of what a
+        reader would still serve could no longer be written here."""
+        for reader in list(self._readers):
+            reader.move_away()
 
     def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
         return self.subscriptions.subscribe(name, initial)
@@ -916,6 +931,7 @@ class BrokerHost:
         topic, cfg = hosted.topic, self.config
         with hosted._append_lock:
             hosted.state = TopicState.UNLOADING
+        hosted._move_readers_away()
         _step(topic, "flush WAL", UnloadError, lambda: _flush_wal(hosted.wal, cfg.flush_timeout_s))
         _step(topic, "flush subscription cursors", UnloadError, hosted.subscriptions.flush_all)
         # The drain can take long; if this broker dies in it, the next owner reports
@@ -984,6 +1000,7 @@ class BrokerHost:
             hosted = self.topic(topic)
             with hosted._append_lock:
                 hosted.state = TopicState.CLOSED
+            hosted._move_readers_away()
             _quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
             _quietly(lambda: hosted.subscriptions.close(flush=False))
             _quietly(hosted.wal.close)
