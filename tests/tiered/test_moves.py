@@ -342,7 +342,7 @@ def test_stale_local_wal_is_discarded_when_the_topic_moved_on(local_cluster: Clu
     a, b = local_cluster.broker("A"), local_cluster.broker("B")
     hosted = a.load(TOPIC)
     produce_range(hosted, 0, 4, ack="archived")
-    a.close()  # A "dies": topics abandoned, lease revoked, its WAL root unlocked
+    a.close(unload=False)  # A "dies": topics abandoned, lease revoked, its WAL root unlocked
     topic_b = b.load(TOPIC)
     produce_range(topic_b, 5, 9)
     assert b.unload(TOPIC) == 9

@@ -19,6 +19,9 @@ class BrokerConfig:
     # Liveness lease: other brokers take this broker's topics over only after it lapses.
     session_ttl_s: float = 10.0
     register_session: bool = True
+    # Where clients reach this broker (e.g. http://10.0.0.7:8080), advertised in its
+    # registration so lookup(topic) can redirect to the owner. None: not advertised.
+    advertised_address: str | None = None
     # ``durable`` acks need more than this much of the session lease to be certain
     # (None: a third of session_ttl_s, i.e. two missed refreshes). A broker paused or cut
     # off stops acknowledging this long before its lease can lapse and its topics move.

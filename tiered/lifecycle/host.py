@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import inspect
 import logging
 import os
 import threading
@@ -45,6 +46,7 @@ from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.objects.base import ObjectStore
 from tiered.lifecycle.ownership import (
     BrokerSession,
+    TopicOwner,
     OwnershipLostError,
     OwnerRecord,
     OwnerToken,
@@ -376,6 +378,10 @@ class HostedTopic:
     def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
         return self.subscriptions.subscribe(name, initial)
 
+    async def subscribe_async(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
+        """``subscribe`` for asyncio (it may read and write a cursor in the metadata store)."""
+        return await asyncio.to_thread(self.subscribe, name, initial)
+
     @property
     def next_offset(self) -> int:
         return self.wal.next_offset
@@ -461,11 +467,13 @@ class BrokerHost:
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
         self._topic_locks: dict[TopicName, threading.Lock] = {}
+        self._listeners: list[tuple[Any, Any, asyncio.AbstractEventLoop | None]] = []
         try:
             self._closed = threading.Event()
             self.session: BrokerSession | None = None
             if self.config.register_session:
-                self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s).start()
+                self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s,
+                                             self.config.advertised_address).start()
             # Set by every hosted WAL's durable listener: the progress thread publishes soon
             # after data becomes durable instead of on a fixed tick (see _progress_loop).
             self._progress_wake = threading.Event()
@@ -525,7 +533,8 @@ class BrokerHost:
             hosted = self._load(topic, force, discard_local_wal)
             with self._lock:
                 self._topics[topic] = hosted
-            return hosted
+        self._notify(0, hosted)
+        return hosted
 
     async def load_async(self, name: TopicName | str, *, force: bool = False,
                          discard_local_wal: bool = False) -> HostedTopic:
@@ -918,6 +927,7 @@ class BrokerHost:
                 self._topics.pop(topic, None)
         UNLOAD_SECONDS.observe(time.monotonic() - started)
         log.info("topic %s: unloaded, sealed at %s (%.3fs)", topic, last, time.monotonic() - started)
+        self._notify(1, topic, "sealed")
         return last
 
     async def unload_async(self, name: TopicName | str) -> int | None:
@@ -1006,17 +1016,31 @@ class BrokerHost:
             _quietly(hosted.wal.close)
             with self._lock:
                 self._topics.pop(topic, None)
+        self._notify(1, topic, "abandoned")
 
-    def close(self, *, unload: bool = False) -> None:
-        """Stop hosting: ``unload=True`` seals every topic first (graceful shutdown),
-        else topics are abandoned (their owners' leases lapse, others take over)."""
+    def close(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
+        """Stop hosting. Graceful by default: seal every hosted topic (its next owner
+        continues exactly after it), deregister, release the WAL root.
+
+        A topic whose seal fails, or that is still hosted when ``timeout_s`` (None: no
+        overall bound; every seal step has its own) has passed, is abandoned instead:
+        left owned and unsealed with its WAL on disk, so this broker's restart recovers
+        it or, once the lease lapses, another broker fails it over (the unarchived tail
+        recorded as lost). ``unload=False`` abandons every topic: what a crash does."""
         if self._closed.is_set():
             return
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for hosted in self.topics():
-            if unload:
-                self.unload(hosted.topic)
-            else:
-                self.abandon(hosted.topic)
+            if unload and (deadline is None or time.monotonic() < deadline):
+                try:
+                    self.unload(hosted.topic)
+                    continue
+                except Exception as e:  # noqa: BLE001 - one topic must not keep the others from closing
+                    log.error("topic %s: seal at close failed, abandoning it (recoverable): %s: %s",
+                              hosted.topic, type(e).__name__, e)
+            elif unload:
+                log.error("topic %s: close timed out before its seal, abandoning it (recoverable)", hosted.topic)
+            _quietly(lambda: self.abandon(hosted.topic))
         self._closed.set()
         self._progress_wake.set()
         self._progress_thread.join(self.config.close_timeout_s)
@@ -1024,14 +1048,60 @@ class BrokerHost:
             self.session.stop(revoke=True)
         self._root_lock.release()
 
-    async def close_async(self, *, unload: bool = False) -> None:
-        await asyncio.to_thread(self.close, unload=unload)
+    async def close_async(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
+        await asyncio.to_thread(self.close, unload=unload, timeout_s=timeout_s)
 
     def __enter__(self) -> "BrokerHost":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> "BrokerHost":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_async()
+
+    # -- lookup and listeners ----------------------------------------------------
+    def lookup(self, name: TopicName | str) -> "TopicOwner | None":
+        """Which broker owns ``name`` now, and its advertised address (see
+        :func:`tiered.lifecycle.ownership.lookup`)."""
+        from tiered.lifecycle.ownership import lookup
+
+        return lookup(self.metadata, name)
+
+    async def lookup_async(self, name: TopicName | str) -> "TopicOwner | None":
+        return await asyncio.to_thread(self.lookup, name)
+
+    def add_listener(self, *, on_loaded: Callable[[HostedTopic], Any] | None = None,
+                     on_unloaded: Callable[[TopicName, str], Any] | None = None,
+                     loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Call ``on_loaded(hosted)`` after each load and ``on_unloaded(topic, how)`` after
+        each unload (``how``: "sealed" or "abandoned"). Plain functions run on the thread
+        that loaded or unloaded (keep them quick); coroutine functions are scheduled on
+        ``loop`` (default: the loop running when this is called). A failing listener is
+        logged, never fails the load or unload."""
+        if loop is None and any(inspect.iscoroutinefunction(cb) for cb in (on_loaded, on_unloaded) if cb):
+            loop = asyncio.get_running_loop()
+        with self._lock:
+            self._listeners.append((on_loaded, on_unloaded, loop))
+
+    def _notify(self, which: int, *args: Any) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for entry in listeners:
+            callback, loop = entry[which], entry[2]
+            if callback is None:
+                continue
+            try:
+                if inspect.iscoroutinefunction(callback):
+                    assert loop is not None
+                    asyncio.run_coroutine_threadsafe(callback(*args), loop)
+                else:
+                    callback(*args)
+            except Exception:  # noqa: BLE001 - see add_listener
+                log.exception("topic %s: listener failed", args[0])
 
     def _check_open(self) -> None:
         if self._closed.is_set():

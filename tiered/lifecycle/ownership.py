@@ -184,6 +184,38 @@ def is_broker_registered(metadata: MetadataStore, broker_id: str) -> bool:
     return metadata.get(registered_key(broker_id)) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class TopicOwner:
+    """Who serves a topic now: the holder of its owner record and, while that broker is
+    registered (alive), the address it advertised (None when it advertised none)."""
+
+    broker_id: str
+    epoch: int
+    live: bool
+    address: str | None
+
+
+def lookup(metadata: MetadataStore, topic: TopicName | str) -> TopicOwner | None:
+    """The topic's current owner (None: nobody holds it, e.g. sealed or never loaded).
+
+    Read from the owner record, the same record every fenced write compares against, so
+    the answer names the only broker that can acknowledge writes for the topic; then its
+    registration for liveness and address. A client sending to a broker named here that
+    no longer owns the topic gets a redirect or TopicMoved, never a silent answer."""
+    record, _kv = read_owner(metadata, TopicName.parse(topic))
+    if record is None or record.holder is None:
+        return None
+    kv = metadata.get(registered_key(record.holder))
+    address = None
+    if kv is not None:
+        try:
+            found = json.loads(kv.value).get("address")
+            address = found if isinstance(found, str) else None
+        except (ValueError, AttributeError):
+            address = None  # a registration from an older broker or junk: alive, no address
+    return TopicOwner(record.holder, record.epoch, kv is not None, address)
+
+
 def read_owner(metadata: MetadataStore, topic: TopicName) -> tuple[OwnerRecord | None, KeyValue | None]:
     kv = metadata.get(owner_key(topic))
     if kv is None:
@@ -281,12 +313,14 @@ class BrokerSession:
     and the registration written again; ``generation`` counts those, and the host
     re-checks that it still owns each topic before acknowledging under a new one."""
 
-    def __init__(self, metadata: MetadataStore, broker_id: str, ttl_s: float = SESSION_TTL_S_DEFAULT) -> None:
+    def __init__(self, metadata: MetadataStore, broker_id: str, ttl_s: float = SESSION_TTL_S_DEFAULT,
+                 address: str | None = None) -> None:
         _check_broker_id(broker_id)
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0")
         self.metadata = metadata
         self.broker_id = broker_id
+        self.address = address  # where clients reach this broker (advertised in the registration)
         self.ttl_s = ttl_s
         self.lease_id = 0
         self.generation = 0
@@ -312,7 +346,8 @@ class BrokerSession:
         process: :class:`BrokerIdInUse`."""
         sent = time.monotonic()
         lease = self.metadata.grant_lease(self.ttl_s)
-        body = json.dumps({"broker_id": self.broker_id, "started_at": time.time()}).encode()
+        body = json.dumps({"broker_id": self.broker_id, "started_at": time.time(),
+                           "address": self.address}).encode()
         key = registered_key(self.broker_id)
         deadline = time.monotonic() + 1.5 * self.ttl_s
         while not self.metadata.txn([absent(key)], [Put(key, body, lease.id)]).succeeded:
