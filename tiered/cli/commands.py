@@ -7,6 +7,7 @@ contract (docs/CLI.md) and are pinned by tests/cli.
 from __future__ import annotations
 
 import argparse
+import os
 import base64
 import sys
 from collections.abc import Callable
@@ -277,6 +278,39 @@ def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     out.emit(result, render=lambda r: render_table(r["columns"], r["rows"]) + f"\n{len(r['rows'])} row(s)")
 
 
+# -- broker / move ----------------------------------------------------------------------
+
+def _broker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["run"], help="run: serve until SIGTERM (then seal every topic)")
+    p.add_argument("--listen", default=os.environ.get("DNB_LISTEN", "127.0.0.1:8080"),
+                   help="HOST:PORT to serve HTTP on (env DNB_LISTEN, default 127.0.0.1:8080)")
+    p.add_argument("--advertise", default=os.environ.get("DNB_ADVERTISE"),
+                   help="URL clients reach this broker at (env DNB_ADVERTISE, default http://<listen>)")
+    p.add_argument("--shutdown-timeout-s", type=float, default=120.0,
+                   help="after SIGTERM, abandon topics not sealed by then (default 120)")
+
+
+def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from tiered.cli import ops
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"--listen {args.listen!r}: use HOST:PORT")
+    return ops.run_broker(settings, host, int(port), args.advertise, args.shutdown_timeout_s)
+
+
+def _move_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--to", required=True, help="broker id that should host the topic next")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="bound on waiting for the seal")
+
+
+def _move(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    out.emit(ops.move(settings, args.topic, args.to, args.timeout_s))
+
+
 # -- argument types ---------------------------------------------------------------------
 
 #: Upper bound of count-like options: far beyond any demo or load run, and a typo such as
@@ -318,4 +352,8 @@ COMMANDS: tuple[Command, ...] = (
             _demo_args, _demo),
     Command("harness", "randomized offset-continuity checker (moves, crashes, faults)", _harness_args, _harness),
     Command("query", "run Spark SQL over the topic's archive", _query_args, _query),
+    Command("broker", "run a long-lived broker: HTTP API, follows its assignments, seals on SIGTERM",
+            _broker_args, _broker),
+    Command("move", "move a topic to another broker: unload (seal) where it is, then assign it",
+            _move_args, _move),
 )

@@ -338,3 +338,42 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+# -- broker process and moves -----------------------------------------------------------
+
+def run_broker(settings: Settings, listen_host: str, listen_port: int, advertise: str | None,
+               shutdown_timeout_s: float) -> int:
+    """``dnb broker run``: serve until SIGTERM; the exit code of the process."""
+    import asyncio
+    import logging
+
+    from tiered.broker.process import BrokerProcessConfig, serve
+    from tiered.lifecycle.config import BrokerConfig
+
+    logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
+    process = BrokerProcessConfig(listen_host, listen_port, advertise, shutdown_timeout_s)
+    with open_stores(settings) as (metadata, objects):
+        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, BrokerConfig(), process))
+
+
+def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> dict[str, Any]:
+    """Request the unload where the topic is assigned, wait for the seal, assign it to
+    ``to_broker``: the seed's move, driven through metadata (running brokers act on it)."""
+    from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
+    from tiered.metadata import keys
+
+    name = TopicName.parse(topic)
+    with open_stores(settings) as (metadata, _objects):
+        current = keys.topic_assignments(metadata, name)
+        if current == [to_broker]:
+            return {"topic": str(name), "from": to_broker, "to": to_broker, "last_committed_offset": None,
+                    "moved": False}
+        last = None
+        for broker in current:
+            request_unload(metadata, name, broker, reason="move", to_broker=to_broker)
+        if current:
+            last = wait_sealed(metadata, name, timeout_s)
+        assign(metadata, name, to_broker, reason="move")
+        return {"topic": str(name), "from": current[0] if current else None, "to": to_broker,
+                "last_committed_offset": last, "moved": True}

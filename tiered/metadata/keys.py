@@ -124,8 +124,22 @@ def delivery_key(topic: TopicName | str) -> str:
     return topic_prefix(topic) + "delivery"
 
 
+ASSIGNMENTS_PREFIX = "/cluster/brokers/"
+
+
 def broker_assignments_prefix(broker_id: str) -> str:
-    return f"/cluster/brokers/{_segment('broker id', broker_id)}/"
+    return f"{ASSIGNMENTS_PREFIX}{_segment('broker id', broker_id)}/"
+
+
+def topic_assignments(metadata: Any, topic: TopicName | str) -> list[str]:
+    """Broker ids ``topic`` is assigned to (normally zero or one)."""
+    t = _topic(topic)
+    found = []
+    for kv in metadata.range(ASSIGNMENTS_PREFIX):
+        broker, _, rest = kv.key[len(ASSIGNMENTS_PREFIX):].partition("/")
+        if rest == f"{t.namespace}/{t.name}":
+            found.append(broker)
+    return found
 
 
 def assignment_key(broker_id: str, topic: TopicName | str) -> str:
