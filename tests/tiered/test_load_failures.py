@@ -196,3 +196,25 @@ def test_restore_refuses_a_broken_descriptor_chain(local_cluster: Cluster, kind:
     with pytest.raises(BrokenChain) as info:
         local_cluster.broker("B").load(TOPIC)
     assert kind in str(info.value)
+
+
+def test_discarding_an_unreadable_stale_wal_completes_the_takeovers_record(local_cluster: Cluster) -> None:
+    """A's WAL of an epoch another broker took over from: its loss started where the
+    takeover restarted numbering, whatever offset the topic has reached since."""
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    produce_range(a.load(TOPIC), 0, 4)  # durable only
+    a.close(unload=False)  # A dies
+    topic_b = b.load(TOPIC)  # failover: restarts at 0, records A's loss from 0
+    produce_range(topic_b, 0, 9)
+    assert b.unload(TOPIC) == 9
+    [takeover] = keys.read_lost_ranges(local_cluster.metadata, T)
+    _flip_a_byte_in_the_first_segment(local_cluster)
+
+    a2 = local_cluster.broker("A")  # its start keeps the unreadable stale WAL in place
+    with pytest.raises(LocalWalUnreadable):
+        a2.load(TOPIC)
+    hosted = a2.load(TOPIC, discard_local_wal=True)
+    assert hosted.next_offset == 10
+    [record] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (record.start_offset, record.epoch) == (takeover.start_offset, takeover.epoch)
+    assert record.quarantine_path and not record.exact

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import json
 import logging
 import os
 import threading
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 Ack = Literal["durable", "archived"]
 #: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
 QUARANTINE_DIR = ".quarantine"
+#: In a local WAL directory: which of this broker's epochs last opened the WAL.
+OWNER_MARKER = ".owner"
 T = TypeVar("T")
 
 UNARCHIVED_ON_FAILOVER = Gauge(
@@ -552,6 +555,7 @@ class BrokerHost:
             wal, recovered = _step(topic, "open WAL", LoadError,
                                    lambda: self._open_wal(token, plan, retired, discard_local_wal))
             opened.append(lambda: wal.close())
+            _step(topic, "open WAL", LoadError, lambda: self._write_owner_marker(token))
             retired_here = retired[0] if retired else None
             _step(topic, "mark topic open", LoadError,
                   lambda: self._mark_open(token, plan, recovered, retired_here))
@@ -626,10 +630,9 @@ class BrokerHost:
 
         topic = token.topic
         if self._local_wal_exists(topic):
-            previous = token.previous
-            ours = previous is not None and previous.holder == self.broker_id
+            ours, wal_epoch = self._local_wal_is_current(token)
             try:
-                if plan.may_recover_local:
+                if ours and plan.may_recover_local:
                     wal = self._recover_local(topic, plan)
                     if wal is not None:
                         return wal, True
@@ -637,21 +640,66 @@ class BrokerHost:
                     # Our own unsealed WAL that does not join the archive: numbering restarts
                     # at the planned offset, so whatever it holds from there on is lost here
                     # and now (recorded exactly before the WAL moves).
-                    retired.append(self._retire_local(topic, plan.start_offset, previous.epoch))  # type: ignore[union-attr]
+                    retired.append(self._retire_local(topic, plan.start_offset, wal_epoch))
                 else:
                     log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
                     retired.append(self._retire_local(topic))
             except LocalWalUnreadable:
                 if not discard_local_wal:
                     raise
-                epoch = previous.epoch if ours else None  # type: ignore[union-attr]
-                retired.append(self._discard_unreadable(topic, plan, epoch))
+                retired.append(self._discard_unreadable(topic, plan, wal_epoch if ours else None))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
             wal.close()
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
+
+    # The epoch that last opened a local WAL is kept beside it (``.owner``): the owner
+    # record alone cannot tell, because a load that fails keeps ownership and bumps the
+    # epoch without touching the WAL, and a takeover from us may have happened in between.
+
+    def _local_wal_is_current(self, token: OwnerToken) -> tuple[bool, int]:
+        """(is the local WAL this broker's current history, the epoch that wrote it)."""
+        previous = token.previous
+        if previous is None or previous.holder != self.broker_id:
+            marker = self._read_owner_marker(token.topic)
+            return False, marker if marker is not None else -1
+        marker = self._read_owner_marker(token.topic)
+        if marker is None or marker == previous.epoch:
+            return True, previous.epoch
+        taken = [r for r in keys.read_lost_ranges(self.metadata, token.topic)
+                 if r.broker_id == self.broker_id and r.epoch >= marker]
+        # Epochs moved on since the WAL was opened: by our own failed loads only (still
+        # current), or by a takeover from us and back (stale: its loss is recorded).
+        return (not taken), marker
+
+    def _owner_marker_path(self, topic: TopicName) -> str:
+        return os.path.join(self._local_wal_path(topic), OWNER_MARKER)
+
+    def _read_owner_marker(self, topic: TopicName) -> int | None:
+        path = self._owner_marker_path(topic)
+        try:
+            if not self.fs.exists(path):
+                return None
+            body = json.loads(self.fs.read_all(path))
+            epoch = body["epoch"] if body.get("broker_id") == self.broker_id else None
+            return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None  # unknown: the owner record decides, as before markers existed
+
+    def _write_owner_marker(self, token: OwnerToken) -> None:
+        """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename)."""
+        path = self._owner_marker_path(token.topic)
+        temp = path + ".tmp"
+        handle = self.fs.open_append(temp)
+        try:
+            handle.write([json.dumps({"broker_id": self.broker_id, "epoch": token.epoch}).encode()])
+            handle.sync()
+        finally:
+            handle.close()
+        self.fs.rename(temp, path)
+        self.fs.fsync_dir(os.path.dirname(path))
 
     def _open_local(self, topic: TopicName) -> Any:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
@@ -685,14 +733,19 @@ class BrokerHost:
         (``plan.start_offset``), so the record says "from there, end unknown" (``exact:
         false``), written before the files move so a crash in between cannot make the
         loss silent."""
+        start, end = plan.start_offset, None
         if epoch is None:
+            # A stale WAL of an earlier epoch: its loss began where the topic's numbering
+            # restarted after it (the taker-over's record), not where it continues now.
             record = self._own_lost_record(topic)
-            epoch = record.epoch if record is not None else 0
+            if record is not None:
+                start, end, epoch = record.start_offset, record.end_offset, record.epoch
+            else:
+                start, epoch = self._first_unarchived_by_us(topic, 0)
         leaf = f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}"
         qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
-        key = keys.lost_key(topic, plan.start_offset, epoch)
-        lost = keys.LostRange(plan.start_offset, None, self.broker_id, epoch, False, qpath,
-                              self.broker_id, time.time())
+        key = keys.lost_key(topic, start, epoch)
+        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time())
         kv = self.metadata.get(key)
         from tiered.metadata.base import absent, value_is
 
@@ -703,8 +756,8 @@ class BrokerHost:
         QUARANTINES.labels(str(topic)).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
                   "offsets from %d on that it held are lost (range unknown, recorded at %s)",
-                  topic, qpath, plan.start_offset, key)
-        retired = RetiredWal(topic, -1, None, plan.start_offset, None, epoch, qpath)
+                  topic, qpath, start, key)
+        retired = RetiredWal(topic, -1, None, start, end, epoch, qpath)
         self.retired.append(retired)
         return retired
 
@@ -713,7 +766,8 @@ class BrokerHost:
 
     def _local_wal_exists(self, topic: TopicName) -> bool:
         path = self._local_wal_path(topic)
-        return self.fs.exists(path) and any(n != LOCK_NAME for n in self.fs.listdir(path))
+        # Dot files (.lock, .owner) are the host's and the WAL's bookkeeping, not data.
+        return self.fs.exists(path) and any(not n.startswith(".") for n in self.fs.listdir(path))
 
     # -- stale local WALs --------------------------------------------------------
     def retire_stale_wals(self) -> list[RetiredWal]:
@@ -869,8 +923,11 @@ class BrokerHost:
         previous = token.previous
         failover = (not recovered and not _is_sealed(plan) and previous is not None
                     and previous.holder is not None)
-        # Our own WAL retired in this load already wrote the exact record for that epoch.
-        if failover and not (retired is not None and retired.epoch == previous.epoch):  # type: ignore[union-attr]
+        # Our own WAL retired in this load already wrote the record for its epoch (which may
+        # be older than the previous owner record's, after failed loads of our own).
+        ours_retired = retired is not None and (retired.epoch == previous.epoch  # type: ignore[union-attr]
+                                                or previous.holder == token.broker_id)  # type: ignore[union-attr]
+        if failover and not ours_retired:
             # The takeover's own account, in the same fenced txn as the open marker: where
             # numbering restarts and how much the dead owner is known to have lost (its
             # last published tip). Its WAL, if it comes back, makes it exact.
