@@ -63,7 +63,8 @@ def build_archive(root: str, messages: int, object_messages: int, payload_bytes:
             object_id = f"data-{start}-{end}"
             info = objects.put(keys.object_key(TOPIC, start, object_id), data)
             meta.put(keys.descriptor_key(TOPIC, start), keys.ObjectDescriptor(
-                start, end, object_id, len(data), info.etag, time.time(), "bench", 1, compression="zstd").to_json())
+                start, end, object_id, len(data), info.etag, time.time(), "bench", 1, *object_format.object_digest(data),
+                compression="zstd").to_json())
             total_bytes += len(data)
     return {"objects_url": objects_url, "metadata_url": metadata_url, "archive_bytes": total_bytes,
             "build_s": time.perf_counter() - started}

@@ -22,8 +22,9 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from collections.abc import Mapping
 import operator
 
-from native.errors import CodecError, CorruptSegmentHeader
+from native.errors import CodecError, CorruptSegmentHeader, OffsetOverflow
 from native.format import (
+    MAX_OFFSET as _PY_MAX_OFFSET,
     FRAME_HEADER_BYTES as _PY_FRAME_HEADER_BYTES,
     MAX_RECORD_BYTES as _PY_MAX_RECORD_BYTES,
     RECORD_FIXED_BYTES as _PY_RECORD_FIXED_BYTES,
@@ -90,6 +91,7 @@ CRC32C_HARDWARE = bool(dnb_crc32c_init(0))
 
 cdef PyTypeObject *_RECORD_TYPE = <PyTypeObject *>Record
 cdef object _U64_LIMIT = 1 << 64
+cdef uint64_t MAX_OFFSET = _PY_MAX_OFFSET  # 2**63 - 1, see native/format.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,6 +454,8 @@ cdef class AppendBuffer:
                  tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
                  normalize):
         self.next_off = self.first_off = _u64(next_offset, "next_offset")
+        if self.next_off > MAX_OFFSET + 1:
+            raise OffsetOverflow(f"next_offset {self.next_off} is past MAX_OFFSET {MAX_OFFSET} + 1")
         self.count = 0
         if not 1 <= max_message_bytes <= MAX_RECORD:
             raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD}]")
@@ -537,8 +541,11 @@ cdef class AppendBuffer:
         cdef Py_ssize_t i, pos
         if self.refusal_factory is not None:
             raise self.refusal_factory()
-        if <uint64_t>(n - 1) > UINT64_MAX - self.next_off:
-            raise CodecError(f"offset {_U64_LIMIT} is not a u64")
+        # next_off <= MAX_OFFSET + 1 = 2**63 (checked at construction), so the sum cannot
+        # wrap a u64 for any n a Py_ssize_t can hold.
+        if self.next_off + <uint64_t>(n - 1) > MAX_OFFSET:
+            raise OffsetOverflow(f"offset {self.next_off + <uint64_t>(n - 1)} would pass MAX_OFFSET "
+                                 f"{MAX_OFFSET}: the topic is full")
         self._enter()
         try:
             start = p = self._reserve(total)

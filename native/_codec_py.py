@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 import crc32c as _crc32c_mod
 
-from native.errors import CodecError, CorruptSegmentHeader
+from native.errors import CodecError, CorruptSegmentHeader, OffsetOverflow
 from native.format import (
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
+    MAX_OFFSET,
     MAX_RECORD_BYTES,
     RECORD_FIXED,
     RECORD_FIXED_BYTES,
@@ -288,6 +289,8 @@ class AppendBuffer:
                  too_large: Callable[[str], BaseException],
                  normalize: Callable[[object], tuple]) -> None:
         self._next = self._first = _u64(next_offset, "next_offset")
+        if self._next > MAX_OFFSET + 1:
+            raise OffsetOverflow(f"next_offset {self._next} is past MAX_OFFSET {MAX_OFFSET} + 1")
         if not 1 <= max_message_bytes <= MAX_RECORD_BYTES:
             raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
         if pending_bytes_max < max_message_bytes or batch_bytes <= 0:
@@ -355,8 +358,9 @@ class AppendBuffer:
             if self._refusal is not None:
                 raise self._refusal()
             first = self._next
-            if first + len(records) - 1 > _U64_MAX:
-                raise CodecError(f"offset {_U64_MAX + 1} is not a u64")
+            if first + len(records) - 1 > MAX_OFFSET:
+                raise OffsetOverflow(f"offset {first + len(records) - 1} would pass MAX_OFFSET {MAX_OFFSET}: "
+                                     "the topic is full")
             frames = [_frame(first + i, record) for i, record in enumerate(records)]
             added = sum(map(len, frames))
             self._frames.extend(frames)

@@ -18,3 +18,8 @@ class CorruptObject(CodecError):
         self.object_name = object_name
         self.position = position
         self.reason = reason
+
+
+class OffsetOverflow(CodecError):
+    """An offset past ``native.format.MAX_OFFSET`` (2**63 - 1) was asked for: the topic is
+    full. Nothing was appended; offsets are never wrapped or reused."""

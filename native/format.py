@@ -80,6 +80,11 @@ FRAME_HEADER_BYTES = FRAME_HEADER.size  # 16
 # A hard limit of the format, far above any configured max_message_bytes; a length
 # beyond it can only be garbage (a torn or corrupt frame), never a real record.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: The largest offset a topic may ever assign: 2**63 - 1, what a signed 64-bit integer
+#: (Kafka's and Java's long, SQLite's INTEGER, etcd's int64 revisions) holds. Frames store
+#: offsets as u64, but no layer accepts one above this: the WAL refuses to assign it
+#: (``OffsetOverflow``), recovery and the metadata records refuse to read it.
+MAX_OFFSET = (1 << 63) - 1
 
 RECORD_VERSION = 1
 RECORD_FLAG_KEY = 0x01

@@ -108,6 +108,12 @@ Small on purpose; everything takes the object name only to put it in errors.
 * :func:`select_blocks` — the blocks overlapping an offset and/or publish-time range.
 * :func:`decode_block` → records (filtered to a range); :func:`block_frames` → validated raw frames.
 * :func:`read_records` / :func:`iter_records` / :func:`read_all_frames` — a whole object in memory.
+* :func:`object_digest` — what a descriptor records to pin one exact object: the footer's
+  CRC32C and every block's CRC32C (the first 4 bytes of each block). A reader that holds the
+  footer checks it with :func:`check_footer_digest`, and each block it fetched with
+  :func:`check_block_digest`, before decoding anything; the footer binds every block's
+  position, length and offsets, each block's CRC binds its bytes, so together they pin every
+  byte of the object while still letting a reader fetch only the blocks it needs.
 
 Every function takes ``codec=`` (one of ``native.available_codecs()``) for tests; it defaults to
 the implementation selected in ``native/__init__.py``.
@@ -330,3 +336,67 @@ def _whole_footer(twin, data, object_name: str) -> Footer:
 def _corrupt(object_name: str, position: int, reason: str):
     from native.errors import CorruptObject
     return CorruptObject(object_name, position, reason)
+
+
+class ObjectDigest(NamedTuple):
+    """The content checksum an archive descriptor records (see :func:`object_digest`)."""
+
+    footer_crc32c: int
+    #: 8 lowercase hex digits per block, in block order: each block's stored CRC32C.
+    block_crc32c: str
+
+
+def object_digest(data, object_name: str = "<memory>", *, codec=None) -> ObjectDigest:
+    """The digest of a whole, valid object held in memory (the uploader's view at commit)."""
+    twin = _codec(codec)
+    footer = _whole_footer(twin, data, object_name)
+    view = memoryview(data)
+    return ObjectDigest(_stored_footer_crc(view, object_name),
+                        "".join(f"{_stored_block_crc(view[b.position:b.end], b, object_name):08x}"
+                                for b in footer.blocks))
+
+
+def check_footer_digest(tail, footer: Footer, object_name: str, footer_crc32c: int,
+                        block_crc32c: str) -> None:
+    """Raise CorruptObject unless the footer (``tail`` ends with footer + trailer, already
+    validated by :func:`parse_footer`) is the one the digest names."""
+    stored = _stored_footer_crc(memoryview(tail), object_name)
+    if stored != footer_crc32c:
+        raise _corrupt(object_name, footer.footer_position,
+                       f"footer CRC32C {stored:08x} differs from the recorded {footer_crc32c:08x} "
+                       "(not the object that was committed)")
+    if len(block_crc32c) != 8 * len(footer.blocks):
+        raise _corrupt(object_name, footer.footer_position,
+                       f"footer lists {len(footer.blocks)} blocks, the recorded digest "
+                       f"{len(block_crc32c) // 8}")
+
+
+def check_block_digest(data, block: Block, object_name: str, block_crc32c: str) -> None:
+    """Raise CorruptObject unless ``data`` (the block's stored bytes) carries the CRC32C the
+    digest records for it; the codec then checks that CRC against the bytes."""
+    expected = block_crc32c[8 * block.index:8 * block.index + 8]
+    check_block_crc32c(data, block, object_name, int(expected, 16) if len(expected) == 8 else None)
+
+
+def check_block_crc32c(data, block: Block, object_name: str, expected: int | None) -> None:
+    """:func:`check_block_digest` for one block's recorded CRC32C (None: none recorded)."""
+    stored = _stored_block_crc(memoryview(data), block, object_name)
+    if expected is None or stored != expected:
+        recorded = "nothing" if expected is None else f"{expected:08x}"
+        raise _corrupt(object_name, block.position,
+                       f"block {block.index} CRC32C {stored:08x} differs from the recorded "
+                       f"{recorded} (not the object that was committed)")
+
+
+def _stored_footer_crc(tail: memoryview, object_name: str) -> int:
+    at = len(tail) - TRAILER_BYTES - FOOTER_CRC_BYTES
+    if at < 0:
+        raise _corrupt(object_name, 0, f"{len(tail)} bytes cannot hold a footer")
+    return struct.unpack_from("<I", tail, at)[0]
+
+
+def _stored_block_crc(data: memoryview, block: Block, object_name: str) -> int:
+    if len(data) < BLOCK_HEADER_BYTES:
+        raise _corrupt(object_name, block.position, f"block {block.index} is {len(data)} bytes")
+    return struct.unpack_from("<I", data, 0)[0]
+

@@ -7,8 +7,14 @@
    at 0, but it must have no hole and no overlap after its start);
 2. every object a descriptor names exists, passes its CRCs, and holds exactly the
    descriptor's offsets (first, last, count, each frame's offset = previous + 1);
-3. the sealed state, when the topic is sealed, names the last descriptor's end offset
-   (or ``null`` with no descriptors);
+   Every object must also be the one its descriptor pins: its exact ``size`` and its
+   content digest (``footer_crc32c``, ``block_crc32c``);
+3. the sealed state, when the topic is sealed and nobody holds it, names the last
+   descriptor's end offset (``null`` only with no descriptors); a sealed or open state
+   never names an offset past the archive's end; the owner record parses.
+   Descriptors, sealed state, owner and lost ranges are read in ONE metadata read (one
+   range over the topic's storage prefix: one revision on etcd, one transaction on
+   SQLite), so a verify that overlaps a move sees a consistent picture;
 4. the local WAL, if this host has one for the topic, is itself contiguous and
    continues right after the archive (its first offset is at most archive end + 1);
 5. subscription cursors do not point past the last offset the topic has;
@@ -21,7 +27,8 @@
 Each problem is a dict with a ``severity`` (``error``, or ``warning`` for an orphan past
 the archive's end, which may be an upload between its PUT and its commit; ``ok`` is
 false only for errors), a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
-``missing_object``, ``corrupt_object``, ``range_mismatch``, ``sealed_mismatch``,
+``missing_object``, ``corrupt_object``, ``size_mismatch``, ``digest_mismatch``,
+``range_mismatch``, ``sealed_mismatch``,
 ``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``, ``lost_range``) and a ``message`` saying
 what and where, plus the offsets or keys involved.
 """
@@ -33,8 +40,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tiered.errors import MalformedRecord, ObjectNotFound
+from tiered.lifecycle.ownership import OwnerRecord
 from tiered.metadata import keys
+from wal.errors import CorruptLog
+from wal.recovery import check_torn_tail
 from wal.topics import TopicName
+
+#: No dnb1 object is larger (S3's own object limit is 5 TiB): a descriptor naming more is
+#: not a real object, whatever the store says.
+DESCRIPTOR_SIZE_MAX_BYTES = 5 << 40
 
 T = TypeVar("T")
 #: ``progress(items, total, label)`` wraps an iterable (the CLI draws a bar with it).
@@ -71,17 +85,44 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     """Scrub one topic; ``wal_dir`` is the WAL root of the host whose local WAL to check."""
     name = TopicName.parse(topic)
     report = VerifyReport(str(name))
-    descriptors = _load_descriptors(name, metadata, report)
+    snapshot = _Snapshot.read(name, metadata)
+    descriptors = _load_descriptors(snapshot, report)
     _check_chain(descriptors, report)
     if check_objects:
         _check_objects(name, descriptors, objects, report, progress or _no_progress)
-    _check_sealed_state(name, metadata, descriptors, report)
+    _check_sealed_state(snapshot, report)
     if wal_dir is not None:
         _check_local_wal(name, wal_dir, report)
     _check_cursors(name, metadata, report)
     _check_orphans(name, metadata, objects, report)
-    _list_lost_ranges(name, metadata, report)
+    _list_lost_ranges(snapshot, report)
     return report
+
+
+@dataclass
+class _Snapshot:
+    """The topic's storage records as of ONE metadata read (one revision)."""
+
+    topic: TopicName
+    descriptors: list[Any]
+    state: Any
+    owner: Any
+    lost: list[Any]
+
+    @classmethod
+    def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
+        objects, lost = keys.objects_prefix(topic), keys.lost_prefix(topic)
+        snapshot = cls(topic, [], None, None, [])
+        for kv in metadata.range(keys.storage_prefix(topic)):
+            if kv.key.startswith(objects):
+                snapshot.descriptors.append(kv)
+            elif kv.key.startswith(lost):
+                snapshot.lost.append(kv)
+            elif kv.key == keys.state_key(topic):
+                snapshot.state = kv
+            elif kv.key == keys.owner_key(topic):
+                snapshot.owner = kv
+        return snapshot
 
 
 def _no_progress(items: Iterable[T], total: int | None, label: str) -> Iterable[T]:
@@ -90,13 +131,18 @@ def _no_progress(items: Iterable[T], total: int | None, label: str) -> Iterable[
 
 # -- 1. descriptor chain --------------------------------------------------------------
 
-def _load_descriptors(topic: TopicName, metadata: Any, report: VerifyReport) -> list[keys.ObjectDescriptor]:
+def _load_descriptors(snapshot: _Snapshot, report: VerifyReport) -> list[keys.ObjectDescriptor]:
     found = []
-    for kv in metadata.range(keys.objects_prefix(topic)):
+    for kv in snapshot.descriptors:
         try:
-            found.append(keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key))
+            descriptor = keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key)
         except MalformedRecord as e:
             report.add("malformed", str(e), key=kv.key)
+            continue
+        if descriptor.size > DESCRIPTOR_SIZE_MAX_BYTES:
+            report.add("malformed", f"descriptor {kv.key} names an object of {descriptor.size} bytes, more "
+                                    f"than any object can be ({DESCRIPTOR_SIZE_MAX_BYTES})", key=kv.key)
+        found.append(descriptor)
     found.sort(key=lambda d: (d.start_offset, d.end_offset))
     report.descriptors = len(found)
     if found:
@@ -149,10 +195,23 @@ def descriptor_object_key(topic: TopicName, desc: keys.ObjectDescriptor) -> str:
 
 
 def _check_object_bytes(key: str, desc: keys.ObjectDescriptor, data: bytes, report: VerifyReport) -> None:
+    from native import object_format
+
+    if len(data) != desc.size:
+        report.add("size_mismatch", f"object {key} is {len(data)} bytes, its descriptor says {desc.size}: "
+                                    "not the object that was committed", key=key, size=len(data),
+                   descriptor_size=desc.size)
+        return
     try:
         offsets = read_object_offsets(data, key)
+        digest = object_format.object_digest(data, key)
     except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt object here
         report.add("corrupt_object", f"object {key}: {e}", key=key)
+        return
+    if (digest.footer_crc32c, digest.block_crc32c) != (desc.footer_crc32c, desc.block_crc32c):
+        report.add("digest_mismatch", f"object {key} is a valid object but not the one its descriptor "
+                                      "pins (footer/block CRC32C differ): it was replaced after its commit",
+                   key=key)
         return
     if not offsets:
         report.add("range_mismatch", f"object {key} holds no messages", key=key)
@@ -177,9 +236,9 @@ def read_object_offsets(data: bytes, name: str = "object") -> list[int]:
 
 # -- 3. sealed state ------------------------------------------------------------------
 
-def _check_sealed_state(topic: TopicName, metadata: Any, descriptors: list[keys.ObjectDescriptor],
-                        report: VerifyReport) -> None:
-    kv = metadata.get(keys.state_key(topic))
+def _check_sealed_state(snapshot: _Snapshot, report: VerifyReport) -> None:
+    holder, owner_ok = _holder(snapshot, report)
+    kv = snapshot.state
     if kv is None:
         return
     try:
@@ -187,28 +246,29 @@ def _check_sealed_state(topic: TopicName, metadata: Any, descriptors: list[keys.
     except MalformedRecord as e:
         report.add("malformed", str(e), key=kv.key)
         return
-    if not state.sealed:
+    last, named = report.archive_last_offset, state.last_committed_offset
+    if named is not None and (last is None or named > last):
+        report.add("sealed_mismatch", f"{'sealed' if state.sealed else 'open'} state names offset {named}, "
+                                      f"beyond the archive's end {_fmt(last)}", sealed=named, archive=last)
         return
-    last = report.archive_last_offset
-    if state.last_committed_offset != last and _owner_of(topic, metadata) is None:
-        report.add("sealed_mismatch", f"sealed state says last_committed_offset="
-                                      f"{_fmt(state.last_committed_offset)} but the last object ends at "
-                                      f"{_fmt(last)}", sealed=state.last_committed_offset, archive=last)
-    elif last is not None and state.last_committed_offset is not None and state.last_committed_offset > last:
-        report.add("sealed_mismatch", f"sealed state names offset {state.last_committed_offset}, beyond "
-                                      f"the archive's end {last}", sealed=state.last_committed_offset,
-                   archive=last)
+    # Sealed and nobody holds it (no owner record, or a released one): the seal must name
+    # exactly the archive's end. A holder may be a new owner that has not yet written its
+    # own open state, so it may have archived past the seal.
+    if state.sealed and holder is None and owner_ok and named != last:
+        report.add("sealed_mismatch", f"sealed state says last_committed_offset={_fmt(named)} but the "
+                                      f"last object ends at {_fmt(last)}", sealed=named, archive=last)
 
 
-def _owner_of(topic: TopicName, metadata: Any) -> str | None:
-    """A restored topic keeps its old seal record; the check applies only while unowned."""
-    kv = metadata.get(keys.owner_key(topic))
+def _holder(snapshot: _Snapshot, report: VerifyReport) -> tuple[str | None, bool]:
+    """(who holds the topic, whether the owner record parsed); a garbage record is a problem."""
+    kv = snapshot.owner
     if kv is None:
-        return None
+        return None, True
     try:
-        return keys.Ownership.from_json(kv.key, kv.value).broker_id
-    except MalformedRecord:
-        return None
+        return OwnerRecord.decode(kv.key, kv.value).holder, True
+    except (MalformedRecord, ValueError) as e:
+        report.add("malformed", f"owner record: {e}", key=kv.key)
+        return None, False
 
 
 def _fmt(offset: int | None) -> str:
@@ -243,7 +303,7 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     """Read segment files read-only (never open the WAL: that would repair its tail)."""
     import native
-    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, STOP_TORN
+    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX
 
     names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
     first = last = None
@@ -263,10 +323,10 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
             report.add("wal_gap", f"{path} starts at {base}, expected {expected}", path=path)
         scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False)
         if scan.error is not None:
-            tail_ok = index == len(names) - 1 and scan.error.reason in (STOP_TORN, "bad_length")
-            if not tail_ok:  # a torn tail of the last segment is what recovery repairs
-                report.add("wal_corrupt", f"{path}: {scan.error.reason} at byte {scan.error.position} "
-                                          f"({scan.error.detail})", path=path, position=scan.error.position)
+            try:  # recovery's own rule: a torn tail of the last segment is what it repairs
+                check_torn_tail(data, path, scan.error, index == len(names) - 1)
+            except CorruptLog as e:
+                report.add("wal_corrupt", f"{path}: {e}", path=path, position=scan.error.position)
         if scan.count:
             first = scan.first_offset if first is None else first
             last = scan.last_offset
@@ -326,8 +386,8 @@ def lost_range_json(record: keys.LostRange) -> dict[str, Any]:
             "timestamp": record.timestamp}
 
 
-def _list_lost_ranges(topic: TopicName, metadata: Any, report: VerifyReport) -> None:
-    for kv in metadata.range(keys.lost_prefix(topic)):
+def _list_lost_ranges(snapshot: _Snapshot, report: VerifyReport) -> None:
+    for kv in snapshot.lost:
         try:
             record = keys.LostRange.from_json(kv.key, kv.value).check_key(kv.key)
         except MalformedRecord as e:

@@ -15,20 +15,16 @@ that were later reassigned.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass
 
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
 from uploader.commit import list_descriptors
-from uploader.naming import object_key, topic_objects_prefix
+from uploader.naming import key_start_offset, object_key, topic_objects_prefix
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
-
-# ``data-<start>-...`` ids, or any id behind a ``<start:020d>-`` (an earlier layout).
-_START_RE = re.compile(r"(?:(\d{20})-[A-Za-z0-9_-]{1,64}|data-(\d{1,20})-[A-Za-z0-9_-]{1,64})\.dnb1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +53,7 @@ def find_orphans(metadata: MetadataStore, objects: ObjectStore, topic: TopicName
     for info in objects.list(prefix):
         if info.key in referenced:
             continue
-        start = _start_offset(info.key[len(prefix):])
+        start = key_start_offset(topic, info.key)
         orphans.append(Orphan(
             key=info.key, start_offset=start, size=info.size,
             age_s=max(0.0, now_s - info.last_modified),
@@ -86,9 +82,3 @@ def collect_garbage(metadata: MetadataStore, objects: ObjectStore, topic: TopicN
         deleted.append(orphan.key)
     return deleted
 
-
-def _start_offset(tail: str) -> int | None:
-    match = _START_RE.fullmatch(tail)
-    if match is None:
-        return None
-    return int(match.group(1) if match.group(1) is not None else match.group(2))

@@ -1,6 +1,6 @@
 """The one seam between the uploader and the dnb1 object format.
 
-The uploader needs exactly two things from the format: turn a run of raw WAL frames into
+The uploader needs exactly three things from the format: turn a run of raw WAL frames into
 object bytes, and get the raw frames back out of an existing object (to decide whether an
 object found under our key holds byte-identical frames and may be adopted). Both come from
 ``native.object_format`` (the spec lives there); nothing here defines bytes of its own.
@@ -32,3 +32,10 @@ def object_frames(data: bytes, object_name: str) -> bytes:
     from native import object_format
 
     return object_format.read_all_frames(data, object_name=object_name)
+
+
+def object_digest(data: bytes, object_name: str):
+    """``ObjectDigest(footer_crc32c, block_crc32c)`` of a whole, valid object."""
+    from native import object_format
+
+    return object_format.object_digest(data, object_name)

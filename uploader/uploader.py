@@ -93,6 +93,9 @@ class Uploader:
         self._listening = False
         self._drain_target: int | None = None
         self._drain_progress: Callable[[int | None, int], None] | None = None
+        #: Called (once, from the failing thread) with the fatal error, e.g. OwnershipLost:
+        #: the host uses it to stop acknowledging the moment a fenced commit tells it.
+        self.on_fatal: Callable[[BaseException], None] | None = None
 
     # -- public state ---------------------------------------------------------------
     @property
@@ -293,9 +296,15 @@ class Uploader:
                 backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
 
     def _pass(self, retention: bool) -> None:
+        # Bounded to the durable tip seen when the pass starts: chasing a tip that keeps
+        # moving cut one small object per WAL fsync while producers were active (3,000
+        # messages became 427 objects). What arrives during the pass waits for the next
+        # trigger (interval, byte threshold, an archived waiter, a drain) and fills a
+        # bigger object.
+        bound = self.wal.durable_offset
         try:
-            for _ in range(OBJECTS_PER_PASS_MAX):
-                if not self._upload_next():
+            for _ in range(OBJECTS_PER_PASS_MAX if bound is not None else 0):
+                if not self._upload_next(bound):
                     break
         finally:
             self._update_lag()  # also when the pass fails: that is when the lag grows
@@ -303,11 +312,14 @@ class Uploader:
             self._retain()
 
     # -- the steps -------------------------------------------------------------------
-    def _upload_next(self) -> bool:
-        """Archive the next object; False when nothing durable is left."""
+    def _upload_next(self, bound: int) -> bool:
+        """Archive the next object, up to ``bound`` at most; False when nothing durable
+        is left below it."""
         tip = self._chain_tip()
         start = self._next_start(tip)
         durable = self.wal.durable_offset
+        if durable is not None:
+            durable = min(durable, bound)
         if durable is None or durable < start:
             return False
         started_s = time.monotonic()
@@ -359,6 +371,10 @@ class Uploader:
             raise ArchiveGap(str(self.topic), start, first_offset)
         self._hook("read")
         frames, last = self._read_frames(start, durable)
+        if last > durable:
+            # The WAL hands out whole chunks up to its own durable tip; a pass bounded
+            # below that tip (see _pass) cuts the batch at its bound.
+            frames, last = self._trim(frames, start, durable), durable
         end_cut = self._adoptable_end(start, last)
         self._check_frames(frames, start, last, durable)
         if end_cut is not None and end_cut < last:
@@ -410,61 +426,75 @@ class Uploader:
         the batch at the orphan's end lets us adopt it instead of leaking it.
         """
         ends = []
+        epoch = self.epoch if self.epoch is not None else 0
         for info in self.objects.list(range_key_prefix(self.topic, start)):
             name = parse_object_key(self.topic, info.key)
-            if name is not None and name.start_offset == start and name.end_offset <= last:
+            # Only our own epoch's objects: another owner's key is never ours to adopt.
+            if name is not None and name.start_offset == start and name.end_offset <= last and name.epoch == epoch:
                 ends.append(name.end_offset)
         return max(ends) if ends else None
 
     def _store_object(self, frames: bytes, start: int, last: int) -> tuple[ObjectDescriptor, str]:
         data = objfmt.encode_object(self.topic, frames, self.config, first_offset=start)
-        candidates = [object_id_for(start, last)]
+        # Our epoch is in every key: no other owner can ever write (or overwrite) these.
         epoch = self.epoch if self.epoch is not None else 0
-        candidates.append(object_id_for(start, last, epoch))
-        candidates.append(object_id_for(start, last, epoch, secrets.token_hex(4)))
-        for how, object_id in zip(("new", "epoch", "nonce"), candidates):
+        candidates = [object_id_for(start, last, epoch), object_id_for(start, last, epoch, secrets.token_hex(4))]
+        for how, object_id in zip(("new", "nonce"), candidates):
             key = object_key(self.topic, start, object_id)
             stored = self._put_or_adopt(key, data, frames)
             if stored is not None:
-                info, adopted = stored
-                return self._descriptor(start, last, object_id, info), "adopted" if adopted else how
+                info, stored_data = stored
+                descriptor = self._descriptor(start, last, object_id, info, stored_data)
+                return descriptor, "adopted" if stored_data is not data else how
             log.warning("topic %s: %s holds different frames (an earlier owner's orphan); "
                         "not overwriting it", self.topic, key)
         raise UploadError(f"topic {self.topic}: no free object name for {start}-{last}")
 
-    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> tuple[ObjectInfo, bool] | None:
-        """(stored object's info, adopted?), or None if the key holds something else."""
+    def _put_or_adopt(self, key: str, data: bytes, frames: bytes) -> tuple[ObjectInfo, bytes] | None:
+        """(stored object's info, its bytes), or None if the key holds something else.
+
+        The bytes are ``data`` itself for a new object, the existing object's when adopted.
+        """
         self._hook("before_put")
-        adopted = False
+        stored = data
         try:
             info = self.objects.put(key, data, if_absent=True)
         except PreconditionFailed:
-            if not self._holds_frames(key, data, frames):
+            existing = self._existing_with_frames(key, data, frames)
+            if existing is None:
                 return None
             log.info("topic %s: adopting existing object %s", self.topic, key)
-            info, adopted = self.objects.head(key), True
+            info, stored = self.objects.head(key), existing
+            if info.size != len(existing):
+                return None  # replaced between our GET and HEAD: not the object we checked
         except StorageError:
             self._count_failure("put")
             raise
         self._hook("after_put")
         self.metrics.object_bytes.observe(info.size)
-        return info, adopted
+        return info, stored
 
-    def _holds_frames(self, key: str, data: bytes, frames: bytes) -> bool:
+    def _existing_with_frames(self, key: str, data: bytes, frames: bytes) -> bytes | None:
+        """The existing object's bytes when it holds exactly ``frames``, else None."""
         existing = self.objects.get(key)
         if existing == data:
-            return True
+            return existing
         try:
-            return objfmt.object_frames(existing, key) == frames
+            return existing if objfmt.object_frames(existing, key) == frames else None
         except native.CodecError:
             log.warning("topic %s: existing object %s is corrupt; leaving it", self.topic, key)
-            return False
+            return None
 
-    def _descriptor(self, start: int, last: int, object_id: str, info: ObjectInfo) -> ObjectDescriptor:
+    def _descriptor(self, start: int, last: int, object_id: str, info: ObjectInfo,
+                    stored: bytes) -> ObjectDescriptor:
+        # Size and digest come from the bytes we wrote (or checked), not from the store's
+        # answer: they are what every reader will hold the object to.
+        digest = objfmt.object_digest(stored, object_id)
         return ObjectDescriptor(
-            start_offset=start, end_offset=last, object_id=object_id, size=info.size,
+            start_offset=start, end_offset=last, object_id=object_id, size=len(stored),
             etag=info.etag, created_at=time.time(), broker_id=str(self.broker_id),
             epoch=self.epoch if self.epoch is not None else 0,
+            footer_crc32c=digest.footer_crc32c, block_crc32c=digest.block_crc32c,
             compression=self.config.compression,
         )  # fmt: skip
 
@@ -563,6 +593,11 @@ class Uploader:
         self._stopping.set()
         self._wake.set()
         self._waiters.fail(error)
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(error)
+            except Exception:  # noqa: BLE001 - a listener must not hide the uploader's own error
+                log.exception("topic %s: on_fatal listener failed", self.topic)
 
     def _raise_stopped_if_fatal(self) -> None:
         if self._fatal is not None:

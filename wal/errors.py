@@ -5,6 +5,8 @@ that catch ``ValueError`` for bad input keep working.
 """
 from __future__ import annotations
 
+from native.errors import OffsetOverflow  # noqa: F401 - re-exported: the WAL raises it on a full topic
+
 
 class WalError(Exception):
     """Base class of every error raised by the ``wal`` package."""
@@ -57,6 +59,17 @@ class InitialOffsetMismatch(WalError, ValueError):
                          f"at {next_offset}")
         self.initial_offset = initial_offset
         self.next_offset = next_offset
+
+
+class WalLocked(WalError):
+    """Another opener (this process or another) holds the directory's lock file.
+
+    Two writers on one WAL directory would hand out the same offsets for different
+    messages; the second opener is refused at once instead."""
+
+    def __init__(self, path: str, detail: str = "held by another opener") -> None:
+        super().__init__(f"{path}: locked ({detail}); one writer per WAL directory")
+        self.path = path
 
 
 class WalTimeout(WalError, TimeoutError):

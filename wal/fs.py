@@ -13,11 +13,16 @@ Simplification, on purpose: directories themselves are durable as soon as they a
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
+#: Name of the lock file a WAL directory (and a broker's WAL root) holds while open. The
+#: leading dot keeps it apart from every topic/namespace name (those may not start with
+#: a dot) and from segment and checkpoint files.
+LOCK_NAME = ".lock"
 _IOV_MAX = 1024  # Linux IOV_MAX; writev with more buffers fails with EINVAL.
 _SYNC_HOLD_MAX_S = 30.0
 
@@ -46,6 +51,11 @@ class FileSystem(Protocol):
     def remove(self, path: str) -> None: ...
     def rmdir(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
+    def lock(self, path: str) -> "Lock": ...
+
+
+class Lock(Protocol):
+    def release(self) -> None: ...
 
 
 # --------------------------------------------------------------------------- real files
@@ -141,6 +151,40 @@ class RealFs:
         finally:
             os.close(fd)
 
+    def lock(self, path: str) -> "Lock":
+        """Take an exclusive ``flock`` on ``path`` (created if absent), without waiting.
+
+        Held until ``release()``; the kernel drops it when the process dies, so a crash
+        never leaves a directory locked. flock locks belong to the open file description:
+        a second ``lock`` of the same path in the same process is refused too."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(fd)
+            raise LockHeld(path) from e
+        except BaseException:
+            os.close(fd)
+            raise
+        return _RealLock(fd)
+
+
+class LockHeld(OSError):
+    """``FileSystem.lock`` found the lock taken (the WAL turns it into ``WalLocked``)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.EWOULDBLOCK, "lock held by another opener", path)
+
+
+class _RealLock:
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor drops the flock
+
 
 # --------------------------------------------------------------------------- fault model
 
@@ -181,6 +225,17 @@ class _FaultReadFile:
         pass
 
 
+class _FaultLock:
+    def __init__(self, fs: "FaultFs", path: str) -> None:
+        self._fs: FaultFs | None = fs
+        self._path = path
+
+    def release(self) -> None:
+        if self._fs is not None:
+            fs, self._fs = self._fs, None
+            fs._unlock(self._path)
+
+
 class FaultFs:
     """In-memory file system with a page-cache model and injectable fsync faults.
 
@@ -204,6 +259,10 @@ class FaultFs:
         self._sync_gate = threading.Event()
         self._sync_gate.set()
         self.syncs_waiting = 0
+        self._held_locks: set[str] = set()
+        #: While True every call that would allocate space (create, write, rename into
+        #: a new name, makedirs) fails with ENOSPC, as on a full disk; reads still work.
+        self.disk_full = False
 
     # ---- fault controls
     def hold_syncs(self) -> None:
@@ -271,9 +330,15 @@ class FaultFs:
         return _Inode(bytearray(base), base, len(base))
 
     # ---- file system operations
+    def _check_space(self, path: str) -> None:
+        if self.disk_full:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
+
     def makedirs(self, path: str) -> None:
         with self._lock:
             path = os.path.normpath(path)
+            if path not in self._dirs:
+                self._check_space(path)
             while path not in self._dirs:
                 self._dirs[path] = {}
                 self._durable_dirs[path] = {}
@@ -328,6 +393,8 @@ class FaultFs:
     def open_append(self, path: str) -> AppendFile:
         with self._lock:
             entries, name = self._split(path)
+            if name not in entries:
+                self._check_space(path)
             inode = entries.setdefault(name, _Inode())
             return _FaultAppendFile(self, inode)
 
@@ -372,11 +439,28 @@ class FaultFs:
             self._volatile_dirs.difference_update(
                 [d for d in self._volatile_dirs if os.path.dirname(d) == path and d != path])
 
+    def lock(self, path: str) -> "Lock":
+        """The in-memory twin of ``RealFs.lock``: an empty lock file plus a table of held
+        paths. Locks are process state, so a ``crash_image`` starts with none held."""
+        with self._lock:
+            path = os.path.normpath(path)
+            if path in self._held_locks:
+                raise LockHeld(path)
+            entries, name = self._split(path)
+            entries.setdefault(name, _Inode())
+            self._held_locks.add(path)
+            return _FaultLock(self, path)
+
+    def _unlock(self, path: str) -> None:
+        with self._lock:
+            self._held_locks.discard(path)
+
     # ---- handle operations
     def _write(self, inode: _Inode, chunks: list, closed: bool) -> None:
         if closed:
             raise ValueError("write to a closed file")
         with self._lock:
+            self._check_space("<open file>")
             for chunk in chunks:
                 inode.data += chunk
             self._last_write = inode

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from threading import Condition, Lock
 
 from native import AppendBuffer, scan_frames
-from native.format import FRAME_HEADER_BYTES, STOP_TORN, Record
+from native.errors import OffsetOverflow
+from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, STOP_TORN, Record
 from wal.cache import FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
-from wal.errors import CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed, WalTimeout
-from wal.fs import FileSystem, RealFs
+from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
+                        WalLocked, WalTimeout)
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs
 from wal.message import as_tuple
 from wal.metrics import WalMetrics
 from wal.reader import WalReader
@@ -50,6 +52,9 @@ class WriteAheadLog:
              metrics_registry=None) -> "WriteAheadLog":
         """Opens (recovering) or creates the WAL of ``topic`` under ``root_dir/<ns>/<topic>``."""
         name = TopicName.parse(topic)
+        if initial_offset is not None and not (
+                isinstance(initial_offset, int) and 0 <= initial_offset <= MAX_OFFSET + 1):
+            raise OffsetOverflow(f"initial_offset {initial_offset!r} is not in [0, MAX_OFFSET + 1 = {MAX_OFFSET + 1}]")
         config = config or WalConfig()
         fs = fs or RealFs()
         directory = os.path.join(root_dir, name.namespace, name.name)
@@ -59,11 +64,20 @@ class WriteAheadLog:
         # vanish with the directory and offsets restart from scratch.
         fs.fsync_dir(os.path.dirname(directory))
         fs.fsync_dir(root_dir)
-        recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
-                            config.index_interval_bytes)
-        wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry)
-        wal._write_checkpoint()
-        wal._writer.start()
+        # One writer per directory, for the WAL's whole life: a second opener (another
+        # process, or this one twice) would recover, truncate and append to the same
+        # segments and hand out the same offsets for different messages.
+        lock = _take_lock(fs, directory)
+        try:
+            recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
+                                config.index_interval_bytes)
+            wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry)
+            wal._dir_lock = lock
+            wal._write_checkpoint()
+            wal._writer.start()
+        except BaseException:
+            lock.release()
+            raise
         _log.info("opened WAL %s at %s: offsets [%d, %d), %d torn bytes repaired", name, directory,
                   wal.first_offset, wal.next_offset, recovered.repaired_bytes)
         return wal
@@ -112,6 +126,7 @@ class WriteAheadLog:
         self.metrics.durable_offset.set(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
         self._writer = GroupCommitWriter(self, fs, directory, config, segments[-1])
+        self._dir_lock = None  # set by open(); released by close() once the writer stopped
 
     def close(self) -> None:
         """Drains and fsyncs everything appended, stops the writer; idempotent."""
@@ -134,6 +149,10 @@ class WriteAheadLog:
         _resolve_all(waiters, WalClosed(f"WAL {self.topic} closed"))
         if not already and self._failure is None:
             self._write_checkpoint()
+        # A writer that did not stop may still write: keep the directory locked (the
+        # kernel drops the lock with the process) rather than let a new opener in.
+        if drained and self._dir_lock is not None:
+            self._dir_lock.release()
 
     def delete(self) -> None:
         """Removes the topic's files (after a seal). The WAL must be closed first."""
@@ -566,3 +585,11 @@ def _lag_function(wal_ref: "weakref.ref[WriteAheadLog]") -> Callable[[], float]:
         wal = wal_ref()
         return float(wal._reader_lag()) if wal is not None else 0.0
     return lag
+
+
+def _take_lock(fs: FileSystem, directory: str):
+    path = os.path.join(directory, LOCK_NAME)
+    try:
+        return fs.lock(path)
+    except LockHeld as e:
+        raise WalLocked(directory) from e

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from wal.errors import CorruptLog, InitialOffsetMismatch
 from wal.fs import FileSystem
-from wal.segment import Segment, create_segment, is_temp_name, parse_segment_name, scan_segment
+from wal.segment import Segment, _check_tear, create_segment, is_temp_name, parse_segment_name, scan_segment
 
 _log = logging.getLogger(__name__)
 
@@ -42,6 +42,14 @@ def recover(fs: FileSystem, directory: str, checkpoint: dict | None, initial_off
     for segment in segments[:-1]:
         segment.sealed = True
     return Recovered(segments, next_offset, repaired)
+
+
+def check_torn_tail(data: bytes, path: str, stop, is_last: bool) -> None:
+    """The one rule for where a segment scan stopped (``scan_frames(...).error``): returns
+    when recovery would repair it as a torn tail (the last segment, a tear-like stop, no
+    valid frame after it), raises CorruptLog saying why not otherwise. Recovery applies it
+    on open; read-only checkers (``dnb verify``) call it so both agree."""
+    _check_tear(data, path, stop, is_last)
 
 
 def _remove_temp_files(fs: FileSystem, directory: str) -> None:

@@ -228,3 +228,57 @@ def test_inspect_and_verify_show_the_lost_range_once_the_dead_broker_is_back(tmp
     report = dnb(*broker(tmp_path, "2"), "--json", "verify", TOPIC).json()
     assert report["ok"] and [p["kind"] for p in report["problems"]] == ["lost_range"]
     assert "lost ranges (failovers):" in dnb(*broker(tmp_path, "2"), "inspect", TOPIC).out
+
+
+# -- input validation, exit codes and JSON errors -----------------------------------------
+
+@pytest.mark.parametrize("argv, needle", [
+    (("produce", TOPIC, "--count", "100000000000000000000000"), "above the limit"),
+    (("produce", TOPIC, "--count", "1e23"), "not a whole number"),
+    (("produce", "default/t", "--count", "1"), "must start with '/'"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, argv, needle):
+    run = dnb("--data-dir", str(tmp_path / "d"), *argv)
+    assert run.rc == 2 and needle in run.err, run.err
+    assert not os.path.exists(tmp_path / "d")
+
+
+def test_bad_s3_url_options_are_usage_errors(tmp_path):
+    for option in ("max_attempts=-3", "max_attempts=x", "read_timeout_s=0"):
+        run = dnb("--data-dir", str(tmp_path / "d"), "--objects", f"s3://bucket/p?{option}", "inspect", TOPIC)
+        assert run.rc == 2 and option.split("=")[0] in run.err and "Traceback" not in run.err, run.err
+
+
+def test_a_corrupt_archive_object_is_a_data_error_with_a_json_error_object(tmp_path):
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "20", "--ack", "archived")
+    assert dnb(*broker(tmp_path, "1"), "seal", TOPIC).rc == 0
+    objects = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "objects") for f in fs if f.endswith(".dnb1")]
+    assert objects
+    with open(objects[0], "r+b") as f:
+        f.seek(60)
+        byte = f.read(1)
+        f.seek(60)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    run = dnb(*broker(tmp_path, "2"), "--json", "consume", TOPIC, "--subscription", "s", "--from", "0", "--max", "20")
+    assert run.rc == 5, run.err
+    error = run.json()["error"]
+    assert error["exit_code"] == 5 and error["type"] and "Traceback" not in run.err
+
+
+def test_a_second_process_on_the_same_data_dir_is_refused(tmp_path):
+    from tiered.lifecycle import BrokerHost
+    from tiered.metadata import open_metadata
+    from tiered.objects import open_objects
+
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "1")
+    wal_root = next(os.path.join(d, n) for d, ns, _ in os.walk(tmp_path / "broker-1") for n in ns if n == "wal")
+    metadata = open_metadata(f"sqlite:///{tmp_path}/other.db".replace("////", "///"))
+    os.makedirs(tmp_path / "o", exist_ok=True)
+    holder = BrokerHost("1", wal_root, metadata, open_objects(f"file://{tmp_path}/o"))
+    try:
+        run = dnb(*broker(tmp_path, "1"), "--json", "produce", TOPIC, "--count", "1")
+        assert run.rc == 3 and run.json()["error"]["type"] == "WalLocked", (run.out, run.err)
+    finally:
+        holder.close()
+        metadata.close()
+    assert dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "1").rc == 0

@@ -1,6 +1,8 @@
 """The demo (the README's main job) and every command as a real subprocess."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.cli.helpers import broker, dnb, dnb_process
@@ -133,6 +135,23 @@ def test_query_runs_spark_sql_over_the_archive(tmp_path):
     run = dnb(*a, "--json", "query", TOPIC, "SELECT count(*) AS n, max(offset) AS top FROM messages")
     assert run.rc == 0, run.err
     assert run.json() == {"columns": ["n", "top"], "rows": [[5, 4]]}
+
+
+@pytest.mark.spark
+def test_query_over_a_corrupt_object_is_one_line_and_a_data_error(tmp_path):
+    pytest.importorskip("pyspark")
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "50", "--ack", "archived")
+    [path] = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "objects") for f in fs if f.endswith(".dnb1")]
+    with open(path, "r+b") as f:
+        f.seek(40)
+        byte = f.read(1)
+        f.seek(40)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    run = dnb(*a, "--json", "query", TOPIC, "SELECT count(*) AS n FROM messages")
+    assert run.rc == 5, (run.out, run.err)
+    assert run.json()["error"]["exit_code"] == 5
+    assert "Traceback" not in run.err and "query failed" in run.err
 
 
 def test_query_table_mode_and_json_safe_values(tmp_path, monkeypatch):

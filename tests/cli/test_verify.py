@@ -62,7 +62,8 @@ def test_overlap(archived):
     with _meta(archived) as m:
         middle = list_descriptors(m, TOPIC)[1]
         bogus = keys.ObjectDescriptor(7, 12, "data-7-12", middle.size, middle.etag, middle.created_at,
-                                      middle.broker_id, middle.epoch)
+                                      middle.broker_id, middle.epoch, middle.footer_crc32c,
+                                      middle.block_crc32c)
         m.put(keys.descriptor_key(TOPIC, 7), bogus.to_json())
     assert {"overlap", "missing_object"} <= _kinds(_verify(archived))
 
@@ -120,7 +121,7 @@ def test_local_wal_that_does_not_join_the_archive(tmp_path):
         m.delete(keys.descriptor_key(TOPIC, 0))  # but its object becomes garbage
     # A WAL starting past the archive's end + 1 is a hole nobody can serve.
     wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
-    first = sorted(os.listdir(wal_dir))[0]
+    first = sorted(n for n in os.listdir(wal_dir) if not n.startswith("."))[0]
     assert first.endswith(".seg")
     from tiered.verify import VerifyReport, _check_local_wal
 

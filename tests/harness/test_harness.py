@@ -52,7 +52,8 @@ def test_schedule_is_a_pure_function_of_the_seed():
     assert make_schedule(42) != make_schedule(43)
     kinds = {step.kind for seed in range(200) for step in make_schedule(seed)}
     assert kinds >= {"produce", "produce_nowait", "upload", "consume", "move", "restart", "power_loss",
-                     "takeover", "uploader_crash", "s3_fault", "etcd_fault"}
+                     "takeover", "uploader_crash", "s3_fault", "etcd_fault", "failed_load", "disk_full_load",
+                     "second_opener", "stale_owner", "delayed_write", "impostor"}
 
 
 # -- the checker catches real bugs ------------------------------------------------------
@@ -158,3 +159,63 @@ def test_catches_a_returning_broker_that_deletes_its_wal_silently(monkeypatch):
     monkeypatch.setattr(lifecycle.BrokerHost, "_retire_local", silent_delete)
     summary = _first_failure()
     assert summary["failure"]["violation"].startswith("lost-range-exact")
+
+
+def test_catches_a_failed_load_that_releases_the_topic(monkeypatch):
+    from tiered.lifecycle import host as lifecycle
+    from tiered.lifecycle.ownership import release
+
+    def always_release(self, token, plan, wal):
+        try:
+            release(self.metadata, token)
+        except Exception:  # noqa: BLE001 - as the old code did: quietly
+            pass
+
+    monkeypatch.setattr(lifecycle.BrokerHost, "_after_failed_load", always_release)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].split(":")[0] in ("durable-readable", "unique-offsets",
+                                                             "failed-load-safe", "lost-range-exact")
+
+
+def test_catches_a_cursor_write_without_its_revision_compare(monkeypatch):
+    from tiered.metadata.base import Put
+    from tiered.metadata.owned import OwnedRecord, RecordFenced
+
+    def blind_write(self, value, fencing, covers=lambda stored: False):
+        if not self.metadata.txn(list(fencing), [Put(self.key, value)]).succeeded:
+            raise RecordFenced(self.key)
+
+    monkeypatch.setattr(OwnedRecord, "write", blind_write)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].startswith("cursor-monotonic")
+
+
+def test_catches_a_fenced_owner_that_keeps_acknowledging(monkeypatch):
+    from tiered.lifecycle import host as lifecycle
+
+    monkeypatch.setattr(lifecycle.HostedTopic, "fence", lambda self, step: None)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].startswith("fenced-refuses")
+
+
+def test_catches_a_second_opener_let_in(monkeypatch):
+    from wal.fs import FaultFs
+
+    def no_lock(self, path):
+        class Nothing:
+            def release(self) -> None:
+                pass
+        return Nothing()
+
+    monkeypatch.setattr(FaultFs, "lock", no_lock)
+    summary = _first_failure()
+    assert summary["failure"]["violation"].split(":")[0] in ("one-writer", "unexpected-error")
+
+
+def test_catches_a_reader_that_does_not_check_objects_against_descriptors(monkeypatch):
+    from native import object_format
+
+    monkeypatch.setattr(object_format, "check_footer_digest", lambda *args, **kwargs: None)
+    monkeypatch.setattr(object_format, "check_block_digest", lambda *args, **kwargs: None)
+    summary = _first_failure(range(0, 80))
+    assert summary["failure"]["violation"].startswith("object-pinned")

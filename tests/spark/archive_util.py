@@ -42,19 +42,20 @@ def object_bytes(topic: str, msgs: list[Produced], block_bytes: int = 2048, zstd
 
 
 def write_archive(objects: ObjectStore, metadata: MetadataStore | None, topic: str, msgs: list[Produced],
-                  splits: list[tuple[int, int, str, int]], block_bytes: int = 2048) -> list[str]:
+                  splits: list[tuple[int, int, str, int]], block_bytes: int = 2048,
+                  zstd_level: int = 3) -> list[str]:
     """One object per ``(start, end, broker_id, epoch)`` split; returns the object keys."""
     by_offset = {m.offset: m for m in msgs}
     written = []
     for start, end, broker, epoch in splits:
         part = [by_offset[o] for o in range(start, end + 1)]
-        data = object_bytes(topic, part, block_bytes)
+        data = object_bytes(topic, part, block_bytes, zstd_level)
         object_id = f"data-{start}-{end}"
         key = keys.object_key(topic, start, object_id)
         info = objects.put(key, data)
         if metadata is not None:
             d = keys.ObjectDescriptor(start, end, object_id, len(data), info.etag, time.time(), broker, epoch,
-                                      compression="zstd")
+                                      *object_format.object_digest(data), compression="zstd")
             metadata.put(keys.descriptor_key(topic, start), d.to_json())
         written.append(key)
     return written

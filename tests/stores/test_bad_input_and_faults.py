@@ -39,7 +39,7 @@ from tiered.objects.local import LocalObjectStore
 DOWN_BOUND_S = 3.0
 
 # -- records ------------------------------------------------------------------
-GOOD = ObjectDescriptor(0, 9, "abc", 10, "etag", 1.0, "b1", 1)
+GOOD = ObjectDescriptor(0, 9, "abc", 10, "etag", 1.0, "b1", 1, 0, "00000000")
 
 
 @pytest.mark.parametrize(
@@ -52,6 +52,11 @@ GOOD = ObjectDescriptor(0, 9, "abc", 10, "etag", 1.0, "b1", 1)
         (GOOD.to_json().replace(b'"size":10', b'"size":"10"'), "size"),
         (GOOD.to_json().replace(b'"end_offset":9', b'"end_offset":-1'), "end_offset"),
         (GOOD.to_json().replace(b'"epoch":1', b'"epoch":true'), "epoch"),
+        # A descriptor without its content digest cannot be checked: malformed, never trusted.
+        (GOOD.to_json().replace(b'"footer_crc32c":0,', b""), "missing field 'footer_crc32c'"),
+        (GOOD.to_json().replace(b'"block_crc32c":"00000000",', b""), "missing field 'block_crc32c'"),
+        (GOOD.to_json().replace(b'"block_crc32c":"00000000"', b'"block_crc32c":"0000000"'), "block_crc32c"),
+        (GOOD.to_json().replace(b'"footer_crc32c":0', b'"footer_crc32c":4294967296'), "footer_crc32c"),
     ],
 )
 def test_malformed_descriptor_names_key_and_problem(raw: bytes, problem: str) -> None:

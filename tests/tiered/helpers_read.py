@@ -181,6 +181,7 @@ def archive(b: Backends, start: int, end: int, *, broker_id: str = "broker-a", e
 
     data = object_format.write_object(frames(start, end), topic=str(topic), block_bytes=block_bytes,
                                       zstd_level=0)
+    digest = object_format.object_digest(data)  # what the uploader recorded, before any damage
     if mangle is not None:
         data = mangle(data)
     object_id = f"data-{start}-{end}"
@@ -189,6 +190,6 @@ def archive(b: Backends, start: int, end: int, *, broker_id: str = "broker-a", e
     descriptor = keys.ObjectDescriptor(
         start_offset=start, end_offset=end if descriptor_end is None else descriptor_end,
         object_id=object_id, size=len(data), etag=info.etag, created_at=_time.time(),
-        broker_id=broker_id, epoch=epoch)
+        broker_id=broker_id, epoch=epoch, **digest._asdict())
     b.metadata.put(keys.descriptor_key(topic, start), descriptor.to_json())
     return key, data

@@ -210,8 +210,9 @@ def test_lost_range_record_is_validated() -> None:
     assert keys.LostRange.from_json(key, good.to_json()).check_key(key) == good
     with pytest.raises(ValueError):
         keys.LostRange(5, 4, "A", 1, True, None, "A", 1.0).to_json()  # end before start
-    with pytest.raises(ValueError):
-        keys.LostRange(5, 9, "A", 1, False, "/q", "B", 1.0).to_json()  # only the exact report has a path
+    # A discarded unreadable WAL: the range is unknown (not exact) but its files are kept.
+    unknown = keys.LostRange(5, None, "A", 1, False, "/q", "A", 1.0)
+    assert keys.LostRange.from_json(key, unknown.to_json()) == unknown
     with pytest.raises(MalformedRecord):
         keys.LostRange.from_json(key, b'{"start_offset": "5"}')
     with pytest.raises(MalformedRecord):

@@ -15,7 +15,7 @@ import pytest
 from tiered.lifecycle import TopicState
 from tiered.metadata import keys
 from tiered.read.messages import TIER_CLOUD, TIER_WAL
-from tiered.lifecycle.ownership import OwnershipConflict, OwnershipError, TopicOwnedElsewhere
+from tiered.lifecycle.ownership import OwnershipConflict, OwnershipError, OwnershipLostError, TopicOwnedElsewhere
 from tiered.lifecycle.restore import read_sealed_state
 from uploader import list_descriptors
 from uploader.config import UploaderConfig
@@ -211,9 +211,14 @@ def test_stale_owner_cannot_write_descriptor_cursor_or_seal(local_cluster: Clust
     assert topic_b.next_offset == 5
     before = _snapshot(local_cluster.metadata)
 
-    produce_range(topic_a, 5, 6)  # A's local appends still work; nothing leaves the broker
+    # A learns it is fenced from its first refused write (here the uploader's commit; the
+    # progress and cursor writes do the same, see test_fencing.py); from then on it
+    # refuses appends, so it cannot acknowledge offsets that B now assigns.
+    topic_a.produce(b"unarchived")  # A has not been told yet (the forced-takeover window)
     with pytest.raises(OwnershipLost):
         topic_a.uploader.upload_once()
+    with pytest.raises(OwnershipLostError):
+        topic_a.produce(b"after the takeover")
     sub.ack(3)
     with pytest.raises(CursorFenced):
         sub.flush()
@@ -337,8 +342,7 @@ def test_stale_local_wal_is_discarded_when_the_topic_moved_on(local_cluster: Clu
     a, b = local_cluster.broker("A"), local_cluster.broker("B")
     hosted = a.load(TOPIC)
     produce_range(hosted, 0, 4, ack="archived")
-    a.abandon(TOPIC)
-    a.session.stop(revoke=True)
+    a.close(unload=False)  # A "dies": topics abandoned, lease revoked, its WAL root unlocked
     topic_b = b.load(TOPIC)
     produce_range(topic_b, 5, 9)
     assert b.unload(TOPIC) == 9

@@ -7,8 +7,12 @@ import threading
 import pytest
 
 from tiered.errors import OperationTimeout, StorageUnavailable
+from tiered.metadata import keys
+from tiered.metadata.base import value_is
+from tiered.objects.base import ObjectStore
 from uploader import (
     DrainTimeout,
+    Uploader,
     OwnershipLost,
     UploadError,
     UploaderStopped,
@@ -32,7 +36,7 @@ def test_messages_become_contiguous_descriptors_holding_exactly_their_frames(env
     descriptors = assert_archive(env, wal.frames, 0, 299)
     assert len(descriptors) > 3  # cut at object_bytes_max
     assert last_committed_offset(env.metadata, env.topic) == 299
-    assert descriptors[0].object_id == object_id_for(0, descriptors[0].end_offset)
+    assert descriptors[0].object_id == object_id_for(0, descriptors[0].end_offset, env.owner.epoch)
 
 
 def test_never_reads_past_the_durable_watermark(local_env):
@@ -74,19 +78,33 @@ def test_an_existing_identical_object_is_adopted_not_duplicated(env):
     """Crash between PUT and descriptor: the restart lands on the same key and adopts it."""
     wal = MemWal()
     wal.append_n(30)
-    key = object_key(env.topic, 0, object_id_for(0, 19))
+    key = object_key(env.topic, 0, object_id_for(0, 19, env.owner.epoch))
     env.raw_objects.put(key, objfmt.encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none")))
     up = env.uploader(wal)
     assert up.upload_once() == 29
     descriptors = assert_archive(env, wal.frames, 0, 29)
-    assert descriptors[0].object_id == object_id_for(0, 19)  # cut at the orphan's end and adopted
+    assert descriptors[0].object_id == object_id_for(0, 19, env.owner.epoch)  # cut at the orphan's end, adopted
+
+
+def test_another_epochs_object_is_neither_adopted_nor_touched(env):
+    """Keys carry the writer's epoch: a previous owner's object is never ours to adopt."""
+    wal = MemWal()
+    wal.append_n(30)
+    theirs = object_key(env.topic, 0, object_id_for(0, 19, env.owner.epoch - 1))
+    data = objfmt.encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none"))
+    env.raw_objects.put(theirs, data)
+    up = env.uploader(wal)
+    assert up.upload_once() == 29
+    (d,) = assert_archive(env, wal.frames, 0, 29, gc=False)
+    assert d.object_id == object_id_for(0, 29, env.owner.epoch)
+    assert env.raw_objects.get(theirs) == data
 
 
 def test_a_different_object_under_our_key_is_never_overwritten(env):
-    """A dead owner's orphan for reassigned offsets: keep it, write an epoch-qualified name."""
+    """Our own key holding other frames: keep it, write under a nonce-qualified name."""
     wal = MemWal()
     wal.append_n(10)
-    key = object_key(env.topic, 0, object_id_for(0, 9))
+    key = object_key(env.topic, 0, object_id_for(0, 9, env.owner.epoch))
     foreign = objfmt.encode_object(env.topic, b"".join(frame_for(o, salt=5) for o in range(10)),
                                    UploaderConfig(compression="none"))
     env.raw_objects.put(key, foreign)
@@ -94,7 +112,64 @@ def test_a_different_object_under_our_key_is_never_overwritten(env):
     assert up.upload_once() == 9
     assert env.raw_objects.get(key) == foreign
     (d,) = assert_archive(env, wal.frames, 0, 9)
-    assert d.object_id == object_id_for(0, 9, epoch=env.owner.epoch)
+    assert d.object_id.startswith(object_id_for(0, 9, env.owner.epoch) + "-")
+
+
+class _IgnoresConditionalPut(ObjectStore):
+    """A store whose server ignores If-None-Match: every put overwrites."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+
+    def put(self, key, data, if_absent=False):
+        return self.inner.put(key, data, if_absent=False)
+
+    def get(self, key):
+        return self.inner.get(key)
+
+    def get_range(self, key, start, end_inclusive):
+        return self.inner.get_range(key, start, end_inclusive)
+
+    def get_suffix(self, key, length):
+        return self.inner.get_suffix(key, length)
+
+    def head(self, key):
+        return self.inner.head(key)
+
+    def list(self, prefix=""):
+        return self.inner.list(prefix)
+
+    def delete(self, key):
+        return self.inner.delete(key)
+
+
+def test_a_stale_owner_never_replaces_the_new_owners_object_even_without_conditional_puts(env):
+    """A's lease lapsed, B took over and archived 5-9; A's next pass must not touch B's
+    object even when the server ignores If-None-Match (epochs make the keys disjoint)."""
+    lying = _IgnoresConditionalPut(env.raw_objects)
+    wal_a = MemWal()
+    wal_a.append_n(10, durable=False)
+    wal_a.make_durable(upto=4)
+    stale = Uploader(env.topic, wal_a, env.metadata, lying, broker_id=1, fencing=env.fencing,
+                     config=UploaderConfig(compression="none", retry_backoff_s=0.001),
+                     committed_through=None, metrics=env.metrics)
+    assert stale.upload_once() == 4
+    env.take_over("2")
+    successor = keys.Ownership.from_json(keys.owner_key(env.topic),
+                                         env.raw_metadata.get(keys.owner_key(env.topic)).value)
+    wal_b = MemWal(first_offset=5)
+    wal_b.append_n(5, salt=1000)  # B's own, different messages at 5-9
+    fresh = Uploader(env.topic, wal_b, env.metadata, lying, broker_id=2,
+                     fencing=[value_is(keys.owner_key(env.topic), successor.to_json())],
+                     config=UploaderConfig(compression="none", retry_backoff_s=0.001),
+                     committed_through=4, metrics=env.metrics)
+    assert fresh.upload_once() == 9
+    wal_a.make_durable()  # A resumes with its own 5-9 and uploads before it notices
+    with pytest.raises(OwnershipLost):
+        stale.upload_once()
+    b_frames = {o: frame_for(o, salt=1000) for o in range(5, 10)}
+    assert_archive(env, lambda a, b: b"".join(wal_a.frames(o, o) if o < 5 else b_frames[o]
+                                               for o in range(a, b + 1)), 0, 9, gc=False)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -250,7 +325,7 @@ def test_gc_removes_only_unreferenced_objects_below_the_tip_after_grace(local_en
     up = local_env.uploader(wal, object_bytes_max=1_500)
     up.upload_once()
     stale = object_key(local_env.topic, 0, "data-0-3")  # an old, superseded cut
-    ahead = object_key(local_env.topic, 30, object_id_for(30, 40))  # may still be adopted
+    ahead = object_key(local_env.topic, 30, object_id_for(30, 40, local_env.owner.epoch))  # may be adopted
     for key in (stale, ahead):
         local_env.raw_objects.put(key, b"x")
     assert collect_garbage(local_env.metadata, local_env.objects, local_env.topic, grace_s=3600) == []
@@ -328,3 +403,62 @@ def test_stale_uploader_never_adopts_the_new_owners_chain_as_its_own(env):
     assert up_a.committed_through == 19
     with pytest.raises(UploaderStopped):
         up_a.wait_archived(22, timeout_s=0.1)
+
+
+def test_a_pass_stops_at_the_durable_tip_it_started_with(local_env):
+    """A pass that chased a tip moving under it cut one small object per fsync while
+    producers were active; what becomes durable during a pass waits for the next one."""
+    wal = MemWal()
+    wal.append_n(10)
+    grown = []
+
+    def producer_keeps_going(data: bytes) -> bytes:
+        if len(grown) < 5:  # each read of the pass sees 10 more durable messages
+            grown.append(1)
+            wal.append_n(10)
+        return data
+
+    wal.read_hook = producer_keeps_going
+    up = local_env.uploader(wal)
+    assert up.upload_once() == 9
+    assert [(d.start_offset, d.end_offset) for d in list_descriptors(local_env.metadata, local_env.topic)] == [(0, 9)]
+    wal.read_hook = None
+    assert up.upload_once() == wal.next_offset - 1  # the next pass takes the rest in one object
+    assert len(list_descriptors(local_env.metadata, local_env.topic)) == 2
+    assert_archive(local_env, wal.frames, 0, wal.next_offset - 1)
+
+
+def test_a_drain_still_reaches_the_tip_across_passes(local_env):
+    wal = MemWal()
+    wal.append_n(10)
+    calls = []
+
+    def producer_keeps_going(data: bytes) -> bytes:
+        if len(calls) < 3:
+            calls.append(1)
+            wal.append_n(5)
+        return data
+
+    wal.read_hook = producer_keeps_going
+    up = local_env.uploader(wal)
+    tip = wal.next_offset - 1
+    assert up.drain(timeout_s=10) >= tip
+
+
+def test_a_bounded_pass_cuts_a_read_that_returns_more_than_its_bound(local_env):
+    """The WAL returns whole chunks up to its own durable tip, which may have moved past
+    the pass's bound while the pass ran: the object must end exactly at the bound."""
+    wal = MemWal()
+    wal.append_n(10)
+    up = local_env.uploader(wal)
+    real_read = wal.read_frames
+
+    def read_after_more_became_durable(position, size):
+        if wal.next_offset == 10:
+            wal.append_n(5)  # durable now, but after the pass took its bound
+        return real_read(position, size)
+
+    wal.read_frames = read_after_more_became_durable
+    assert up.upload_once() == 9
+    assert up.upload_once() == 14
+    assert_archive(local_env, wal.frames, 0, 14)

@@ -7,6 +7,7 @@ contract (docs/CLI.md) and are pinned by tests/cli.
 from __future__ import annotations
 
 import argparse
+import os
 import base64
 import sys
 from collections.abc import Callable
@@ -28,7 +29,21 @@ class Command:
 
 
 def _topic_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", help="topic name, e.g. /default/reliable_topic")
+    p.add_argument("topic", type=_topic_name, help="topic name, e.g. /default/reliable_topic")
+
+
+def _topic_name(raw: str) -> str:
+    """The canonical ``/namespace/topic`` form only: an operator typing ``ns/t`` most
+    likely meant something else, and a typo must not create or move a topic."""
+    from wal.errors import InvalidTopicName
+    from wal.topics import TopicName
+
+    if not raw.startswith("/"):
+        raise argparse.ArgumentTypeError(f"topic name {raw!r} must start with '/' (/namespace/topic)")
+    try:
+        return str(TopicName.parse(raw))
+    except InvalidTopicName as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 # -- produce ----------------------------------------------------------------------------
@@ -129,12 +144,16 @@ def _restore_args(p: argparse.ArgumentParser) -> None:
     _topic_arg(p)
     p.add_argument("--takeover", action="store_true",
                    help="take the topic from a broker that died without sealing (failover)")
+    p.add_argument("--discard-local-wal", action="store_true",
+                   help="this broker's local WAL of the topic does not open: quarantine it, record the "
+                        "offsets it may have held as lost, and continue after the archive")
 
 
 def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     from tiered.cli import ops
 
-    out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover)})
+    out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover,
+                                         discard_local_wal=args.discard_local_wal)})
 
 
 # -- inspect ----------------------------------------------------------------------------
@@ -259,17 +278,60 @@ def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     out.emit(result, render=lambda r: render_table(r["columns"], r["rows"]) + f"\n{len(r['rows'])} row(s)")
 
 
+# -- broker / move ----------------------------------------------------------------------
+
+def _broker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["run"], help="run: serve until SIGTERM (then seal every topic)")
+    p.add_argument("--listen", default=os.environ.get("DNB_LISTEN", "127.0.0.1:8080"),
+                   help="HOST:PORT to serve HTTP on (env DNB_LISTEN, default 127.0.0.1:8080)")
+    p.add_argument("--advertise", default=os.environ.get("DNB_ADVERTISE"),
+                   help="URL clients reach this broker at (env DNB_ADVERTISE, default http://<listen>)")
+    p.add_argument("--shutdown-timeout-s", type=float, default=120.0,
+                   help="after SIGTERM, abandon topics not sealed by then (default 120)")
+
+
+def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from tiered.cli import ops
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"--listen {args.listen!r}: use HOST:PORT")
+    return ops.run_broker(settings, host, int(port), args.advertise, args.shutdown_timeout_s)
+
+
+def _move_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--to", required=True, help="broker id that should host the topic next")
+    p.add_argument("--timeout-s", type=float, default=120.0, help="bound on waiting for the seal")
+
+
+def _move(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.cli import ops
+
+    out.emit(ops.move(settings, args.topic, args.to, args.timeout_s))
+
+
 # -- argument types ---------------------------------------------------------------------
 
+#: Upper bound of count-like options: far beyond any demo or load run, and a typo such as
+#: 100000000000000000000000 fails at once instead of running for ever.
+COUNT_MAX = 10**12
+
+
 def _non_negative(raw: str) -> int:
-    value = int(raw)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{raw} is negative")
+    if value > COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"{raw} is above the limit {COUNT_MAX}")
     return value
 
 
 def _positive(raw: str) -> int:
-    value = int(raw)
+    value = _non_negative(raw)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{raw} must be > 0")
     return value
@@ -290,4 +352,8 @@ COMMANDS: tuple[Command, ...] = (
             _demo_args, _demo),
     Command("harness", "randomized offset-continuity checker (moves, crashes, faults)", _harness_args, _harness),
     Command("query", "run Spark SQL over the topic's archive", _query_args, _query),
+    Command("broker", "run a long-lived broker: HTTP API, follows its assignments, seals on SIGTERM",
+            _broker_args, _broker),
+    Command("move", "move a topic to another broker: unload (seal) where it is, then assign it",
+            _move_args, _move),
 )

@@ -74,10 +74,11 @@ def refuse_if_held_elsewhere(host: Any, topic: TopicName, action: str) -> None:
             EXIT_REFUSED)
 
 
-def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False) -> Any:
+def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False,
+              discard_local_wal: bool = False) -> Any:
     if not takeover:
         refuse_if_held_elsewhere(host, topic, action)
-    return host.load(topic)
+    return host.load(topic, discard_local_wal=discard_local_wal)
 
 
 # -- produce / upload -------------------------------------------------------------------
@@ -99,28 +100,10 @@ def produce(settings: Settings, topic: str, payloads: Iterable[bytes], key: byte
     name = TopicName.parse(topic)
     with hosting(settings) as host:
         hosted = load_here(host, name, "produce to")
-        first = last = None
-        for payload in payloads:
-            # One CLI process is the only writer and never unloads mid-produce, so it may
-            # append straight to the hosted WAL and wait once for the last offset: the WAL
-            # group-commits, and one fsync covers the whole batch (per-message produce()
-            # would wait for an fsync per line).
-            last = hosted.wal.append(payload, key=key)
-            first = last if first is None else first
-        if last is not None:
-            _wait_ack(hosted, last, ack)
-        return first, last
-
-
-def _wait_ack(hosted: Any, offset: int, ack: str) -> None:
-    from tiered.lifecycle import ProduceTimeout
-
-    if hosted.wal.wait_durable(offset, CLI_STEP_TIMEOUT_S) is False:
-        raise ProduceTimeout(hosted.topic, "wait durable", f"offset {offset} not fsynced in {CLI_STEP_TIMEOUT_S}s")
-    if ack == "archived":
-        hosted.uploader.request_upload()
-        if hosted.uploader.wait_archived(offset, CLI_STEP_TIMEOUT_S) is False:
-            raise ProduceTimeout(hosted.topic, "wait archived", f"offset {offset} not archived in time")
+        # One wait for the last offset: the WAL group-commits, so one fsync covers the
+        # batch (per-message produce() would wait for an fsync per line). The hosted
+        # topic's own path, so a fenced or lease-uncertain owner acknowledges nothing.
+        return hosted.produce_many(payloads, key, ack=ack, timeout_s=CLI_STEP_TIMEOUT_S)
 
 
 def upload(settings: Settings, topic: str) -> int | None:
@@ -226,11 +209,11 @@ def seal(settings: Settings, topic: str) -> int | None:
         return host.unload(name)
 
 
-def restore(settings: Settings, topic: str, takeover: bool = False) -> int:
+def restore(settings: Settings, topic: str, takeover: bool = False, discard_local_wal: bool = False) -> int:
     """Load on this broker (from the sealed state, or recover our own WAL); next offset."""
     name = TopicName.parse(topic)
     with hosting(settings) as host:
-        hosted = load_here(host, name, "restore", takeover=takeover)
+        hosted = load_here(host, name, "restore", takeover=takeover, discard_local_wal=discard_local_wal)
         report = hosted.report
         if report.unarchived_at_least:
             print(f"dnb: warning: failover: at least {report.unarchived_at_least} offset(s) of broker "
@@ -302,8 +285,35 @@ def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
         from tiered.spark.query import run_query
     except ImportError as e:
         raise CliError(f"query needs the Spark extra: pip install 'dnb-storage[spark]' ({e})") from e
-    result = run_query(str(name), sql, settings.metadata_url, settings.objects_url)
+    try:
+        result = run_query(str(name), sql, settings.metadata_url, settings.objects_url)
+    except Exception as e:  # noqa: BLE001 - narrowed below: only Spark's wrappers are rewritten
+        if not type(e).__module__.startswith(("pyspark", "py4j")):
+            raise
+        raise _spark_failure(e) from e
     return _query_json(result)
+
+
+#: Names of the data errors a Spark task may raise (they arrive as text inside Spark's
+#: exception, with the Python worker's whole traceback around them).
+_SPARK_DATA_ERRORS = ("CorruptObject", "CorruptArchive", "ArchiveInconsistent", "DataGap", "CodecError",
+                      "MalformedRecord")
+
+
+def _spark_failure(error: BaseException) -> CliError:
+    """One line for the operator instead of a JVM/worker traceback (``--debug`` shows it):
+    the innermost ``module.Error: message`` line, and exit 5 when it is a data error."""
+    import re
+
+    from tiered.cli.output import EXIT_DATA, EXIT_INTERNAL
+
+    text = str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = next((line for line in reversed(lines)
+                  if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Corrupt\w*|Inconsistent|Gap|Record)\b: ", line)),
+                 lines[0] if lines else type(error).__name__)
+    is_data = any(name in text for name in _SPARK_DATA_ERRORS)
+    return CliError(f"query failed: {cause[:500]}", EXIT_DATA if is_data else EXIT_INTERNAL)
 
 
 def _query_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -328,3 +338,42 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+# -- broker process and moves -----------------------------------------------------------
+
+def run_broker(settings: Settings, listen_host: str, listen_port: int, advertise: str | None,
+               shutdown_timeout_s: float) -> int:
+    """``dnb broker run``: serve until SIGTERM; the exit code of the process."""
+    import asyncio
+    import logging
+
+    from tiered.broker.process import BrokerProcessConfig, serve
+    from tiered.lifecycle.config import BrokerConfig
+
+    logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
+    process = BrokerProcessConfig(listen_host, listen_port, advertise, shutdown_timeout_s)
+    with open_stores(settings) as (metadata, objects):
+        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, BrokerConfig(), process))
+
+
+def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> dict[str, Any]:
+    """Request the unload where the topic is assigned, wait for the seal, assign it to
+    ``to_broker``: the seed's move, driven through metadata (running brokers act on it)."""
+    from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
+    from tiered.metadata import keys
+
+    name = TopicName.parse(topic)
+    with open_stores(settings) as (metadata, _objects):
+        current = keys.topic_assignments(metadata, name)
+        if current == [to_broker]:
+            return {"topic": str(name), "from": to_broker, "to": to_broker, "last_committed_offset": None,
+                    "moved": False}
+        last = None
+        for broker in current:
+            request_unload(metadata, name, broker, reason="move", to_broker=to_broker)
+        if current:
+            last = wait_sealed(metadata, name, timeout_s)
+        assign(metadata, name, to_broker, reason="move")
+        return {"topic": str(name), "from": current[0] if current else None, "to": to_broker,
+                "last_committed_offset": last, "moved": True}

@@ -18,13 +18,18 @@ from typing import Any, TextIO, TypeVar
 T = TypeVar("T")
 
 #: Exit codes: 0 ok, 1 the command ran but found a problem (verify not ok, harness
-#: failure), 2 bad usage or input, 3 refused because the state was not as expected,
-#: 4 a storage backend is unavailable, 70 an unexpected internal error.
+#: failure), 2 bad usage or input, 3 refused because the state was not as expected
+#: (owned elsewhere, fenced, locked by another process, topic full), 4 a storage backend
+#: is unavailable, 5 the stored data is damaged or inconsistent (corrupt object or WAL,
+#: a gap, a broken descriptor chain, a malformed metadata record), 70 an unexpected
+#: internal error. With ``--json`` every error is also one JSON object on stdout:
+#: ``{"error": {"type": ..., "message": ..., "exit_code": ...}}``.
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_UNAVAILABLE = 4
+EXIT_DATA = 5
 EXIT_INTERNAL = 70
 
 
@@ -166,10 +171,12 @@ def classify(error: BaseException) -> tuple[int, str]:
     message = str(error) or name
     from tiered.errors import StorageError, StorageUnavailable
 
-    if isinstance(error, StorageUnavailable):
-        return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
     if _is_refusal(error):
         return EXIT_REFUSED, f"refused: {message}"
+    if isinstance(error, _data_errors()):
+        return EXIT_DATA, f"data error ({name}): {message}"
+    if isinstance(error, StorageUnavailable):
+        return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
     if isinstance(error, (ValueError, LookupError, StorageError)):
         return EXIT_USAGE, f"{_words(name)}: {message}"
     if isinstance(error, OSError):
@@ -177,7 +184,21 @@ def classify(error: BaseException) -> tuple[int, str]:
     return EXIT_INTERNAL, f"internal error ({name}): {message}"
 
 
-_REFUSAL_NAMES = ("Owner", "Ownership", "Fenced", "NotOwner", "Sealed", "AlreadyLoaded", "Refused")
+_REFUSAL_NAMES = ("Owner", "Ownership", "Fenced", "NotOwner", "Sealed", "AlreadyLoaded", "Refused", "Locked",
+                  "OffsetOverflow")
+
+
+def _data_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean the stored bytes or records are damaged, whatever layer found them."""
+    from native.errors import CodecError
+    from tiered.errors import MalformedRecord
+    from tiered.lifecycle.host import LocalWalUnreadable
+    from tiered.lifecycle.restore import BrokenChain, RestoreMismatch
+    from tiered.read.errors import CorruptArchive, DataGap
+    from wal.errors import CorruptLog
+
+    return (CorruptArchive, DataGap, CodecError, CorruptLog, LocalWalUnreadable, BrokenChain, RestoreMismatch,
+            MalformedRecord)
 
 
 def _is_refusal(error: BaseException) -> bool:
@@ -203,6 +224,10 @@ def run_command(out: Output, body: Callable[[], int | None]) -> int:
         code, message = classify(error)
         if out.debug:
             traceback.print_exception(error, file=out.stderr)
+        if out.json_mode:
+            body = {"error": {"type": type(error).__name__, "message": message, "exit_code": code}}
+            out.stdout.write(json.dumps(body) + "\n")
+            out.stdout.flush()
         out.stderr.write(f"dnb: {message}\n")
         if not out.debug and code == EXIT_INTERNAL:
             out.stderr.write("dnb: run again with --debug for the traceback\n")

@@ -24,6 +24,16 @@ Invariants (the names a failure reports):
 * ``subscription-exactly-once``: each subscription resumes right after its cursor and sees
   every later message once, across moves (no acknowledged payload is delivered twice,
   no offset after the cursor is skipped).
+* ``failed-load-safe``: a load that fails at any step (or on a full disk) leaves the
+  broker's claim on its WAL; the next load recovers every acknowledged offset.
+* ``one-writer``: a second host or WAL opener on an owner's directory is refused.
+* ``fenced-refuses``: an owner that learned of a newer owner (a refused progress,
+  upload or cursor write) acknowledges nothing more.
+* ``cursor-monotonic``: a delayed older cursor write applied late never moves the
+  stored cursor back.
+* ``object-pinned``: an archived object replaced after its commit (another history, a
+  stale owner on a store that ignores conditional puts) is never served: readers raise
+  CorruptArchive and verify reports it.
 * ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
 """
 from __future__ import annotations
@@ -230,14 +240,18 @@ class Scenario:
               f"after a {why}, broker {self.owner} continues at {nxt}, reusing offsets up to {self.model.top() - 1}")
         self.model.forget_unsynced(nxt)
 
-    def step_takeover(self, step: Step, index: int) -> None:
+    def step_takeover(self, step: Step, index: int, keep_dead_running: bool = False) -> None:
         from uploader import last_committed_offset
 
         dead, target = self.owner, self.other_broker(step.args["to"])
         dead_hosted = self.hosted()
         # The process dies unsealed; its disk stays (the broker comes back later). Closing
         # drains what was appended, so the WAL on that disk ends exactly at this tip.
-        self.cluster.crash(dead)
+        # (A stale owner keeps running; every append it made is already durable.)
+        if keep_dead_running:
+            dead_hosted.wal.flush(5.0)
+        else:
+            self.cluster.crash(dead)
         dead_tip = _durable_tip(dead_hosted)
         archive_end = last_committed_offset(self.cluster.inner_metadata, TOPIC)
         first_new = 0 if archive_end is None else archive_end + 1
@@ -256,6 +270,180 @@ class Scenario:
         self.takeovers.append(Takeover(dead, dead_hosted.token.epoch, first_new, dead_tip))
         self.note(f"step {index}: takeover by b{target} at {first_new}; lost tail {len(lost)} "
                   f"(reported at least {reported}, dead tip {dead_tip})")
+
+    # -- the single-fault kinds of the loss paths (docs/SAFETY.md) ---------------------
+    def step_failed_load(self, step: Step, index: int) -> None:
+        from tiered.lifecycle import LoadError
+
+        self.cluster.crash(self.owner)
+        host = self.cluster.host(self.owner)
+        target = {"open WAL": "_open_wal", "mark topic open": "_mark_open",
+                  "clamp subscription cursors": None, "start uploader": "_start_uploader",
+                  "open subscriptions": "_open_subscriptions"}[step.args["step"]]
+        if target is None:
+            import tiered.lifecycle.host as host_module
+            original = host_module.clamp_cursors
+            host_module.clamp_cursors = _raising(OSError("injected failure while clamping"))
+        else:
+            original = getattr(host, target)
+            setattr(host, target, _raising(OSError(f"injected failure at {step.args['step']}")))
+        try:
+            host.load(self.cluster.topic)
+            raise Violation("failed-load-safe", f"load with a failing {step.args['step']!r} step succeeded")
+        except LoadError as e:
+            check(e.step == step.args["step"], "failed-load-safe", f"load failed at {e.step!r}, injected at "
+                  f"{step.args['step']!r}")
+        finally:
+            if target is None:
+                host_module.clamp_cursors = original
+            else:
+                delattr(host, target)  # the instance attribute shadowed the method
+        self.reload_same_broker(f"load that failed at {step.args['step']!r}")
+
+    def step_disk_full_load(self, step: Step, index: int) -> None:
+        fs = self.cluster.fs[self.owner]
+        if fs is None:  # the real-disk broker cannot be filled on purpose: a plain restart
+            self.step_restart(step, index)
+            return
+        self.cluster.crash(self.owner)
+        fs.disk_full = True
+        try:
+            for _ in range(step.args["attempts"]):
+                try:
+                    self.cluster.load(self.owner)
+                    raise Violation("failed-load-safe", "a load on a full disk succeeded")
+                except Violation:
+                    raise
+                except Exception as e:  # noqa: BLE001 - any typed failure; what it leaves is checked
+                    self.note(f"step {index}: load on a full disk failed: {type(e).__name__}")
+        finally:
+            fs.disk_full = False
+        self.reload_same_broker("disk full at load")
+
+    def step_second_opener(self, step: Step, index: int) -> None:
+        from tiered.lifecycle import BrokerHost
+        from wal import WriteAheadLog
+        from wal.errors import WalLocked
+
+        fs = self.cluster.fs[self.owner]
+        for who, open_it in (
+            ("a second broker host", lambda: BrokerHost(self.cluster.broker_id(self.owner), self.cluster.wal_root(self.owner),
+                                                         self.cluster.metadata, self.cluster.objects, self.cluster.config,
+                                                         wal_fs=fs)),
+            ("a second WAL opener", lambda: WriteAheadLog.open(self.cluster.wal_root(self.owner), str(self.cluster.topic),
+                                                               fs=fs)),
+        ):
+            try:
+                opened = open_it()
+            except WalLocked:
+                continue
+            opened.close()
+            raise Violation("one-writer", f"{who} opened broker b{self.owner}'s directory while it hosts the topic")
+        self.step_produce(Step("produce", {"count": 1, "ack": "durable"}), index)  # the owner is unharmed
+
+    def step_stale_owner(self, step: Step, index: int) -> None:
+        """Another broker takes over while the owner still runs (its lease lapsed while it
+        was paused, or an operator forced it). Once the old owner learns it from one
+        refused write, it must refuse to acknowledge anything."""
+        from tiered.lifecycle.ownership import OwnershipLostError
+
+        old = self.owner
+        old_hosted = self.hosted()
+        self.step_takeover(Step("takeover", {"to": step.args["to"]}), index, keep_dead_running=True)
+        how = step.args["learns_by"]
+        if step.args.get("store_ignores_if_none_match"):
+            # The new owner archives first; then the stale owner uploads its own tail for
+            # the same offsets through a store that lets every put overwrite.
+            self.step_produce(Step("produce", {"count": 2, "ack": "archived"}), index)
+            self.cluster.objects.ignore_conditional_put = True
+            how = "upload"
+        try:
+            if how == "progress":
+                old_hosted.publish_progress()
+            elif how == "upload":
+                old_hosted.uploader.upload_once()
+            else:
+                old_hosted.subscriptions.subscribe("stale-probe", "earliest")
+        except Exception as e:  # noqa: BLE001 - the refusal is how it learns
+            self.note(f"step {index}: old owner b{old} learned by {how}: {type(e).__name__}")
+        finally:
+            self.cluster.objects.ignore_conditional_put = False
+        if not old_hosted.fenced:
+            # Nothing was there to write (no new tip, nothing to upload): no write could be
+            # refused, so the old owner asks directly, as an embedding broker would.
+            check(not old_hosted.check_ownership(), "fenced-refuses",
+                  f"broker b{old} still believes it owns the topic after b{self.owner} took it over")
+        try:
+            offset = old_hosted.produce(b"stale", timeout_s=2.0)
+        except OwnershipLostError:
+            pass
+        else:
+            raise Violation("fenced-refuses", f"fenced broker b{old} acknowledged offset {offset}")
+        self.cluster.crash(old)
+
+    def step_delayed_write(self, step: Step, index: int) -> None:
+        from tiered.metadata import keys
+
+        name = step.args["subscription"]
+        sub_model = self.model.subscriptions.setdefault(name, _new_sub())
+        hosted = self.hosted()
+        sub = hosted.subscribe(name, "earliest")
+        start = sub.cursor + 1
+        got = read_messages(hosted.create_reader(start, live=False), step.args["max"])
+        if len(got) < 2:
+            return
+        for m in got:
+            self.model.observed(m.offset, m.payload, f"consume {name}")
+        sub.ack(got[0].offset)
+        self.cluster.metadata_faults.delay_write("txn")
+        try:
+            sub.flush()
+        except Exception as e:  # noqa: BLE001 - the write "timed out"; its fate is decided later
+            self.note(f"step {index}: cursor write held back ({type(e).__name__})")
+        sub.ack(got[-1].offset)
+        sub.flush()
+        self.cluster.metadata_faults.apply_delayed()  # the held write lands now, late
+        self.cluster.clear_faults()
+        kv = self.cluster.inner_metadata.get(keys.cursor_key(TOPIC, name))
+        stored = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
+        check(stored == got[-1].offset, "cursor-monotonic",
+              f"subscription {name}: acknowledged through {got[-1].offset}, stored cursor is {stored}")
+        again = [m.offset for m in got if m.payload in sub_model.acked_payloads]
+        check(not again, "subscription-exactly-once",
+              f"subscription {name} acknowledged the messages at offsets {again} a second time")
+        sub_model.acked_payloads.update(m.payload for m in got)
+        sub_model.next_expected = got[-1].offset + 1
+
+    def step_impostor(self, step: Step, index: int) -> None:
+        """Replace one committed object with other bytes of the same size; nothing may
+        serve them, and verify must say so. Then put the real object back."""
+        from tiered.metadata import keys
+        from tiered.read.cloud import CloudReader
+        from tiered.read.errors import CorruptArchive
+        from tiered.verify import verify_topic
+        from uploader import list_descriptors
+
+        descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
+        if not descriptors:
+            return
+        d = descriptors[int(step.args["which"] * len(descriptors))]
+        key = keys.object_key(TOPIC, d.start_offset, d.object_id)
+        real = self.cluster.inner_objects.get(key)
+        self.cluster.inner_objects.put(key, _other_history(real, key, self.cluster.config.uploader))
+        try:
+            try:
+                with CloudReader(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects,
+                                 d.start_offset, d.end_offset) as reader:
+                    served = [(m.offset, m.payload) for m in reader]
+            except CorruptArchive:
+                pass
+            else:
+                raise Violation("object-pinned", f"object {key} was replaced, yet a read served {len(served)} "
+                                                 "messages from it")
+            report = verify_topic(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects)
+            check(not report.ok, "object-pinned", f"verify says ok with {key} replaced")
+        finally:
+            self.cluster.inner_objects.put(key, real)
 
     def check_cursors_clamped(self, hosted: Any, start: int, before: dict[str, int]) -> None:
         from tiered.metadata import keys
@@ -434,6 +622,27 @@ class Scenario:
         report = verify_topic(TOPIC, self.cluster.inner_metadata, self.cluster.inner_objects,
                               wal_dir=self.cluster.local_wal_dir(self.owner))
         check(report.ok, "verify-ok", "; ".join(p["message"] for p in report.problems))
+
+
+def _other_history(real: bytes, key: str, config: Any) -> bytes:
+    """A valid object of the same topic, offsets, publish times and sizes as ``real``,
+    but other payload bytes: what a stale owner's upload of the same range looks like.
+    Only the descriptor's digest tells the two apart (format CRCs all hold)."""
+    import native
+    from native import object_format
+
+    records = object_format.read_records(real, key)
+    batch = [(r.publish_time, r.key, r.attributes, bytes(b ^ 0x20 for b in r.payload)) for r in records]
+    first = records[0].offset
+    level = config.zstd_level if config.compression == "zstd" else 0
+    return object_format.write_object(native.encode_batch(first, batch), topic=str(TOPIC),
+                                      block_bytes=config.block_bytes, zstd_level=level)
+
+
+def _raising(error: BaseException) -> Any:
+    def fail(*_args: Any, **_kwargs: Any) -> Any:
+        raise error
+    return fail
 
 
 def _new_sub() -> Any:

@@ -24,7 +24,15 @@ STEP_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("uploader_crash", 5),  # the broker dies at a step inside an upload; same broker reloads
     ("s3_fault", 5),        # object store fails during an upload or a seal; retried after
     ("etcd_fault", 5),      # metadata store fails during an upload or a seal; retried after
+    ("failed_load", 4),     # owner restarts and its first load fails at one step; the next recovers
+    ("disk_full_load", 3),  # owner restarts on a full disk: loads fail, nothing renumbered; space freed
+    ("second_opener", 3),   # a second host / WAL opener on the owner's directory is refused
+    ("stale_owner", 4),     # another broker takes over while the owner still runs: it must stop acking
+    ("delayed_write", 3),   # a cursor write times out and is applied later, after a newer one
+    ("impostor", 3),        # a committed object is replaced behind the archive's back; readers refuse it
 )
+LOAD_FAILURE_STEPS = ("open WAL", "mark topic open", "clamp subscription cursors", "start uploader",
+                      "open subscriptions")
 SUBSCRIPTIONS = ("s0", "s1")
 UPLOADER_CRASH_POINTS = ("read", "before_put", "after_put", "before_commit", "after_commit")
 
@@ -73,6 +81,17 @@ def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
     if kind == "etcd_fault":
         return {"during": rng.choice(("upload", "seal")), "op": rng.choice(("txn", "range", "get")),
                 "transient": rng.random() < 0.5, "when": rng.choice(("before", "after"))}
+    if kind == "failed_load":
+        return {"step": rng.choice(LOAD_FAILURE_STEPS)}
+    if kind == "disk_full_load":
+        return {"attempts": rng.randint(1, 2)}
+    if kind == "stale_owner":
+        return {"to": rng.randrange(brokers), "learns_by": rng.choice(("progress", "upload", "cursor")),
+                "store_ignores_if_none_match": rng.random() < 0.5}
+    if kind == "impostor":
+        return {"which": rng.random(), "byte": rng.random()}
+    if kind == "delayed_write":
+        return {"subscription": rng.choice(SUBSCRIPTIONS), "max": rng.randint(2, 12)}
     if kind == "sigkill":
         return {"count": rng.randint(5, 40), "after_s": round(rng.uniform(0.0, 0.5), 3)}
     return {}

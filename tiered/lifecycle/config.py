@@ -19,6 +19,13 @@ class BrokerConfig:
     # Liveness lease: other brokers take this broker's topics over only after it lapses.
     session_ttl_s: float = 10.0
     register_session: bool = True
+    # Where clients reach this broker (e.g. http://10.0.0.7:8080), advertised in its
+    # registration so lookup(topic) can redirect to the owner. None: not advertised.
+    advertised_address: str | None = None
+    # ``durable`` acks need more than this much of the session lease to be certain
+    # (None: a third of session_ttl_s, i.e. two missed refreshes). A broker paused or cut
+    # off stops acknowledging this long before its lease can lapse and its topics move.
+    ack_lease_margin_s: float | None = None
     # The durable tip is published at most this often per topic, so a failover can
     # report how many offsets the dead owner never archived (see docs/LIFECYCLE.md).
     progress_interval_s: float = 1.0
@@ -36,5 +43,12 @@ class BrokerConfig:
                      "flush_timeout_s", "drain_timeout_s", "close_timeout_s", "cursor_flush_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.ack_lease_margin_s is not None and not 0 <= self.ack_lease_margin_s < self.session_ttl_s:
+            raise ValueError("ack_lease_margin_s must be in [0, session_ttl_s)")
         if self.cursor_flush_every_acks < 1:
             raise ValueError("cursor_flush_every_acks must be >= 1")
+
+    @property
+    def ack_margin_s(self) -> float:
+        """The margin in effect (see ``ack_lease_margin_s``)."""
+        return self.session_ttl_s / 3 if self.ack_lease_margin_s is None else self.ack_lease_margin_s

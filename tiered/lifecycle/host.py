@@ -26,33 +26,38 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import inspect
+import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from tiered.lifecycle.config import BrokerConfig
-from tiered.errors import StorageError
+from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Delete, MetadataStore, Put
+from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.objects.base import ObjectStore
 from tiered.lifecycle.ownership import (
     BrokerSession,
+    TopicOwner,
     OwnershipLostError,
     OwnerRecord,
     OwnerToken,
     acquire,
-    release,
     release_ops,
 )
 from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
 from tiered.read.subscriptions import clamp_cursors
-from wal.fs import RealFs
+from wal.errors import WalLocked
+from wal.fs import LOCK_NAME, LockHeld, RealFs
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,8 @@ log = logging.getLogger(__name__)
 Ack = Literal["durable", "archived"]
 #: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
 QUARANTINE_DIR = ".quarantine"
+#: In a local WAL directory: which of this broker's epochs last opened the WAL.
+OWNER_MARKER = ".owner"
 T = TypeVar("T")
 
 UNARCHIVED_ON_FAILOVER = Gauge(
@@ -73,6 +80,8 @@ QUARANTINES = Counter("dnb_wal_quarantines_total",
 QUARANTINED_OFFSETS = Counter("dnb_wal_quarantined_offsets_total",
                               "Offsets held only by quarantined stale WALs (exactly the lost failover tails)",
                               ["topic"])
+FENCED_TOPICS = Counter("dnb_topics_fenced_total",
+                        "Hosted topics that learned a newer owner exists and stopped acknowledging")
 LOAD_SECONDS = Histogram("dnb_topic_load_seconds", "Time to load (restore) a topic")
 UNLOAD_SECONDS = Histogram("dnb_topic_unload_seconds", "Time to unload (seal) a topic")
 
@@ -91,6 +100,21 @@ class LifecycleError(Exception):
 
 class LoadError(LifecycleError):
     """Loading failed at ``step``; ownership was released again when that was safe."""
+
+
+class LocalWalUnreadable(LoadError):
+    """This broker's local WAL of the topic exists but does not open (corrupt, disk full,
+    I/O error). It may hold acknowledged messages nobody archived, so it is never moved
+    aside or renumbered silently: the topic stays unloaded and owned by this broker until
+    the WAL is repaired, or an operator discards it explicitly
+    (``load(..., discard_local_wal=True)``, ``dnb restore --discard-local-wal``), which
+    records the lost range first."""
+
+    def __init__(self, topic: TopicName, path: str, cause: BaseException) -> None:
+        super().__init__(topic, "open WAL", f"local WAL {path} does not open ({type(cause).__name__}: {cause}); "
+                         "it is kept as it is and the topic stays owned by this broker. Repair it, or "
+                         "discard it explicitly (dnb restore --discard-local-wal), which records the lost range")
+        self.path = path
 
 
 class UnloadError(LifecycleError):
@@ -168,8 +192,16 @@ class HostedTopic:
         self.state = TopicState.OPEN
         self.last_committed_offset: int | None = None
         self._append_lock = threading.Lock()
+        self._readers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
+        #: Set once this broker learns a newer owner exists; appends and acks refuse.
+        self._fenced: OwnershipLostError | None = None
+        session = host.session
+        #: The session lease generation under which the owner record was last seen ours.
+        self._owner_checked_generation = session.generation if session is not None else 0
+        # Compared on its revision: a delayed older tip never lands after a newer one.
+        self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
 
     # -- producing ---------------------------------------------------------------
     def produce(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
@@ -180,6 +212,21 @@ class HostedTopic:
         offset = self._append(payload, key, attributes, publish_time)
         self._wait_ack(offset, ack, self._timeout(timeout_s))
         return offset
+
+    def produce_many(self, payloads: "Iterable[bytes]", key: bytes | None = None, *, ack: Ack = "durable",
+                     timeout_s: float | None = None) -> tuple[int | None, int | None]:
+        """Append every payload, then wait once for ``ack`` of the last one (the WAL is
+        in order, so that covers them all; one fsync can cover the whole batch).
+        Returns (first offset, last offset), (None, None) for no payload. A failure
+        after some appends acknowledges none of them."""
+        _check_ack(ack)
+        first = last = None
+        for payload in payloads:
+            last = self._append(payload, key, None, None)
+            first = last if first is None else first
+        if last is not None:
+            self._wait_ack(last, ack, self._timeout(timeout_s))
+        return first, last
 
     async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
                             publish_time: int | None = None, *, ack: Ack = "durable",
@@ -192,6 +239,8 @@ class HostedTopic:
         deadline = time.monotonic() + timeout_s
         if not await self.wal.wait_durable_async(offset, timeout_s):
             raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
+        if ack == "durable" and not self._ownership_certain():
+            await asyncio.to_thread(self._confirm_ownership, offset, deadline)
         if ack == "archived":
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
@@ -204,6 +253,8 @@ class HostedTopic:
         # The lock makes "refuse appends" a clean cut: once unload set the state no
         # append is in flight, so the flush that follows covers every offset handed out.
         with self._append_lock:
+            if self._fenced is not None:
+                raise self._fenced
             if self.state is not TopicState.OPEN:
                 raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
             return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
@@ -212,12 +263,97 @@ class HostedTopic:
         deadline = time.monotonic() + timeout_s
         if self.wal.wait_durable(offset, timeout_s) is False:
             raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
+        if ack == "durable" and not self._ownership_certain():
+            self._confirm_ownership(offset, deadline)
         if ack == "archived":
             # Ask for an upload now: an archived waiter should not sit out a whole interval.
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
             if self.uploader.wait_archived(offset, remaining_s) is False:
                 raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
+
+    # -- fencing -----------------------------------------------------------------
+    # A ``durable`` ack promises the message keeps its offset. That holds only while no
+    # other broker can own the topic: after a takeover the new owner numbers from the
+    # end of the archive and this WAL's tail becomes a recorded loss. So a durable ack
+    # is given only (a) while the session lease is certain for more than the margin
+    # (a paused or cut-off broker stops acking before its lease can lapse and anyone
+    # can take over), (b) after a lapsed lease, once the owner record was re-read and
+    # is still ours, and (c) never once this broker learned it is fenced (a fenced
+    # write was refused) unless the offset is already archived under our epoch.
+    # docs/SAFETY.md states what remains (a forced takeover of a live broker).
+
+    def fence(self, step: str) -> None:
+        """Record that a newer owner exists (``step`` names how this broker learned it):
+        appends refuse at once with OwnershipLostError, and so does every ``durable``
+        ack not yet given whose offset is not archived. Only ``abandon`` remains."""
+        if self._fenced is None:
+            self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
+            FENCED_TOPICS.inc()
+            # What this WAL holds past the archive is not the topic's history any more.
+            self._move_readers_away()
+            log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
+                      self.topic, self.token.epoch, step)
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
+
+    def check_ownership(self) -> bool:
+        """Re-read the owner record now; fence the topic if it is no longer ours.
+
+        Fenced writes tell the owner within one upload, cursor or progress round; an
+        embedding broker that learns of a move another way (a watch on the owner key,
+        an operator, a client redirected to it) calls this to stop acknowledging at
+        once. Returns True while the topic is still ours."""
+        kv = self.host.metadata.get(self.token.key)
+        if kv is None or kv.value != self.token.held_bytes:
+            self.fence("owner record no longer ours")
+        return self._fenced is None
+
+    def _ownership_certain(self) -> bool:
+        """The fast path of every durable ack: no metadata access, no lock."""
+        if self._fenced is not None:
+            return False
+        session = self.host.session
+        return session is None or (session.generation == self._owner_checked_generation
+                                   and session.remaining_s() > self.host.config.ack_margin_s)
+
+    def _confirm_ownership(self, offset: int, deadline: float) -> None:
+        """The slow path: wait (bounded) for a certain lease, re-check the owner record
+        after a lapsed one, and refuse when fenced."""
+        margin_s = self.host.config.ack_margin_s
+        while True:
+            if self._fenced is not None:
+                committed = self.uploader.committed_through
+                if committed is not None and committed >= offset:
+                    return  # archived under our epoch before the fencing: the ack is true
+                raise self._fenced
+            session = self.host.session
+            if session is None:
+                return
+            if session.remaining_s() > margin_s:
+                generation = session.generation
+                if generation == self._owner_checked_generation:
+                    return
+                self._recheck_owner(generation)
+                continue
+            if not session.wait_remaining(margin_s, max(0.0, deadline - time.monotonic())):
+                raise ProduceTimeout(self.topic, "confirm ownership",
+                                     f"offset {offset} is durable here, but this broker's session lease is not "
+                                     f"certain ({session.remaining_s():.2f}s left, margin {margin_s:.2f}s): not "
+                                     "acknowledged, since another broker may take the topic over")
+
+    def _recheck_owner(self, generation: int) -> None:
+        try:
+            kv = self.host.metadata.get(self.token.key)
+        except StorageError as e:
+            raise ProduceTimeout(self.topic, "confirm ownership",
+                                 f"re-reading the owner record after a lapsed lease failed: {e}") from e
+        if kv is None or kv.value != self.token.held_bytes:
+            self.fence("owner record changed while the session lease had lapsed")
+        else:
+            self._owner_checked_generation = generation
 
     def _timeout(self, timeout_s: float | None) -> float:
         return self.host.config.produce_timeout_s if timeout_s is None else timeout_s
@@ -228,11 +364,26 @@ class HostedTopic:
         :func:`tiered.read.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
         from tiered.read.reader import create_reader
 
-        return create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
-                             live=live, **options)
+        reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
+                               live=live, **options)
+        self._readers.add(reader)
+        if self.state is not TopicState.OPEN:
+            reader.move_away()  # created while the topic is leaving: nothing more is served
+        return reader
+
+    def _move_readers_away(self) -> None:
+        """Every reader of this topic ends with TopicMoved (carrying its next offset) now:
+        once appends are refused the topic is leaving this broker, and acks of what a
+        reader would still serve could no longer be written here."""
+        for reader in list(self._readers):
+            reader.move_away()
 
     def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
         return self.subscriptions.subscribe(name, initial)
+
+    async def subscribe_async(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
+        """``subscribe`` for asyncio (it may read and write a cursor in the metadata store)."""
+        return await asyncio.to_thread(self.subscribe, name, initial)
 
     @property
     def next_offset(self) -> int:
@@ -250,12 +401,24 @@ class HostedTopic:
             if self.state not in (TopicState.OPEN, TopicState.UNLOADING) or durable == self._progress_published:
                 return False
             record = Progress(self.token.broker_id, self.token.epoch, durable, time.time())
-            result = self.host.metadata.txn(self.token.fencing, [Put(progress_key(self.topic), record.encode())])
-            if not result.succeeded:
-                log.error("topic %s: progress write refused, ownership lost to a newer epoch", self.topic)
+            try:
+                self._progress_record.write(record.encode(), self.token.fencing, self._progress_covers(durable))
+            except RecordFenced:
+                self.fence("progress write refused")
                 return False
             self._progress_published = durable
             return True
+
+    def _progress_covers(self, durable: int | None) -> Callable[[bytes], bool]:
+        def covers(stored: bytes) -> bool:
+            try:
+                found = Progress.decode(self._progress_record.key, stored)
+            except MalformedRecord:
+                return False
+            return ((found.broker_id, found.epoch) == (self.token.broker_id, self.token.epoch)
+                    and (found.durable_offset if found.durable_offset is not None else -1)
+                    >= (durable if durable is not None else -1))
+        return covers
 
     def __repr__(self) -> str:
         return f"HostedTopic({self.topic}, epoch={self.token.epoch}, state={self.state.value})"
@@ -294,23 +457,41 @@ class BrokerHost:
         #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
         #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
         self.fs = wal_fs if wal_fs is not None else RealFs()
+        # One host per WAL root: a second process with the same root (whatever its broker
+        # id) would recover, retire or append to the same WALs. Held until close(); the
+        # kernel drops it if the process dies, so a restart after a crash is never refused.
+        self.fs.makedirs(self.wal_root)
+        try:
+            self._root_lock = self.fs.lock(os.path.join(self.wal_root, LOCK_NAME))
+        except LockHeld as e:
+            raise WalLocked(self.wal_root, "another broker host uses this WAL root") from e
         #: Stale WALs retired by this host (deleted or quarantined), oldest first.
         self.retired: list[RetiredWal] = []
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
         self._topic_locks: dict[TopicName, threading.Lock] = {}
-        self._closed = threading.Event()
-        self.session: BrokerSession | None = None
-        if self.config.register_session:
-            self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s).start()
-        # Set by every hosted WAL's durable listener: the progress thread publishes soon
-        # after data becomes durable instead of on a fixed tick (see _progress_loop).
-        self._progress_wake = threading.Event()
-        if retire_stale_wals:
-            self.retire_stale_wals()
-        self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
-                                                 name=f"dnb-progress-{broker_id}")
-        self._progress_thread.start()
+        self._listeners: list[tuple[Any, Any, asyncio.AbstractEventLoop | None]] = []
+        try:
+            self._closed = threading.Event()
+            self.session: BrokerSession | None = None
+            if self.config.register_session:
+                self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s,
+                                             self.config.advertised_address).start()
+            # Set by every hosted WAL's durable listener: the progress thread publishes soon
+            # after data becomes durable instead of on a fixed tick (see _progress_loop).
+            self._progress_wake = threading.Event()
+            if retire_stale_wals:
+                self.retire_stale_wals()
+            self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
+                                                     name=f"dnb-progress-{broker_id}")
+            self._progress_thread.start()
+        except BaseException:
+            # A host that failed to start holds nothing: the next attempt must not find
+            # its own WAL root locked.
+            if self.session is not None:
+                self.session.stop(revoke=True)
+            self._root_lock.release()
+            raise
 
     # -- lookup ------------------------------------------------------------------
     def topic(self, name: TopicName | str) -> HostedTopic:
@@ -330,11 +511,18 @@ class BrokerHost:
             return self._topic_locks.setdefault(topic, threading.Lock())
 
     # -- load --------------------------------------------------------------------
-    def load(self, name: TopicName | str, *, force: bool = False) -> HostedTopic:
+    def load(self, name: TopicName | str, *, force: bool = False,
+             discard_local_wal: bool = False) -> HostedTopic:
         """Take ownership and restore ``name``; idempotent for a topic already hosted.
 
         Raises TopicOwnedElsewhere / OwnershipConflict when another broker holds or
-        just took it, RestoreMismatch when metadata disagrees, LoadError otherwise.
+        just took it, RestoreMismatch when metadata disagrees, LocalWalUnreadable when
+        this broker's WAL of the topic does not open, LoadError otherwise. A failed load
+        leaves the topic as recoverable as before (see :meth:`_after_failed_load`).
+
+        ``discard_local_wal`` is the operator's way past LocalWalUnreadable: the WAL is
+        quarantined and the range it may have held is recorded as lost, then numbering
+        continues after the archive.
         """
         topic = TopicName.parse(name)
         self._check_open()
@@ -345,23 +533,29 @@ class BrokerHost:
                 return existing
             if existing is not None:
                 raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
-            hosted = self._load(topic, force)
+            hosted = self._load(topic, force, discard_local_wal)
             with self._lock:
                 self._topics[topic] = hosted
-            return hosted
+        self._notify(0, hosted)
+        return hosted
 
-    async def load_async(self, name: TopicName | str, *, force: bool = False) -> HostedTopic:
-        return await asyncio.to_thread(self.load, name, force=force)
+    async def load_async(self, name: TopicName | str, *, force: bool = False,
+                         discard_local_wal: bool = False) -> HostedTopic:
+        return await asyncio.to_thread(self.load, name, force=force, discard_local_wal=discard_local_wal)
 
-    def _load(self, topic: TopicName, force: bool) -> HostedTopic:
+    def _load(self, topic: TopicName, force: bool, discard_local_wal: bool) -> HostedTopic:
         started = time.monotonic()
         token = acquire(self.metadata, topic, self.broker_id, force=force)
         opened: list[Callable[[], None]] = []
         retired: list[RetiredWal] = []
+        plan: RestorePlan | None = None
+        wal: Any = None
         try:
             plan = plan_restore(self.metadata, token)
-            wal, recovered = _step(topic, "open WAL", LoadError, lambda: self._open_wal(token, plan, retired))
+            wal, recovered = _step(topic, "open WAL", LoadError,
+                                   lambda: self._open_wal(token, plan, retired, discard_local_wal))
             opened.append(lambda: wal.close())
+            _step(topic, "open WAL", LoadError, lambda: self._write_owner_marker(token))
             retired_here = retired[0] if retired else None
             _step(topic, "mark topic open", LoadError,
                   lambda: self._mark_open(token, plan, recovered, retired_here))
@@ -377,7 +571,7 @@ class BrokerHost:
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
         except BaseException:
             _undo(opened)
-            _release_quietly(self.metadata, token)
+            self._after_failed_load(token, plan, wal)
             raise
         report = RestoreReport(wal.next_offset if recovered else plan.start_offset, recovered,
                                plan.previous_owner, 0 if recovered else plan.unarchived_at_least,
@@ -385,31 +579,75 @@ class BrokerHost:
         self._report_restore(topic, report, token)
         LOAD_SECONDS.observe(report.load_s)
         hosted = HostedTopic(self, token, wal, uploader, subs, report)
+        uploader.on_fatal = lambda error: _fence_if_ownership(hosted, error, "uploader commit refused")
+        subs.on_fenced = lambda: hosted.fence("cursor write refused")
         wal.add_durable_listener(self._on_durable)
         return hosted
+
+    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Any) -> None:
+        """Leave the topic at least as recoverable as before the failed attempt.
+
+        Releasing is a loss path: a released topic's next load (by any broker, this one
+        included) no longer recovers this broker's local WAL, so its unarchived offsets
+        would be retired and their numbers reused. Precondition for releasing, all of:
+
+        * the plan was read (so we know what the topic was), and
+        * the topic had no unsealed history: it was sealed, or never owned before; and
+        * nothing of value is local: no WAL was opened, or the one opened holds no
+          offset past the archive (``next_offset == plan.start_offset``).
+
+        A sealed topic is sealed again in the same fenced transaction that releases it,
+        so it is exactly as before the attempt. In every other case this broker keeps
+        ownership, as after a crash: its own next load recovers the WAL, and if it dies
+        another broker fails over with the loss recorded."""
+        if wal is not None:
+            nothing_local = plan is not None and wal.next_offset == plan.start_offset
+        else:  # a WAL that did not open may hold anything
+            nothing_local = not _true_if_unsure(lambda: self._local_wal_exists(token.topic))
+        fresh = plan is not None and (_is_sealed(plan) or (token.previous is None and plan.sealed is None
+                                                          and plan.descriptor_end is None))
+        if plan is None or not fresh or not nothing_local:
+            log.warning("topic %s: load failed; broker %s keeps ownership (epoch %d) so its local WAL "
+                        "stays recoverable by its next load", token.topic, self.broker_id, token.epoch)
+            return
+        ops: list[Any] = list(release_ops(token))
+        if plan.sealed is not None and plan.sealed.sealed:
+            ops.append(Put(keys.state_key(token.topic), plan.sealed.to_json()))
+        try:
+            if not self.metadata.txn(token.fencing, ops).succeeded:
+                log.warning("topic %s: load failed and ownership was already lost", token.topic)
+        except Exception as e:  # noqa: BLE001 - the original load error matters more
+            log.warning("topic %s: releasing ownership after a failed load failed (kept): %s", token.topic, e)
 
     def _on_durable(self, _durable_offset: int) -> None:
         # Runs on a WAL writer thread after each fsync: only flag the progress thread,
         # never write metadata here (that would be one etcd write per fsync).
         self._progress_wake.set()
 
-    def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal]) -> tuple[Any, bool]:
+    def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal],
+                  discard_local_wal: bool = False) -> tuple[Any, bool]:
         from wal import WriteAheadLog
 
         topic = token.topic
         if self._local_wal_exists(topic):
-            if plan.may_recover_local:
-                wal = self._recover_local(topic, plan)
-                if wal is not None:
-                    return wal, True
-            previous = token.previous
-            if previous is not None and previous.holder == self.broker_id:
-                # Our own unsealed WAL that cannot be recovered: numbering restarts at the
-                # planned offset, so whatever it holds from there on is lost here and now.
-                retired.append(self._retire_local(topic, plan.start_offset, previous.epoch))
-            else:
-                log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
-                retired.append(self._retire_local(topic))
+            ours, wal_epoch = self._local_wal_is_current(token)
+            try:
+                if ours and plan.may_recover_local:
+                    wal = self._recover_local(topic, plan)
+                    if wal is not None:
+                        return wal, True
+                if ours:
+                    # Our own unsealed WAL that does not join the archive: numbering restarts
+                    # at the planned offset, so whatever it holds from there on is lost here
+                    # and now (recorded exactly before the WAL moves).
+                    retired.append(self._retire_local(topic, plan.start_offset, wal_epoch))
+                else:
+                    log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
+                    retired.append(self._retire_local(topic))
+            except LocalWalUnreadable:
+                if not discard_local_wal:
+                    raise
+                retired.append(self._discard_unreadable(topic, plan, wal_epoch if ours else None))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
@@ -417,27 +655,119 @@ class BrokerHost:
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
 
+    # The epoch that last opened a local WAL is kept beside it (``.owner``): the owner
+    # record alone cannot tell, because a load that fails keeps ownership and bumps the
+    # epoch without touching the WAL, and a takeover from us may have happened in between.
+
+    def _local_wal_is_current(self, token: OwnerToken) -> tuple[bool, int]:
+        """(is the local WAL this broker's current history, the epoch that wrote it)."""
+        previous = token.previous
+        if previous is None or previous.holder != self.broker_id:
+            marker = self._read_owner_marker(token.topic)
+            return False, marker if marker is not None else -1
+        marker = self._read_owner_marker(token.topic)
+        if marker is None or marker == previous.epoch:
+            return True, previous.epoch
+        taken = [r for r in keys.read_lost_ranges(self.metadata, token.topic)
+                 if r.broker_id == self.broker_id and r.epoch >= marker]
+        # Epochs moved on since the WAL was opened: by our own failed loads only (still
+        # current), or by a takeover from us and back (stale: its loss is recorded).
+        return (not taken), marker
+
+    def _owner_marker_path(self, topic: TopicName) -> str:
+        return os.path.join(self._local_wal_path(topic), OWNER_MARKER)
+
+    def _read_owner_marker(self, topic: TopicName) -> int | None:
+        path = self._owner_marker_path(topic)
+        try:
+            if not self.fs.exists(path):
+                return None
+            body = json.loads(self.fs.read_all(path))
+            epoch = body["epoch"] if body.get("broker_id") == self.broker_id else None
+            return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None  # unknown: the owner record decides, as before markers existed
+
+    def _write_owner_marker(self, token: OwnerToken) -> None:
+        """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename)."""
+        path = self._owner_marker_path(token.topic)
+        temp = path + ".tmp"
+        handle = self.fs.open_append(temp)
+        try:
+            handle.write([json.dumps({"broker_id": self.broker_id, "epoch": token.epoch}).encode()])
+            handle.sync()
+        finally:
+            handle.close()
+        self.fs.rename(temp, path)
+        self.fs.fsync_dir(os.path.dirname(path))
+
+    def _open_local(self, topic: TopicName) -> Any:
+        """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
+        from wal import WriteAheadLog
+        from wal.errors import WalLocked as Locked
+
+        try:
+            return WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
+        except Locked:
+            raise  # someone else has it open: not unreadable, and nothing to decide here
+        except Exception as e:  # noqa: BLE001 - whatever the reason, the WAL is kept as it is
+            raise LocalWalUnreadable(topic, self._local_wal_path(topic), e) from e
+
     def _recover_local(self, topic: TopicName, plan: RestorePlan) -> Any | None:
         """Our own unsealed WAL, if it still joins the archive without a gap."""
-        from wal import WriteAheadLog
-
-        wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
+        wal = self._open_local(topic)
         first, tip_next = wal.first_offset, wal.next_offset
         if first <= plan.start_offset <= tip_next:
             log.info("topic %s: recovered local WAL %d..%d (archive continues at %d)",
                      topic, first, tip_next - 1, plan.start_offset)
             return wal
-        log.warning("topic %s: local WAL %d..%d does not join the archive at %d; discarding it",
+        log.warning("topic %s: local WAL %d..%d does not join the archive at %d; retiring it",
                     topic, first, tip_next - 1, plan.start_offset)
         wal.close()
         return None
+
+    def _discard_unreadable(self, topic: TopicName, plan: RestorePlan, epoch: int | None) -> RetiredWal:
+        """The operator chose to give up a WAL that does not open: record, then quarantine.
+
+        The range it held is unknown; what is known is where numbering restarts
+        (``plan.start_offset``), so the record says "from there, end unknown" (``exact:
+        false``), written before the files move so a crash in between cannot make the
+        loss silent."""
+        start, end = plan.start_offset, None
+        if epoch is None:
+            # A stale WAL of an earlier epoch: its loss began where the topic's numbering
+            # restarted after it (the taker-over's record), not where it continues now.
+            record = self._own_lost_record(topic)
+            if record is not None:
+                start, end, epoch = record.start_offset, record.end_offset, record.epoch
+            else:
+                start, epoch = self._first_unarchived_by_us(topic, 0)
+        leaf = f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}"
+        qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+        key = keys.lost_key(topic, start, epoch)
+        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time())
+        kv = self.metadata.get(key)
+        from tiered.metadata.base import absent, value_is
+
+        compare = absent(key) if kv is None else value_is(key, kv.value)
+        if not self.metadata.txn([compare], [Put(key, lost.to_json())]).succeeded:
+            raise StorageError(f"{key} changed while recording a discarded WAL; kept for a retry")
+        self._quarantine(topic, self._local_wal_path(topic), leaf)
+        QUARANTINES.labels(str(topic)).inc()
+        log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
+                  "offsets from %d on that it held are lost (range unknown, recorded at %s)",
+                  topic, qpath, start, key)
+        retired = RetiredWal(topic, -1, None, start, end, epoch, qpath)
+        self.retired.append(retired)
+        return retired
 
     def _local_wal_path(self, topic: TopicName) -> str:
         return os.path.join(self.wal_root, topic.namespace, topic.name)
 
     def _local_wal_exists(self, topic: TopicName) -> bool:
         path = self._local_wal_path(topic)
-        return self.fs.exists(path) and bool(self.fs.listdir(path))
+        # Dot files (.lock, .owner) are the host's and the WAL's bookkeeping, not data.
+        return self.fs.exists(path) and any(not n.startswith(".") for n in self.fs.listdir(path))
 
     # -- stale local WALs --------------------------------------------------------
     def retire_stale_wals(self) -> list[RetiredWal]:
@@ -456,8 +786,8 @@ class BrokerHost:
         if not self.fs.exists(self.wal_root):
             return done
         for namespace in self.fs.listdir(self.wal_root):
-            if namespace == QUARANTINE_DIR:
-                continue
+            if namespace.startswith("."):
+                continue  # the quarantine, the root's lock file: never a namespace
             try:
                 names = self.fs.listdir(os.path.join(self.wal_root, namespace))
             except (NotADirectoryError, FileNotFoundError):
@@ -489,20 +819,10 @@ class BrokerHost:
         by a crash between seal and delete), the first offset of this WAL that no
         descriptor of this broker archived.
         """
-        from wal import WriteAheadLog
-
         path = self._local_wal_path(topic)
-        try:
-            wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
-        except Exception as e:  # noqa: BLE001 - unreadable is no reason to delete: keep all of it
-            leaf = f"unreadable-{int(time.time() * 1000)}"
-            qpath = self._quarantine(topic, path, leaf)
-            QUARANTINES.labels(str(topic)).inc()
-            log.error("topic %s: stale local WAL does not open (%s: %s); quarantined whole at %s, "
-                      "its range is unknown", topic, type(e).__name__, e, qpath)
-            retired = RetiredWal(topic, -1, None, None, None, -1 if epoch is None else epoch, qpath)
-            self.retired.append(retired)
-            return retired
+        # A WAL that does not open is never moved or deleted here: its range is unknown,
+        # so nothing could record what it held (LocalWalUnreadable; the operator decides).
+        wal = self._open_local(topic)
         try:
             first, tip = wal.first_offset, _durable_tip(wal)
         finally:
@@ -603,8 +923,11 @@ class BrokerHost:
         previous = token.previous
         failover = (not recovered and not _is_sealed(plan) and previous is not None
                     and previous.holder is not None)
-        # Our own WAL retired in this load already wrote the exact record for that epoch.
-        if failover and not (retired is not None and retired.epoch == previous.epoch):  # type: ignore[union-attr]
+        # Our own WAL retired in this load already wrote the record for its epoch (which may
+        # be older than the previous owner record's, after failed loads of our own).
+        ours_retired = retired is not None and (retired.epoch == previous.epoch  # type: ignore[union-attr]
+                                                or previous.holder == token.broker_id)  # type: ignore[union-attr]
+        if failover and not ours_retired:
             # The takeover's own account, in the same fenced txn as the open marker: where
             # numbering restarts and how much the dead owner is known to have lost (its
             # last published tip). Its WAL, if it comes back, makes it exact.
@@ -661,6 +984,7 @@ class BrokerHost:
                 self._topics.pop(topic, None)
         UNLOAD_SECONDS.observe(time.monotonic() - started)
         log.info("topic %s: unloaded, sealed at %s (%.3fs)", topic, last, time.monotonic() - started)
+        self._notify(1, topic, "sealed")
         return last
 
     async def unload_async(self, name: TopicName | str) -> int | None:
@@ -674,6 +998,7 @@ class BrokerHost:
         topic, cfg = hosted.topic, self.config
         with hosted._append_lock:
             hosted.state = TopicState.UNLOADING
+        hosted._move_readers_away()
         _step(topic, "flush WAL", UnloadError, lambda: _flush_wal(hosted.wal, cfg.flush_timeout_s))
         _step(topic, "flush subscription cursors", UnloadError, hosted.subscriptions.flush_all)
         # The drain can take long; if this broker dies in it, the next owner reports
@@ -742,36 +1067,98 @@ class BrokerHost:
             hosted = self.topic(topic)
             with hosted._append_lock:
                 hosted.state = TopicState.CLOSED
+            hosted._move_readers_away()
             _quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
             _quietly(lambda: hosted.subscriptions.close(flush=False))
             _quietly(hosted.wal.close)
             with self._lock:
                 self._topics.pop(topic, None)
+        self._notify(1, topic, "abandoned")
 
-    def close(self, *, unload: bool = False) -> None:
-        """Stop hosting: ``unload=True`` seals every topic first (graceful shutdown),
-        else topics are abandoned (their owners' leases lapse, others take over)."""
+    def close(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
+        """Stop hosting. Graceful by default: seal every hosted topic (its next owner
+        continues exactly after it), deregister, release the WAL root.
+
+        A topic whose seal fails, or that is still hosted when ``timeout_s`` (None: no
+        overall bound; every seal step has its own) has passed, is abandoned instead:
+        left owned and unsealed with its WAL on disk, so this broker's restart recovers
+        it or, once the lease lapses, another broker fails it over (the unarchived tail
+        recorded as lost). ``unload=False`` abandons every topic: what a crash does."""
         if self._closed.is_set():
             return
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for hosted in self.topics():
-            if unload:
-                self.unload(hosted.topic)
-            else:
-                self.abandon(hosted.topic)
+            if unload and (deadline is None or time.monotonic() < deadline):
+                try:
+                    self.unload(hosted.topic)
+                    continue
+                except Exception as e:  # noqa: BLE001 - one topic must not keep the others from closing
+                    log.error("topic %s: seal at close failed, abandoning it (recoverable): %s: %s",
+                              hosted.topic, type(e).__name__, e)
+            elif unload:
+                log.error("topic %s: close timed out before its seal, abandoning it (recoverable)", hosted.topic)
+            _quietly(lambda: self.abandon(hosted.topic))
         self._closed.set()
         self._progress_wake.set()
         self._progress_thread.join(self.config.close_timeout_s)
         if self.session is not None:
             self.session.stop(revoke=True)
+        self._root_lock.release()
 
-    async def close_async(self, *, unload: bool = False) -> None:
-        await asyncio.to_thread(self.close, unload=unload)
+    async def close_async(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
+        await asyncio.to_thread(self.close, unload=unload, timeout_s=timeout_s)
 
     def __enter__(self) -> "BrokerHost":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> "BrokerHost":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_async()
+
+    # -- lookup and listeners ----------------------------------------------------
+    def lookup(self, name: TopicName | str) -> "TopicOwner | None":
+        """Which broker owns ``name`` now, and its advertised address (see
+        :func:`tiered.lifecycle.ownership.lookup`)."""
+        from tiered.lifecycle.ownership import lookup
+
+        return lookup(self.metadata, name)
+
+    async def lookup_async(self, name: TopicName | str) -> "TopicOwner | None":
+        return await asyncio.to_thread(self.lookup, name)
+
+    def add_listener(self, *, on_loaded: Callable[[HostedTopic], Any] | None = None,
+                     on_unloaded: Callable[[TopicName, str], Any] | None = None,
+                     loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Call ``on_loaded(hosted)`` after each load and ``on_unloaded(topic, how)`` after
+        each unload (``how``: "sealed" or "abandoned"). Plain functions run on the thread
+        that loaded or unloaded (keep them quick); coroutine functions are scheduled on
+        ``loop`` (default: the loop running when this is called). A failing listener is
+        logged, never fails the load or unload."""
+        if loop is None and any(inspect.iscoroutinefunction(cb) for cb in (on_loaded, on_unloaded) if cb):
+            loop = asyncio.get_running_loop()
+        with self._lock:
+            self._listeners.append((on_loaded, on_unloaded, loop))
+
+    def _notify(self, which: int, *args: Any) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for entry in listeners:
+            callback, loop = entry[which], entry[2]
+            if callback is None:
+                continue
+            try:
+                if inspect.iscoroutinefunction(callback):
+                    assert loop is not None
+                    asyncio.run_coroutine_threadsafe(callback(*args), loop)
+                else:
+                    callback(*args)
+            except Exception:  # noqa: BLE001 - see add_listener
+                log.exception("topic %s: listener failed", args[0])
 
     def _check_open(self) -> None:
         if self._closed.is_set():
@@ -801,6 +1188,13 @@ class BrokerHost:
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:
+    from uploader.errors import OwnershipLost
+
+    if isinstance(error, (OwnershipLost, OwnershipLostError)):
+        hosted.fence(step)
 
 
 def _is_sealed(plan: RestorePlan) -> bool:
@@ -839,8 +1233,10 @@ def _quietly(fn: Callable[[], Any]) -> None:
         log.warning("cleanup step failed: %s", e)
 
 
-def _release_quietly(metadata: MetadataStore, token: OwnerToken) -> None:
+def _true_if_unsure(fn: Callable[[], bool]) -> bool:
+    """``fn()``, or True when it fails: callers ask "is there anything?" and an error
+    must count as "maybe" (the answer that never releases or deletes)."""
     try:
-        release(metadata, token)
-    except Exception as e:  # noqa: BLE001 - the original load error matters more
-        log.warning("topic %s: releasing ownership after a failed load failed: %s", token.topic, e)
+        return fn()
+    except Exception:  # noqa: BLE001 - see docstring
+        return True

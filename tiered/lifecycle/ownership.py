@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tiered.errors import MalformedRecord, MetadataError, StorageError
+from tiered.errors import LeaseNotFound, MalformedRecord, MetadataError, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import (
     Compare,
@@ -100,6 +100,22 @@ class OwnershipLostError(OwnershipError):
         self.step = step
 
 
+class BrokerIdInUse(OwnershipError):
+    """Another live process is registered under this broker id."""
+
+    def __init__(self, broker_id: str) -> None:
+        super().__init__(f"broker id {broker_id!r} is registered by another live process (its lease kept "
+                         "being refreshed); two processes with one id would number the same topics twice")
+        self.broker_id = broker_id
+
+
+def _revoke_quietly(metadata: MetadataStore, lease_id: int) -> None:
+    try:
+        metadata.revoke_lease(lease_id)
+    except StorageError as e:
+        log.warning("revoking unused lease %x failed (it will expire): %s", lease_id, e)
+
+
 # -- records -----------------------------------------------------------------------
 
 
@@ -166,6 +182,38 @@ class OwnerToken:
 
 def is_broker_registered(metadata: MetadataStore, broker_id: str) -> bool:
     return metadata.get(registered_key(broker_id)) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOwner:
+    """Who serves a topic now: the holder of its owner record and, while that broker is
+    registered (alive), the address it advertised (None when it advertised none)."""
+
+    broker_id: str
+    epoch: int
+    live: bool
+    address: str | None
+
+
+def lookup(metadata: MetadataStore, topic: TopicName | str) -> TopicOwner | None:
+    """The topic's current owner (None: nobody holds it, e.g. sealed or never loaded).
+
+    Read from the owner record, the same record every fenced write compares against, so
+    the answer names the only broker that can acknowledge writes for the topic; then its
+    registration for liveness and address. A client sending to a broker named here that
+    no longer owns the topic gets a redirect or TopicMoved, never a silent answer."""
+    record, _kv = read_owner(metadata, TopicName.parse(topic))
+    if record is None or record.holder is None:
+        return None
+    kv = metadata.get(registered_key(record.holder))
+    address = None
+    if kv is not None:
+        try:
+            found = json.loads(kv.value).get("address")
+            address = found if isinstance(found, str) else None
+        except (ValueError, AttributeError):
+            address = None  # a registration from an older broker or junk: alive, no address
+    return TopicOwner(record.holder, record.epoch, kv is not None, address)
 
 
 def read_owner(metadata: MetadataStore, topic: TopicName) -> tuple[OwnerRecord | None, KeyValue | None]:
@@ -251,46 +299,120 @@ def still_owner(metadata: MetadataStore, token: OwnerToken) -> bool:
 
 class BrokerSession:
     """A lease kept alive by a background thread, with the broker's registration key
-    attached. While it lives, other brokers will not take this broker's topics."""
+    attached. While it lives, other brokers will not take this broker's topics.
 
-    def __init__(self, metadata: MetadataStore, broker_id: str, ttl_s: float = SESSION_TTL_S_DEFAULT) -> None:
+    It also tells the host how long the lease is certainly still alive
+    (:meth:`remaining_s`): a refresh sent at monotonic time ``t`` that succeeded keeps
+    the lease until at least ``t + ttl_s`` on the server, whose countdown starts when
+    the request arrives, never before it was sent. The host acknowledges ``durable``
+    writes only while that remainder exceeds a safety margin, so a paused or
+    partitioned broker stops acknowledging before its lease can lapse and another
+    broker can take its topics over.
+
+    A lease that lapsed anyway (the server says it is gone) is replaced by a new one
+    and the registration written again; ``generation`` counts those, and the host
+    re-checks that it still owns each topic before acknowledging under a new one."""
+
+    def __init__(self, metadata: MetadataStore, broker_id: str, ttl_s: float = SESSION_TTL_S_DEFAULT,
+                 address: str | None = None) -> None:
         _check_broker_id(broker_id)
         if ttl_s <= 0:
             raise ValueError("ttl_s must be > 0")
         self.metadata = metadata
         self.broker_id = broker_id
+        self.address = address  # where clients reach this broker (advertised in the registration)
         self.ttl_s = ttl_s
         self.lease_id = 0
+        self.generation = 0
+        self._valid_until = 0.0  # monotonic; 0: no live lease known
+        self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.keepalive_failures = 0
 
     def start(self) -> "BrokerSession":
-        lease = self.metadata.grant_lease(self.ttl_s)
-        self.lease_id = lease.id
-        body = json.dumps({"broker_id": self.broker_id, "started_at": time.time()}).encode()
-        self.metadata.put(registered_key(self.broker_id), body, lease_id=lease.id)
+        self._register()
         self._thread = threading.Thread(target=self._keepalive, name=f"dnb-session-{self.broker_id}", daemon=True)
         self._thread.start()
         return self
+
+    def _register(self) -> None:
+        """Grant a lease and create the registration under it, if nobody else holds it.
+
+        Two live processes with one broker id would both pass the "restart by the same
+        broker" rule of :func:`acquire` and number the same topic twice. A registration
+        left by a crashed incarnation of this broker lapses within one TTL, so a
+        conflicting one is waited out for up to 1.5 TTL; one that stays is another live
+        process: :class:`BrokerIdInUse`."""
+        sent = time.monotonic()
+        lease = self.metadata.grant_lease(self.ttl_s)
+        body = json.dumps({"broker_id": self.broker_id, "started_at": time.time(),
+                           "address": self.address}).encode()
+        key = registered_key(self.broker_id)
+        deadline = time.monotonic() + 1.5 * self.ttl_s
+        while not self.metadata.txn([absent(key)], [Put(key, body, lease.id)]).succeeded:
+            if time.monotonic() >= deadline:
+                _revoke_quietly(self.metadata, lease.id)
+                raise BrokerIdInUse(self.broker_id)
+            time.sleep(min(0.1, self.ttl_s / 10))
+        with self._changed:
+            self.lease_id = lease.id
+            self.generation += 1
+            self._valid_until = sent + self.ttl_s
+            self._changed.notify_all()
+
+    def remaining_s(self) -> float:
+        """Seconds the lease is certainly still alive on the server (<= 0: maybe not)."""
+        return self._valid_until - time.monotonic()
+
+    def wait_remaining(self, margin_s: float, timeout_s: float) -> bool:
+        """Wait (bounded) until more than ``margin_s`` of the lease is certain."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self.remaining_s() <= margin_s:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._changed.wait(min(left, self.ttl_s / 3))
+            return True
 
     def _keepalive(self) -> None:
         # Refresh at a third of the TTL so two missed refreshes still keep the lease.
         interval_s = self.ttl_s / 3
         while not self._stop.wait(interval_s):
             try:
-                self.metadata.refresh_lease(self.lease_id)
+                sent = time.monotonic()
+                try:
+                    self.metadata.refresh_lease(self.lease_id)
+                    with self._changed:
+                        self._valid_until = sent + self.ttl_s
+                        self._changed.notify_all()
+                except LeaseNotFound:
+                    # Lapsed (this process was paused or cut off longer than the TTL):
+                    # other brokers may have taken topics over. Register again; the host
+                    # re-checks each topic's owner record before acknowledging.
+                    log.warning("broker %s: session lease %x lapsed; registering a new one",
+                                self.broker_id, self.lease_id)
+                    self._register()
+                if self.keepalive_failures:
+                    log.info("broker %s: lease keep-alive works again after %d failure(s)",
+                             self.broker_id, self.keepalive_failures)
                 self.keepalive_failures = 0
             except StorageError as e:
                 self.keepalive_failures += 1
-                log.warning("broker %s: lease keep-alive failed (%d in a row): %s",
-                            self.broker_id, self.keepalive_failures, e)
+                if self.keepalive_failures == 1 or self.keepalive_failures % 10 == 0:
+                    log.warning("broker %s: lease keep-alive failed (%d in a row; %.1fs of lease certain): %s",
+                                self.broker_id, self.keepalive_failures, self.remaining_s(), e)
 
     def stop(self, revoke: bool = True) -> None:
         """Stop refreshing; ``revoke`` ends the lease now (deregisters the broker)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.ttl_s)
+        if revoke:
+            with self._changed:
+                self._valid_until = 0.0  # nothing is acknowledged under a lease we give up
+                self._changed.notify_all()
         if revoke and self.lease_id:
             try:
                 self.metadata.revoke_lease(self.lease_id)

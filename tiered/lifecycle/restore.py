@@ -23,11 +23,12 @@ import json
 import time
 from dataclasses import dataclass
 
+from native.format import MAX_OFFSET
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
-from uploader.commit import last_committed_offset
+from uploader.commit import list_descriptors
 from wal.topics import TopicName
 
 
@@ -42,6 +43,29 @@ class RestoreMismatch(MetadataError):
         self.topic = topic
         self.sealed_offset = sealed_offset
         self.descriptor_end = descriptor_end
+
+
+class BrokenChain(MetadataError):
+    """The descriptor chain has a gap or an overlap: offsets would be served twice or
+    never, and where the topic continues is not known. Restore refuses to continue on
+    it (``dnb verify`` names the descriptors); repairing it is an operator's decision."""
+
+    def __init__(self, topic: TopicName, detail: str) -> None:
+        super().__init__(f"topic {topic}: descriptor chain is broken ({detail}); refusing to restore on it")
+        self.topic = topic
+
+
+def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
+    """End offset of the descriptor chain after checking that it runs from 0 with no gap
+    or overlap (the archive has no retention, so its first object starts at 0)."""
+    expected = 0
+    for d in list_descriptors(metadata, topic):
+        if d.start_offset != expected:
+            kind = "gap" if d.start_offset > expected else "overlap"
+            raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows one "
+                                     f"ending at {expected - 1}")
+        expected = d.end_offset + 1
+    return None if expected == 0 else expected - 1
 
 
 def progress_key(topic: TopicName | str) -> str:
@@ -68,8 +92,11 @@ class Progress:
         try:
             body = json.loads(raw)
             durable = body["durable_offset"]
-            return cls(str(body["broker_id"]), int(body["epoch"]),
-                       None if durable is None else int(durable), float(body["timestamp"]))
+            record = cls(str(body["broker_id"]), int(body["epoch"]),
+                         None if durable is None else int(durable), float(body["timestamp"]))
+            if record.durable_offset is not None and not -1 <= record.durable_offset <= MAX_OFFSET:
+                raise ValueError(f"durable_offset {record.durable_offset} is outside [-1, {MAX_OFFSET}]")
+            return record
         except (ValueError, KeyError, TypeError) as e:
             raise MalformedRecord(key, f"progress record: {e}") from e
 
@@ -106,7 +133,7 @@ def read_progress(metadata: MetadataStore, topic: TopicName) -> Progress | None:
 def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
     topic = token.topic
     sealed = read_sealed_state(metadata, topic)
-    descriptor_end = last_committed_offset(metadata, topic)
+    descriptor_end = checked_chain_end(metadata, topic)
     archive_next = 0 if descriptor_end is None else descriptor_end + 1
     previous = token.previous
     previous_owner = previous.broker_id if previous is not None else None

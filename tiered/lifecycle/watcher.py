@@ -15,6 +15,7 @@ small bounded pool. A load that finds the previous owner still sealing
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import threading
@@ -69,6 +70,13 @@ class AssignmentWatcher:
                                         name=f"dnb-watch-{self.host.broker_id}")
         self._thread.start()
         return self
+
+    async def start_async(self) -> "AssignmentWatcher":
+        """``start`` for asyncio: the initial resync loads topics (disk and network)."""
+        return await asyncio.to_thread(self.start)
+
+    async def stop_async(self) -> None:
+        await asyncio.to_thread(self.stop)
 
     def stop(self) -> None:
         self._stop.set()
@@ -194,6 +202,37 @@ def request_unload(metadata: MetadataStore, topic: TopicName | str, from_broker:
         raise NotAssigned(topic, from_broker)
 
 
+async def assign_async(metadata: MetadataStore, topic: TopicName | str, broker_id: str,
+                       reason: str | None = None) -> None:
+    await asyncio.to_thread(assign, metadata, topic, broker_id, reason)
+
+
+async def request_unload_async(metadata: MetadataStore, topic: TopicName | str, from_broker: str,
+                               reason: str = "unload", to_broker: str | None = None) -> None:
+    await asyncio.to_thread(request_unload, metadata, topic, from_broker, reason, to_broker)
+
+
+async def wait_sealed_async(metadata: MetadataStore, topic: TopicName | str, timeout_s: float,
+                            poll_interval_s: float = 0.02) -> int | None:
+    """``wait_sealed`` for asyncio: the loop sleeps between polls, never a thread."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = await asyncio.to_thread(_sealed_now, metadata, TopicName.parse(topic))
+        if done is not None:
+            return done[0]
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"topic {topic} not sealed within {timeout_s}s")
+        await asyncio.sleep(poll_interval_s)
+
+
+def _sealed_now(metadata: MetadataStore, topic: TopicName) -> tuple[int | None] | None:
+    """(last_committed_offset,) once sealed and released, else None."""
+    state = read_sealed_state(metadata, topic)
+    kv = metadata.get(owner_key(topic))
+    released = kv is not None and OwnerRecord.decode(kv.key, kv.value).holder is None
+    return (state.last_committed_offset,) if state is not None and state.sealed and released else None
+
+
 def wait_sealed(metadata: MetadataStore, topic: TopicName | str, timeout_s: float,
                 poll_interval_s: float = 0.02) -> int | None:
     """Wait until the topic is sealed and its owner released it; returns the sealed
@@ -201,11 +240,10 @@ def wait_sealed(metadata: MetadataStore, topic: TopicName | str, timeout_s: floa
     topic = TopicName.parse(topic)
     deadline = time.monotonic() + timeout_s
     while True:
-        state = read_sealed_state(metadata, topic)
-        kv = metadata.get(owner_key(topic))
-        released = kv is not None and OwnerRecord.decode(kv.key, kv.value).holder is None
-        if state is not None and state.sealed and released:
-            return state.last_committed_offset
+        done = _sealed_now(metadata, topic)
+        if done is not None:
+            return done[0]
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"topic {topic} not sealed within {timeout_s}s (state: {state})")
+            raise TimeoutError(f"topic {topic} not sealed within {timeout_s}s (state: "
+                               f"{read_sealed_state(metadata, topic)})")
         time.sleep(poll_interval_s)

@@ -8,7 +8,9 @@ Wrap a real store; arm faults; the wrapper fails matching calls in a controlled 
     store.faults.add_latency(0.05, op="get")
 
 ``when="after"`` runs the real call first and then raises: the write happened but the
-caller cannot know, which is the case retry logic must survive. Every fault is
+caller cannot know, which is the case retry logic must survive. ``delay_write`` is the
+nastier twin seen on a paused etcd member: the caller gets a timeout *now*, and the
+request is applied *later* (``apply_delayed()``), after whatever the caller did next. Every fault is
 bounded (``times``); sleeps are bounded by what the test passes in.
 """
 from __future__ import annotations
@@ -45,6 +47,7 @@ class FaultPlan:
         self._faults: list[Fault] = []
         self._latency: dict[str | None, float] = {}
         self.calls: Counter[str] = Counter()
+        self.delayed: list[Callable[[], Any]] = []
 
     def fail(
         self,
@@ -73,6 +76,19 @@ class FaultPlan:
         fault = self.fail(op, nth=nth, times=times)
         fault.kind = "tear"
         return fault
+
+    def delay_write(self, op: str = "txn", *, nth: int | None = None, times: int | None = 1) -> Fault:
+        """The call raises OperationTimeout at once and is kept, unapplied, until
+        :meth:`apply_delayed` runs it (a request stuck in a paused member)."""
+        fault = self.fail(op, nth=nth, error=OperationTimeout, times=times)
+        fault.kind = "delay"
+        return fault
+
+    def apply_delayed(self) -> list[Any]:
+        """Apply every held request now, oldest first; returns their results."""
+        with self._lock:
+            held, self.delayed = self.delayed, []
+        return [call() for call in held]
 
     def add_latency(self, latency_s: float, op: str | None = None) -> None:
         with self._lock:
@@ -108,10 +124,12 @@ class FaultPlan:
             return call()
         return self.apply(op, fault, call)
 
-    @staticmethod
-    def apply(op: str, fault: Fault, call: Callable[[], Any]) -> Any:
+    def apply(self, op: str, fault: Fault, call: Callable[[], Any]) -> Any:
         """Fire ``fault`` for one call: maybe run it first, maybe wait, then raise."""
-        if fault.when == "after":
+        if fault.kind == "delay":
+            with self._lock:
+                self.delayed.append(call)
+        elif fault.when == "after":
             call()
         if fault.delay_s:
             time.sleep(fault.delay_s)

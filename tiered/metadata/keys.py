@@ -38,11 +38,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from tiered.errors import MalformedRecord
+from native.format import MAX_OFFSET
 from wal.topics import TopicName
 
 OFFSET_DIGITS = 20
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Long enough for ``data-<start>-<end>-e<epoch>-<nonce>`` with 20-digit numbers.
+_OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_BLOCK_CRCS_RE = re.compile(r"(?:[0-9a-f]{8})+")
 
 R = TypeVar("R", bound="_Record")
 
@@ -121,8 +124,22 @@ def delivery_key(topic: TopicName | str) -> str:
     return topic_prefix(topic) + "delivery"
 
 
+ASSIGNMENTS_PREFIX = "/cluster/brokers/"
+
+
 def broker_assignments_prefix(broker_id: str) -> str:
-    return f"/cluster/brokers/{_segment('broker id', broker_id)}/"
+    return f"{ASSIGNMENTS_PREFIX}{_segment('broker id', broker_id)}/"
+
+
+def topic_assignments(metadata: Any, topic: TopicName | str) -> list[str]:
+    """Broker ids ``topic`` is assigned to (normally zero or one)."""
+    t = _topic(topic)
+    found = []
+    for kv in metadata.range(ASSIGNMENTS_PREFIX):
+        broker, _, rest = kv.key[len(ASSIGNMENTS_PREFIX):].partition("/")
+        if rest == f"{t.namespace}/{t.name}":
+            found.append(broker)
+    return found
 
 
 def assignment_key(broker_id: str, topic: TopicName | str) -> str:
@@ -157,7 +174,7 @@ def object_key(topic: TopicName | str, start_offset: int, object_id: str) -> str
     """
     t = _topic(topic)
     if not isinstance(object_id, str) or not _OBJECT_ID_RE.fullmatch(object_id):
-        raise ValueError(f"object id {object_id!r} must be 1-64 characters of [A-Za-z0-9_-]")
+        raise ValueError(f"object id {object_id!r} must be 1-100 characters of [A-Za-z0-9_-]")
     if object_id.startswith("data-") and not object_id.startswith(f"data-{_offset_int(start_offset)}-"):
         raise ValueError(f"object id {object_id!r} does not start at offset {start_offset}")
     return f"{t.namespace}/{t.name}/{object_id}.dnb1"
@@ -176,7 +193,9 @@ def objects_key_prefix(topic: TopicName | str) -> str:
 
 # -- records --------------------------------------------------------------
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """A JSON integer that a signed 64-bit store holds: offsets never pass MAX_OFFSET
+    (2**63 - 1), so a record claiming more is malformed, not a huge topic."""
+    return isinstance(v, int) and not isinstance(v, bool) and -MAX_OFFSET - 1 <= v <= MAX_OFFSET
 
 
 _CHECKS = {
@@ -230,7 +249,13 @@ class _Record:
 
 @dataclass(frozen=True, slots=True)
 class ObjectDescriptor(_Record):
-    """One archived object: offsets ``start_offset..end_offset`` (inclusive)."""
+    """One archived object: offsets ``start_offset..end_offset`` (inclusive).
+
+    ``size`` is the object's exact length and ``footer_crc32c`` / ``block_crc32c`` its
+    content digest (``native.object_format.object_digest``): readers serve nothing from an
+    object that does not match them. Both digest fields are required: a descriptor without
+    them cannot be checked, so it is malformed rather than trusted.
+    """
 
     start_offset: int
     end_offset: int
@@ -240,12 +265,15 @@ class ObjectDescriptor(_Record):
     created_at: float
     broker_id: str
     epoch: int
+    footer_crc32c: int
+    block_crc32c: str
     format: str = "dnb1"
     compression: str | None = None
 
     _TYPES: ClassVar[dict[str, str]] = {
         "start_offset": "int", "end_offset": "int", "object_id": "str", "size": "int", "etag": "str",
-        "created_at": "number", "broker_id": "str", "epoch": "int", "format": "str", "compression": "str|None",
+        "created_at": "number", "broker_id": "str", "epoch": "int", "footer_crc32c": "int",
+        "block_crc32c": "str", "format": "str", "compression": "str|None",
     }  # fmt: skip
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"format", "compression"})
 
@@ -257,9 +285,13 @@ class ObjectDescriptor(_Record):
         if self.size <= 0:
             return f"size {self.size} is not positive"
         if not _OBJECT_ID_RE.fullmatch(self.object_id):
-            return f"object_id {self.object_id!r} is not 1-64 of [A-Za-z0-9_-]"
+            return f"object_id {self.object_id!r} is not 1-100 of [A-Za-z0-9_-]"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"
+        if not 0 <= self.footer_crc32c < 1 << 32:
+            return f"footer_crc32c {self.footer_crc32c} is not a 32-bit CRC"
+        if not _BLOCK_CRCS_RE.fullmatch(self.block_crc32c):
+            return "block_crc32c is not 8 lowercase hex digits per block"
         return None
 
     def check_key(self, key: str) -> "ObjectDescriptor":
@@ -322,7 +354,10 @@ class LostRange(_Record):
     none past ``start_offset``), then rewritten by the dead owner when it comes back and
     quarantines its WAL (``exact: true``: ``end_offset`` is its durable tip, null when it
     held nothing past ``start_offset``; ``quarantine_path`` names where the WAL went).
-    ``broker_id``/``epoch`` name the owner whose WAL held the offsets.
+    A third writer is an operator discarding a WAL that does not open (``exact: false``
+    with a ``quarantine_path``: the range from ``start_offset`` on is unknown, and the
+    unreadable files are kept at that path). ``broker_id``/``epoch`` name the owner
+    whose WAL held the offsets.
     """
 
     start_offset: int
@@ -346,8 +381,6 @@ class LostRange(_Record):
             return f"end_offset {self.end_offset} < start_offset {self.start_offset} (use null for none lost)"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"
-        if self.quarantine_path is not None and not self.exact:
-            return "a quarantine_path is only known to the exact (returning owner's) report"
         return None
 
     @property

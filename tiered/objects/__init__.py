@@ -50,7 +50,13 @@ def _open_s3(parsed: urllib.parse.SplitResult, options: dict[str, Any]) -> Objec
         if name not in _S3_QUERY_OPTIONS:
             raise ValueError(f"unknown s3 URL option {name!r}; known: {sorted(_S3_QUERY_OPTIONS)}")
         arg, kind = _S3_QUERY_OPTIONS[name]
-        options.setdefault(arg, kind(value))
+        try:
+            converted = kind(value)
+        except ValueError as e:
+            raise ValueError(f"s3 URL option {name}={value!r} is not a valid {kind.__name__}") from e
+        if kind in (int, float) and not converted > 0:
+            raise ValueError(f"s3 URL option {name}={value!r} must be > 0")
+        options.setdefault(arg, converted)
     return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
 
 

@@ -10,7 +10,9 @@ Semantics every backend follows (checked by the contract suite in ``tests/stores
   others get :class:`~tiered.errors.PreconditionFailed`.
 * ``get_range(key, start, end_inclusive)`` clips ``end_inclusive`` to the object;
   a ``start`` at or past the end raises :class:`~tiered.errors.InvalidRange`.
-  ``get_suffix(key, n)`` returns the last ``n`` bytes (the whole object if smaller).
+  ``get_suffix(key, n)`` returns the last ``n`` bytes (the whole object if smaller);
+  ``get_tail(key, n)`` returns them with the object's total size, from the same response
+  where the backend can (a reader checks that size against the descriptor).
 * ``list(prefix)`` yields objects in key order (byte-wise). ``delete`` of a missing
   key is not an error (as in S3).
 """
@@ -36,7 +38,8 @@ class ObjectInfo:
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    #: ``put(if_absent=True)`` is enforced by the store itself (not emulated racily).
+    #: ``put(if_absent=True)`` is enforced by the store itself (not emulated racily). For
+    #: S3 this is what a probe of the server found, never just assumed.
     conditional_put: bool = True
     #: Puts are all-or-nothing under the final key.
     atomic_put: bool = True
@@ -89,6 +92,17 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def get_suffix(self, key: str, length: int) -> bytes:
         """The last ``length`` bytes (a footer), in one request."""
+
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """(the last ``length`` bytes, the object's total size).
+
+        The default asks twice (HEAD, then a ranged GET of exactly that size's tail), so an
+        object replaced in between gives a short or mismatched answer that callers detect.
+        """
+        size = self.head(key).size
+        if length <= 0 or size == 0:
+            return b"", size
+        return self.get_range(key, max(0, size - length), size - 1), size
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo: ...

@@ -156,6 +156,17 @@ class LocalObjectStore(ObjectStore):
             f.seek(max(0, size - length))
             return f.read()
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        if length < 0:
+            raise ValueError(f"suffix length must be >= 0, got {length}")
+        path = self._path(key)
+        with _mapped(key), open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if length == 0:
+                return b"", size
+            f.seek(max(0, size - length))
+            return f.read(), size
+
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
         with _mapped(key):

@@ -10,12 +10,28 @@
   (parts in parallel, bounded by ``upload_threads_max``), aborted on failure so no
   half object is visible. ``if_absent`` uses ``IfNoneMatch='*'`` on the single PUT
   or on ``CompleteMultipartUpload``.
+* Conditional puts are probed, not assumed: before the first ``put(if_absent=True)`` (or
+  when ``capabilities`` is first read) the store PUTs a probe key twice with
+  ``If-None-Match: *``. A server that accepts the second PUT ignores the header (older
+  MinIO and Ceph, some proxies, s3rver): that is logged once as a warning, exposed as
+  ``conditional_put_honoured`` / ``capabilities.conditional_put`` and, with a
+  ``metrics_registry``, the gauge ``dnb_object_store_conditional_put_honoured``. Nothing
+  relies on the header for safety (archive keys carry the writer's epoch, so no two
+  writers share a key); it stays an extra guard.
+* Every ranged GET's ``Content-Range`` is checked against what was asked. A server that
+  ignores the range (200, whole object) is sliced locally; one that answers a different
+  range is a ``StorageError``. A suffix range (``bytes=-N``) answered with other bytes
+  (s3rver returns the first N) switches this store to HEAD + explicit range for good,
+  logged once.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import re
+import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +39,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 from botocore.exceptions import ConnectTimeoutError, NoCredentialsError, ReadTimeoutError
+from prometheus_client import CollectorRegistry, Gauge
 
 from tiered.errors import (
     InvalidRange,
@@ -41,13 +58,14 @@ _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _PRECONDITION = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 _DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 _RANGE = {"InvalidRange", "416"}
+_CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+#: Where the conditional-put probe writes (and at once deletes) its key, under the prefix.
+PROBE_KEY_PREFIX = ".dnb-probe/"
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "ServiceUnavailable", "InternalError", "503", "500"}
 
 
 class S3ObjectStore(ObjectStore):
     """Objects under ``s3://bucket/prefix``. See the module docstring."""
-
-    capabilities = Capabilities(conditional_put=True, atomic_put=True, multipart=True)
 
     def __init__(
         self,
@@ -63,6 +81,7 @@ class S3ObjectStore(ObjectStore):
         part_size_bytes: int = 8 << 20,
         upload_threads_max: int = 4,
         client=None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         if part_size_bytes < 5 << 20:
             raise ValueError("S3 parts must be at least 5 MiB")
@@ -83,6 +102,61 @@ class S3ObjectStore(ObjectStore):
             "s3", endpoint_url=endpoint_url, region_name=region, config=config
         )
         self.endpoint = self._client.meta.endpoint_url
+        self._probe_lock = threading.Lock()
+        self._conditional_put_honoured: bool | None = None  # None: not probed yet
+        self._suffix_ranges_ok = True
+        self._honoured_gauge = None if metrics_registry is None else Gauge(
+            "dnb_object_store_conditional_put_honoured",
+            "1 when the S3 server refuses a second If-None-Match:* PUT of a key, 0 when it ignores "
+            "the header (probed once per store)", ["bucket"], registry=metrics_registry)
+
+    # -- what the server really does -----------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        """Probed on first use; ``conditional_put`` is False while the server is unprobed
+        because it cannot be reached (unknown is not a promise)."""
+        honoured = self._conditional_put_honoured
+        if honoured is None:
+            try:
+                honoured = self.probe_conditional_put()
+            except StorageError as e:
+                log.warning("%r: cannot probe conditional puts yet: %s", self, e)
+        return Capabilities(conditional_put=honoured is True, atomic_put=True, multipart=True)
+
+    @property
+    def conditional_put_honoured(self) -> bool | None:
+        """What the probe found (None: not probed yet). Never probes by itself."""
+        return self._conditional_put_honoured
+
+    def probe_conditional_put(self) -> bool:
+        """PUT a fresh probe key twice with ``If-None-Match: *``: True when the second PUT
+        is refused. Runs once per store; the probe key is deleted afterwards."""
+        with self._probe_lock:
+            if self._conditional_put_honoured is not None:
+                return self._conditional_put_honoured
+            key = f"{PROBE_KEY_PREFIX}conditional-put-{uuid.uuid4().hex}"
+            full = self._full(key)
+            try:
+                with self._mapped(key, "probe"):
+                    self._client.put_object(Bucket=self.bucket, Key=full, Body=b"1", IfNoneMatch="*")
+                try:
+                    with self._mapped(key, "probe"):
+                        self._client.put_object(Bucket=self.bucket, Key=full, Body=b"2", IfNoneMatch="*")
+                    honoured = False
+                except PreconditionFailed:
+                    honoured = True
+            finally:
+                with contextlib.suppress(StorageError):
+                    self.delete(key)
+            self._conditional_put_honoured = honoured
+            if self._honoured_gauge is not None:
+                self._honoured_gauge.labels(self.bucket).set(1 if honoured else 0)
+            if honoured:
+                log.info("%r: the server honours If-None-Match on PUT", self)
+            else:
+                log.warning("%r: the server IGNORES If-None-Match on PUT (a conditional put overwrites); "
+                            "archive safety does not depend on it (keys carry the writer's epoch)", self)
+            return honoured
 
     def _full(self, key: str) -> str:
         return self.prefix + check_key(key)
@@ -93,6 +167,8 @@ class S3ObjectStore(ObjectStore):
     # -- writes ------------------------------------------------------------
     def put(self, key: str, data: Data, if_absent: bool = False) -> ObjectInfo:
         full = self._full(key)
+        if if_absent and self._conditional_put_honoured is None:
+            self.probe_conditional_put()
         size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else os.path.getsize(data)
         extra = {"IfNoneMatch": "*"} if if_absent else {}
         with self._mapped(key, "put"):
@@ -139,19 +215,58 @@ class S3ObjectStore(ObjectStore):
 
     def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         check_range(start, end_inclusive)
-        with self._mapped(key, "get_range"):
-            resp = self._client.get_object(Bucket=self.bucket, Key=self._full(key), Range=f"bytes={start}-{end_inclusive}")
-            return resp["Body"].read()
+        data, first, total = self._ranged_get(key, "get_range", f"bytes={start}-{end_inclusive}")
+        if first is None:  # the server sent the whole object
+            if start >= total:
+                raise InvalidRange(f"get_range {self._where(key)}: start {start} is past the end ({total} bytes)")
+            return data[start:end_inclusive + 1]
+        if (first, first + len(data) - 1) != (start, min(end_inclusive, total - 1)):
+            raise StorageError(f"get_range {self._where(key)}: asked for bytes {start}-{end_inclusive}, the "
+                               f"server answered {first}-{first + len(data) - 1} of {total} ({self.endpoint})")
+        return data
 
     def get_suffix(self, key: str, length: int) -> bytes:
+        return self.get_tail(key, length)[0]
+
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         if length < 0:
             raise ValueError(f"suffix length must be >= 0, got {length}")
         if length == 0:
-            self.head(key)  # same not-found behaviour as a real read
-            return b""
-        with self._mapped(key, "get_suffix"):
-            resp = self._client.get_object(Bucket=self.bucket, Key=self._full(key), Range=f"bytes=-{length}")
-            return resp["Body"].read()
+            return b"", self.head(key).size  # same not-found behaviour as a real read
+        if self._suffix_ranges_ok:
+            data, first, total = self._ranged_get(key, "get_suffix", f"bytes=-{length}")
+            if first is None:  # the whole object
+                return data[-length:], total
+            if first == max(0, total - length) and first + len(data) == total:
+                return data, total
+            self._suffix_ranges_ok = False
+            log.warning("%r: the server answered the suffix range bytes=-%d of %s with bytes %d-%d of %d; "
+                        "using HEAD + explicit ranges from now on", self, length, key, first,
+                        first + len(data) - 1, total)
+        else:
+            total = self.head(key).size
+        if total == 0:
+            return b"", 0
+        return self.get_range(key, max(0, total - length), total - 1), total
+
+    def _ranged_get(self, key: str, what: str, byte_range: str) -> tuple[bytes, int | None, int]:
+        """(body, first byte position or None when the server sent the whole object, total size)."""
+        with self._mapped(key, what):
+            resp = self._client.get_object(Bucket=self.bucket, Key=self._full(key), Range=byte_range)
+            data = resp["Body"].read()
+        content_range = resp.get("ContentRange")
+        if not content_range:
+            if resp.get("ResponseMetadata", {}).get("HTTPStatusCode") == 206:
+                raise StorageError(f"{what} {self._where(key)}: 206 without Content-Range ({self.endpoint})")
+            return data, None, len(data)
+        match = _CONTENT_RANGE_RE.fullmatch(content_range.strip())
+        if match is None:
+            raise StorageError(f"{what} {self._where(key)}: unusable Content-Range {content_range!r}")
+        first, last, total = (int(g) for g in match.groups())
+        if last < first or last >= total or len(data) != last - first + 1:
+            raise StorageError(f"{what} {self._where(key)}: Content-Range {content_range!r} does not match "
+                               f"the {len(data)} bytes received ({self.endpoint})")
+        return data, first, total
 
     def head(self, key: str) -> ObjectInfo:
         with self._mapped(key, "head"):

@@ -18,9 +18,14 @@ How a range ``[start, end]`` is read (``end`` inclusive):
    ``chunk_bytes_max = memory_bytes_max // (prefetch_objects + 1)`` (a single block larger
    than that is still fetched whole, because a block cannot be split).
 
-Every record is checked: offsets are contiguous across blocks and objects, each block
-holds exactly the offsets its footer entry names, and each object exactly the offsets
-its descriptor names. Damage is a :class:`CorruptArchive` (with the codec's
+Before a byte is served the object is checked against its descriptor: the footer GET
+also returns the object's total size, which must equal the descriptor's ``size``; the
+footer's CRC32C must be the descriptor's ``footer_crc32c``, and every fetched block's
+CRC32C the descriptor's entry for it in ``block_crc32c`` (the codec then checks each CRC
+against the bytes). So an object replaced after its commit, by whatever writer, is a
+:class:`CorruptArchive` naming its key, never data. Every record is checked too: offsets
+are contiguous across blocks and objects, each block holds exactly the offsets its footer
+entry names, and each object exactly the offsets its descriptor names. Damage is a :class:`CorruptArchive` (with the codec's
 ``CorruptObject`` as cause); nothing from a damaged block is served.
 
 Counters (``gets``, ``footer_gets``, ``block_gets``, ``bytes_fetched``,
@@ -38,7 +43,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from native import object_format
-from native.errors import CorruptObject
+from native.errors import CodecError, CorruptObject
 from native.object_format import Block, Footer
 from tiered.errors import ObjectNotFound
 from tiered.read.messages import TIER_CLOUD, Message
@@ -231,13 +236,18 @@ class CloudReader:
                           f"object {key!r} named by a committed descriptor is missing") from e
         except CorruptObject as e:
             raise CorruptArchive(key, f"{e.reason} at byte {e.position}") from e
+        except (CodecError, ValueError) as e:  # bytes the codec could not even frame
+            raise CorruptArchive(key, f"not a valid dnb1 object: {e}") from e
         with self._count_lock:
             self.objects_opened += 1
         return _Prepared(descriptor, key, footer, runs, first)
 
     def _fetch_footer(self, key: str, descriptor: keys.ObjectDescriptor) -> Footer:
-        tail = self._get(key, "footer", None, self.footer_guess_bytes)
+        tail, actual_size = self._get_tail(key, self.footer_guess_bytes)
         size = descriptor.size
+        if actual_size != size:
+            raise CorruptArchive(key, f"object is {actual_size} bytes, its descriptor says {size} "
+                                 "(not the object that was committed)")
         need = object_format.footer_bytes_needed(tail, key, size)
         if need > len(tail):
             if need > size:
@@ -245,6 +255,7 @@ class CloudReader:
             # The footer outgrew our guess: fetch the missing front part with one more GET.
             tail = self._get(key, "footer", (size - need, size - len(tail) - 1), 0) + tail
         footer = object_format.parse_footer(tail, key, size)
+        object_format.check_footer_digest(tail, footer, key, descriptor.footer_crc32c, descriptor.block_crc32c)
         self._check_footer(key, descriptor, footer)
         return footer
 
@@ -272,14 +283,23 @@ class CloudReader:
             raise CorruptArchive(key, f"ranged GET {run.position}-{run.end - 1} returned {len(data)} bytes")
         return data
 
-    def _get(self, key: str, kind: str, byte_range: tuple[int, int] | None, amount: int) -> bytes:
-        """One GET (suffix of ``amount`` bytes when ``byte_range`` is None); counted."""
+    def _get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The footer GET: the last ``length`` bytes and the object's total size; counted."""
         if self._closed:
             raise ReaderClosed(f"cloud reader of {self.topic} is closed")
-        if byte_range is None:
-            data = self.objects.get_suffix(key, amount)
-        else:
-            data = self.objects.get_range(key, byte_range[0], byte_range[1])
+        data, size = self.objects.get_tail(key, length)
+        self._count(key, "footer", data, 0)
+        return data, size
+
+    def _get(self, key: str, kind: str, byte_range: tuple[int, int], amount: int) -> bytes:
+        """One ranged GET; counted."""
+        if self._closed:
+            raise ReaderClosed(f"cloud reader of {self.topic} is closed")
+        data = self.objects.get_range(key, byte_range[0], byte_range[1])
+        self._count(key, kind, data, amount)
+        return data
+
+    def _count(self, key: str, kind: str, data: bytes, amount: int) -> None:
         with self._count_lock:
             self.gets += 1
             self.bytes_fetched += len(data)
@@ -290,7 +310,6 @@ class CloudReader:
                 self.blocks_fetched += amount
         CLOUD_GETS.labels(kind).inc()
         CLOUD_BYTES.inc(len(data))
-        return data
 
     def _object_messages(self, prepared: _Prepared, expected: int) -> Iterator[Message]:
         for index, run in enumerate(prepared.runs):
@@ -321,9 +340,12 @@ class CloudReader:
         key = prepared.key
         view = memoryview(data)[block.position - base:block.end - base]
         try:
+            object_format.check_block_digest(view, block, key, prepared.descriptor.block_crc32c)
             records = object_format.decode_block(view, block, key)
         except CorruptObject as e:
             raise CorruptArchive(key, f"block at byte {block.position}: {e.reason} (at byte {e.position})") from e
+        except (CodecError, ValueError) as e:
+            raise CorruptArchive(key, f"block at byte {block.position}: {e}") from e
         _check_block(key, block, records)
         return records
 

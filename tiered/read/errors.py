@@ -60,6 +60,18 @@ class ReaderClosed(ReadError):
     """The reader was closed; it yields nothing more."""
 
 
+class TopicMoved(ReaderClosed):
+    """The topic stopped being served here (it is being unloaded, moved or was dropped by
+    this broker). Every message before ``next_offset`` was served; resume reading at
+    ``next_offset`` on the topic's new owner (``BrokerHost.lookup``)."""
+
+    def __init__(self, topic: str, next_offset: int) -> None:
+        super().__init__(f"topic {topic} moved away from this broker; resume at offset {next_offset} "
+                         "on its new owner")
+        self.topic = topic
+        self.next_offset = next_offset
+
+
 class ReadTimeout(ReadError, TimeoutError):
     """A fetch did not complete within its bound."""
 

@@ -44,7 +44,7 @@ from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
-from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, UnknownOffset
+from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, TopicMoved, UnknownOffset
 from wal.errors import OffsetBelowRetention
 from wal.topics import TopicName
 
@@ -134,6 +134,7 @@ class TieredReader:
         self._mode: str | None = None
         self._io_lock = threading.Lock()  # one archive batch or WAL open at a time
         self._closed = False
+        self._moved: TopicMoved | None = None
         self._phase = self._initial_phase()
 
     # -- public ------------------------------------------------------------------
@@ -161,6 +162,14 @@ class TieredReader:
             self._cloud.close()
         self._close_wal_reader()
         self._pending.clear()
+
+    def move_away(self) -> None:
+        """The topic stops being served here: iteration (also one blocked waiting for
+        live messages) ends with :class:`TopicMoved` carrying the next offset to read.
+        Safe from any thread, idempotent."""
+        if self._moved is None:
+            self._moved = TopicMoved(str(self.topic), self._position)
+        self.close()
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -298,10 +307,15 @@ class TieredReader:
         try:
             record = next(self._wal_iter)
         except StopIteration:
+            if self._moved is not None:
+                self._check_open()
             self._phase = _PHASE_DONE
             return None
         except OffsetBelowRetention as e:
             return self._wal_retention_error(e)
+        except Exception:
+            self._check_open()  # the WAL reader was closed because the topic moved away
+            raise
         return self._wal_message(record)
 
     async def _next_wal_async(self) -> Message | None:
@@ -314,10 +328,15 @@ class TieredReader:
         try:
             record = await self._wal_iter.__anext__()
         except StopAsyncIteration:
+            if self._moved is not None:
+                self._check_open()
             self._phase = _PHASE_DONE
             return None
         except OffsetBelowRetention as e:
             return self._wal_retention_error(e)
+        except Exception:
+            self._check_open()
+            raise
         return self._wal_message(record)
 
     def _wal_retention_error(self, error: OffsetBelowRetention) -> None:
@@ -358,6 +377,10 @@ class TieredReader:
         return message
 
     def _check_open(self) -> None:
+        if self._moved is not None:
+            # The position when iteration stopped (a message fetched while moving away
+            # was still served, so the resume point is where the consumer really is).
+            raise TopicMoved(str(self.topic), self._position)
         if self._closed:
             raise ReaderClosed(f"reader of {self.topic} is closed")
 

@@ -13,6 +13,8 @@ A cursor is the last acknowledged offset of a subscription, stored at
 * Cursors are written every ``flush_every_acks`` acks or ``flush_interval_s`` seconds by
   one background thread, and on ``flush()`` / ``flush_all()`` / ``close()``. Acks never
   write themselves, so an ack is cheap and never blocks an event loop on the network.
+* Every cursor write is compared on the cursor key's revision as last seen, so a
+  delayed older write never lands after a newer one (:mod:`tiered.metadata.owned`).
 * Every cursor write is one transaction carrying the manager's fencing compares (the
   topic owner's ``value_is(owner_key, held)``): a fenced or stale owner's write fails
   with :class:`CursorFenced` and the subscription refuses further acks.
@@ -26,9 +28,10 @@ from typing import Any, Literal
 
 from prometheus_client import Counter
 
-from tiered.errors import StorageError
+from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
+from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from wal.topics import TopicName
 
@@ -102,8 +105,9 @@ class Subscription:
     """One subscription's in-memory cursor. Thread-safe; created by the manager."""
 
     def __init__(self, manager: "SubscriptionManager", name: str, start_offset: int,
-                 stored_cursor: int | None) -> None:
+                 stored_cursor: int | None, record: OwnedRecord) -> None:
         self.name = name
+        self._record = record  # the cursor key, written compare-and-swap on its revision
         self.start_offset = start_offset  # first offset the consumer should read
         self._manager = manager
         self._lock = threading.Lock()
@@ -176,9 +180,10 @@ class Subscription:
             acks = self._acks_since_flush
             self._acks_since_flush = 0
         try:
-            self._manager._write_cursor(self.name, cursor)
+            self._manager._write_cursor(self, cursor)
         except CursorFenced:
             self._fenced = True
+            self._manager._notify_fenced()
             raise
         except BaseException:
             with self._lock:
@@ -218,6 +223,9 @@ class SubscriptionManager:
         self.flush_interval_s = flush_interval_s
         self.bounds = TopicBounds(self.topic, metadata, wal, earliest_offset, next_offset)
         self._fencing = fencing
+        #: Called when a cursor write is refused by fencing (the owner uses it to stop
+        #: acknowledging produces at once).
+        self.on_fenced: Callable[[], None] | None = None
         self._subs: dict[str, Subscription] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -299,7 +307,7 @@ class SubscriptionManager:
         kv = self.metadata.get(key)
         if kv is not None:
             stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
-            return Subscription(self, name, stored + 1, stored)
+            return Subscription(self, name, stored + 1, stored, OwnedRecord(self.metadata, key, kv))
         start = self.bounds.earliest_offset() if initial == "earliest" else self.bounds.next_offset()
         # Pinned even at 0 (cursor -1): "latest" on an empty topic must still mean "from
         # here", not "whatever is latest when the consumer next connects".
@@ -310,19 +318,34 @@ class SubscriptionManager:
         value = keys.Cursor(start - 1).to_json()
         result = self._txn([absent(key)], key, value)
         if result.succeeded:
-            return Subscription(self, name, start, start - 1)
+            return Subscription(self, name, start, start - 1, OwnedRecord(self.metadata, key))
         kv = self.metadata.get(key)
         if kv is None:  # The compare failed on fencing, not on the cursor key.
+            self._notify_fenced()
             raise CursorFenced(name, start - 1)
         stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
-        return Subscription(self, name, stored + 1, stored)
+        return Subscription(self, name, stored + 1, stored, OwnedRecord(self.metadata, key, kv))
 
-    def _write_cursor(self, name: str, cursor: int) -> None:
-        key = keys.cursor_key(self.topic, name)
-        result = self._txn([], key, keys.Cursor(cursor).to_json())
-        if not result.succeeded:
+    def _write_cursor(self, sub: "Subscription", cursor: int) -> None:
+        """Write ``cursor``: fenced, and compared on the revision this subscription last
+        saw, so a delayed older write can never land after a newer one (OwnedRecord)."""
+        key = sub._record.key
+
+        def covers(stored: bytes) -> bool:
+            try:
+                return keys.Cursor.from_json(key, stored).last_acked_offset >= cursor
+            except MalformedRecord:
+                return False  # junk in the store says nothing: ours replaces it
+
+        fencing = self._fencing() if callable(self._fencing) else self._fencing
+        try:
+            sub._record.write(keys.Cursor(cursor).to_json(), fencing, covers)
+        except RecordFenced:
             CURSOR_FLUSHES.labels("fenced").inc()
-            raise CursorFenced(name, cursor)
+            raise CursorFenced(sub.name, cursor) from None
+        except StorageError as e:
+            CURSOR_FLUSHES.labels("error").inc()
+            raise CursorWriteFailed(f"writing {key!r} failed (re-read before the next write): {e}") from e
         CURSOR_FLUSHES.labels("ok").inc()
 
     def _txn(self, compares: list[Compare], key: str, value: bytes):
@@ -332,6 +355,13 @@ class SubscriptionManager:
         except StorageError as e:
             CURSOR_FLUSHES.labels("error").inc()
             raise CursorWriteFailed(f"writing {key!r} failed: {e}") from e
+
+    def _notify_fenced(self) -> None:
+        if self.on_fenced is not None:
+            try:
+                self.on_fenced()
+            except Exception:  # noqa: BLE001 - the fenced error itself must still surface
+                log.exception("subscriptions of %s: on_fenced listener failed", self.topic)
 
     def _wake_flusher(self) -> None:
         self._wake.set()

@@ -31,6 +31,9 @@ class BlockRef:
     position: int  # byte position of the block in the object
     length: int  # stored bytes (block header + possibly compressed body)
     raw_bytes: int
+    #: The block's CRC32C as the descriptor records it (None when read by location: there
+    #: is no descriptor to hold the object to).
+    crc32c: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +60,64 @@ def get_range(store: ObjectStore, key: str, start: int, end_inclusive: int) -> b
     return store.get_range(key, start, end_inclusive)
 
 
-def read_index(store: ObjectStore, key: str, size: int, topic: str | None = None) -> ObjectIndex:
+def read_index(store: ObjectStore, key: str, size: int, topic: str | None = None,
+               digest: tuple[int, str] | None = None) -> ObjectIndex:
     """The validated footer of ``key`` (one ranged GET of the tail, two for a huge footer).
 
     ``topic``, when given, must be the topic the object says it holds: a descriptor can
-    never make us serve another topic's messages.
+    never make us serve another topic's messages. ``digest`` (the descriptor's
+    ``footer_crc32c, block_crc32c``), when given, pins the object: its real size must be
+    ``size``, its footer CRC the recorded one, and every block is later checked against
+    its recorded CRC before a row is decoded.
     """
     from native import object_format as fmt
 
-    footer = fmt.read_footer(lambda start, end: store.get_range(key, start, end - 1), size, key)
+    if digest is None:
+        footer = fmt.read_footer(lambda start, end: store.get_range(key, start, end - 1), size, key)
+    else:
+        footer = _read_pinned_footer(store, key, size, digest)
+    block_crcs = [None] * len(footer.blocks) if digest is None else [
+        int(digest[1][8 * i:8 * i + 8], 16) for i in range(len(footer.blocks))]
     if topic is not None and footer.topic.strip("/") != topic.strip("/"):
         raise CorruptObject(key, footer.footer_position, f"object holds topic {footer.topic!r}, not {topic!r}")
     blocks = tuple(
         BlockRef(b.index, b.first_offset, b.last_offset, b.min_publish_time, b.max_publish_time,
-                 b.position, b.stored_bytes, b.raw_bytes)
-        for b in footer.blocks
+                 b.position, b.stored_bytes, b.raw_bytes, crc)
+        for b, crc in zip(footer.blocks, block_crcs)
     )
     # The format reader validated the index; these are the invariants planning relies on.
     assert blocks and blocks[0].first_offset == footer.first_offset and blocks[-1].last_offset == footer.last_offset
     return ObjectIndex(key, size, footer.first_offset, footer.last_offset, blocks)
+
+
+def _read_pinned_footer(store: ObjectStore, key: str, size: int, digest: tuple[int, str]) -> Any:
+    from native import object_format as fmt
+
+    tail, actual_size = store.get_tail(key, fmt.FOOTER_GUESS_BYTES)
+    if actual_size != size:
+        raise CorruptObject(key, 0, f"object is {actual_size} bytes, its descriptor says {size} "
+                                    "(not the object that was committed)")
+
+    def get_range(start: int, end: int) -> bytes:  # the first call asks for exactly the tail we hold
+        if end == size and size - start == len(tail):
+            return tail
+        return store.get_range(key, start, end - 1)
+
+    try:
+        footer = fmt.read_footer(get_range, size, key)
+    except CorruptObject:
+        raise
+    except ValueError as e:  # bytes the codec could not even frame
+        raise CorruptObject(key, 0, f"not a valid dnb1 object: {e}") from e
+    fmt.check_footer_digest(tail, footer, key, digest[0], digest[1])
+    return footer
+
+
+def _check_pinned(key: str, raw: bytes | memoryview, block: BlockRef) -> None:
+    if block.crc32c is not None:
+        from native import object_format as fmt
+
+        fmt.check_block_crc32c(raw, _native_block(block), key, block.crc32c)
 
 
 def _native_block(block: BlockRef) -> Any:
@@ -90,6 +132,7 @@ def decode_block(key: str, raw: bytes | memoryview, block: BlockRef) -> Sequence
     CorruptObject names the object and byte position of anything wrong."""
     from native import object_format as fmt
 
+    _check_pinned(key, raw, block)
     return fmt.decode_block(raw, _native_block(block), key)
 
 
@@ -98,6 +141,7 @@ def block_frames(key: str, raw: bytes | memoryview, block: BlockRef) -> bytes:
     CRC, decompression, every frame's CRC and record, offsets and times against the index)."""
     from native import object_format as fmt
 
+    _check_pinned(key, raw, block)
     return fmt.block_frames(raw, _native_block(block), key)
 
 

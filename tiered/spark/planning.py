@@ -75,6 +75,7 @@ class _Candidate:
     size: int
     first_offset: int | None  # None until the footer is read (by location)
     last_offset: int | None
+    digest: tuple[int, str] | None = None  # the descriptor's (footer_crc32c, block_crc32c)
 
 
 # -- filter pushdown ------------------------------------------------------------------
@@ -220,7 +221,8 @@ def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:
                         f"previous one ends at {candidates[-1].last_offset}; the archive is not contiguous"
                     )
                 key = keys.object_key(options.topic, d.start_offset, d.object_id)
-                candidates.append(_Candidate(key, d.size, d.start_offset, d.end_offset))
+                candidates.append(_Candidate(key, d.size, d.start_offset, d.end_offset,
+                                             (d.footer_crc32c, d.block_crc32c)))
             if len(page) < DESCRIPTOR_PAGE_KEYS:
                 break
             start_after = page[-1].key
@@ -240,7 +242,8 @@ def _read_footers(store: object, candidates: list[_Candidate], options: ReadOpti
     """Footers of every candidate, in candidate order; corrupt ones fail or are skipped."""
     def one(c: _Candidate) -> ObjectIndex | CorruptObject:
         try:
-            index = _dnb1io.read_index(store, c.key, c.size, options.topic if options.by_topic else None)
+            index = _dnb1io.read_index(store, c.key, c.size, options.topic if options.by_topic else None,
+                                       c.digest)
         except CorruptObject as e:
             if options.on_corrupt == "skip":
                 return e

@@ -1,0 +1,108 @@
+"""Two real ``dnb broker run`` processes, a client producing and reading through them,
+and a topic moving between them while the client keeps going."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.cli.helpers import REPO, dnb
+from tests.fixtures.servers import free_port
+from tiered.broker.client import SyncBrokerClient
+
+TOPIC = "/default/orders"
+HANG_GUARD_S = 90.0
+
+
+class Broker:
+    def __init__(self, root, broker_id: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", f"sqlite:///{root}/shared.db",
+                     "--objects", f"file://{root}/objects", "--broker-id", broker_id]
+        env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
+                                      "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while True:
+            assert self.proc.poll() is None, self.proc.stdout.read()
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    if json.load(r)["ok"]:
+                        return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "hang guard: broker did not start"
+            time.sleep(0.05)
+
+    def topics(self) -> list[str]:
+        with urllib.request.urlopen(self.url + "/topics", timeout=10) as r:
+            return [t["topic"] for t in json.load(r)["topics"]]
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(HANG_GUARD_S)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def _read_all(client: SyncBrokerClient, start: int, count: int) -> list[int]:
+    seen, position = [], start
+    deadline = time.monotonic() + HANG_GUARD_S
+    while len(seen) < count:
+        batch = client.read(TOPIC, position, max_messages=100, wait_s=0.5)
+        seen += [m["offset"] for m in batch.messages]
+        position = batch.next_offset
+        assert time.monotonic() < deadline, f"hang guard: read {seen}"
+    return seen
+
+
+def test_a_topic_moves_between_two_broker_processes_under_a_live_client(tmp_path) -> None:
+    os.makedirs(tmp_path / "objects")
+    one, two = Broker(tmp_path, "1"), Broker(tmp_path, "2")
+    a = one.argv
+    try:
+        from tiered.lifecycle.watcher import assign
+        from tiered.metadata import open_metadata
+
+        metadata = open_metadata(f"sqlite:///{tmp_path}/shared.db")
+        assign(metadata, TOPIC, "1")
+        metadata.close()
+        with SyncBrokerClient([two.url], timeout_s=60) as client:  # asks the wrong broker first
+            assert client.produce(TOPIC, [b"m%d" % i for i in range(20)]) == list(range(20))
+            assert one.topics() == [TOPIC]
+            moved = dnb(*a, "--json", "move", TOPIC, "--to", "2")
+            assert moved.rc == 0, moved.err
+            assert moved.json()["last_committed_offset"] == 19
+            offsets = client.produce(TOPIC, [b"m%d" % i for i in range(20, 40)], ack="archived")
+            assert offsets == list(range(20, 40))
+            assert two.topics() == [TOPIC]
+            assert _read_all(client, 0, 40) == list(range(40))
+            assert client.ack(TOPIC, "billing", 39) == 39
+    finally:
+        codes = [one.terminate(), two.terminate()]
+    assert codes == [0, 0]
+    verify = dnb(*a, "--json", "verify", TOPIC)
+    assert verify.rc == 0 and verify.json()["ok"], verify.out
+    state = dnb(*a, "--json", "inspect", TOPIC).json()
+    assert state["sealed_state"]["sealed"] and state["sealed_state"]["last_committed_offset"] == 39
+    assert state["owner"] is None  # SIGTERM sealed it and released ownership
+
+
+def test_a_second_broker_process_on_the_same_data_dir_is_refused(tmp_path) -> None:
+    os.makedirs(tmp_path / "objects")
+    one = Broker(tmp_path, "1")
+    try:
+        run = dnb(*one.argv, "--json", "broker", "run", "--listen", f"127.0.0.1:{free_port()}")
+        assert run.rc == 3, (run.out, run.err)
+    finally:
+        assert one.terminate() == 0

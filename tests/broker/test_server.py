@@ -1,0 +1,79 @@
+"""The broker's HTTP routes in one process: redirects, 503s, errors, metrics."""
+from __future__ import annotations
+
+import asyncio
+import base64
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from tiered.broker.server import BrokerServer
+from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster  # noqa: F401
+
+PATH = "/topics/default/reliable_topic/messages"
+
+
+def _run(host, scenario):
+    async def main():
+        async with TestClient(TestServer(BrokerServer(host).app())) as client:
+            return await scenario(client)
+    return asyncio.run(main())
+
+
+def test_a_broker_that_does_not_own_the_topic_redirects_to_the_owner(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A", advertised_address="http://owner.example:8080")
+    b = local_cluster.broker("B")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        response = await client.get(PATH, params={"from": "0"}, allow_redirects=False)
+        return response.status, response.headers.get("Location")
+
+    assert _run(b, scenario) == (307, f"http://owner.example:8080{PATH}?from=0")
+
+
+def test_nobody_owning_the_topic_is_a_503_with_retry_after(local_cluster: Cluster) -> None:
+    b = local_cluster.broker("B")
+
+    async def scenario(client):
+        response = await client.post(PATH, json={"messages": [{"payload": "x"}]})
+        return response.status, response.headers.get("Retry-After"), (await response.json())["error"]["type"]
+
+    assert _run(b, scenario) == (503, "1", "Unavailable")
+
+
+def test_produce_read_ack_and_bad_input_on_the_owner(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        produced = await (await client.post(PATH, json={"messages": [
+            {"payload_b64": base64.b64encode(b"hello").decode()}, {"payload": "world"}]})).json()
+        read = await (await client.get(PATH, params={"from": "0", "max": "10", "wait_s": "0.2"})).json()
+        acked = await (await client.post("/topics/default/reliable_topic/subscriptions/s/ack",
+                                         json={"offset": 1})).json()
+        bad = await client.post(PATH, data=b"not json")
+        bad_offset = await client.get(PATH, params={"from": "-1"})
+        metrics = await (await client.get("/metrics")).text()
+        return produced, read, acked, bad.status, bad_offset.status, "dnb_" in metrics
+
+    produced, read, acked, bad, bad_offset, has_metrics = _run(a, scenario)
+    assert produced == {"offsets": [0, 1]}
+    assert [base64.b64decode(m["payload_b64"]) for m in read["messages"]] == [b"hello", b"world"]
+    assert read["next"] == 2 and read["moved"] is False
+    assert acked == {"cursor": 1}
+    assert (bad, bad_offset, has_metrics) == (400, 400, True)
+
+
+def test_a_topic_that_is_leaving_answers_503(local_cluster: Cluster) -> None:
+    from tiered.lifecycle import TopicState
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    hosted.state = TopicState.UNLOADING  # what unload sets first (refuse appends)
+
+    async def scenario(client):
+        response = await client.post(PATH, json={"messages": [{"payload": "x"}]})
+        return response.status
+
+    assert _run(a, scenario) == 503
+    hosted.state = TopicState.OPEN

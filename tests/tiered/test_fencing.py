@@ -1,0 +1,172 @@
+"""A broker that is, or may be, fenced never acknowledges a ``durable`` write.
+
+Two ways a broker loses a topic while it still runs: its session lease lapses (it was
+paused or cut off) and another broker fails the topic over, or an operator forces a
+takeover. In both, the new owner numbers from the end of the archive, so every
+acknowledgement the old owner gives afterwards names an offset that now belongs to a
+different message.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.host import ProduceTimeout
+from tiered.lifecycle.ownership import OwnershipLostError, is_broker_registered
+from tiered.metadata.faults import FaultyMetadataStore
+from tiered.read.errors import CursorFenced
+
+from tests.tiered.helpers_lifecycle import (  # noqa: F401
+    FAST_BROKER,
+    TOPIC,
+    Cluster,
+    local_cluster,
+    local_stores,
+    produce_range,
+)
+
+HANG_GUARD_S = 60.0  # bounds every wait below; never an expected duration
+
+
+def _wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not condition():
+        assert time.monotonic() < deadline, f"hang guard: {what}"
+        time.sleep(0.02)
+
+
+def test_an_owner_whose_lease_lapsed_stops_acknowledging_and_learns_it_was_fenced(tmp_path) -> None:
+    inner, objects = local_stores(str(tmp_path))
+    flaky = FaultyMetadataStore(inner)  # only broker A's view of the store misbehaves
+    config = replace(FAST_BROKER, session_ttl_s=1.0)
+    a = BrokerHost("A", str(tmp_path / "wal-A"), flaky, objects, config)
+    b = BrokerHost("B", str(tmp_path / "wal-B"), inner, objects, config)
+    try:
+        topic_a = a.load(TOPIC)
+        produce_range(topic_a, 0, 4, ack="archived")
+        # A is cut off from the store (as if paused): its keep-alives fail and the lease
+        # lapses on the server; B sees A gone and takes the topic over.
+        flaky.faults.fail("refresh_lease")
+        _wait_for(lambda: not is_broker_registered(inner, "A"), "A's registration to expire")
+        topic_b = b.load(TOPIC)
+        assert topic_b.token.epoch == topic_a.token.epoch + 1
+        produce_range(topic_b, 5, 7)
+        # A's lease is not certain any more: a durable write is not acknowledged.
+        with pytest.raises(ProduceTimeout) as info:
+            topic_a.produce(b"while cut off", timeout_s=0.5)
+        assert info.value.step == "confirm ownership"
+        # A reaches the store again: its keep-alive finds the lease gone and registers a
+        # new one; before acknowledging under it, A re-reads the owner record: fenced.
+        flaky.faults.clear()
+        with pytest.raises(OwnershipLostError):
+            topic_a.produce(b"after coming back", timeout_s=HANG_GUARD_S)
+        assert topic_a.fenced
+        with pytest.raises(OwnershipLostError):
+            topic_a.produce(b"and after that")
+        assert topic_b.produce(b"B keeps going") == 8
+    finally:
+        a.close()
+        b.close()
+        inner.close()
+
+
+def test_a_lease_that_lapsed_without_a_takeover_resumes_acknowledging(tmp_path) -> None:
+    inner, objects = local_stores(str(tmp_path))
+    flaky = FaultyMetadataStore(inner)
+    a = BrokerHost("A", str(tmp_path / "wal-A"), flaky, objects, replace(FAST_BROKER, session_ttl_s=1.0))
+    try:
+        topic_a = a.load(TOPIC)
+        produce_range(topic_a, 0, 2)
+        flaky.faults.fail("refresh_lease")
+        _wait_for(lambda: not is_broker_registered(inner, "A"), "A's registration to expire")
+        flaky.faults.clear()
+        # Nobody took the topic: the owner record is still A's, so A goes on.
+        assert topic_a.produce(b"m3", timeout_s=HANG_GUARD_S) == 3
+        assert not topic_a.fenced
+    finally:
+        a.close()
+        inner.close()
+
+
+def test_a_refused_progress_write_fences_the_topic_at_once(local_cluster: Cluster) -> None:
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4)
+    b.load(TOPIC, force=True)
+    topic_a.produce(b"x")  # may still be acknowledged: A has not been told yet
+    assert topic_a.publish_progress() is False
+    assert topic_a.fenced
+    with pytest.raises(OwnershipLostError):
+        topic_a.produce(b"y")
+
+
+def test_a_refused_cursor_write_fences_the_topic_at_once(local_cluster: Cluster) -> None:
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4)
+    sub = topic_a.subscribe("s", initial="earliest")
+    b.load(TOPIC, force=True)
+    sub.ack(2)
+    with pytest.raises(CursorFenced):
+        sub.flush()
+    with pytest.raises(OwnershipLostError):
+        topic_a.produce(b"y")
+
+
+def test_pending_durable_waiters_fail_when_the_topic_is_fenced(local_cluster: Cluster) -> None:
+    """A waiter whose offset became durable after the fencing is not acknowledged."""
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    topic_a = a.load(TOPIC)
+    offset = topic_a._append(b"pending", None, None, None)  # appended, ack not yet given
+    b.load(TOPIC, force=True)
+    topic_a.fence("test: told by a refused write")
+    with pytest.raises(OwnershipLostError):
+        topic_a._wait_ack(offset, "durable", HANG_GUARD_S)
+
+
+def test_an_archived_offset_is_still_acknowledged_after_fencing(local_cluster: Cluster) -> None:
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    topic_a = a.load(TOPIC)
+    offset = topic_a.produce(b"kept", ack="archived")
+    b.load(TOPIC, force=True)
+    topic_a.fence("test")
+    topic_a._wait_ack(offset, "durable", HANG_GUARD_S)  # in a committed object: true and safe
+
+
+def test_async_produce_refuses_too(local_cluster: Cluster) -> None:
+    import asyncio
+
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    topic_a = a.load(TOPIC)
+    b.load(TOPIC, force=True)
+    topic_a.fence("test")
+
+    async def main() -> None:
+        with pytest.raises(OwnershipLostError):
+            await topic_a.produce_async(b"z")
+
+    asyncio.run(main())
+
+
+def test_a_second_live_process_with_the_same_broker_id_is_refused(tmp_path) -> None:
+    """Both would pass acquire's "restart by the same broker" rule and number one topic
+    twice; the registration is create-if-absent, so the second one is refused."""
+    from tiered.lifecycle.ownership import BrokerIdInUse
+
+    inner, objects = local_stores(str(tmp_path))
+    config = replace(FAST_BROKER, session_ttl_s=1.0)
+    first = BrokerHost("A", str(tmp_path / "disk-1"), inner, objects, config)
+    try:
+        with pytest.raises(BrokerIdInUse):
+            BrokerHost("A", str(tmp_path / "disk-2"), inner, objects, config)
+        # The refused start left its own WAL root usable (nothing locked, nothing held).
+        first.session.stop(revoke=False)  # the first process "crashes": its lease lapses
+        second = BrokerHost("A", str(tmp_path / "disk-2"), inner, objects, config)
+        second.close()
+    finally:
+        first.close()
+        inner.close()

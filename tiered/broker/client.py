@@ -1,0 +1,181 @@
+"""A client of ``dnb broker`` processes: asyncio (:class:`BrokerClient`) and blocking
+(:class:`SyncBrokerClient`).
+
+It finds a topic's owner by asking any broker (a broker that does not own the topic
+answers ``307`` to the owner's address), remembers the owner per topic, and rides out
+moves: ``503`` (the topic is sealing or unassigned) is retried with back-off across the
+known brokers until ``timeout_s``; a read that ends with ``moved`` continues at its own
+``next`` offset on the new owner. Every call is bounded; nothing waits for ever.
+
+Delivery: a produce whose answer was lost (connection dropped, timeout) is not retried
+by the client, because it may have been appended; the caller decides. Acknowledged
+offsets are unique and contiguous whatever happens to the brokers, and a reader that
+resumes at ``next`` sees every offset once, in order.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from wal.topics import TopicName
+
+
+class BrokerUnavailable(Exception):
+    """No broker served the topic within the call's time bound."""
+
+
+class BrokerRequestError(Exception):
+    """A broker refused the request (bad input, message too large, unknown offset...)."""
+
+    def __init__(self, status: int, error: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}: {error.get('type')}: {error.get('message')}")
+        self.status = status
+        self.type = error.get("type")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBatch:
+    messages: list[dict[str, Any]]  # offset, publish_time, attributes, key (bytes|None), payload (bytes)
+    next_offset: int
+
+
+class BrokerClient:
+    def __init__(self, brokers: Sequence[str], *, timeout_s: float = 60.0, backoff_s: float = 0.05,
+                 backoff_max_s: float = 1.0) -> None:
+        if not brokers:
+            raise ValueError("at least one broker URL is needed")
+        self.brokers = [b.rstrip("/") for b in brokers]
+        self.timeout_s = timeout_s
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._owner: dict[str, str] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "BrokerClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- API -----------------------------------------------------------------------
+    async def produce(self, topic: str, payloads: Sequence[bytes], *, ack: str = "durable",
+                      key: bytes | None = None) -> list[int]:
+        body: dict[str, Any] = {"messages": [{"payload_b64": base64.b64encode(p).decode()} for p in payloads]}
+        if key is not None:
+            body["key_b64"] = base64.b64encode(key).decode()
+        answer = await self._call("POST", topic, "messages", params={"ack": ack}, body=body, retry_unsent_only=True)
+        return list(answer["offsets"])
+
+    async def read(self, topic: str, start: int, *, max_messages: int = 100, wait_s: float = 1.0) -> ReadBatch:
+        """Messages from ``start``; follows the topic across moves (``next_offset`` is
+        where to continue)."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            answer = await self._call("GET", topic, "messages",
+                                      params={"from": str(start), "max": str(max_messages), "wait_s": str(wait_s)})
+            messages = [_decode(m) for m in answer["messages"]]
+            if messages or not answer["moved"]:
+                return ReadBatch(messages, answer["next"])
+            self._owner.pop(str(TopicName.parse(topic)), None)  # moved with nothing read: ask again
+            if time.monotonic() >= deadline:
+                raise BrokerUnavailable(f"topic {topic} kept moving for {self.timeout_s}s")
+
+    async def ack(self, topic: str, subscription: str, offset: int) -> int:
+        answer = await self._call("POST", topic, f"subscriptions/{subscription}/ack", body={"offset": offset})
+        return int(answer["cursor"])
+
+    # -- plumbing ------------------------------------------------------------------
+    async def _call(self, method: str, topic: str, tail: str, *, params: dict[str, str] | None = None,
+                    body: dict[str, Any] | None = None, retry_unsent_only: bool = False) -> dict[str, Any]:
+        name = TopicName.parse(topic)
+        path = f"/topics/{name.namespace}/{name.name}/{tail}"
+        deadline = time.monotonic() + self.timeout_s
+        backoff_s = self.backoff_s
+        attempt = 0
+        session = self._session_or_new()
+        while True:
+            base = self._owner.get(str(name)) or self.brokers[attempt % len(self.brokers)]
+            url = base + path
+            for _ in range(4):  # a few redirects at most: owner -> owner is a loop
+                remaining = max(0.1, deadline - time.monotonic())
+                try:
+                    async with session.request(method, url, params=params, json=body, allow_redirects=False,
+                                               timeout=aiohttp.ClientTimeout(total=remaining)) as response:
+                        if response.status == 307:
+                            url = response.headers["Location"]
+                            self._owner[str(name)] = url[: url.index("/topics/")]
+                            continue
+                        payload = await response.json(content_type=None)
+                        if response.status == 200:
+                            self._owner[str(name)] = url[: url.index("/topics/")]
+                            return payload
+                        if response.status != 503:
+                            raise BrokerRequestError(response.status, payload.get("error", {}))
+                        self._owner.pop(str(name), None)
+                        break
+                except aiohttp.ClientConnectionError as e:
+                    self._owner.pop(str(name), None)
+                    if retry_unsent_only and not isinstance(e, aiohttp.ClientConnectorError):
+                        raise  # the request may have reached the broker: not ours to repeat
+                    break
+            attempt += 1
+            if time.monotonic() + backoff_s >= deadline:
+                raise BrokerUnavailable(f"no broker served {name} within {self.timeout_s}s")
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, self.backoff_max_s)
+
+    def _session_or_new(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+
+class SyncBrokerClient:
+    """The blocking twin: the same client on a private event loop thread."""
+
+    def __init__(self, brokers: Sequence[str], **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dnb-client", daemon=True)
+        self._thread.start()
+        self._client = BrokerClient(brokers, **options)
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(self._client.timeout_s + 10)
+
+    def produce(self, topic: str, payloads: Sequence[bytes], **options: Any) -> list[int]:
+        return self._run(self._client.produce(topic, payloads, **options))
+
+    def read(self, topic: str, start: int, **options: Any) -> ReadBatch:
+        return self._run(self._client.read(topic, start, **options))
+
+    def ack(self, topic: str, subscription: str, offset: int) -> int:
+        return self._run(self._client.ack(topic, subscription, offset))
+
+    def close(self) -> None:
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> "SyncBrokerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _decode(m: dict[str, Any]) -> dict[str, Any]:
+    return {"offset": m["offset"], "publish_time": m["publish_time"], "attributes": m["attributes"],
+            "key": None if m["key_b64"] is None else base64.b64decode(m["key_b64"]),
+            "payload": base64.b64decode(m["payload_b64"])}

@@ -1,0 +1,110 @@
+"""What ``dnb broker run`` runs: one long-lived broker process.
+
+Start: open the stores, build the :class:`BrokerHost` (which registers the broker under
+a lease with its advertised address and locks its WAL root), follow its assignments
+(:class:`AssignmentWatcher`: load on assign, seal on unassign), serve the HTTP API.
+
+SIGTERM (or SIGINT): stop taking new topics (the watcher stops), seal every hosted
+topic (clients see 503 for a topic while it seals, then a redirect to its next owner),
+deregister, exit 0. A second signal, or ``shutdown_timeout_s`` passing, abandons what
+is left: topics stay owned and unsealed with their WALs on disk, exactly as after a
+crash (this broker recovers them on restart; another fails them over once the lease
+lapses); exit 1. Transitions are logged.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from dataclasses import dataclass, replace
+
+from aiohttp import web
+
+from tiered.broker.server import BrokerServer
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.config import BrokerConfig
+from tiered.lifecycle.watcher import AssignmentWatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerProcessConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    #: The URL clients use to reach this broker (written into its registration).
+    advertised_address: str | None = None
+    shutdown_timeout_s: float = 120.0
+
+
+async def serve(broker_id: str, wal_root: str, metadata, objects, config: BrokerConfig,
+                process: BrokerProcessConfig, ready: asyncio.Event | None = None,
+                stop: asyncio.Event | None = None) -> int:
+    """Run until ``stop`` is set or a termination signal arrives; returns the exit code."""
+    address = process.advertised_address or f"http://{process.listen_host}:{process.listen_port}"
+    host = BrokerHost(broker_id, wal_root, metadata, objects, replace(config, advertised_address=address))
+    stop = stop or asyncio.Event()
+    signals = _install_signals(stop)
+    watcher = None
+    runner = web.AppRunner(BrokerServer(host).app(), access_log=None)
+    try:
+        watcher = await AssignmentWatcher(host).start_async()
+        await runner.setup()
+        await web.TCPSite(runner, process.listen_host, process.listen_port).start()
+        log.info("broker %s: serving on %s:%d, advertised as %s", broker_id, process.listen_host,
+                 process.listen_port, address)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("broker %s: stopping: no new topics; sealing %d hosted topic(s)", broker_id, len(host.topics()))
+        await watcher.stop_async()
+        watcher = None
+        sealing = asyncio.create_task(host.close_async(timeout_s=process.shutdown_timeout_s))
+        abandon = asyncio.create_task(signals.second.wait())
+        done, _ = await asyncio.wait({sealing, abandon}, return_when=asyncio.FIRST_COMPLETED)
+        if sealing in done:
+            abandon.cancel()
+            sealing.result()
+            log.info("broker %s: every topic sealed; deregistered; bye", broker_id)
+            return 0
+        log.error("broker %s: second signal: abandoning the remaining topics (recoverable, like a crash)",
+                  broker_id)
+        os._exit(1)  # the seal thread may be blocked on storage; what it left is recoverable
+    finally:
+        signals.restore()
+        if watcher is not None:
+            await watcher.stop_async()
+        await runner.cleanup()
+        if not host._closed.is_set():
+            await host.close_async(unload=False)
+    return 1
+
+
+class _Signals:
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.second = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.installed: list[int] = []
+
+    def __call__(self) -> None:
+        if self.stop.is_set():
+            self.second.set()
+        else:
+            self.stop.set()
+
+    def restore(self) -> None:
+        for signum in self.installed:
+            self.loop.remove_signal_handler(signum)
+
+
+def _install_signals(stop: asyncio.Event) -> _Signals:
+    signals = _Signals(stop)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signals.loop.add_signal_handler(signum, signals)
+            signals.installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (tests): stop through the event instead
+    return signals
