@@ -54,7 +54,7 @@ def test_produce_read_ack_and_bad_input_on_the_owner(local_cluster: Cluster) -> 
         bad = await client.post(PATH, data=b"not json")
         bad_offset = await client.get(PATH, params={"from": "-1"})
         metrics = await (await client.get("/metrics")).text()
-        return produced, read, acked, bad.status, bad_offset.status, "dnb_" in metrics
+        return produced, read, acked, bad.status, bad_offset.status, "dnb_wal_" in metrics and "dnb_topic" in metrics
 
     produced, read, acked, bad, bad_offset, has_metrics = _run(a, scenario)
     assert produced == {"offsets": [0, 1]}
@@ -77,3 +77,20 @@ def test_a_topic_that_is_leaving_answers_503(local_cluster: Cluster) -> None:
 
     assert _run(a, scenario) == 503
     hosted.state = TopicState.OPEN
+
+
+def test_metrics_of_several_wals_are_one_valid_scrape(local_cluster: Cluster) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce(b"x")
+    a.load("/default/other").produce(b"y")
+
+    async def scenario(client):
+        return await (await client.get("/metrics")).text()
+
+    families = list(text_string_to_metric_families(_run(a, scenario)))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), "a family appears twice: not a valid scrape"
+    wal_topics = {s.labels.get("topic") for f in families if f.name.startswith("dnb_wal_") for s in f.samples}
+    assert {TOPIC, "/default/other"} <= wal_topics

@@ -163,7 +163,32 @@ class BrokerServer:
         return web.json_response({"ok": True, "broker_id": self.host.broker_id, "topics": len(self.host.topics())})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
+        body = generate_latest(self.registry) + generate_latest(_WalMetrics(self.host))
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
+class _WalMetrics:
+    """Every hosted WAL's metrics in one scrape. Each WAL keeps its own registry (its
+    families carry a ``topic`` label), so the families are merged by name here: the text
+    format allows one family per name."""
+
+    def __init__(self, host: BrokerHost) -> None:
+        self.host = host
+
+    def collect(self):  # the prometheus_client collector protocol (used by generate_latest)
+        from prometheus_client.core import Metric
+
+        merged: dict[str, Metric] = {}
+        for hosted in self.host.topics():
+            registry = getattr(getattr(hosted.wal, "metrics", None), "registry", None)
+            if registry is None:
+                continue
+            for family in registry.collect():
+                into = merged.get(family.name)
+                if into is None:
+                    into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                into.samples.extend(family.samples)
+        return list(merged.values())
 
 
 def _read_batch(reader: Any, limit: int, wait_s: float) -> tuple[list, bool]:
