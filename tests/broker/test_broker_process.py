@@ -88,13 +88,18 @@ def test_a_topic_moves_between_two_broker_processes_under_a_live_client(tmp_path
             assert two.topics() == [TOPIC]
             assert _read_all(client, 0, 40) == list(range(40))
             assert client.ack(TOPIC, "billing", 39) == 39
+        # The CLI as a client: broker 1 no longer owns the topic and redirects to 2.
+        produced = dnb("--json", "produce", TOPIC, "--count", "5", "--broker", one.url)
+        assert produced.rc == 0 and produced.json() == {"first_offset": 40, "last_offset": 44}, produced.err
+        consumed = dnb("--json", "consume", TOPIC, "--subscription", "cli", "--from", "38", "--ack", "--broker", one.url)
+        assert [m["offset"] for m in consumed.json()["messages"]] == [38, 39, 40, 41, 42, 43, 44]
     finally:
         codes = [one.terminate(), two.terminate()]
     assert codes == [0, 0]
     verify = dnb(*a, "--json", "verify", TOPIC)
     assert verify.rc == 0 and verify.json()["ok"], verify.out
     state = dnb(*a, "--json", "inspect", TOPIC).json()
-    assert state["sealed_state"]["sealed"] and state["sealed_state"]["last_committed_offset"] == 39
+    assert state["sealed_state"]["sealed"] and state["sealed_state"]["last_committed_offset"] == 44
     assert state["owner"] is None  # SIGTERM sealed it and released ownership
 
 

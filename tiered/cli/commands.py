@@ -57,6 +57,13 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", default=None, help="message key for every message")
     p.add_argument("--ack", choices=("durable", "archived"), default="durable",
                    help="wait until fsynced locally (default) or inside a committed object")
+    _broker_url_arg(p)
+
+
+def _broker_url_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker", default=os.environ.get("DNB_BROKER_URL"), metavar="URL",
+                   help="talk to a running `dnb broker` (any one: it redirects to the owner) instead of "
+                        "hosting the topic in this process (env DNB_BROKER_URL)")
 
 
 def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
@@ -65,7 +72,10 @@ def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     payloads = ops.generated_payloads(args.count, args.size) if args.count is not None \
         else ops.stdin_payloads(sys.stdin)
     key = args.key.encode() if args.key is not None else None
-    result = ops.produce(settings, args.topic, payloads, key=key, ack=args.ack)
+    if args.broker:
+        result = ops.produce_remote(args.broker, args.topic, payloads, key=key, ack=args.ack)
+    else:
+        result = ops.produce(settings, args.topic, payloads, key=key, ack=args.ack)
     out.emit({"first_offset": result[0], "last_offset": result[1]})
 
 
@@ -89,14 +99,21 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--follow", action="store_true", help="keep waiting for new messages (Ctrl-C stops)")
     p.add_argument("--idle-timeout-s", type=float, default=None,
                    help="with --follow, stop after this long without a message")
+    _broker_url_arg(p)
 
 
 def _consume(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     from tiered.cli import ops
 
     start = _parse_start(args.start)
-    messages = ops.consume(settings, args.topic, args.subscription, start=start, max_messages=args.max,
-                           ack=args.ack, follow=args.follow, idle_timeout_s=args.idle_timeout_s)
+    if args.broker:
+        if args.follow or not (isinstance(start, int) or start == "earliest"):
+            raise CliError("with --broker, give --from earliest or an offset (no --follow)")
+        messages = ops.consume_remote(args.broker, args.topic, args.subscription, 0 if start == "earliest" else start,
+                                      max_messages=args.max, ack=args.ack)
+    else:
+        messages = ops.consume(settings, args.topic, args.subscription, start=start, max_messages=args.max,
+                               ack=args.ack, follow=args.follow, idle_timeout_s=args.idle_timeout_s)
     rows = [message_json(m) for m in messages]
     out.emit({"messages": rows}, render=_render_messages)
 

@@ -377,3 +377,58 @@ def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> di
         assign(metadata, name, to_broker, reason="move")
         return {"topic": str(name), "from": current[0] if current else None, "to": to_broker,
                 "last_committed_offset": last, "moved": True}
+
+
+# -- through a running broker -------------------------------------------------------------
+
+#: Messages per HTTP request when producing through a broker.
+REMOTE_BATCH = 1000
+
+
+def produce_remote(broker_url: str, topic: str, payloads: Iterable[bytes], key: bytes | None = None,
+                   ack: str = "durable") -> tuple[int | None, int | None]:
+    """``dnb produce --broker URL``: append through a running broker (redirects and moves
+    handled by the client); returns (first_offset, last_offset)."""
+    from tiered.broker.client import SyncBrokerClient
+
+    first = last = None
+    batch: list[bytes] = []
+    with SyncBrokerClient([broker_url], timeout_s=CLI_STEP_TIMEOUT_S) as client:
+        def send() -> None:
+            nonlocal first, last
+            offsets = client.produce(str(TopicName.parse(topic)), batch, ack=ack, key=key)
+            first = offsets[0] if first is None else first
+            last = offsets[-1]
+            batch.clear()
+
+        for payload in payloads:
+            batch.append(payload)
+            if len(batch) >= REMOTE_BATCH:
+                send()
+        if batch:
+            send()
+    return first, last
+
+
+def consume_remote(broker_url: str, topic: str, subscription: str, start: int, max_messages: int | None,
+                   ack: bool) -> list[Any]:
+    """``dnb consume --broker URL``: read from ``start`` until caught up (or ``max``),
+    following the topic across moves; ``ack`` acknowledges the last one read."""
+    from tiered.broker.client import SyncBrokerClient
+    from tiered.read.messages import Message
+
+    name = str(TopicName.parse(topic))
+    messages: list[Any] = []
+    with SyncBrokerClient([broker_url], timeout_s=CLI_STEP_TIMEOUT_S) as client:
+        position = start
+        while max_messages is None or len(messages) < max_messages:
+            want = 1000 if max_messages is None else min(1000, max_messages - len(messages))
+            batch = client.read(name, position, max_messages=want, wait_s=0.0)
+            if not batch.messages:
+                break
+            messages += [Message(m["offset"], m["publish_time"], m["key"], m["attributes"], m["payload"], "remote")
+                         for m in batch.messages]
+            position = batch.next_offset
+        if ack and messages:
+            client.ack(name, subscription, messages[-1].offset)
+    return messages
