@@ -21,8 +21,8 @@ HANG_GUARD_S = 90.0
 
 
 class Broker:
-    def __init__(self, root, broker_id: str) -> None:
-        self.port = free_port()
+    def __init__(self, root, broker_id: str, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", f"sqlite:///{root}/shared.db",
                      "--objects", f"file://{root}/objects", "--broker-id", broker_id]
