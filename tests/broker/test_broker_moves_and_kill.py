@@ -8,6 +8,9 @@ import os
 import signal
 import threading
 import time
+import uuid
+
+import pytest
 
 from tests.broker.test_broker_process import HANG_GUARD_S, TOPIC, Broker
 from tests.cli.helpers import dnb
@@ -16,9 +19,20 @@ from tiered.broker.client import BrokerRequestError, BrokerUnavailable, SyncBrok
 MOVES = 6
 
 
-def test_moves_and_a_sigkilled_owner_under_a_live_producer_and_consumer(tmp_path) -> None:
+@pytest.fixture(params=["local", "etcd+s3"])
+def stores(request, tmp_path) -> tuple[str, str]:
     os.makedirs(tmp_path / "objects")
-    brokers = {i: Broker(tmp_path, str(i)) for i in (1, 2, 3)}
+    if request.param == "local":
+        return f"sqlite:///{tmp_path}/shared.db", f"file://{tmp_path}/objects"
+    etcd = request.getfixturevalue("etcd_server")
+    moto = request.getfixturevalue("moto_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    return (f"{etcd.url}/t-{uuid.uuid4().hex[:12]}",
+            f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+
+
+def test_moves_and_a_sigkilled_owner_under_a_live_producer_and_consumer(tmp_path, stores) -> None:
+    brokers = {i: Broker(tmp_path, str(i), stores=stores) for i in (1, 2, 3)}
     urls = [b.url for b in brokers.values()]
     argv = brokers[1].argv
     acked: dict[int, bytes] = {}
@@ -58,7 +72,7 @@ def test_moves_and_a_sigkilled_owner_under_a_live_producer_and_consumer(tmp_path
         from tiered.lifecycle.watcher import assign
         from tiered.metadata import open_metadata
 
-        metadata = open_metadata(f"sqlite:///{tmp_path}/shared.db")
+        metadata = open_metadata(stores[0])
         assign(metadata, TOPIC, "1")
         metadata.close()
         threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
@@ -75,7 +89,7 @@ def test_moves_and_a_sigkilled_owner_under_a_live_producer_and_consumer(tmp_path
                 time.sleep(0.3)
                 brokers[owner].proc.send_signal(signal.SIGKILL)
                 brokers[owner].proc.wait(HANG_GUARD_S)
-                brokers[owner] = Broker(tmp_path, str(owner), port=brokers[owner].port)
+                brokers[owner] = Broker(tmp_path, str(owner), port=brokers[owner].port, stores=stores)
         time.sleep(0.5)
         stop.set()
         for t in threads:

@@ -21,11 +21,13 @@ HANG_GUARD_S = 90.0
 
 
 class Broker:
-    def __init__(self, root, broker_id: str, port: int | None = None) -> None:
+    def __init__(self, root, broker_id: str, port: int | None = None, stores: tuple[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", f"sqlite:///{root}/shared.db",
-                     "--objects", f"file://{root}/objects", "--broker-id", broker_id]
+        metadata, objects = stores or (f"sqlite:///{root}/shared.db", f"file://{root}/objects")
+        self.stores = (metadata, objects)
+        self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", metadata,
+                     "--objects", objects, "--broker-id", broker_id]
         env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR"}
         self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
                                       "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
