@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -161,6 +161,9 @@ class RetiredWal:
     lost_end: int | None
     epoch: int
     quarantine_path: str | None
+    #: It was the history of the owner record this load took over (not an older WAL of
+    #: this broker whose history had already been taken over and recorded).
+    current: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,13 +562,12 @@ class BrokerHost:
             retired_here = retired[0] if retired else None
             _step(topic, "mark topic open", LoadError,
                   lambda: self._mark_open(token, plan, recovered, retired_here))
-            clamped: dict[str, int] = {}
-            if not _is_sealed(plan):
-                # Unsealed load: offsets continue at wal.next_offset, and a cursor may have
-                # acknowledged offsets past it that nobody archived (a dead owner's tail,
-                # or bytes a power loss took). Those offsets are about to name new messages.
-                clamped = _step(topic, "clamp subscription cursors", LoadError,
-                                lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
+            # Offsets continue at wal.next_offset. Unsealed, a cursor may have acknowledged
+            # offsets past it that nobody archived (a dead owner's tail, or bytes a power
+            # loss took); sealed, a cursor past the seal can only be a damaged record. Either
+            # way those offsets are about to name new messages the cursor would skip.
+            clamped = _step(topic, "clamp subscription cursors", LoadError,
+                            lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
             uploader = _step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
@@ -639,15 +641,18 @@ class BrokerHost:
                 if ours:
                     # Our own unsealed WAL that does not join the archive: numbering restarts
                     # at the planned offset, so whatever it holds from there on is lost here
-                    # and now (recorded exactly before the WAL moves).
-                    retired.append(self._retire_local(topic, plan.start_offset, wal_epoch))
+                    # and now (recorded exactly before the WAL moves). It is the previous
+                    # epoch's history, so its record is the takeover's record too.
+                    retired.append(replace(self._retire_local(topic, plan.start_offset, wal_epoch),
+                                           current=True))
                 else:
                     log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
                     retired.append(self._retire_local(topic))
             except LocalWalUnreadable:
                 if not discard_local_wal:
                     raise
-                retired.append(self._discard_unreadable(topic, plan, wal_epoch if ours else None))
+                retired.append(replace(self._discard_unreadable(topic, plan, wal_epoch if ours else None),
+                                       current=ours))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
@@ -737,7 +742,7 @@ class BrokerHost:
         if epoch is None:
             # A stale WAL of an earlier epoch: its loss began where the topic's numbering
             # restarted after it (the taker-over's record), not where it continues now.
-            record = self._own_lost_record(topic)
+            record = self._own_lost_record(topic, self._read_owner_marker(topic))
             if record is not None:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
@@ -829,7 +834,7 @@ class BrokerHost:
             wal.close()
         record = None
         if start is None or epoch is None:
-            record = self._own_lost_record(topic)
+            record = self._own_lost_record(topic, self._read_owner_marker(topic))
             if record is not None:
                 start, epoch = record.start_offset, record.epoch
             else:
@@ -860,10 +865,17 @@ class BrokerHost:
         self.retired.append(retired)
         return retired
 
-    def _own_lost_record(self, topic: TopicName) -> keys.LostRange | None:
-        """The newest failover away from this broker: it says where numbering restarted."""
+    def _own_lost_record(self, topic: TopicName, wal_epoch: int | None = None) -> keys.LostRange | None:
+        """The failover away from this broker that ended the history of the WAL opened at
+        ``wal_epoch`` (its ``.owner`` marker): the first takeover record naming this broker
+        at or after that epoch (failed loads of our own bump the epoch without a new WAL,
+        so the taker-over's record may name a later one). A record of an earlier epoch
+        belongs to an older WAL of this broker and says nothing about this one. Without a
+        marker (a WAL from before markers existed): the newest record."""
         mine = [r for r in keys.read_lost_ranges(self.metadata, topic) if r.broker_id == self.broker_id]
-        return max(mine, key=lambda r: r.epoch, default=None)
+        if wal_epoch is None:
+            return max(mine, key=lambda r: r.epoch, default=None)
+        return min((r for r in mine if r.epoch >= wal_epoch), key=lambda r: r.epoch, default=None)
 
     def _first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
@@ -923,10 +935,13 @@ class BrokerHost:
         previous = token.previous
         failover = (not recovered and not _is_sealed(plan) and previous is not None
                     and previous.holder is not None)
-        # Our own WAL retired in this load already wrote the record for its epoch (which may
-        # be older than the previous owner record's, after failed loads of our own).
+        # Our own WAL retired in this load already wrote the record for its epoch when it
+        # was the previous owner's history (its epoch may be older than the owner record's,
+        # after failed loads of our own). A stale WAL of ours retired here is an OLDER
+        # history: the previous epoch ran elsewhere (another data dir of this broker id)
+        # and its tail needs the takeover's record like any other broker's.
         ours_retired = retired is not None and (retired.epoch == previous.epoch  # type: ignore[union-attr]
-                                                or previous.holder == token.broker_id)  # type: ignore[union-attr]
+                                                or retired.current)
         if failover and not ours_retired:
             # The takeover's own account, in the same fenced txn as the open marker: where
             # numbering restarts and how much the dead owner is known to have lost (its
