@@ -124,3 +124,98 @@ def test_a_cursor_past_a_sealed_end_is_reported_and_moved_back_at_the_next_load(
     hosted = b.load(TOPIC)
     assert hosted.report.clamped_cursors == {"s": 50}
     assert hosted.subscribe("s").start_offset == 5, "the subscription must not skip the next offsets"
+
+
+# -- a takeover's obligation to record the history it continues after ----------------
+
+def _b_dies_with_acked_tail(cluster: Cluster) -> int:
+    """B archives 0-29, makes 30-49 durable only (published), and dies for good."""
+    b = cluster.broker("B")
+    hosted = b.load(TOPIC)
+    produce_range(hosted, 0, 29, ack="archived")
+    produce_range(hosted, 30, 49)
+    assert hosted.publish_progress() or True
+    epoch = hosted.token.epoch
+    _die(b)
+    return epoch
+
+
+def _faulty_host(cluster: Cluster, broker_id: str):
+    from tiered.metadata.faults import FaultyMetadataStore
+
+    faulty = FaultyMetadataStore(cluster.metadata)
+    host = BrokerHost(broker_id, cluster.wal_root(broker_id), faulty, cluster.objects, cluster.config)
+    cluster.hosts.append(host)
+    return host, faulty
+
+
+def _assert_b_recorded(cluster: Cluster, b_epoch: int) -> None:
+    [record] = [r for r in keys.read_lost_ranges(cluster.metadata, T) if r.broker_id == "B"]
+    assert (record.start_offset, record.epoch, record.end_offset) == (30, b_epoch, 49)
+    report = verify_topic(T, cluster.metadata, cluster.objects)
+    assert any(p["kind"] == "lost_range" and "broker B" in p["message"] for p in report.problems)
+
+
+def test_a_takeover_whose_open_marker_write_fails_once_still_records_the_dead_owners_loss(
+        local_cluster: Cluster) -> None:
+    b_epoch = _b_dies_with_acked_tail(local_cluster)
+    a, faulty = _faulty_host(local_cluster, "A")
+    faulty.faults.fail("txn", nth=2)  # 1: acquire, 2: mark topic open (+ the takeover's record)
+    try:
+        a.load(TOPIC)
+    except Exception:  # noqa: BLE001 - the injected failure
+        pass
+    else:
+        raise AssertionError("the injected failure did not fail the load")
+    hosted = a.load(TOPIC)  # the retry (watcher or operator)
+    assert hosted.next_offset == 30
+    assert hosted.report.unarchived_at_least == 20
+    _assert_b_recorded(local_cluster, b_epoch)
+
+
+def test_a_takeover_whose_acquire_landed_but_its_reply_was_lost_still_records_the_dead_owners_loss(
+        local_cluster: Cluster) -> None:
+    b_epoch = _b_dies_with_acked_tail(local_cluster)
+    a, faulty = _faulty_host(local_cluster, "A")
+    faulty.faults.fail("txn", nth=1, when="after")  # applied, but the caller sees an error
+    try:
+        a.load(TOPIC)
+    except Exception:  # noqa: BLE001 - the injected failure
+        pass
+    else:
+        raise AssertionError("the injected failure did not fail the load")
+    assert a.load(TOPIC).next_offset == 30
+    _assert_b_recorded(local_cluster, b_epoch)
+
+
+def test_an_inherited_obligation_is_recorded_once_not_at_every_restart(local_cluster: Cluster) -> None:
+    b_epoch = _b_dies_with_acked_tail(local_cluster)
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 30, 31)
+    _die(a)
+    again = local_cluster.broker("A")
+    assert again.load(TOPIC).report.recovered_local_wal
+    _assert_b_recorded(local_cluster, b_epoch)
+    assert len(keys.read_lost_ranges(local_cluster.metadata, T)) == 1
+
+
+def test_a_quarantine_never_overwrites_what_an_earlier_quarantine_holds(local_cluster: Cluster) -> None:
+    from tiered.errors import StorageError
+
+    import pytest
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 2)
+    a.topic(TOPIC).wal.flush()
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    a.abandon(TOPIC)
+    qpath = os.path.join(local_cluster.wal_root("A"), ".quarantine", "default", "reliable_topic", "leaf")
+    os.makedirs(qpath)
+    with open(os.path.join(qpath, "wal.ckpt"), "wb") as f:
+        f.write(b"an earlier WAL's checkpoint")
+    before = sorted(os.listdir(wal_dir))
+    with pytest.raises(StorageError, match="already holds"):
+        a._quarantine(T, wal_dir, "leaf")
+    assert sorted(os.listdir(wal_dir)) == before
+    with open(os.path.join(qpath, "wal.ckpt"), "rb") as f:
+        assert f.read() == b"an earlier WAL's checkpoint"
