@@ -77,3 +77,17 @@ def test_reads_beyond_the_pool_are_refused_not_queued(local_cluster: Cluster) ->
 
     server = BrokerServer(a, read_threads_max=1)
     assert _run(server, scenario) == (503, "1", 200)
+
+
+def test_an_oversized_message_is_a_413_with_a_json_error_and_appends_nothing(local_cluster: Cluster) -> None:
+    from wal.config import WalConfig
+
+    a = local_cluster.broker("A", wal_config=WalConfig(max_message_bytes=1024))
+    hosted = a.load(TOPIC)
+
+    async def scenario(client):
+        response = await client.post(PATH, json={"messages": [{"payload": "small"}, {"payload": "x" * 4096}]})
+        return response.status, (await response.json())["error"]["type"]
+
+    assert _run(BrokerServer(a), scenario) == (413, "MessageTooLarge")
+    assert hosted.next_offset == 0

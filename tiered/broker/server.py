@@ -132,7 +132,10 @@ class BrokerServer:
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
             raise _unavailable(str(e)) from e
         except MessageTooLarge as e:
-            raise _error(web.HTTPRequestEntityTooLarge, "MessageTooLarge", str(e)) from e
+            limit = hosted.wal.config.max_message_bytes
+            raise web.HTTPRequestEntityTooLarge(limit, request.content_length or 0,
+                                                text=_error_json("MessageTooLarge", str(e)),
+                                                content_type="application/json") from e
         except OffsetOverflow as e:
             raise _error(web.HTTPConflict, "OffsetOverflow", str(e)) from e
         assert first is not None and last is not None
