@@ -384,9 +384,11 @@ def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: Verify
     for orphan in orphans:
         report.orphans.append(orphan.key)
         if orphan.collectable:
+            # Garbage, not damage: no descriptor names it, so no reader serves it (a crash
+            # between an upload's PUT and its commit leaves one). `dnb gc` deletes it.
             report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "
-                                 "by no descriptor and lies inside the archived range: garbage to collect",
-                       key=orphan.key)
+                                 "by no descriptor and lies inside the archived range: garbage, `dnb gc` "
+                                 "collects it", severity="warning", key=orphan.key)
         else:
             # Past the chain's end it may be an upload between its PUT and its commit (or
             # one the next pass adopts): listed, but not an error of the archive.

@@ -277,6 +277,15 @@ def verify(settings: Settings, topic: str, progress: Any = None, check_objects: 
                             check_objects=check_objects)
 
 
+def gc(settings: Settings, topic: str, grace_s: float) -> dict[str, Any]:
+    """Delete the topic's collectable orphans older than ``grace_s`` (see uploader.gc)."""
+    from uploader import collect_garbage
+
+    name = TopicName.parse(topic)
+    with open_stores(settings) as (metadata, objects):
+        return {"topic": str(name), "deleted": collect_garbage(metadata, objects, name, grace_s)}
+
+
 # -- query ------------------------------------------------------------------------------
 
 def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
