@@ -124,7 +124,10 @@ class BrokerServer:
         limit = min(_int(request.query.get("max", "100"), "max", 1), READ_MAX_MESSAGES)
         wait_s = min(float(request.query.get("wait_s", "0")), READ_WAIT_MAX_S)
         if "subscription" in request.query:
-            sub = await hosted.subscribe_async(request.query["subscription"], "earliest")
+            try:
+                sub = await hosted.subscribe_async(request.query["subscription"], "earliest")
+            except ReadError as e:  # fenced or closed between the check above and now: leaving
+                raise _unavailable(str(e)) from e
             start = sub.cursor + 1
         else:
             start = _int(request.query.get("from", "0"), "from", 0)
