@@ -21,7 +21,11 @@ HANG_GUARD_S = 90.0
 
 
 class Broker:
-    def __init__(self, root, broker_id: str, port: int | None = None, stores: tuple[str, str] | None = None) -> None:
+    """One ``dnb broker run`` process; ``wait=False`` returns at once (call
+    :meth:`wait_ready`), so several brokers start in parallel."""
+
+    def __init__(self, root, broker_id: str, port: int | None = None, stores: tuple[str, str] | None = None,
+                 wait: bool = True) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         metadata, objects = stores or (f"sqlite:///{root}/shared.db", f"file://{root}/objects")
@@ -29,20 +33,32 @@ class Broker:
         self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", metadata,
                      "--objects", objects, "--broker-id", broker_id]
         env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
-                                      "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The log goes to a file, not a pipe: nobody reads a pipe while the test runs, and
+        # a full one would block the broker (a hang that depends on how much it logged).
+        self.log_path = root / f"broker-{broker_id}.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
+                                          "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> "Broker":
+        """Until ``/healthz`` answers (it serves once the broker registered); bounded."""
         deadline = time.monotonic() + HANG_GUARD_S
         while True:
-            assert self.proc.poll() is None, self.proc.stdout.read()
+            assert self.proc.poll() is None, self.log()
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
                     if json.load(r)["ok"]:
-                        return
+                        return self
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "hang guard: broker did not start"
+            assert time.monotonic() < deadline, "hang guard: broker did not start: " + self.log()
             time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def topics(self) -> list[str]:
         with urllib.request.urlopen(self.url + "/topics", timeout=10) as r:
