@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -94,3 +95,39 @@ def test_metrics_of_several_wals_are_one_valid_scrape(local_cluster: Cluster) ->
     assert len(names) == len(set(names)), "a family appears twice: not a valid scrape"
     wal_topics = {s.labels.get("topic") for f in families if f.name.startswith("dnb_wal_") for s in f.samples}
     assert {TOPIC, "/default/other"} <= wal_topics
+
+
+class _SlowObjects:
+    """An object store whose reads take a while (a remote S3 under load)."""
+
+    def __init__(self, inner, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def get(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.inner.get(*args, **kwargs)
+
+    def get_range(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.inner.get_range(*args, **kwargs)
+
+
+def test_messages_that_exist_are_served_even_with_wait_s_0(local_cluster: Cluster) -> None:
+    """wait_s bounds the wait for messages not written yet. Offsets that exist (here in
+    an archived object that takes a while to fetch) are served: an empty answer would
+    tell the consumer it is caught up (dnb consume --broker then stops with nothing)."""
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce_many([b"m0", b"m1", b"m2"])
+    a.unload(TOPIC)  # sealed: 0-2 live in the archive only
+    local_cluster.objects = _SlowObjects(local_cluster.objects, delay_s=0.2)
+    b = local_cluster.broker("B")
+    b.load(TOPIC)
+
+    async def scenario(client):
+        return await (await client.get(PATH, params={"from": "0", "wait_s": "0"})).json()
+
+    answer = _run(b, scenario)
+    assert [m["offset"] for m in answer["messages"]] == [0, 1, 2] and answer["next"] == 3

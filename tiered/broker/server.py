@@ -52,6 +52,10 @@ READ_MAX_MESSAGES = 10_000
 READ_WAIT_MAX_S = 30.0
 #: After the first message of a read, wait this long for more before answering.
 READ_LINGER_S = 0.02
+#: Messages that exist when a read arrives are fetched (from an archived object, say)
+#: whatever its ``wait_s``, within this bound: ``wait_s`` is how long to wait for
+#: messages that do not exist yet, and an empty answer must mean "nothing there".
+READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
 
 
@@ -137,7 +141,8 @@ class BrokerServer:
             raise _error(web.HTTPNotFound, "UnknownOffset", str(e)) from e
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
-        messages, moved = await asyncio.to_thread(_read_batch, reader, limit, wait_s)
+        tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
+        messages, moved = await asyncio.to_thread(_read_batch, reader, start, tip, limit, wait_s)
         return web.json_response({"messages": [_message_json(m) for m in messages],
                                   "next": start + len(messages), "moved": moved})
 
@@ -194,23 +199,31 @@ class _WalMetrics:
         return list(merged.values())
 
 
-def _read_batch(reader: Any, limit: int, wait_s: float) -> tuple[list, bool]:
-    """Up to ``limit`` messages: wait up to ``wait_s`` for the first, then take what
-    arrives within a short linger. A watchdog closes the reader at the deadline (a live
-    read blocks); a message is returned only if it was fully fetched before that."""
+def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:
+    """Up to ``limit`` messages from ``start``. Those below ``tip`` (they existed when the
+    request came) are fetched within READ_FETCH_MAX_S; past them, wait up to ``wait_s``
+    for a first message, then take what arrives within a short linger. A watchdog closes
+    the reader at the deadline (a live read blocks); a message is returned only if it
+    was fully fetched before that."""
     messages: list = []
     moved = False
-    first_deadline = time.monotonic() + wait_s
+    begun = time.monotonic()
+    wait_deadline, fetch_deadline = begun + wait_s, begun + READ_FETCH_MAX_S
+    last_seen = [begun]
     stop = threading.Event()
+
+    def deadline() -> float:
+        position = messages[-1].offset + 1 if messages else start
+        if position < tip:
+            return fetch_deadline
+        return wait_deadline if not messages else max(wait_deadline, last_seen[0] + READ_LINGER_S)
 
     def watchdog() -> None:
         while not stop.wait(0.005):
-            deadline = first_deadline if not messages else max(first_deadline, last_seen[0] + READ_LINGER_S)
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline():
                 reader.close()
                 return
 
-    last_seen = [time.monotonic()]
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
     try:
