@@ -31,9 +31,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -50,13 +52,19 @@ log = logging.getLogger(__name__)
 #: Bounds of one read request (a long poll must not hold a connection for ever).
 READ_MAX_MESSAGES = 10_000
 READ_WAIT_MAX_S = 30.0
-#: After the first message of a read, wait this long for more before answering.
+#: Once a read has messages and has caught up with what existed when it came, it takes
+#: what else arrives within this window, then answers.
 READ_LINGER_S = 0.02
 #: Messages that exist when a read arrives are fetched (from an archived object, say)
 #: whatever its ``wait_s``, within this bound: ``wait_s`` is how long to wait for
 #: messages that do not exist yet, and an empty answer must mean "nothing there".
 READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
+#: Threads for blocking work, one pool per kind: a long poll holds its thread for up to
+#: ``wait_s``, so reads sharing a small pool with produces (asyncio's default executor
+#: has cpu + 4 threads) would starve every produce once a few consumers long-poll.
+READ_THREADS_MAX = 256
+PRODUCE_THREADS_MAX = 64
 
 
 class BrokerServer:
@@ -65,9 +73,19 @@ class BrokerServer:
     def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None) -> None:
         self.host = host
         self.registry = registry if registry is not None else REGISTRY
+        self._read_pool = ThreadPoolExecutor(READ_THREADS_MAX, thread_name_prefix="dnb-http-read")
+        self._produce_pool = ThreadPoolExecutor(PRODUCE_THREADS_MAX, thread_name_prefix="dnb-http-produce")
+
+    async def _in(self, pool: ThreadPoolExecutor, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+
+    async def _shutdown_pools(self, _app: web.Application) -> None:
+        for pool in (self._read_pool, self._produce_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.on_cleanup.append(self._shutdown_pools)
         app.add_routes([
             web.post("/topics/{ns}/{name}/messages", self.produce),
             web.get("/topics/{ns}/{name}/messages", self.read),
@@ -111,7 +129,7 @@ class BrokerServer:
         if not payloads:
             raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")
         try:
-            first, last = await asyncio.to_thread(hosted.produce_many, payloads, key, ack=ack)
+            first, last = await self._in(self._produce_pool, hosted.produce_many, payloads, key, ack=ack)
         except (OwnershipLostError, LifecycleError) as e:
             if isinstance(e, ProduceTimeout):
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
@@ -142,7 +160,7 @@ class BrokerServer:
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
-        messages, moved = await asyncio.to_thread(_read_batch, reader, start, tip, limit, wait_s)
+        messages, moved = await self._in(self._read_pool, _read_batch, reader, start, tip, limit, wait_s)
         return web.json_response({"messages": [_message_json(m) for m in messages],
                                   "next": start + len(messages), "moved": moved})
 
@@ -202,21 +220,21 @@ class _WalMetrics:
 def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:
     """Up to ``limit`` messages from ``start``. Those below ``tip`` (they existed when the
     request came) are fetched within READ_FETCH_MAX_S; past them, wait up to ``wait_s``
-    for a first message, then take what arrives within a short linger. A watchdog closes
-    the reader at the deadline (a live read blocks); a message is returned only if it
-    was fully fetched before that."""
+    for a first message; once there are messages and the read caught up with ``tip``,
+    take what arrives within READ_LINGER_S and answer. A watchdog closes the reader at
+    the deadline (a live read blocks); a message is returned only if it was fully fetched
+    before that."""
     messages: list = []
     moved = False
     begun = time.monotonic()
     wait_deadline, fetch_deadline = begun + wait_s, begun + READ_FETCH_MAX_S
-    last_seen = [begun]
+    caught_up_at: list[float] = []  # when the read reached the tip with messages in hand
     stop = threading.Event()
 
     def deadline() -> float:
-        position = messages[-1].offset + 1 if messages else start
-        if position < tip:
-            return fetch_deadline
-        return wait_deadline if not messages else max(wait_deadline, last_seen[0] + READ_LINGER_S)
+        if caught_up_at:
+            return caught_up_at[0] + READ_LINGER_S
+        return fetch_deadline if (messages[-1].offset + 1 if messages else start) < tip else wait_deadline
 
     def watchdog() -> None:
         while not stop.wait(0.005):
@@ -229,7 +247,8 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     try:
         for message in reader:
             messages.append(message)
-            last_seen[0] = time.monotonic()
+            if not caught_up_at and message.offset + 1 >= tip:
+                caught_up_at.append(time.monotonic())
             if len(messages) >= limit:
                 break
     except TopicMoved:
