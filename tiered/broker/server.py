@@ -230,6 +230,7 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     wait_deadline, fetch_deadline = begun + wait_s, begun + READ_FETCH_MAX_S
     caught_up_at: list[float] = []  # when the read reached the tip with messages in hand
     stop = threading.Event()
+    wake = threading.Event()  # the deadline may have moved (or stop was set)
 
     def deadline() -> float:
         if caught_up_at:
@@ -237,10 +238,15 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
         return fetch_deadline if (messages[-1].offset + 1 if messages else start) < tip else wait_deadline
 
     def watchdog() -> None:
-        while not stop.wait(0.005):
-            if time.monotonic() >= deadline():
+        # Sleeps until the deadline and wakes when it moves: a poll every few ms per open
+        # read would burn the CPU with a hundred idle consumers.
+        while not stop.is_set():
+            remaining_s = deadline() - time.monotonic()
+            if remaining_s <= 0:
                 reader.close()
                 return
+            wake.wait(remaining_s)
+            wake.clear()
 
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
@@ -249,6 +255,7 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
             messages.append(message)
             if not caught_up_at and message.offset + 1 >= tip:
                 caught_up_at.append(time.monotonic())
+                wake.set()
             if len(messages) >= limit:
                 break
     except TopicMoved:
@@ -257,6 +264,7 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
         pass  # closed by the watchdog: what was read is the answer
     finally:
         stop.set()
+        wake.set()
         reader.close()
     return messages, moved
 
