@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import functools
 import logging
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,32 +60,29 @@ READ_LINGER_S = 0.02
 #: messages that do not exist yet, and an empty answer must mean "nothing there".
 READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
-#: Threads for blocking work, one pool per kind: a long poll holds its thread for up to
-#: ``wait_s``, so reads sharing a small pool with produces (asyncio's default executor
-#: has cpu + 4 threads) would starve every produce once a few consumers long-poll.
-READ_THREADS_MAX = 256
-PRODUCE_THREADS_MAX = 64
+#: Reads (long polls) block a thread each, so they get their own bounded pool: idle
+#: pollers must never take the threads produce, ack, lookups and the seal at shutdown
+#: need. A read beyond this many at once gets 503 + Retry-After instead of a queue.
+READ_THREADS_MAX = 64
 
 
 class BrokerServer:
     """The aiohttp application around one :class:`BrokerHost`."""
 
-    def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None,
+                 read_threads_max: int = READ_THREADS_MAX) -> None:
         self.host = host
         self.registry = registry if registry is not None else REGISTRY
-        self._read_pool = ThreadPoolExecutor(READ_THREADS_MAX, thread_name_prefix="dnb-http-read")
-        self._produce_pool = ThreadPoolExecutor(PRODUCE_THREADS_MAX, thread_name_prefix="dnb-http-produce")
+        self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
+        self._read_slots = threading.BoundedSemaphore(read_threads_max)
 
-    async def _in(self, pool: ThreadPoolExecutor, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kwargs))
-
-    async def _shutdown_pools(self, _app: web.Application) -> None:
-        for pool in (self._read_pool, self._produce_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
+    def close(self) -> None:
+        """Stop the read pool (reads in flight end at their deadline or when their topic
+        leaves); the aiohttp runner's cleanup calls this through ``on_cleanup``."""
+        self._reads.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.on_cleanup.append(self._shutdown_pools)
         app.add_routes([
             web.post("/topics/{ns}/{name}/messages", self.produce),
             web.get("/topics/{ns}/{name}/messages", self.read),
@@ -94,6 +91,11 @@ class BrokerServer:
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics),
         ])
+
+        async def cleanup(_app: web.Application) -> None:
+            self.close()
+
+        app.on_cleanup.append(cleanup)
         return app
 
     # -- routing to the owner ------------------------------------------------------
@@ -129,7 +131,7 @@ class BrokerServer:
         if not payloads:
             raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")
         try:
-            first, last = await self._in(self._produce_pool, hosted.produce_many, payloads, key, ack=ack)
+            first, last = await asyncio.to_thread(hosted.produce_many, payloads, key, ack=ack)
         except (OwnershipLostError, LifecycleError) as e:
             if isinstance(e, ProduceTimeout):
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
@@ -144,12 +146,9 @@ class BrokerServer:
     async def read(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
         limit = min(_int(request.query.get("max", "100"), "max", 1), READ_MAX_MESSAGES)
-        wait_s = min(float(request.query.get("wait_s", "0")), READ_WAIT_MAX_S)
+        wait_s = _seconds(request.query.get("wait_s", "0"), "wait_s", READ_WAIT_MAX_S)
         if "subscription" in request.query:
-            try:
-                sub = await hosted.subscribe_async(request.query["subscription"], "earliest")
-            except ReadError as e:  # fenced or closed between the check above and now: leaving
-                raise _unavailable(str(e)) from e
+            sub = await _subscribe(hosted, request.query["subscription"])
             start = sub.cursor + 1
         else:
             start = _int(request.query.get("from", "0"), "from", 0)
@@ -160,7 +159,14 @@ class BrokerServer:
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
-        messages, moved = await self._in(self._read_pool, _read_batch, reader, start, tip, limit, wait_s)
+        if not self._read_slots.acquire(blocking=False):
+            reader.close()
+            raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
+        try:
+            messages, moved = await asyncio.get_running_loop().run_in_executor(
+                self._reads, _read_batch, reader, start, tip, limit, wait_s)
+        finally:
+            self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
                                   "next": start + len(messages), "moved": moved})
 
@@ -171,7 +177,7 @@ class BrokerServer:
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise _error(web.HTTPBadRequest, "InvalidAck", "offset must be an integer")
         try:
-            sub = await hosted.subscribe_async(request.match_info["sub"], "earliest")
+            sub = await _subscribe(hosted, request.match_info["sub"])
             await asyncio.to_thread(sub.ack, offset)
             await asyncio.to_thread(sub.flush)
         except InvalidAck as e:
@@ -305,6 +311,26 @@ def _b64(value: Any, name: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, TypeError, ValueError) as e:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"{name} is not base64") from e
+
+
+async def _subscribe(hosted: HostedTopic, name: str) -> Any:
+    try:
+        return await hosted.subscribe_async(name, "earliest")
+    except ValueError as e:  # the name is not a valid key segment
+        raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
+    except ReadError as e:  # fenced or closed since the owner check: the topic is leaving
+        raise _unavailable(str(e)) from e
+
+
+def _seconds(raw: str, name: str, maximum: float) -> float:
+    """A finite, non-negative duration capped at ``maximum`` (``nan`` would never expire)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be finite and >= 0")
+    return min(value, maximum)
 
 
 def _int(raw: str, name: str, minimum: int) -> int:
