@@ -63,7 +63,11 @@ RETRY_AFTER_S = 1
 #: Reads (long polls) block a thread each, so they get their own bounded pool: idle
 #: pollers must never take the threads produce, ack, lookups and the seal at shutdown
 #: need. A read beyond this many at once gets 503 + Retry-After instead of a queue.
-READ_THREADS_MAX = 64
+#: 256, not 64: with 64, a hundred consumers long-polling one broker starved each other
+#: (refused ones back off while answered ones re-poll at once and take the slots):
+#: bench_broker.py saw reads fail after 30 s of 503s and acked messages undelivered.
+#: Threads that wait are cheap (the read and its watchdog sleep until woken).
+READ_THREADS_MAX = 256
 
 
 class BrokerServer:
