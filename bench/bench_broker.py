@@ -97,8 +97,17 @@ class Backend:
         self.metadata_url = metadata_url
         self.metadata = open_metadata(metadata_url)
         self.brokers = {b: Broker(root, b, stores=(metadata_url, objects_url), wait=False) for b in ("1", "2")}
-        for broker in self.brokers.values():
-            broker.wait_ready()
+        for b, broker in self.brokers.items():
+            for attempt in range(3):  # a freshly started etcd on a loaded machine may refuse the first lease
+                try:
+                    broker.wait_ready()
+                    break
+                except AssertionError as e:
+                    print(f"  {name}: broker {b} did not start ({str(e).strip()[-120:]}); again", file=sys.stderr)
+                    time.sleep(1.0)
+                    broker = self.brokers[b] = Broker(root, b, stores=(metadata_url, objects_url), wait=False)
+            else:
+                raise RuntimeError(f"{name}: broker {b} did not start")
         self.urls = [b.url for b in self.brokers.values()]
 
     def host(self, topics: list[str], broker_id: str = "1", timeout_s: float = 120.0) -> None:
@@ -224,7 +233,14 @@ async def move_run(backend: Backend, topic: str, moves: int, rate: float) -> dic
         owner = target
         if last is not None:
             sealed.append(last)
-        await asyncio.sleep(0.5)  # steady traffic on the new owner before the next move
+        # The next move only once the new owner acknowledged something (bounded), so each
+        # move's unavailability is measured on its own, then a little steady traffic.
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while not any(o > (last if last is not None else -1) for o in list(acks)[-50:]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{backend.name}: no ack on broker {owner} within {CLIENT_TIMEOUT_S}s")
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
     stop.set()
     await sender
     await asyncio.gather(*inflight, return_exceptions=True)
