@@ -249,11 +249,16 @@ class WriteAheadLog:
                 raise ValueError(f"offset {offset} was never appended (next is {next_offset})")
             return self._wait_durable_locked(offset, timeout_s)
 
-    def _wait_durable_locked(self, offset: int, timeout_s: float) -> bool:
+    def _wait_durable_locked(self, offset: int, timeout_s: float,
+                             give_up: Callable[[], bool] | None = None) -> bool:
+        """``give_up`` (checked on every wake-up, e.g. a reader closed from another
+        thread, which notifies ``_durable``) ends the wait early with False."""
         deadline = time.monotonic() + timeout_s
         while self._durable_next <= offset:
             if self._failure is not None or self._closed:
                 raise self._refusal_error()
+            if give_up is not None and give_up():
+                return False
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -78,13 +79,19 @@ class BrokerClient:
         answer = await self._call("POST", topic, "messages", params={"ack": ack}, body=body, retry_unsent_only=True)
         return list(answer["offsets"])
 
-    async def read(self, topic: str, start: int, *, max_messages: int = 100, wait_s: float = 1.0) -> ReadBatch:
-        """Messages from ``start``; follows the topic across moves (``next_offset`` is
-        where to continue)."""
+    async def read(self, topic: str, start: int | None = None, *, subscription: str | None = None,
+                   max_messages: int = 100, wait_s: float = 1.0) -> ReadBatch:
+        """Messages from ``start``, or from after ``subscription``'s acknowledged cursor
+        (exactly one of the two); follows the topic across moves (``next_offset`` is where
+        to continue). A subscription read serves from the cursor every time: what was
+        read but not acknowledged is served again."""
+        if (start is None) == (subscription is None):
+            raise ValueError("give exactly one of start and subscription")
+        where = {"from": str(start)} if subscription is None else {"subscription": subscription}
         deadline = time.monotonic() + self.timeout_s
         while True:
             answer = await self._call("GET", topic, "messages",
-                                      params={"from": str(start), "max": str(max_messages), "wait_s": str(wait_s)})
+                                      params={**where, "max": str(max_messages), "wait_s": str(wait_s)})
             messages = [_decode(m) for m in answer["messages"]]
             if messages or not answer["moved"]:
                 return ReadBatch(messages, answer["next"])
@@ -117,7 +124,7 @@ class BrokerClient:
                             url = response.headers["Location"]
                             self._owner[str(name)] = url[: url.index("/topics/")]
                             continue
-                        payload = await response.json(content_type=None)
+                        payload = await _json_or_error(response)
                         if response.status == 200:
                             self._owner[str(name)] = url[: url.index("/topics/")]
                             return payload
@@ -157,7 +164,7 @@ class SyncBrokerClient:
     def produce(self, topic: str, payloads: Sequence[bytes], **options: Any) -> list[int]:
         return self._run(self._client.produce(topic, payloads, **options))
 
-    def read(self, topic: str, start: int, **options: Any) -> ReadBatch:
+    def read(self, topic: str, start: int | None = None, **options: Any) -> ReadBatch:
         return self._run(self._client.read(topic, start, **options))
 
     def ack(self, topic: str, subscription: str, offset: int) -> int:
@@ -173,6 +180,19 @@ class SyncBrokerClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _json_or_error(response: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The JSON answer; an answer that is not JSON (a proxy's or a crashed handler's
+    error page) is a :class:`BrokerRequestError`, never a decoding error."""
+    text = await response.text()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise BrokerRequestError(response.status, {"type": "NotJson", "message": text[:200]})
+    return payload
 
 
 def _decode(m: dict[str, Any]) -> dict[str, Any]:

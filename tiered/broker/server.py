@@ -52,13 +52,22 @@ log = logging.getLogger(__name__)
 #: Bounds of one read request (a long poll must not hold a connection for ever).
 READ_MAX_MESSAGES = 10_000
 READ_WAIT_MAX_S = 30.0
-#: After the first message of a read, wait this long for more before answering.
+#: Once a read has messages and has caught up with what existed when it came, it takes
+#: what else arrives within this window, then answers.
 READ_LINGER_S = 0.02
+#: Messages that exist when a read arrives are fetched (from an archived object, say)
+#: whatever its ``wait_s``, within this bound: ``wait_s`` is how long to wait for
+#: messages that do not exist yet, and an empty answer must mean "nothing there".
+READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
 #: Reads (long polls) block a thread each, so they get their own bounded pool: idle
 #: pollers must never take the threads produce, ack, lookups and the seal at shutdown
 #: need. A read beyond this many at once gets 503 + Retry-After instead of a queue.
-READ_THREADS_MAX = 64
+#: 256, not 64: with 64, a hundred consumers long-polling one broker starved each other
+#: (refused ones back off while answered ones re-poll at once and take the slots):
+#: bench_broker.py saw reads fail after 30 s of 503s and acked messages undelivered.
+#: Threads that wait are cheap (the read and its watchdog sleep until woken).
+READ_THREADS_MAX = 256
 
 
 class BrokerServer:
@@ -156,12 +165,13 @@ class BrokerServer:
             raise _error(web.HTTPNotFound, "UnknownOffset", str(e)) from e
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
+        tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
         if not self._read_slots.acquire(blocking=False):
             reader.close()
             raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
         try:
             messages, moved = await asyncio.get_running_loop().run_in_executor(
-                self._reads, _read_batch, reader, limit, wait_s)
+                self._reads, _read_batch, reader, start, tip, limit, wait_s)
         finally:
             self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
@@ -220,29 +230,45 @@ class _WalMetrics:
         return list(merged.values())
 
 
-def _read_batch(reader: Any, limit: int, wait_s: float) -> tuple[list, bool]:
-    """Up to ``limit`` messages: wait up to ``wait_s`` for the first, then take what
-    arrives within a short linger. A watchdog closes the reader at the deadline (a live
-    read blocks); a message is returned only if it was fully fetched before that."""
+def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:
+    """Up to ``limit`` messages from ``start``. Those below ``tip`` (they existed when the
+    request came) are fetched within READ_FETCH_MAX_S; past them, wait up to ``wait_s``
+    for a first message; once there are messages and the read caught up with ``tip``,
+    take what arrives within READ_LINGER_S and answer. A watchdog closes the reader at
+    the deadline (a live read blocks); a message is returned only if it was fully fetched
+    before that."""
     messages: list = []
     moved = False
-    first_deadline = time.monotonic() + wait_s
+    begun = time.monotonic()
+    wait_deadline, fetch_deadline = begun + wait_s, begun + READ_FETCH_MAX_S
+    caught_up_at: list[float] = []  # when the read reached the tip with messages in hand
     stop = threading.Event()
+    wake = threading.Event()  # the deadline may have moved (or stop was set)
+
+    def deadline() -> float:
+        if caught_up_at:
+            return caught_up_at[0] + READ_LINGER_S
+        return fetch_deadline if (messages[-1].offset + 1 if messages else start) < tip else wait_deadline
 
     def watchdog() -> None:
-        while not stop.wait(0.005):
-            deadline = first_deadline if not messages else max(first_deadline, last_seen[0] + READ_LINGER_S)
-            if time.monotonic() >= deadline:
+        # Sleeps until the deadline and wakes when it moves: a poll every few ms per open
+        # read would burn the CPU with a hundred idle consumers.
+        while not stop.is_set():
+            remaining_s = deadline() - time.monotonic()
+            if remaining_s <= 0:
                 reader.close()
                 return
+            wake.wait(remaining_s)
+            wake.clear()
 
-    last_seen = [time.monotonic()]
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
     try:
         for message in reader:
             messages.append(message)
-            last_seen[0] = time.monotonic()
+            if not caught_up_at and message.offset + 1 >= tip:
+                caught_up_at.append(time.monotonic())
+                wake.set()
             if len(messages) >= limit:
                 break
     except TopicMoved:
@@ -251,6 +277,7 @@ def _read_batch(reader: Any, limit: int, wait_s: float) -> tuple[list, bool]:
         pass  # closed by the watchdog: what was read is the answer
     finally:
         stop.set()
+        wake.set()
         reader.close()
     return messages, moved
 
@@ -298,6 +325,8 @@ async def _subscribe(hosted: HostedTopic, name: str) -> Any:
         return await hosted.subscribe_async(name, "earliest")
     except ValueError as e:  # the name is not a valid key segment
         raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
+    except ReadError as e:  # fenced or closed since the owner check: the topic is leaving
+        raise _unavailable(str(e)) from e
 
 
 def _seconds(raw: str, name: str, maximum: float) -> float:
