@@ -22,7 +22,7 @@ from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, STOP_TORN, Record
 from wal.cache import FrameCache
-from wal.checkpoint import read_checkpoint, write_checkpoint
+from wal.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
                         WalLocked, WalTimeout)
@@ -158,7 +158,13 @@ class WriteAheadLog:
         """Removes the topic's files (after a seal). The WAL must be closed first."""
         if not self._closed:
             raise WalError(f"WAL {self.topic} must be closed before delete()")
-        for name in self._fs.listdir(self.directory):
+        # The checkpoint first, then segments oldest first, bookkeeping last: a crash in
+        # between leaves a suffix of the log without a checkpoint, which opens (as after
+        # retention) and is deleted again by the retry; never a checkpoint naming missing
+        # segments, which would refuse to open (CorruptLog) although everything was sealed.
+        names = sorted(self._fs.listdir(self.directory),
+                       key=lambda n: (n != CHECKPOINT_NAME, n.startswith("."), n))
+        for name in names:
             self._fs.remove(os.path.join(self.directory, name))
         self._fs.rmdir(self.directory)
         self._fs.fsync_dir(os.path.dirname(self.directory))

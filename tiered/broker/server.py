@@ -115,7 +115,10 @@ class BrokerServer:
         if hosted is not None:
             if hosted.state is TopicState.OPEN and not hosted.fenced:
                 return hosted
-            raise _unavailable(f"topic {topic} is leaving this broker ({hosted.state.value})")
+            if not hosted.fenced:
+                raise _unavailable(f"topic {topic} is leaving this broker ({hosted.state.value})")
+            # Fenced: another broker owns it now; send the client there (below), never a
+            # 503 for as long as this stale copy lingers here.
         owner = await self.host.lookup_async(topic)
         if owner is not None and owner.live and owner.address and owner.broker_id != self.host.broker_id:
             raise web.HTTPTemporaryRedirect(owner.address.rstrip("/") + request.path_qs)
