@@ -41,6 +41,16 @@ class BrokerRequestError(Exception):
         self.type = error.get("type")
 
 
+class HistoryDiverged(BrokerRequestError):
+    """A failover replaced the history this client was reading: offsets from
+    ``resume_from`` on were lost (what the client read there is not the topic's history
+    any more) and now hold other messages. Continue reading at ``resume_from``."""
+
+    def __init__(self, status: int, error: dict[str, Any]) -> None:
+        super().__init__(status, error)
+        self.resume_from = int(error["resume_from"])
+
+
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
     messages: list[dict[str, Any]]  # offset, publish_time, attributes, key (bytes|None), payload (bytes)
@@ -57,6 +67,9 @@ class BrokerClient:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._owner: dict[str, str] = {}
+        #: Per topic: the owner epoch of the last read answer that carried messages, sent
+        #: back with reads and acks so a broker can tell a failover replaced that history.
+        self._epoch: dict[str, int] = {}
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "BrokerClient":
@@ -88,11 +101,16 @@ class BrokerClient:
         if (start is None) == (subscription is None):
             raise ValueError("give exactly one of start and subscription")
         where = {"from": str(start)} if subscription is None else {"subscription": subscription}
+        name = str(TopicName.parse(topic))
         deadline = time.monotonic() + self.timeout_s
         while True:
-            answer = await self._call("GET", topic, "messages",
-                                      params={**where, "max": str(max_messages), "wait_s": str(wait_s)})
+            params = {**where, "max": str(max_messages), "wait_s": str(wait_s)}
+            if name in self._epoch:
+                params["epoch"] = str(self._epoch[name])
+            answer = await self._call("GET", topic, "messages", params=params)
             messages = [_decode(m) for m in answer["messages"]]
+            if messages and isinstance(answer.get("epoch"), int):
+                self._epoch[name] = answer["epoch"]
             if messages or not answer["moved"]:
                 return ReadBatch(messages, answer["next"])
             self._owner.pop(str(TopicName.parse(topic)), None)  # moved with nothing read: ask again
@@ -100,7 +118,14 @@ class BrokerClient:
                 raise BrokerUnavailable(f"topic {topic} kept moving for {self.timeout_s}s")
 
     async def ack(self, topic: str, subscription: str, offset: int) -> int:
-        answer = await self._call("POST", topic, f"subscriptions/{subscription}/ack", body={"offset": offset})
+        """Acknowledge through ``offset``. Raises :class:`HistoryDiverged` when the
+        messages were read from a history a failover replaced (the ack would skip the
+        new messages at those offsets)."""
+        body: dict[str, Any] = {"offset": offset}
+        epoch = self._epoch.get(str(TopicName.parse(topic)))
+        if epoch is not None:
+            body["epoch"] = epoch
+        answer = await self._call("POST", topic, f"subscriptions/{subscription}/ack", body=body)
         return int(answer["cursor"])
 
     # -- plumbing ------------------------------------------------------------------
@@ -128,6 +153,10 @@ class BrokerClient:
                         if response.status == 200:
                             self._owner[str(name)] = url[: url.index("/topics/")]
                             return payload
+                        if response.status == 409 and payload.get("error", {}).get("type") == "HistoryDiverged":
+                            # The epoch stays: a read from resume_from (or an ack below it) passes
+                            # the check, and that read's answer brings the new owner's epoch.
+                            raise HistoryDiverged(response.status, payload["error"])
                         if response.status != 503:
                             raise BrokerRequestError(response.status, payload.get("error", {}))
                         self._owner.pop(str(name), None)

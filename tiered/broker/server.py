@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
 import math
 import threading
@@ -43,6 +44,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from tiered.lifecycle.host import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
+from tiered.metadata import keys
 from tiered.read.errors import InvalidAck, ReadError, TopicMoved, UnknownOffset
 from wal.errors import InvalidTopicName, MessageTooLarge, OffsetOverflow
 from wal.topics import TopicName
@@ -162,6 +164,7 @@ class BrokerServer:
             start = sub.cursor + 1
         else:
             start = _int(request.query.get("from", "0"), "from", 0)
+            await self._check_history(hosted, request.query.get("epoch"), start, "read past it")
         try:
             reader = hosted.create_reader(start, live=True)
         except UnknownOffset as e:
@@ -172,13 +175,14 @@ class BrokerServer:
         if not self._read_slots.acquire(blocking=False):
             reader.close()
             raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
+        epoch = hosted.token.epoch
         try:
             messages, moved = await asyncio.get_running_loop().run_in_executor(
                 self._reads, _read_batch, reader, start, tip, limit, wait_s)
         finally:
             self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
-                                  "next": start + len(messages), "moved": moved})
+                                  "next": start + len(messages), "moved": moved, "epoch": epoch})
 
     async def ack(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
@@ -186,6 +190,7 @@ class BrokerServer:
         offset = body.get("offset")
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise _error(web.HTTPBadRequest, "InvalidAck", "offset must be an integer")
+        await self._check_history(hosted, body.get("epoch"), offset + 1, "acknowledge it")
         try:
             sub = await _subscribe(hosted, request.match_info["sub"])
             await asyncio.to_thread(sub.ack, offset)
@@ -195,6 +200,35 @@ class BrokerServer:
         except ReadError as e:  # fenced or closed: the topic is leaving
             raise _unavailable(str(e)) from e
         return web.json_response({"cursor": sub.cursor})
+
+    async def _check_history(self, hosted: HostedTopic, raw_epoch: Any, end: int, what: str) -> None:
+        """Refuse a read or ack that continues a history a failover replaced.
+
+        ``raw_epoch`` is the owner epoch of the read answer the client's messages came
+        from (every read answer carries it). If a failover since then took over that
+        history from offset S (a LostRange of that epoch or a later one) and the client is
+        past S, the offsets from S on now hold other messages: continuing at ``end`` would
+        skip them (an ack would even acknowledge them unread). 409 ``HistoryDiverged``
+        with ``resume_from`` = S: what the client read from S on was lost, and it
+        continues there. This is Kafka's fetch-epoch check, with our lost ranges as the
+        epochs' end offsets."""
+        if raw_epoch is None:
+            return
+        if not isinstance(raw_epoch, (int, str)) or isinstance(raw_epoch, bool):
+            raise _error(web.HTTPBadRequest, "InvalidParameter", "epoch must be an integer")
+        epoch = _int(str(raw_epoch), "epoch", 0)
+        if epoch >= hosted.token.epoch:
+            return
+        lost = await asyncio.to_thread(keys.read_lost_ranges, self.host.metadata, hosted.topic)
+        starts = [r.start_offset for r in lost if r.epoch >= epoch and r.start_offset < end]
+        if starts:
+            resume = min(starts)
+            raise web.HTTPConflict(
+                text=json.dumps({"error": {
+                    "type": "HistoryDiverged", "resume_from": resume,
+                    "message": f"offsets from {resume} of the history read under epoch {epoch} were lost in a "
+                               f"failover and now hold other messages: cannot {what}; continue at {resume}"}}),
+                content_type="application/json")
 
     async def topics(self, request: web.Request) -> web.Response:
         return web.json_response({"broker_id": self.host.broker_id, "topics": [
