@@ -107,7 +107,6 @@ class WriteAheadLog:
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
         self._checkpoint_lock = Lock()
         self._pending_bytes_max = config.pending_bytes_max
-        self._batch_bytes = config.fsync_batch_bytes
         # The append core owns next_offset and the frames not yet taken by the writer. It
         # calls back only on rare paths: backpressure, waking a parked writer (or one a full
         # batch is waiting for), a refused append, an oversized record, a rare batch form.
@@ -305,25 +304,29 @@ class WriteAheadLog:
             self._listeners = [c for c in self._listeners if c is not callback]
 
     # ------------------------------------------------------------------ writer hooks
-    def _take_batch(self, last_sync_start: float) -> Batch | None:
-        """Writer thread: the next batch to commit, or None when closing and drained."""
-        interval_s = self.config.fsync_interval_ms / 1000.0
+    def _take_batch(self) -> Batch | None:
+        """Writer thread: the next batch to commit, or None when closing and drained.
+
+        Whatever is pending is taken at once, never held back for a timer: a lone append to
+        an idle writer is written and fsynced immediately, so at low load latency is the
+        disk's. Batching happens by itself under load: appends that arrive while a round's
+        write + fsync is in flight pile up in the core and become the next round (group
+        commit as Postgres and BookKeeper's journal do it); backpressure at
+        ``pending_bytes_max`` bounds how big a round can get.
+        """
         core = self._core
         with self._lock:
             while True:
                 if self._failure is not None:
                     return None
                 if core.pending_count:
-                    wait_s = last_sync_start + interval_s - time.monotonic()
-                    if wait_s <= 0 or core.pending_bytes >= self._batch_bytes or self._closing:
-                        return self._detach_pending()
-                    # An append crossing fsync_batch_bytes wakes us early; it takes the lock
-                    # to notify, so it cannot slip between this check and the wait.
-                    self._work.wait(wait_s)
-                elif self._closing:
+                    return self._detach_pending()
+                if self._closing:
                     return None
-                elif core.park():
-                    # Parked atomically with appends: the next append sees it and wakes us.
+                if core.park():
+                    # Parked atomically with appends: the next append sees the idle flag and
+                    # wakes us; it takes this lock to notify, so it cannot slip between the
+                    # park and the wait (the wait releases the lock atomically).
                     self._work.wait(_IDLE_WAIT_S)
                     core.unpark()
 

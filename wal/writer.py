@@ -1,9 +1,9 @@
 """The group-commit writer thread: one per WAL, the only code that writes segment data.
 
-Loop: take everything appended since the last fsync (waiting at most until
-``fsync_interval_ms`` after the previous fsync started, or less once
-``fsync_batch_bytes`` are waiting), rotate the segment if it is full or old, write the
-batch with one writev, fdatasync, then publish the new durable watermark. Any I/O error
+Loop: take everything appended since the last round, at once (parking only when nothing
+is pending; appends made while a round's fsync is in flight form the next round), rotate
+the segment if it is full or old, write the batch with one writev, fdatasync, then
+publish the new durable watermark. Any I/O error
 fails the WAL for good: after a failed fsync the kernel may have dropped the dirty pages,
 so retrying could report data durable that is gone.
 """
@@ -46,7 +46,6 @@ class GroupCommitWriter:
         assert actual == active.size_bytes, f"{active.path}: {actual} bytes on disk, {active.size_bytes} known"
         self._file = fs.open_append(active.path)
         self._file_bytes = active.size_bytes
-        self._last_sync_start = 0.0
         self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory}", daemon=True)
 
     def start(self) -> None:
@@ -58,7 +57,7 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         try:
-            while (batch := self._wal._take_batch(self._last_sync_start)) is not None:
+            while (batch := self._wal._take_batch()) is not None:
                 self._commit(batch)
         except BaseException as exc:  # noqa: BLE001 - any failure must fail the WAL closed
             self._wal._fail(exc)
@@ -72,7 +71,6 @@ class GroupCommitWriter:
         position = self._file_bytes
         self._file.write(batch.chunks)
         self._file_bytes += batch.nbytes
-        self._last_sync_start = time.monotonic()
         started = time.perf_counter()
         self._file.sync()
         seconds = time.perf_counter() - started
