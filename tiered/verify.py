@@ -303,7 +303,7 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     """Read segment files read-only (never open the WAL: that would repair its tail)."""
     import native
-    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX
+    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, SEGMENT_VERSION_ROUNDS, segment_version
 
     names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
     first = last = None
@@ -321,10 +321,12 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
         expected = base if last is None else last + 1
         if base != expected:
             report.add("wal_gap", f"{path} starts at {base}, expected {expected}", path=path)
-        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False)
+        rounds = segment_version(data) >= SEGMENT_VERSION_ROUNDS
+        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False, rounds=rounds)
         if scan.error is not None:
             try:  # recovery's own rule: a torn tail of the last segment is what it repairs
-                check_torn_tail(data, path, scan.error, index == len(names) - 1)
+                check_torn_tail(data, path, scan.error, index == len(names) - 1, rounds,
+                                scan.last_offset + 1 if scan.count else base)
             except CorruptLog as e:
                 report.add("wal_corrupt", f"{path}: {e}", path=path, position=scan.error.position)
         if scan.count:

@@ -20,7 +20,7 @@ from threading import Condition, Lock
 
 from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
-from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, STOP_TORN, Record
+from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record
 from wal.cache import FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
@@ -446,7 +446,7 @@ class WriteAheadLog:
         last = min(result.last_offset, limit)
         last_index = last - result.first_offset
         end = result.positions[last_index + 1] if last_index + 1 < result.count else result.end
-        frames = bytes(memoryview(data)[result.positions[first_index]:end])
+        frames = _without_markers(data, result.positions[first_index], end, result.markers)
         return frames, from_offset, last
 
     def _read_records(self, position: int, limit: int, max_bytes: int) -> list[Record]:
@@ -479,7 +479,7 @@ class WriteAheadLog:
             if position > limit:
                 return None
             segment = self._segments[bisect.bisect_right(self._segment_bases, position) - 1]
-            path, end_pos = segment.path, segment.size_bytes
+            path, end_pos, rounds = segment.path, segment.size_bytes, segment.has_rounds
             offset, pos = segment.seek(position)
         try:
             handle = self._fs.open_read(path)
@@ -488,7 +488,7 @@ class WriteAheadLog:
                 raise OffsetBelowRetention(position, self.first_offset) from None
             raise
         try:
-            return _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode) + (limit,)
+            return _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds) + (limit,)
         finally:
             handle.close()
 
@@ -504,7 +504,7 @@ class WriteAheadLog:
 
 
 def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos: int, max_bytes: int,
-                decode: bool) -> tuple:
+                decode: bool, rounds: bool) -> tuple:
     """Scans forward from an index point until a chunk holds ``position``; (data, result)."""
     want_bytes = max_bytes
     while pos < end_pos:
@@ -512,9 +512,12 @@ def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos
         data = handle.pread(pos, want)
         if len(data) < want:
             raise CorruptLog(path, pos + len(data), "segment shorter than its durable size")
-        result = scan_frames(data, expected_offset=offset, decode=decode, positions=True)
+        result = scan_frames(data, expected_offset=offset, decode=decode, positions=True, rounds=rounds)
         if result.error is not None and not (result.error.reason == STOP_TORN and pos + want < end_pos):
             raise CorruptLog(path, pos + result.error.position, f"{result.error.reason}: {result.error.detail}")
+        if result.count == 0 and result.end > 0:  # only round markers fit: step past them
+            pos += result.end
+            continue
         if result.count == 0:  # one frame larger than the read: read exactly that frame
             want_bytes = FRAME_HEADER_BYTES + _U32.unpack_from(data, 4)[0]
             continue
@@ -523,6 +526,21 @@ def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos
             return data, result
         offset, pos, want_bytes = result.last_offset + 1, pos + result.end, max_bytes
     raise CorruptLog(path, end_pos, f"offset {position} not found before the durable end of the segment")
+
+
+def _without_markers(data: bytes, start: int, end: int, markers: list) -> bytes:
+    """The frames in ``data[start:end]`` with the commit-round markers among them left out:
+    callers get frames only, as archives hold them."""
+    view = memoryview(data)
+    inside = [m for m in markers if start <= m < end]
+    if not inside:
+        return bytes(view[start:end])
+    parts = []
+    for marker in inside:
+        parts.append(view[start:marker])
+        start = marker + ROUND_MARKER_BYTES
+    parts.append(view[start:end])
+    return b"".join(parts)
 
 
 def _decode_chunks(chunks: list, position: int, limit: int, max_bytes: int) -> list[Record]:

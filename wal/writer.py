@@ -14,6 +14,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
+from native import encode_round_marker
+from native.format import ROUND_MARKER_BYTES
 from wal.config import WalConfig
 from wal.fs import FileSystem
 from wal.segment import Segment, create_segment
@@ -68,9 +70,12 @@ class GroupCommitWriter:
         if self._should_rotate():
             self._rotate(batch.first_offset)
         assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
-        position = self._file_bytes
-        self._file.write(batch.chunks)
-        self._file_bytes += batch.nbytes
+        assert self._active.has_rounds, "the writer appends only to segments with commit rounds"
+        # Every round starts with its marker: recovery takes a later round's marker as proof
+        # that this round was synced (native/format.py, "Commit rounds").
+        position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame lands
+        self._file.write([encode_round_marker(batch.first_offset), *batch.chunks])
+        self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
         started = time.perf_counter()
         self._file.sync()
         seconds = time.perf_counter() - started
@@ -80,6 +85,8 @@ class GroupCommitWriter:
     def _should_rotate(self) -> bool:
         if self._active.record_count == 0:
             return False  # never leave an empty sealed segment behind
+        if not self._active.has_rounds:
+            return True  # an older-format segment (from before an upgrade) takes no new rounds
         if self._file_bytes >= self._config.segment_bytes_max:
             return True
         age_ms = time.time_ns() // 1_000_000 - self._active.created_ms

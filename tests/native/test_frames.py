@@ -219,7 +219,8 @@ def test_segment_header_round_trip_and_rejections(codec):
         "truncated": head[:31],
         "magic": resealed(lambda r: r.__setitem__(slice(0, 4), b"XXXX")),
         "CRC": head[:8] + b"\x01" + head[9:],
-        "version": resealed(lambda r: r.__setitem__(slice(4, 6), (2).to_bytes(2, "little"))),
+        "version": resealed(lambda r: r.__setitem__(slice(4, 6), (3).to_bytes(2, "little"))),
+        "version 0": resealed(lambda r: r.__setitem__(slice(4, 6), (0).to_bytes(2, "little"))),
         "flags": resealed(lambda r: r.__setitem__(slice(6, 8), (1).to_bytes(2, "little"))),
     }
     for what, raw in cases.items():
