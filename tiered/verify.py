@@ -332,7 +332,23 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
         if scan.count:
             first = scan.first_offset if first is None else first
             last = scan.last_offset
+    _check_wal_checkpoint(directory, last, report)
     return first, last
+
+
+def _check_wal_checkpoint(directory: str, last: int | None, report: VerifyReport) -> None:
+    """Recovery's checkpoint rule: a log that ends (after its tail rule) below the next offset
+    the checkpoint recorded as durable lost synced data, and recovery refuses it."""
+    from wal.checkpoint import read_checkpoint
+    from wal.fs import RealFs
+
+    checkpoint = read_checkpoint(RealFs(), directory)
+    if checkpoint is None or last is None:
+        return
+    durable_next = int(checkpoint.get("next_offset", 0))
+    if last + 1 < durable_next:
+        report.add("wal_corrupt", f"{directory}: the log ends at offset {last}, but its checkpoint "
+                                  f"recorded offsets up to {durable_next - 1} as durable", path=directory)
 
 
 # -- 5. cursors -----------------------------------------------------------------------
