@@ -2,8 +2,8 @@
 
 Loop: take everything appended since the last round, at once (parking only when nothing
 is pending; appends made while a round's fsync is in flight form the next round), rotate
-the segment if it is full or old, write the batch with one writev, fdatasync, then
-publish the new durable watermark. Any I/O error
+the segment if it is full or old, write the round (its round marker, then the batch's
+frames) with one writev, fdatasync, then publish the new durable watermark. Any I/O error
 fails the WAL for good: after a failed fsync the kernel may have dropped the dirty pages,
 so retrying could report data durable that is gone.
 """
