@@ -56,9 +56,12 @@ def test_an_owner_whose_lease_lapsed_stops_acknowledging_and_learns_it_was_fence
         assert topic_b.token.epoch == topic_a.token.epoch + 1
         produce_range(topic_b, 5, 7)
         # A's lease is not certain any more: a durable write is not acknowledged.
-        with pytest.raises(ProduceTimeout) as info:
+        # (Or, if its progress thread's write reached the store first: refused as fenced.
+        # Either way not acknowledged; which one comes first is a race, not the promise.)
+        with pytest.raises((ProduceTimeout, OwnershipLostError)) as info:
             topic_a.produce(b"while cut off", timeout_s=0.5)
-        assert info.value.step == "confirm ownership"
+        if isinstance(info.value, ProduceTimeout):
+            assert info.value.step == "confirm ownership"
         # A reaches the store again: its keep-alive finds the lease gone and registers a
         # new one; before acknowledging under it, A re-reads the owner record: fenced.
         flaky.faults.clear()

@@ -328,8 +328,8 @@ def _message_json(m: Any) -> dict[str, Any]:
 async def _json(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
-    except ValueError as e:
-        raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {e}") from e
+    except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
+        raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
     if not isinstance(body, dict):
         raise _error(web.HTTPBadRequest, "InvalidJson", "body must be a JSON object")
     return body
@@ -346,7 +346,10 @@ def _payload(message: Any) -> bytes:
     if isinstance(message, dict) and isinstance(message.get("payload_b64"), str):
         return _b64(message["payload_b64"], "payload_b64")
     if isinstance(message, dict) and isinstance(message.get("payload"), str):
-        return message["payload"].encode()
+        try:
+            return message["payload"].encode()
+        except UnicodeEncodeError:  # a lone surrogate is valid JSON but not text
+            raise _error(web.HTTPBadRequest, "InvalidJson", "payload is not valid text (use payload_b64)") from None
     raise _error(web.HTTPBadRequest, "InvalidJson", "each message needs payload_b64 (or payload as text)")
 
 

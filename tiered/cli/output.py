@@ -180,6 +180,11 @@ def classify(error: BaseException) -> tuple[int, str]:
         return EXIT_DATA, f"data error ({name}): {message}"
     if isinstance(error, StorageUnavailable):
         return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
+    local = _os_cause(error)
+    if local is not None:
+        # A local file-system problem (disk full, permissions, a directory where a file
+        # should be) behind a lifecycle error: the stores are not damaged; fix and retry.
+        return EXIT_UNAVAILABLE, f"local storage: {message}"
     if isinstance(error, (ValueError, LookupError, StorageError)):
         return EXIT_USAGE, f"{_words(name)}: {message}"
     if isinstance(error, OSError):
@@ -202,6 +207,16 @@ def _data_errors() -> tuple[type[BaseException], ...]:
 
     return (CorruptArchive, DataGap, CodecError, CorruptLog, LocalWalUnreadable, BrokenChain, RestoreMismatch,
             MalformedRecord)
+
+
+def _os_cause(error: BaseException) -> OSError | None:
+    seen = 0
+    cause = error.__cause__ or error.__context__
+    while cause is not None and seen < 16:
+        if isinstance(cause, OSError):
+            return cause
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return None
 
 
 def _is_refusal(error: BaseException) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import inspect
 import json
 import logging
@@ -774,6 +775,13 @@ class BrokerHost:
             return WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config, fs=self.wal_fs)
         except Locked:
             raise  # someone else has it open: not unreadable, and nothing to decide here
+        except OSError as e:
+            if e.errno in _ENVIRONMENT_ERRNOS:
+                # Disk full, quota, read-only or permissions: nothing says the WAL is damaged,
+                # so no "discard it" advice; the operator frees space (or fixes) and retries.
+                raise LoadError(topic, "open WAL", f"local WAL {self._local_wal_path(topic)} cannot be opened "
+                                f"now ({e.strerror}); it is kept as it is: fix that and retry") from e
+            raise LocalWalUnreadable(topic, self._local_wal_path(topic), e) from e
         except Exception as e:  # noqa: BLE001 - whatever the reason, the WAL is kept as it is
             raise LocalWalUnreadable(topic, self._local_wal_path(topic), e) from e
 
@@ -1190,7 +1198,12 @@ class BrokerHost:
         with self._topic_lock(topic):
             hosted = self.topic(topic)
             with hosted._append_lock:
-                hosted.state = TopicState.CLOSED
+                hosted.state = TopicState.UNLOADING  # no more appends
+            # The durable tip as of now, so a takeover's record says how much this WAL
+            # holds (a short-lived process would otherwise leave "at least 0"). Fenced:
+            # refused, and harmless, when a newer owner exists.
+            _quietly(hosted.publish_progress)
+            hosted.state = TopicState.CLOSED
             hosted._move_readers_away()
             _quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
             _quietly(lambda: hosted.subscriptions.close(flush=False))
@@ -1312,6 +1325,9 @@ class BrokerHost:
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def _encode_marker(body: dict) -> bytes:
