@@ -19,6 +19,7 @@ from typing import Any
 
 from tiered.cluster import records
 from tiered.cluster.config import LoadManagerConfig
+from tiered.cluster.errors import ClusterError
 from tiered.cluster.decide import decide, plan_rebalance
 from tiered.cluster.leader import read_leader
 from tiered.cluster.observe import ViewBuilder, read_snapshot
@@ -27,8 +28,8 @@ from tiered.metadata.base import MetadataStore, Put, absent
 from wal.topics import TopicName
 
 
-class AdminError(Exception):
-    """An operator request refused; says what was found."""
+class RequestRefused(ClusterError):
+    """An operator request refused (nothing was written); says what was found."""
 
 
 def request_topic(metadata: MetadataStore, topic: str, to_broker: str | None = None) -> bool:
@@ -46,22 +47,22 @@ def request_move(metadata: MetadataStore, topic: str, to_broker: str | None) -> 
     name = TopicName.parse(topic)
     kv = metadata.get(records.placement_key(name))
     if kv is None:
-        raise AdminError(f"topic {name} has no placement record (not managed by the load manager)")
+        raise RequestRefused(f"topic {name} has no placement record (not managed by the load manager)")
     placement = records.decode(records.PlacementRecord, kv.key, kv.value)
     if placement.state != "owned":
-        raise AdminError(f"topic {name} is {placement.state} on {placement.broker}; a move is under way")
+        raise RequestRefused(f"topic {name} is {placement.state} on {placement.broker}; a move is under way")
     if placement.broker == to_broker:
-        raise AdminError(f"topic {name} is already on {to_broker}")
+        raise RequestRefused(f"topic {name} is already on {to_broker}")
     marker = keys.Unassigned("move", placement.broker, to_broker)
     ok = metadata.txn([absent(keys.unassigned_key(name))], [Put(keys.unassigned_key(name), marker.to_json())])
     if not ok.succeeded:
-        raise AdminError(f"topic {name} already has a pending request")
+        raise RequestRefused(f"topic {name} already has a pending request")
     return {"topic": str(name), "from": placement.broker, "to": to_broker, "requested": True}
 
 
 def set_mode(metadata: MetadataStore, broker_id: str, mode: str, by: str = "operator") -> dict[str, Any]:
     if mode not in ("active", "draining"):
-        raise AdminError(f"mode {mode!r}: an operator sets active or draining (drained is the leader's)")
+        raise RequestRefused(f"mode {mode!r}: an operator sets active or draining (drained is the leader's)")
     record = records.BrokerStateRecord(mode, f"set by {by}", time.time(), by)
     metadata.put(records.broker_state_key(broker_id), records.encode(record))
     return {"broker_id": broker_id, "mode": mode}

@@ -435,3 +435,30 @@ class LoadManager:
         if key.startswith("/storage/"):
             return key.endswith("/owner") or key.endswith("/state")
         return not key.startswith(records.LOAD_PREFIX) and not key.startswith(records.HISTORY_PREFIX)
+
+
+#: Keys of a load-manager config file that configure the runtime, not the decision core.
+_RUNTIME_KEYS = {"leader_ttl_s": "leader_ttl_s", "leader_margin_s": "leader_margin_s",
+                 "poll_interval_s": "poll_interval_s", "debounce_s": "debounce_s"}
+
+
+def load_manager_settings(path: str | None) -> tuple[LoadManagerConfig, RuntimeConfig]:
+    """Read a JSON file holding the seed's ``load_manager`` section (the section itself
+    or ``{"load_manager": {...}}``) plus optional runtime keys; None: the defaults."""
+    if path is None:
+        return LoadManagerConfig(), RuntimeConfig()
+    import json
+
+    from tiered.cluster.errors import ConfigError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError("load_manager", f"cannot read {path}: {e}") from e
+    if isinstance(data, dict) and isinstance(data.get("load_manager"), dict):
+        data = data["load_manager"]
+    if not isinstance(data, dict):
+        raise ConfigError("load_manager", f"{path} must hold a JSON object")
+    runtime = {name: data.pop(key) for key, name in _RUNTIME_KEYS.items() if key in data}
+    return LoadManagerConfig.from_mapping(data), RuntimeConfig(**runtime)
