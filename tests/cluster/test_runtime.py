@@ -61,6 +61,37 @@ def check_continuity(cluster: InProcessCluster, acked: dict[str, list[int]]) -> 
         assert report.ok, report.problems
 
 
+def assert_one_assignment_per_topic(cluster: InProcessCluster) -> None:
+    """I1 at every revision: replay every assignment event from the first revision."""
+    from tiered.metadata.base import DeleteEvent
+
+    metadata = cluster.metadata
+    end = metadata.put("/test/replay-end", b"")  # a one-event revision after everything else
+    assigned: dict[str, set[str]] = {}
+    # Every key starts with "/": the replay sees every revision up to ``end``.
+    watch = metadata.watch_prefix("/", start_revision=1)
+    try:
+        pending_rev, event = None, None
+        while True:
+            event = watch.get(timeout_s=5.0)
+            assert event is not None, "the replay ended before the current revision"
+            if pending_rev is not None and event.revision != pending_rev:
+                bad = {t: b for t, b in assigned.items() if len(b) > 1}
+                assert not bad, f"two assignments at revision {pending_rev}: {bad}"
+            pending_rev = event.revision
+            if event.key.startswith("/cluster/brokers/"):
+                broker, _, topic = event.key[len("/cluster/brokers/"):].partition("/")
+                if isinstance(event, DeleteEvent):
+                    assigned.get(topic, set()).discard(broker)
+                else:
+                    assigned.setdefault(topic, set()).add(broker)
+            if event.key == "/test/replay-end" and event.revision == end:
+                break
+    finally:
+        watch.cancel()
+    assert not {t: b for t, b in assigned.items() if len(b) > 1}
+
+
 def start_cluster(cluster: InProcessCluster, brokers=("1", "2", "3"), config=FAST_LM):
     for b in brokers:
         cluster.broker(b)
@@ -92,6 +123,7 @@ def test_places_new_topics_then_drains_a_broker(lm_cluster):
     assert all(h["completed_at"] is not None and h["from_broker"] == "1" for h in history)
     produce(cluster, acked, 3)
     check_continuity(cluster, acked)
+    assert_one_assignment_per_topic(cluster)
 
     # Undrained, it takes part again: a new topic may land on it, nothing moves back by itself.
     admin.set_mode(cluster.metadata, "1", "active")
@@ -116,6 +148,7 @@ def test_failover_of_a_dead_broker(lm_cluster):
     assert sorted(h["topic"] for h in history if h["kind"] == "failover") == sorted(moved)
     produce(cluster, acked, 3, ack="archived")
     check_continuity(cluster, acked)
+    assert_one_assignment_per_topic(cluster)
 
 
 def test_leader_change_in_the_middle_of_a_drain(lm_cluster):
@@ -140,6 +173,7 @@ def test_leader_change_in_the_middle_of_a_drain(lm_cluster):
     wait_for(lambda: read_snapshot(cluster.metadata).modes["3"][0].mode == "drained", "broker 3 drained")
     produce(cluster, acked, 2)
     check_continuity(cluster, acked)
+    assert_one_assignment_per_topic(cluster)
 
 
 def test_hourly_move_limit_holds_across_leaders(lm_cluster):
