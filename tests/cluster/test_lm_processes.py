@@ -128,6 +128,16 @@ def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(t
     producer = threading.Thread(target=produce)
     try:
         wait_for(lambda: admin.leader(metadata)["leader"] is not None, "a leader", HANG_GUARD_S)
+        def leaders_by_metrics() -> list[str]:
+            found = []
+            for b in brokers.values():
+                with urllib.request.urlopen(b.url + "/metrics", timeout=10) as r:
+                    if "dnb_lm_is_leader 1.0" in r.read().decode():
+                        found.append(b.broker_id)
+            return found
+
+        assert wait_for(lambda: leaders_by_metrics() == [admin.leader(metadata)["leader"]],
+                        "the leader's /metrics to say so", HANG_GUARD_S)
         for t in TOPICS:  # all hinted onto broker 1: the rebalancer has work to do
             assert admin.request_topic(metadata, t, to_broker="1")
         wait_for(lambda: settled({"1", "2", "3"}), "the topics placed", HANG_GUARD_S)

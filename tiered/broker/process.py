@@ -104,14 +104,16 @@ class _ClusterRoles:
         self.manager = None
 
     def start(self) -> None:
+        from tiered.cluster.metrics import LoadManagerMetrics
         from tiered.cluster.reports import LoadReporter
         from tiered.cluster.runtime import LoadManager
 
         if self.process.load_report_interval_s is not None:
             self.reporter = LoadReporter(self.host, self.process.load_report_interval_s).start()
         if self.process.load_manager is not None:
+            # The process registry: the seed's dnb_* metrics appear on this broker's /metrics.
             self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.process.load_manager,
-                                       self.process.load_manager_runtime).start()
+                                       self.process.load_manager_runtime, metrics=LoadManagerMetrics()).start()
             log.info("broker %s: load-manager candidate started", self.host.broker_id)
 
     def stop(self) -> None:

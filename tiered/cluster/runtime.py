@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from prometheus_client import CollectorRegistry
+
 from tiered.cluster import records
 from tiered.cluster.actions import (
     Action,
@@ -55,6 +57,7 @@ from tiered.cluster.actions import (
 from tiered.cluster.config import LoadManagerConfig
 from tiered.cluster.decide import decide
 from tiered.cluster.leader import LeaderElection, LeaderToken
+from tiered.cluster.metrics import LoadManagerMetrics
 from tiered.cluster.observe import Snapshot, ViewBuilder, read_snapshot
 from tiered.cluster.view import CoreState, LeaderHealth, MoveKind
 from tiered.errors import StorageError
@@ -280,7 +283,7 @@ class LoadManager:
 
     def __init__(self, metadata: MetadataStore, node_id: str, config: LoadManagerConfig | None = None,
                  runtime: RuntimeConfig | None = None, election: LeaderElection | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, metrics: LoadManagerMetrics | None = None) -> None:
         self.metadata = metadata
         self.node_id = node_id
         self.config = config or LoadManagerConfig()
@@ -288,7 +291,11 @@ class LoadManager:
         self.clock = clock
         self.election = election or LeaderElection(metadata, node_id, self.runtime.leader_ttl_s,
                                                    self.runtime.leader_margin_s, on_change=self._on_leader_change)
+        if election is not None and election.on_change is None:
+            election.on_change = self._on_leader_change
         self.executor = Executor(metadata, clock)
+        #: The seed's metrics (a private registry unless the caller passes the process's).
+        self.metrics = metrics or LoadManagerMetrics(CollectorRegistry())
         self._term: int | None = None
         self._state: CoreState | None = None
         self._views = ViewBuilder(self.config)
@@ -305,6 +312,8 @@ class LoadManager:
     # -- one step ------------------------------------------------------------------------
     def step(self) -> StepReport:
         token = self.election.current()
+        self.metrics.is_leader.set(0 if token is None else 1)
+        self.metrics.term.set(0 if token is None else token.term)
         if token is None:
             self._forget()
             return StepReport(leader=False)
@@ -324,7 +333,9 @@ class LoadManager:
                 config = config.with_rebalancing(paused=True)
             health = LeaderHealth(True, token.elected_at)
             view = self._views.build(snap, now, health)
+            started = time.monotonic()
             decision = decide(view, config, self._state, now)
+            self.metrics.observe(decision, view, time.monotonic() - started)
             self._state = decision.state
             self._next_wakeup = decision.next_wakeup_at
             report.decision = decision
@@ -338,8 +349,10 @@ class LoadManager:
                     log.info("load manager (term %d): %s", token.term, action)
                 else:
                     report.refused.append(action)
+                    self.metrics.refused.inc()
         except Fenced as e:
             self.fenced_writes += 1
+            self.metrics.fenced.inc()
             report.fenced = True
             log.warning("load manager: write refused by the leader fence (%s)", e)
             self.election.check_lost(token)
