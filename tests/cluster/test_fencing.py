@@ -119,3 +119,28 @@ def test_failover_reassign_refused_while_the_broker_is_registered(store_url):
         assert store.get(keys.assignment_key("x", "/ns/dead")) is None
     finally:
         store.close()
+
+
+def test_a_malformed_load_report_is_skipped_not_fatal(tmp_path):
+    """A report with NaN, negative or non-numeric load never reaches the core (which
+    would refuse the whole view and stall the leader)."""
+    from tiered.cluster.config import LoadManagerConfig
+    from tiered.cluster.decide import decide
+    from tiered.cluster.observe import ViewBuilder
+
+    store = open_metadata(f"sqlite:///{tmp_path}/m.db")
+    try:
+        lease = store.grant_lease(30)
+        for b, body in (("x", b'{"broker_id":"x","seq":1,"ts":1.0,"cpu_pct":NaN}'),
+                        ("y", b'{"broker_id":"y","seq":1,"ts":1.0,"cpu_pct":"high"}'),
+                        ("z", b'{"broker_id":"z","seq":1,"ts":1.0,"topics":[{"topic":"/ns/t","msg_in_rate":-5},'
+                              b'{"topic":"/ns/u","msg_in_rate":3}]}')):
+            store.put(registered_key(b), b"{}", lease.id)
+            store.put(records.load_key(b), body, lease.id)
+        snap = read_snapshot(store)
+        assert sorted(snap.reports) == ["z"] and len(snap.malformed) == 2
+        assert [t.topic for t in snap.reports["z"].topic_reports()] == ["/ns/u"]
+        view = ViewBuilder(LoadManagerConfig()).build(snap, 2.0)
+        decide(view, LoadManagerConfig(), None, 2.0)  # does not raise
+    finally:
+        store.close()

@@ -28,6 +28,7 @@ naming the key. Unknown fields are ignored so newer writers stay readable.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -124,6 +125,11 @@ class PlacementRecord:
             raise ValueError(f"unknown placement state {self.state!r}")
         if self.state != "free" and not isinstance(self.broker, str):
             raise ValueError(f"state {self.state} without a broker")
+        if not (_rate(self.created_at) and _rate(self.updated_at) and _count(self.attempts) and _count(self.term)):
+            raise ValueError("created_at/updated_at must be times, attempts/term counts")
+        for name in ("target", "move_id", "kind", "reason", "history_key"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string or null")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +140,8 @@ class BrokerStateRecord:
     by: str | None = None
 
     def __post_init__(self) -> None:
+        if not _rate(self.since):
+            raise ValueError("since must be a time")
         if self.mode not in ("active", "draining", "drained"):
             raise ValueError(f"unknown broker mode {self.mode!r}")
 
@@ -167,13 +175,39 @@ class LoadReportRecord:
     net_out_bps: float = 0.0
     topics: list = field(default_factory=list)  # list[dict] of TopicReport fields
 
+    def __post_init__(self) -> None:
+        # A bad report must be skipped, never reach the decision core (which refuses a view
+        # holding one, and would stall every step on it).
+        if not isinstance(self.broker_id, str) or not _count(self.seq):
+            raise ValueError("broker_id must be a string and seq a non-negative integer")
+        for name in ("ts", "cpu_pct", "mem_pct", "net_in_bps", "net_out_bps"):
+            if not _rate(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        for name in ("cpu_cores", "mem_bytes"):
+            if not _rate(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        if not isinstance(self.topics, list):
+            raise ValueError("topics must be a list")
+
     def topic_reports(self) -> list[TopicReport]:
+        """The well-formed topic entries (a malformed entry is dropped, not trusted)."""
+        known = {f.name for f in fields(TopicReport)}
         out = []
         for item in self.topics:
-            if isinstance(item, dict) and isinstance(item.get("topic"), str):
-                known = {f.name for f in fields(TopicReport)}
-                out.append(TopicReport(**{k: v for k, v in item.items() if k in known}))
+            if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
+                continue
+            values = {k: v for k, v in item.items() if k in known}
+            if all(_rate(v) for k, v in values.items() if k != "topic"):
+                out.append(TopicReport(**values))
         return out
+
+
+def _rate(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +226,14 @@ class HistoryRecord:
     estimated_load: float = 0.0
     completed_at: float | None = None
     timestamp: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("move_id", "topic", "to_broker", "kind", "reason"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string")
+        if not (_rate(self.started_at) and _rate(self.estimated_load)) or \
+                (self.completed_at is not None and not _rate(self.completed_at)):
+            raise ValueError("started_at/completed_at/estimated_load must be finite numbers >= 0")
 
 
 @dataclass(frozen=True, slots=True)
