@@ -8,13 +8,19 @@ Waits are event-driven (bounded polls of stored state); nothing depends on how f
 the machine is."""
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 from tiered.cluster import admin, records
-from tiered.cluster.actions import Transfer
+from tiered.cluster.actions import CompleteTransfer, Transfer
+from tiered.cluster.runtime import Fenced
 from tiered.cluster.config import RebalancingConfig, Strategy
 from tiered.cluster.observe import read_snapshot
 from tiered.cluster.view import MoveKind
 from tiered.verify import verify_topic
-from tests.cluster.lm_fixtures import FAST_LM, InProcessCluster, StepLog, lm_cluster, replace, wait_for  # noqa: F401
+from tests.cluster.lm_fixtures import (  # noqa: F401 - lm_cluster is a fixture
+    FAST_LM, WAIT_S, InProcessCluster, StepLog, lm_cluster, replace, wait_for)
 from tests.tiered.helpers_lifecycle import read_all
 
 TOPICS = [f"/default/lm-{i}" for i in range(6)]
@@ -206,3 +212,42 @@ def test_hourly_move_limit_holds_across_leaders(lm_cluster):
              >= 3, "B to hit the hourly limit on three checks")
     assert len(auto_moves()) == 1
     assert lm_b.election.is_leader()
+
+
+@pytest.mark.parametrize("crash_after", [Transfer, CompleteTransfer], ids=["after-M1-transfer", "after-M3-assign"])
+def test_leader_crash_at_each_step_of_a_move(lm_cluster, crash_after):
+    """The leader dies (no resignation: its lease must lapse) right after a move's write
+    landed; the follower, running all along, wins and rolls every move forward."""
+    cluster = lm_cluster
+    lm_a = start_cluster(cluster)
+    lm_b = cluster.manager("lm-b").start()  # a follower from the start
+    for t in TOPICS:
+        admin.request_topic(cluster.metadata, t)
+    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
+    acked = {t: [] for t in TOPICS}
+    produce(cluster, acked, 2)
+    term_a = lm_a.election.current().term
+    crashed = threading.Event()
+    real_apply = lm_a.executor.apply
+
+    def apply_then_crash(action, snap, token):
+        landed = real_apply(action, snap, token)
+        if landed and isinstance(action, crash_after):
+            lm_a._stop.set()  # the process is gone: no more steps, no refresh, no resignation
+            lm_a.election._stop.set()
+            crashed.set()
+            raise Fenced("crashed")
+        return landed
+
+    lm_a.executor.apply = apply_then_crash
+    admin.set_mode(cluster.metadata, "1", "draining")
+    assert crashed.wait(WAIT_S)
+    wait_for(lm_b.election.is_leader, "B to win once A's lease lapsed")
+    assert lm_b.election.current().term > term_a
+    wait_for(lambda: all_owned(cluster, TOPICS, {"2", "3"}), "B to roll the drain forward")
+    wait_for(lambda: read_snapshot(cluster.metadata).modes["1"][0].mode == "drained", "broker 1 drained")
+    history = admin.history(cluster.metadata)["history"]
+    assert len(history) == 2 and all(h["completed_at"] for h in history), history
+    produce(cluster, acked, 2)
+    check_continuity(cluster, acked)
+    assert_one_assignment_per_topic(cluster)
