@@ -1,5 +1,7 @@
 """``dnb cluster ACTION``: the load manager's operator commands (every one with ``--json``).
 
+``run``: a load-manager candidate on its own (no broker), until SIGTERM.
+
 Read-only: ``brokers`` (registration, mode, load, score), ``leader``, ``balance`` (CV,
 mean, σ, min/max and rankings, optionally under another ``--strategy``), ``moves``
 (placements in flux and pending requests), ``history [--topic T] [--since EPOCH_S]``,
@@ -19,7 +21,7 @@ from typing import Any
 from tiered.cli.output import CliError, Output, render_mapping, render_table
 from tiered.cli.settings import Settings
 
-ACTIONS = ("brokers", "leader", "balance", "moves", "history", "rebalance", "assign", "move", "drain", "undrain",
+ACTIONS = ("run", "brokers", "leader", "balance", "moves", "history", "rebalance", "assign", "move", "drain", "undrain",
            "pause", "resume")
 
 
@@ -31,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", type=float, default=None, help="history since this Unix time (seconds)")
     p.add_argument("--dry-run", action="store_true", help="rebalance: print the moves, change nothing")
     p.add_argument("--max-moves", type=int, default=10, help="rebalance: at most this many moves (default 10)")
+    p.add_argument("--load-manager-config", default=os.environ.get("DNB_LOAD_MANAGER_CONFIG"), metavar="FILE",
+                   help="run: JSON load_manager section (+ leader_ttl_s, poll_interval_s)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="print one JSON object (same as the global --json)")
     p.add_argument("--strategy", default=None, choices=("fair", "balanced", "weighted_load"),
@@ -54,6 +58,8 @@ def run(args: argparse.Namespace, settings: Settings, out: Output) -> int | None
         os.makedirs(settings.data_dir, exist_ok=True)
     metadata = open_metadata(settings.metadata_url)
     try:
+        if action == "run":
+            return _run_manager(metadata, settings, args.load_manager_config)
         if action == "brokers":
             result = admin.brokers(metadata, config)
             out.emit(result, render=_render_brokers)
@@ -82,6 +88,30 @@ def run(args: argparse.Namespace, settings: Settings, out: Output) -> int | None
     finally:
         metadata.close()
     return None
+
+
+def _run_manager(metadata, settings: Settings, config_path: str | None) -> int:
+    """A load-manager candidate without a broker: campaigns, and while leader places and
+    moves topics; SIGTERM/SIGINT resigns and exits 0. Its id is ``--broker-id`` (any
+    unique name: it is only the leader record's ``broker_id``)."""
+    import logging
+    import signal
+    import threading
+
+    from tiered.cluster.runtime import LoadManager, load_manager_settings
+
+    logging.getLogger("tiered").setLevel(logging.INFO)
+    config, runtime = load_manager_settings(config_path)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    manager = LoadManager(metadata, settings.broker_id, config, runtime).start()
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        manager.stop(resign=True)
+    return 0
 
 
 def _render_brokers(r: dict[str, Any]) -> str:

@@ -300,6 +300,7 @@ class LoadManager:
         self._state: CoreState | None = None
         self._views = ViewBuilder(self.config)
         self._next_wakeup: float | None = None
+        self._last_skipped: tuple[str, ...] = ()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -338,6 +339,11 @@ class LoadManager:
             self.metrics.observe(decision, view, time.monotonic() - started)
             self._state = decision.state
             self._next_wakeup = decision.next_wakeup_at
+            if decision.checked and tuple(decision.skipped) != self._last_skipped:
+                self._last_skipped = tuple(decision.skipped)
+                log.info("load manager (term %d): rebalancing check: %s (CV %s)", token.term,
+                         ", ".join(decision.skipped) or "moving",
+                         "-" if decision.balance is None else f"{decision.balance.cv:.3f}")
             report.decision = decision
             for alarm in decision.alarms:
                 log.warning("load manager alarm %s on %s: %s", alarm.kind, alarm.subject, alarm.detail)
@@ -375,6 +381,7 @@ class LoadManager:
         return done
 
     def _forget(self) -> None:
+        self._last_skipped = ()
         self._term = None
         self._state = None
         self._views = ViewBuilder(self.config)
