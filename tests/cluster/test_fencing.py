@@ -144,3 +144,30 @@ def test_a_malformed_load_report_is_skipped_not_fatal(tmp_path):
         decide(view, LoadManagerConfig(), None, 2.0)  # does not raise
     finally:
         store.close()
+
+
+def test_history_is_pruned_by_age_and_count_but_never_the_last_hour(tmp_path):
+    from tiered.cluster import admin
+    from tiered.cluster.runtime import LoadManager, RuntimeConfig
+
+    store = open_metadata(f"sqlite:///{tmp_path}/m.db")
+    now = 10 * 86_400.0
+    try:
+        def put(started: float, done: bool, n: int) -> None:
+            h = records.HistoryRecord(f"m{n}", "/ns/t", "x", "y", "auto", "auto", started, 1, 0.0,
+                                      started + 1 if done else None, started)
+            store.put(records.history_key(started, f"m{n}"), records.encode(h))
+
+        put(now - 8 * 86_400, True, 1)   # too old: pruned
+        put(now - 8 * 86_400, False, 2)  # too old but never completed: kept
+        for n in range(3, 8):
+            put(now - 2 * 86_400 + n, True, n)  # within retention; the two oldest exceed the count
+        put(now - 60, True, 8)          # the last hour: kept whatever the count
+        lm = LoadManager(store, "A", runtime=RuntimeConfig(history_entries_max=5), clock=lambda: now)
+        lm.election.tick()
+        lm.step()
+        left = sorted(h["move_id"] for h in admin.history(store)["history"])
+        assert left == ["m2", "m5", "m6", "m7", "m8"]
+        lm.election.resign()
+    finally:
+        store.close()

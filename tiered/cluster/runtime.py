@@ -86,6 +86,10 @@ class RuntimeConfig:
     poll_interval_s: float = 5.0
     #: After a wake-up, wait this long for more events to coalesce.
     debounce_s: float = 0.02
+    #: Move history is pruned past this age or count (never entries of the last hour,
+    #: which the hourly limit, cooldowns and the ping-pong window read, nor open ones).
+    history_retention_s: float = 7 * 86_400.0
+    history_entries_max: int = 10_000
 
 
 @dataclass
@@ -325,7 +329,7 @@ class LoadManager:
         report = StepReport(leader=True, term=token.term)
         try:
             snap = read_snapshot(self.metadata)
-            report.observed = self._observe(snap, token)
+            report.observed = self._observe(snap, token) + self._prune_history(snap, token)
             if report.observed:
                 snap = read_snapshot(self.metadata)
             now = self.clock()
@@ -379,6 +383,25 @@ class LoadManager:
                 if self.executor.confirm_owned(snap, token, topic):
                     done += 1
         return done
+
+    def _prune_history(self, snap: Snapshot, token: LeaderToken, batch_max: int = 64) -> int:
+        now = self.clock()
+        keep_after = now - max(self.runtime.history_retention_s, self.config.rebalancing.pingpong_window_s, 3600.0)
+        entries = sorted(snap.history.items())  # keys start with the start time in ms
+        excess = len(entries) - self.runtime.history_entries_max
+        doomed = []
+        for key, h in entries:
+            recent = h.started_at > now - max(3600.0, self.config.rebalancing.pingpong_window_s)
+            if h.completed_at is None or recent:
+                continue
+            if h.started_at < keep_after or len(doomed) < excess:
+                doomed.append(key)
+            if len(doomed) >= batch_max:
+                break
+        if not doomed:
+            return 0
+        ops = [Delete(k) for k in doomed]
+        return len(doomed) if self.executor.txn(token, [], ops) else 0
 
     def _forget(self) -> None:
         self._last_skipped = ()
