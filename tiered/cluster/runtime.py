@@ -207,17 +207,29 @@ class Executor:
         return self.txn(token, compares, ops)
 
     def _Reassign(self, a: Reassign, snap: Snapshot, token: LeaderToken) -> bool:
+        held = snap.placements.get(a.topic)
         compares = list(self._placement_guard(snap, a.topic))
+        ops: list[Op] = []
         if a.reason == MoveKind.FAILOVER.value:
             compares.append(absent(registered_key(a.from_broker)))  # I2: only while it is gone
-        move_id = f"t{token.term}-{a.move_id}"
-        kind = MoveKind.FAILOVER.value if a.reason == MoveKind.FAILOVER.value else MoveKind.MANUAL.value
-        hkey, hput = self._history_put(token, move_id, a.topic, a.from_broker, a.to_broker, kind, a.reason, 0.0)
-        ops: list[Op] = [
-            self._placement(snap, a.topic, token, state="assigning", broker=a.to_broker, move_id=move_id,
-                            kind=kind, reason=a.reason, history_key=hkey),
-            Put(keys.assignment_key(a.to_broker, a.topic), _assign_value(a.reason, self.clock())),
-            *self._marker_ops(snap, a.topic), hput]
+            move_id = f"t{token.term}-{a.move_id}"
+            history_key, hput = self._history_put(token, move_id, a.topic, a.from_broker, a.to_broker,
+                                                  MoveKind.FAILOVER.value, a.reason, 0.0)
+            kind: str | None = MoveKind.FAILOVER.value
+            ops.append(hput)
+        else:
+            # A retarget continues the move under way (if any); it is not a move of its
+            # own, so it neither writes history nor spends the hourly budget.
+            move_id = held[0].move_id if held else None
+            kind = held[0].kind if held else None
+            history_key = held[0].history_key if held else None
+            if history_key is not None and history_key in snap.history:
+                h = snap.history[history_key]
+                ops.append(Put(history_key, records.encode(replace(h, to_broker=a.to_broker))))
+        ops += [self._placement(snap, a.topic, token, state="assigning", broker=a.to_broker, move_id=move_id,
+                                kind=kind, reason=a.reason, history_key=history_key),
+                Put(keys.assignment_key(a.to_broker, a.topic), _assign_value(a.reason, self.clock())),
+                *self._marker_ops(snap, a.topic)]
         for b in sorted(snap.assignments.get(a.topic, {})):
             if b != a.to_broker:
                 ops.append(Delete(keys.assignment_key(b, a.topic)))
