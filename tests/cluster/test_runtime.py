@@ -251,3 +251,36 @@ def test_leader_crash_at_each_step_of_a_move(lm_cluster, crash_after):
     produce(cluster, acked, 2)
     check_continuity(cluster, acked)
     assert_one_assignment_per_topic(cluster)
+
+
+def test_reconcile_repairs_a_deleted_assignment_and_adopts_a_hand_made_one(lm_cluster):
+    """Stored state, not events: an assignment deleted by hand is given back (the broker
+    sealed the topic meanwhile and restores it, contiguous), and an assignment written by
+    hand (``dnb move``'s helpers) is adopted as the topic's placement."""
+    from tiered.lifecycle.watcher import assign
+    from tiered.metadata import keys as mkeys
+
+    cluster = lm_cluster
+    start_cluster(cluster)
+    topic = TOPICS[0]
+    admin.request_topic(cluster.metadata, topic, to_broker="2")
+    wait_for(lambda: all_owned(cluster, [topic], {"2"}), "placed on 2")
+    acked = {t: [] for t in TOPICS}
+    hosted = cluster.hosts["2"].topic(topic)
+    acked[topic] = [hosted.produce(f"{topic}:{i}".encode()) for i in range(3)]
+    cluster.metadata.delete(mkeys.assignment_key("2", topic))
+    wait_for(lambda: all_owned(cluster, [topic], {"2"}) and host_of(cluster, topic) is not hosted,
+             "the assignment restored and the topic reloaded on 2")
+    acked[topic] += [host_of(cluster, topic).produce(f"{topic}:{i}".encode()) for i in range(3, 5)]
+    other = TOPICS[1]
+    assign(cluster.metadata, other, "3")  # by hand, no marker, no placement
+    wait_for(lambda: all_owned(cluster, [other], {"3"}), "the hand-made assignment adopted")
+    acked[other] = [host_of(cluster, other).produce(f"{other}:{i}".encode()) for i in range(2)]
+    for t in TOPICS[2:]:
+        admin.request_topic(cluster.metadata, t)
+    wait_for(lambda: all_owned(cluster, TOPICS), "the rest placed")
+    for t in (topic, other):
+        messages = read_all(host_of(cluster, t), 0, len(acked[t]) - 1)
+        assert [m.offset for m in messages] == list(range(len(acked[t]))) == acked[t]
+        assert verify_topic(t, cluster.metadata, cluster.objects).ok
+    assert_one_assignment_per_topic(cluster)

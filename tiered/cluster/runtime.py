@@ -279,6 +279,19 @@ class Executor:
         ops = [self._placement(snap, topic, token, state=state, broker=broker, reason="adopted")]
         return self.txn(token, compares, ops)
 
+    def restore_assignment(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
+        """An ``owned`` placement whose assignment key vanished without a move (deleted by
+        hand; the broker's watcher sealed the topic): give it back to the same broker,
+        as ``assigning`` until that broker holds it again."""
+        held, _ = snap.placements[topic]
+        key = keys.assignment_key(held.broker, topic)
+        log.warning("load manager: topic %s is placed on %s but not assigned there; re-assigning it",
+                    topic, held.broker)
+        ops = [Put(records.placement_key(topic), records.encode(
+                   replace(held, state="assigning", attempts=0, updated_at=self.clock(), term=token.term))),
+               Put(key, _assign_value("repair", self.clock()))]
+        return self.txn(token, [*self._placement_guard(snap, topic), absent(key)], ops)
+
     def confirm_owned(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
         """``assigning`` → ``owned`` once the assignee holds the topic; completes the
         move's history entry."""
@@ -387,6 +400,10 @@ class LoadManager:
             if topic not in snap.placements and self.executor.adopt(snap, token, topic):
                 done += 1
         for topic, (p, _) in sorted(snap.placements.items()):
+            if p.state == "owned" and p.broker not in snap.assignments.get(topic, {}) and topic not in snap.markers:
+                if self.executor.restore_assignment(snap, token, topic):
+                    done += 1
+                continue
             if p.state != "assigning":
                 continue
             owner, _ = snap.owner(topic)
