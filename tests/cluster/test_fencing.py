@@ -171,3 +171,30 @@ def test_history_is_pruned_by_age_and_count_but_never_the_last_hour(tmp_path):
         lm.election.resign()
     finally:
         store.close()
+
+
+def test_load_report_rates_follow_the_topic_epoch(tmp_path):
+    """Rates are deltas per (topic, epoch): none in a topic's first interval, then the
+    messages and WAL bytes written since the previous report."""
+    from tiered.cluster.reports import LoadReporter
+    from tests.tiered.helpers_lifecycle import FAST_BROKER, local_stores
+    from tiered.lifecycle import BrokerHost
+
+    metadata, objects = local_stores(str(tmp_path))
+    host = BrokerHost("r1", str(tmp_path / "wal"), metadata, objects, FAST_BROKER)
+    clock = [100.0]
+    try:
+        hosted = host.load("/ns/rated")
+        reporter = LoadReporter(host, interval_s=3600.0, clock=lambda: clock[0])
+        assert reporter.report_once()
+        first = read_snapshot(metadata).reports["r1"].topic_reports()
+        assert [(t.topic, t.msg_in_rate) for t in first] == [("/ns/rated", 0.0)]
+        for i in range(10):
+            hosted.produce(b"x" * 100)
+        clock[0] += 2.0
+        assert reporter.report_once()
+        [t] = read_snapshot(metadata).reports["r1"].topic_reports()
+        assert t.msg_in_rate == 5.0 and t.bytes_in_rate >= 500.0 and t.epoch == hosted.token.epoch
+    finally:
+        host.close(unload=False)
+        metadata.close()

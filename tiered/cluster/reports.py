@@ -2,14 +2,13 @@
 ``interval_s`` under its session lease (so a dead broker's report vanishes with its
 registration).
 
-What a report holds today: the number of hosted topics and, per topic, the message
-rate in since the last report (from the change of its next offset, keyed by
-``(topic, epoch)`` so a topic that moved away and back starts a new rate instead of a
-negative one; none in a topic's first interval), this process's CPU use (process CPU
-time over wall time, as a percentage of the machine's cores) and the machine's memory
-use (``/proc/meminfo`` where it exists). Byte rates, connection counts and backlog are
-not measured yet and are reported as 0, so Balanced and WeightedLoad weigh topic count,
-message rate, CPU and memory.
+What a report holds today: the hosted topics and, per topic, the message and byte rates
+in since the last report (from the change of its next offset and of its WAL's
+``dnb_wal_append_bytes``, keyed by ``(topic, epoch)`` so a topic that moved away and
+back starts a new rate instead of a negative one; none in a topic's first interval) and
+its subscription count; this process's CPU use (process CPU time over wall time, as a
+percentage of the machine's cores) and the machine's memory use (``/proc/meminfo``).
+Bytes out, connection counts and backlog are not measured yet (0).
 """
 from __future__ import annotations
 
@@ -57,6 +56,8 @@ class LoadReporter:
         self._last_at: float | None = None
         self._last_cpu: float | None = None
         self._offsets: dict[tuple[str, int], int] = {}
+        self._bytes: dict[tuple[str, int], float] = {}
+        self._bytes_now: dict[tuple[str, int], float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -77,11 +78,18 @@ class LoadReporter:
             except Exception:  # noqa: BLE001 - a topic closing under us reports no rate
                 continue
             key = (name, hosted.token.epoch)
+            written = _wal_bytes(hosted)
             offsets[key] = next_offset
+            self._bytes_now[key] = written
             before = self._offsets.get(key)
             rate = (next_offset - before) / elapsed if before is not None and elapsed else 0.0
-            topics.append(asdict(records.TopicReport(name, hosted.token.epoch, msg_in_rate=max(rate, 0.0))))
+            bytes_before = self._bytes.get(key)
+            byte_rate = (written - bytes_before) / elapsed if bytes_before is not None and elapsed else 0.0
+            topics.append(asdict(records.TopicReport(name, hosted.token.epoch, msg_in_rate=max(rate, 0.0),
+                                                     bytes_in_rate=max(byte_rate, 0.0),
+                                                     subscriptions=float(_subscriptions(hosted)))))
         self._offsets = offsets
+        self._bytes, self._bytes_now = self._bytes_now, {}
         self._last_at, self._last_cpu = now, cpu_now
         mem_pct, mem_bytes = memory_pct()
         self.seq += 1
@@ -117,3 +125,19 @@ class LoadReporter:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.report_once()
+
+
+def _wal_bytes(hosted) -> float:
+    """Bytes the topic's WAL wrote so far (its ``dnb_wal_append_bytes`` counter; 0 if the
+    WAL keeps no metrics)."""
+    try:
+        return float(hosted.wal.metrics.bytes._value.get())
+    except AttributeError:
+        return 0.0
+
+
+def _subscriptions(hosted) -> int:
+    try:
+        return len(hosted.subscriptions.subscriptions)
+    except (AttributeError, TypeError):
+        return 0
