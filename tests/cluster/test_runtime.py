@@ -284,3 +284,34 @@ def test_reconcile_repairs_a_deleted_assignment_and_adopts_a_hand_made_one(lm_cl
         assert [m.offset for m in messages] == list(range(len(acked[t]))) == acked[t]
         assert verify_topic(t, cluster.metadata, cluster.objects).ok
     assert_one_assignment_per_topic(cluster)
+
+
+def test_dnb_move_by_hand_while_the_leader_runs(lm_cluster):
+    """The operator's helpers (``dnb move``: request_unload → wait sealed → assign) racing
+    the leader: whichever acts first (the leader turns the marker into a transfer, or
+    adopts the operator's assignment), the topic ends owned on the target, at most one
+    assignment key at every revision, offsets contiguous."""
+    from tiered.lifecycle.watcher import _sealed_now, assign, request_unload
+    from wal.topics import TopicName
+
+    cluster = lm_cluster
+    start_cluster(cluster)
+    topic = TOPICS[0]
+    admin.request_topic(cluster.metadata, topic, to_broker="1")
+    wait_for(lambda: all_owned(cluster, [topic], {"1"}), "placed on 1")
+    acked = [host_of(cluster, topic).produce(f"{topic}:{i}".encode()) for i in range(3)]
+    for source, target in (("1", "2"), ("2", "3"), ("3", "1")):
+        request_unload(cluster.metadata, topic, source, reason="move", to_broker=target)
+        # The leader may complete the move (the marker names the target) before the
+        # operator sees the sealed window: then there is nothing left to wait for.
+        wait_for(lambda: _sealed_now(cluster.metadata, TopicName.parse(topic)) is not None
+                 or all_owned(cluster, [topic], {target}), "sealed, or moved by the leader")
+        assign(cluster.metadata, topic, target, reason="move")
+        wait_for(lambda: all_owned(cluster, [topic], {target}), f"owned on {target}")
+        for _ in range(2):
+            acked.append(host_of(cluster, topic).produce(f"{topic}:{len(acked)}".encode()))
+    messages = read_all(host_of(cluster, topic), 0, len(acked) - 1)
+    assert [m.offset for m in messages] == acked == list(range(len(acked)))
+    assert [m.payload for m in messages] == [f"{topic}:{i}".encode() for i in range(len(acked))]
+    assert verify_topic(topic, cluster.metadata, cluster.objects).ok
+    assert_one_assignment_per_topic(cluster)

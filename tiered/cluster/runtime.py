@@ -201,6 +201,9 @@ class Executor:
                                kind=held.kind, reason=held.reason, history_key=held.history_key),
                Put(keys.assignment_key(a.to_broker, a.topic), _assign_value(held.reason, self.clock())),
                *self._marker_ops(snap, a.topic)]
+        for b in sorted(snap.assignments.get(a.topic, {})):
+            if b != a.to_broker:  # made by hand meanwhile: one assignment per topic (I1)
+                ops.append(Delete(keys.assignment_key(b, a.topic)))
         if a.retargeted and held.history_key in snap.history:
             h = snap.history[held.history_key]
             ops.append(Put(held.history_key, records.encode(replace(h, to_broker=a.to_broker))))
@@ -279,6 +282,22 @@ class Executor:
         ops = [self._placement(snap, topic, token, state=state, broker=broker, reason="adopted")]
         return self.txn(token, compares, ops)
 
+    def readopt(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
+        """An ``owned`` placement whose broker lost its assignment while an operator
+        assigned the topic to another broker (``dnb move`` racing the leader): the
+        placement follows the operator's assignment."""
+        brokers = snap.assignments[topic]
+        if len(brokers) != 1:
+            log.warning("load manager: topic %s is assigned to %s by hand; waiting", topic, sorted(brokers))
+            return False
+        [(broker, rev)] = brokers.items()
+        held, _ = snap.placements[topic]
+        ops = [Put(records.placement_key(topic), records.encode(
+            replace(held, state="assigning", broker=broker, attempts=0, target=None, updated_at=self.clock(),
+                    term=token.term, reason="adopted")))]
+        return self.txn(token, [*self._placement_guard(snap, topic),
+                                mod_revision_is(keys.assignment_key(broker, topic), rev)], ops)
+
     def restore_assignment(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
         """An ``owned`` placement whose assignment key vanished without a move (deleted by
         hand; the broker's watcher sealed the topic): give it back to the same broker,
@@ -292,18 +311,22 @@ class Executor:
                Put(key, _assign_value("repair", self.clock()))]
         return self.txn(token, [*self._placement_guard(snap, topic), absent(key)], ops)
 
-    def confirm_owned(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
-        """``assigning`` → ``owned`` once the assignee holds the topic; completes the
-        move's history entry."""
+    def confirm_owned(self, snap: Snapshot, token: LeaderToken, topic: str, holder: str | None = None) -> bool:
+        """``assigning`` → ``owned`` once the assignee holds the topic (or, ``holder``
+        given, once another broker holds it with the only assignment: a move finished by
+        hand); completes the move's history entry."""
         held, _ = snap.placements[topic]
+        broker = holder or held.broker
         _, owner_rev = snap.owner(topic)
         ops: list[Op] = [Put(records.placement_key(topic), records.encode(
-            replace(held, state="owned", attempts=0, updated_at=self.clock(), term=token.term, target=None)))]
+            replace(held, state="owned", broker=broker, attempts=0, updated_at=self.clock(), term=token.term,
+                    target=None)))]
         if held.history_key is not None and held.history_key in snap.history:
             h = snap.history[held.history_key]
-            ops.append(Put(held.history_key, records.encode(replace(h, to_broker=held.broker,
+            ops.append(Put(held.history_key, records.encode(replace(h, to_broker=broker,
                                                                     completed_at=self.clock()))))
-        compares = [*self._placement_guard(snap, topic), mod_revision_is(owner_key(topic), owner_rev)]
+        compares = [*self._placement_guard(snap, topic), mod_revision_is(owner_key(topic), owner_rev),
+                    mod_revision_is(keys.assignment_key(broker, topic), snap.assignments[topic][broker])]
         return self.txn(token, compares, ops)
 
 
@@ -400,17 +423,26 @@ class LoadManager:
             if topic not in snap.placements and self.executor.adopt(snap, token, topic):
                 done += 1
         for topic, (p, _) in sorted(snap.placements.items()):
-            if p.state == "owned" and p.broker not in snap.assignments.get(topic, {}) and topic not in snap.markers:
-                if self.executor.restore_assignment(snap, token, topic):
-                    done += 1
+            assigned = snap.assignments.get(topic, {})
+            if p.state == "owned" and p.broker not in assigned and topic not in snap.markers:
+                # Deleted by hand (no move made by us deletes it without a marker): give it
+                # back, unless an operator assigned the topic elsewhere: then follow that.
+                landed = self.executor.readopt(snap, token, topic) if assigned else \
+                    self.executor.restore_assignment(snap, token, topic)
+                done += int(landed)
                 continue
-            if p.state != "assigning":
+            if p.state not in ("assigning", "releasing"):
                 continue
             owner, _ = snap.owner(topic)
-            if owner is not None and owner.holder == p.broker and p.broker in snap.registered \
-                    and p.broker in snap.assignments.get(topic, {}):
-                if self.executor.confirm_owned(snap, token, topic):
-                    done += 1
+            holder = owner.holder if owner is not None else None
+            if holder is None or holder not in snap.registered or set(assigned) != {holder}:
+                continue
+            if p.state == "assigning" and holder == p.broker:
+                done += int(self.executor.confirm_owned(snap, token, topic))
+            elif holder != p.broker:
+                # The move was finished by someone else (an operator's assign after the
+                # seal): the placement follows the broker that holds the topic now.
+                done += int(self.executor.confirm_owned(snap, token, topic, holder))
         return done
 
     def _prune_history(self, snap: Snapshot, token: LeaderToken, batch_max: int = 64) -> int:
