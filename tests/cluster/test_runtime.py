@@ -9,6 +9,7 @@ the machine is."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -315,3 +316,30 @@ def test_dnb_move_by_hand_while_the_leader_runs(lm_cluster):
     assert [m.payload for m in messages] == [f"{topic}:{i}".encode() for i in range(len(acked))]
     assert verify_topic(topic, cluster.metadata, cluster.objects).ok
     assert_one_assignment_per_topic(cluster)
+
+
+def test_a_broker_back_within_the_grace_keeps_its_topics_and_loses_nothing(lm_cluster):
+    """Failover waits ``grace_s``: the same broker id restarting within it recovers its
+    own WAL (durable, never archived acks included) and no topic moves."""
+    from tiered.cluster.config import FailoverConfig
+
+    cluster = lm_cluster
+    config = replace(FAST_LM, failover=FailoverConfig(grace_s=3600.0, grace_unstable_s=3600.0))
+    lm = start_cluster(cluster, config=config)
+    for t in TOPICS:
+        admin.request_topic(cluster.metadata, t)
+    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
+    acked = {t: [] for t in TOPICS}
+    produce(cluster, acked, 3)  # durable only: the WAL is the only copy
+    before = placements(cluster)
+    steps = StepLog(lm)
+    cluster.kill("2")
+    # The leader saw broker 2 gone: the core asks to be woken when its grace ends.
+    wait_for(lambda: any(r.decision is not None and (r.decision.next_wakeup_at or 0) > time.time() + 1000
+                         for r in list(steps.reports)), "the leader to schedule broker 2's failover")
+    cluster.broker("2")  # same id, same WAL directory
+    wait_for(lambda: all_owned(cluster, TOPICS), "broker 2 hosting its topics again")
+    assert {t: p.broker for t, p in placements(cluster).items()} == {t: p.broker for t, p in before.items()}
+    assert not [h for h in admin.history(cluster.metadata)["history"] if h["kind"] == "failover"]
+    produce(cluster, acked, 2)
+    check_continuity(cluster, acked)
