@@ -257,8 +257,11 @@ class LeaderElection:
         while not self._stop.is_set():
             try:
                 delay_s = self.tick()
-            except StorageError as e:
-                log.warning("load manager: election step failed: %s", e)
+            except Exception as e:  # noqa: BLE001 - the election must outlive one bad step
+                if isinstance(e, StorageError):
+                    log.warning("load manager: election step failed: %s", e)
+                else:
+                    log.exception("load manager: election step failed")
                 delay_s = self.ttl_s / 3
                 with self._lock:
                     token = self._token

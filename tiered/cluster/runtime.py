@@ -530,7 +530,7 @@ class LoadManager:
                 for event in watch:
                     if self._interesting(event.key):
                         self._wake.set()
-            except StorageError as e:
+            except Exception as e:  # noqa: BLE001 - polling still covers a dead watch
                 log.info("load manager: watch of %s failed (%s); rewatching", prefix, e)
                 self._stop.wait(0.5)
 
