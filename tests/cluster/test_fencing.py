@@ -198,3 +198,37 @@ def test_load_report_rates_follow_the_topic_epoch(tmp_path):
     finally:
         host.close(unload=False)
         metadata.close()
+
+
+def test_a_write_delayed_past_the_term_never_lands(store_url):
+    """A leader's transaction stuck in a paused store member (the caller saw a timeout)
+    is applied after another leader won: its fence fails then, so nothing of the old
+    term lands, even late."""
+    from tiered.errors import OperationTimeout
+    from tiered.metadata.faults import FaultyMetadataStore
+
+    a_store = FaultyMetadataStore(open_metadata(store_url))
+    b_store = open_metadata(store_url)
+    try:
+        _seed(b_store)
+        a = LeaderElection(a_store, "A", ttl_s=5.0)
+        a.tick()
+        stale = a.current()
+        snap = read_snapshot(a_store)
+        a_store.faults.delay_write("txn")
+        with pytest.raises(OperationTimeout):
+            Executor(a_store).apply(ACTIONS[1], snap, stale)  # the Transfer, stuck
+        a.resign()  # A gives up (or its lease lapses); B wins
+        b = LeaderElection(b_store, "B", ttl_s=5.0)
+        b.tick()
+        assert b.is_leader()
+        before = b_store.current_revision()
+        [result] = a_store.faults.apply_delayed()
+        assert not result.succeeded
+        assert b_store.current_revision() == before
+        placement = records.decode(records.PlacementRecord, "k",
+                                   b_store.get(records.placement_key("/ns/owned")).value)
+        assert placement.state == "owned" and b_store.get(keys.assignment_key("x", "/ns/owned")) is not None
+    finally:
+        a_store.close()
+        b_store.close()
