@@ -93,7 +93,7 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     _check_sealed_state(snapshot, report)
     if wal_dir is not None:
         _check_local_wal(name, wal_dir, report)
-    _check_cursors(name, metadata, report)
+    _check_cursors(name, metadata, report, _sealed_end(snapshot))
     _check_orphans(name, metadata, objects, report)
     _list_lost_ranges(snapshot, report)
     return report
@@ -335,11 +335,29 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
 
 # -- 5. cursors -----------------------------------------------------------------------
 
-def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> None:
-    ends = [o for o in (report.archive_last_offset, report.wal_last_offset) if o is not None]
+def _sealed_end(snapshot: _Snapshot) -> int | None:
+    """The topic's last offset when it is sealed and nobody holds it (-1: sealed empty):
+    then nothing exists past the seal anywhere, whichever host verifies. None otherwise."""
+    if snapshot.state is None:
+        return None
+    try:
+        state = keys.SealedState.from_json(snapshot.state.key, snapshot.state.value)
+    except MalformedRecord:
+        return None  # reported by the sealed-state check
+    holder, owner_ok = _holder(snapshot, VerifyReport(str(snapshot.topic)))
+    if not (state.sealed and holder is None and owner_ok):
+        return None
+    return -1 if state.last_committed_offset is None else state.last_committed_offset
+
+
+def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport, sealed_end: int | None) -> None:
+    ends = [o for o in (report.archive_last_offset, report.wal_last_offset, sealed_end) if o is not None]
     if not ends:
-        return  # without an archive or a local WAL we cannot say where the topic ends
+        return  # without an archive, a local WAL or a seal we cannot say where the topic ends
     top = max(ends)
+    # Unsealed and no local WAL here: the owner's WAL may hold durable offsets past the
+    # archive that a cursor legitimately acknowledged, so only a known end is checked.
+    known_end = report.wal_first_offset is not None or sealed_end is not None
     for kv in metadata.range(keys.subscriptions_prefix(topic)):
         if not kv.key.endswith("/cursor"):
             continue
@@ -348,7 +366,7 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> Non
         except MalformedRecord as e:
             report.add("malformed", str(e), key=kv.key)
             continue
-        if cursor.last_acked_offset > top and report.wal_first_offset is not None:
+        if cursor.last_acked_offset > top and known_end:
             report.add("cursor_ahead", f"{kv.key} acknowledges offset {cursor.last_acked_offset} but the "
                                        f"topic ends at {top}", key=kv.key)
 

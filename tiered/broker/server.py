@@ -32,8 +32,10 @@ import asyncio
 import base64
 import binascii
 import logging
+import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -53,14 +55,26 @@ READ_WAIT_MAX_S = 30.0
 #: After the first message of a read, wait this long for more before answering.
 READ_LINGER_S = 0.02
 RETRY_AFTER_S = 1
+#: Reads (long polls) block a thread each, so they get their own bounded pool: idle
+#: pollers must never take the threads produce, ack, lookups and the seal at shutdown
+#: need. A read beyond this many at once gets 503 + Retry-After instead of a queue.
+READ_THREADS_MAX = 64
 
 
 class BrokerServer:
     """The aiohttp application around one :class:`BrokerHost`."""
 
-    def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None,
+                 read_threads_max: int = READ_THREADS_MAX) -> None:
         self.host = host
         self.registry = registry if registry is not None else REGISTRY
+        self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
+        self._read_slots = threading.BoundedSemaphore(read_threads_max)
+
+    def close(self) -> None:
+        """Stop the read pool (reads in flight end at their deadline or when their topic
+        leaves); the aiohttp runner's cleanup calls this through ``on_cleanup``."""
+        self._reads.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -72,6 +86,11 @@ class BrokerServer:
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics),
         ])
+
+        async def cleanup(_app: web.Application) -> None:
+            self.close()
+
+        app.on_cleanup.append(cleanup)
         return app
 
     # -- routing to the owner ------------------------------------------------------
@@ -122,9 +141,9 @@ class BrokerServer:
     async def read(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
         limit = min(_int(request.query.get("max", "100"), "max", 1), READ_MAX_MESSAGES)
-        wait_s = min(float(request.query.get("wait_s", "0")), READ_WAIT_MAX_S)
+        wait_s = _seconds(request.query.get("wait_s", "0"), "wait_s", READ_WAIT_MAX_S)
         if "subscription" in request.query:
-            sub = await hosted.subscribe_async(request.query["subscription"], "earliest")
+            sub = await _subscribe(hosted, request.query["subscription"])
             start = sub.cursor + 1
         else:
             start = _int(request.query.get("from", "0"), "from", 0)
@@ -134,7 +153,14 @@ class BrokerServer:
             raise _error(web.HTTPNotFound, "UnknownOffset", str(e)) from e
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
-        messages, moved = await asyncio.to_thread(_read_batch, reader, limit, wait_s)
+        if not self._read_slots.acquire(blocking=False):
+            reader.close()
+            raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
+        try:
+            messages, moved = await asyncio.get_running_loop().run_in_executor(
+                self._reads, _read_batch, reader, limit, wait_s)
+        finally:
+            self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
                                   "next": start + len(messages), "moved": moved})
 
@@ -145,7 +171,7 @@ class BrokerServer:
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise _error(web.HTTPBadRequest, "InvalidAck", "offset must be an integer")
         try:
-            sub = await hosted.subscribe_async(request.match_info["sub"], "earliest")
+            sub = await _subscribe(hosted, request.match_info["sub"])
             await asyncio.to_thread(sub.ack, offset)
             await asyncio.to_thread(sub.flush)
         except InvalidAck as e:
@@ -262,6 +288,24 @@ def _b64(value: Any, name: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, TypeError, ValueError) as e:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"{name} is not base64") from e
+
+
+async def _subscribe(hosted: HostedTopic, name: str) -> Any:
+    try:
+        return await hosted.subscribe_async(name, "earliest")
+    except ValueError as e:  # the name is not a valid key segment
+        raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
+
+
+def _seconds(raw: str, name: str, maximum: float) -> float:
+    """A finite, non-negative duration capped at ``maximum`` (``nan`` would never expire)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be finite and >= 0")
+    return min(value, maximum)
 
 
 def _int(raw: str, name: str, minimum: int) -> int:

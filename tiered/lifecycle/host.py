@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -54,7 +54,15 @@ from tiered.lifecycle.ownership import (
     acquire,
     release_ops,
 )
-from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
+from tiered.lifecycle.restore import (
+    Progress,
+    RestorePlan,
+    opened_state,
+    plan_restore,
+    progress_key,
+    sealed_state,
+    unarchived_by,
+)
 from tiered.read.subscriptions import clamp_cursors
 from wal.errors import WalLocked
 from wal.fs import LOCK_NAME, LockHeld, RealFs
@@ -161,6 +169,9 @@ class RetiredWal:
     lost_end: int | None
     epoch: int
     quarantine_path: str | None
+    #: It was the history of the owner record this load took over (not an older WAL of
+    #: this broker whose history had already been taken over and recorded).
+    current: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +192,7 @@ class HostedTopic:
     """A topic this broker owns. Thread-safe."""
 
     def __init__(self, host: "BrokerHost", token: OwnerToken, wal: Any, uploader: Any,
-                 subscriptions: Any, report: RestoreReport) -> None:
+                 subscriptions: Any, report: RestoreReport, owner_checked_generation: int = 0) -> None:
         self.host = host
         self.topic = token.topic
         self.token = token
@@ -197,9 +208,10 @@ class HostedTopic:
         self._progress_published: int | None = -1
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
         self._fenced: OwnershipLostError | None = None
-        session = host.session
-        #: The session lease generation under which the owner record was last seen ours.
-        self._owner_checked_generation = session.generation if session is not None else 0
+        #: The session lease generation under which the owner record was last seen ours:
+        #: the one current BEFORE the acquire (a lease that lapsed and was replaced while
+        #: the topic loaded must make the first ack re-read the owner record).
+        self._owner_checked_generation = owner_checked_generation
         # Compared on its revision: a delayed older tip never lands after a newer one.
         self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
 
@@ -545,6 +557,7 @@ class BrokerHost:
 
     def _load(self, topic: TopicName, force: bool, discard_local_wal: bool) -> HostedTopic:
         started = time.monotonic()
+        generation = self.session.generation if self.session is not None else 0
         token = acquire(self.metadata, topic, self.broker_id, force=force)
         opened: list[Callable[[], None]] = []
         retired: list[RetiredWal] = []
@@ -557,15 +570,14 @@ class BrokerHost:
             opened.append(lambda: wal.close())
             _step(topic, "open WAL", LoadError, lambda: self._write_owner_marker(token))
             retired_here = retired[0] if retired else None
-            _step(topic, "mark topic open", LoadError,
-                  lambda: self._mark_open(token, plan, recovered, retired_here))
-            clamped: dict[str, int] = {}
-            if not _is_sealed(plan):
-                # Unsealed load: offsets continue at wal.next_offset, and a cursor may have
-                # acknowledged offsets past it that nobody archived (a dead owner's tail,
-                # or bytes a power loss took). Those offsets are about to name new messages.
-                clamped = _step(topic, "clamp subscription cursors", LoadError,
-                                lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
+            unarchived = _step(topic, "mark topic open", LoadError,
+                               lambda: self._mark_open(token, plan, recovered, retired_here))
+            # Offsets continue at wal.next_offset. Unsealed, a cursor may have acknowledged
+            # offsets past it that nobody archived (a dead owner's tail, or bytes a power
+            # loss took); sealed, a cursor past the seal can only be a damaged record. Either
+            # way those offsets are about to name new messages the cursor would skip.
+            clamped = _step(topic, "clamp subscription cursors", LoadError,
+                            lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
             uploader = _step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
@@ -574,11 +586,11 @@ class BrokerHost:
             self._after_failed_load(token, plan, wal)
             raise
         report = RestoreReport(wal.next_offset if recovered else plan.start_offset, recovered,
-                               plan.previous_owner, 0 if recovered else plan.unarchived_at_least,
+                               plan.previous_owner, unarchived,
                                time.monotonic() - started, clamped, retired_here)
         self._report_restore(topic, report, token)
         LOAD_SECONDS.observe(report.load_s)
-        hosted = HostedTopic(self, token, wal, uploader, subs, report)
+        hosted = HostedTopic(self, token, wal, uploader, subs, report, generation)
         uploader.on_fatal = lambda error: _fence_if_ownership(hosted, error, "uploader commit refused")
         subs.on_fenced = lambda: hosted.fence("cursor write refused")
         wal.add_durable_listener(self._on_durable)
@@ -639,15 +651,18 @@ class BrokerHost:
                 if ours:
                     # Our own unsealed WAL that does not join the archive: numbering restarts
                     # at the planned offset, so whatever it holds from there on is lost here
-                    # and now (recorded exactly before the WAL moves).
-                    retired.append(self._retire_local(topic, plan.start_offset, wal_epoch))
+                    # and now (recorded exactly before the WAL moves). It is the previous
+                    # epoch's history, so its record is the takeover's record too.
+                    retired.append(replace(self._retire_local(topic, plan.start_offset, wal_epoch),
+                                           current=True))
                 else:
                     log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
                     retired.append(self._retire_local(topic))
             except LocalWalUnreadable:
                 if not discard_local_wal:
                     raise
-                retired.append(self._discard_unreadable(topic, plan, wal_epoch if ours else None))
+                retired.append(replace(self._discard_unreadable(topic, plan, wal_epoch if ours else None),
+                                       current=ours))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
@@ -737,7 +752,7 @@ class BrokerHost:
         if epoch is None:
             # A stale WAL of an earlier epoch: its loss began where the topic's numbering
             # restarted after it (the taker-over's record), not where it continues now.
-            record = self._own_lost_record(topic)
+            record = self._own_lost_record(topic, self._read_owner_marker(topic))
             if record is not None:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
@@ -829,7 +844,7 @@ class BrokerHost:
             wal.close()
         record = None
         if start is None or epoch is None:
-            record = self._own_lost_record(topic)
+            record = self._own_lost_record(topic, self._read_owner_marker(topic))
             if record is not None:
                 start, epoch = record.start_offset, record.epoch
             else:
@@ -860,10 +875,17 @@ class BrokerHost:
         self.retired.append(retired)
         return retired
 
-    def _own_lost_record(self, topic: TopicName) -> keys.LostRange | None:
-        """The newest failover away from this broker: it says where numbering restarted."""
+    def _own_lost_record(self, topic: TopicName, wal_epoch: int | None = None) -> keys.LostRange | None:
+        """The failover away from this broker that ended the history of the WAL opened at
+        ``wal_epoch`` (its ``.owner`` marker): the first takeover record naming this broker
+        at or after that epoch (failed loads of our own bump the epoch without a new WAL,
+        so the taker-over's record may name a later one). A record of an earlier epoch
+        belongs to an older WAL of this broker and says nothing about this one. Without a
+        marker (a WAL from before markers existed): the newest record."""
         mine = [r for r in keys.read_lost_ranges(self.metadata, topic) if r.broker_id == self.broker_id]
-        return max(mine, key=lambda r: r.epoch, default=None)
+        if wal_epoch is None:
+            return max(mine, key=lambda r: r.epoch, default=None)
+        return min((r for r in mine if r.epoch >= wal_epoch), key=lambda r: r.epoch, default=None)
 
     def _first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
@@ -901,7 +923,14 @@ class BrokerHost:
         fs.makedirs(qpath)
         for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
             fs.fsync_dir(directory)
-        for name in fs.listdir(path):
+        names = fs.listdir(path)
+        # A quarantined WAL may be the only copy of lost messages: never overwrite one. (A
+        # retry after a partial move finds only the files not moved yet still here.)
+        clashes = [n for n in names if fs.exists(os.path.join(qpath, n))]
+        if clashes:
+            raise StorageError(f"quarantine {qpath} already holds {', '.join(sorted(clashes))} from another "
+                               f"WAL; {path} is kept in place")
+        for name in names:
             fs.rename(os.path.join(path, name), os.path.join(qpath, name))
         fs.fsync_dir(qpath)
         fs.fsync_dir(path)
@@ -918,27 +947,51 @@ class BrokerHost:
         self.fs.fsync_dir(os.path.dirname(path))
 
     def _mark_open(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
-                   retired: RetiredWal | None) -> None:
+                   retired: RetiredWal | None) -> int:
+        """Write the open state and the LostRange of every history this load continues
+        after without its WAL; returns how many offsets those records know were lost."""
         ops: list[Any] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json())]
-        previous = token.previous
-        failover = (not recovered and not _is_sealed(plan) and previous is not None
-                    and previous.holder is not None)
-        # Our own WAL retired in this load already wrote the record for its epoch (which may
-        # be older than the previous owner record's, after failed loads of our own).
-        ours_retired = retired is not None and (retired.epoch == previous.epoch  # type: ignore[union-attr]
-                                                or previous.holder == token.broker_id)  # type: ignore[union-attr]
-        if failover and not ours_retired:
+        unarchived = 0
+        for broker_id, epoch in self._unrecorded_histories(token, plan, recovered, retired):
             # The takeover's own account, in the same fenced txn as the open marker: where
-            # numbering restarts and how much the dead owner is known to have lost (its
-            # last published tip). Its WAL, if it comes back, makes it exact.
-            start, at_least = plan.start_offset, plan.unarchived_at_least
+            # numbering restarts and how much that owner is known to have lost (its last
+            # published tip). Its WAL, if it comes back, makes the record exact.
+            start = plan.start_offset
+            at_least = unarchived_by(plan.progress, broker_id, epoch, start)
+            unarchived += at_least
             record = keys.LostRange(start, start + at_least - 1 if at_least > 0 else None,
-                                    previous.broker_id, previous.epoch, False, None,  # type: ignore[union-attr]
-                                    token.broker_id, time.time())
-            ops.append(Put(keys.lost_key(token.topic, start, record.epoch), record.to_json()))
+                                    broker_id, epoch, False, None, token.broker_id, time.time())
+            ops.append(Put(keys.lost_key(token.topic, start, epoch), record.to_json()))
         result = self.metadata.txn(token.fencing, ops)
         if not result.succeeded:
             raise OwnershipLostError(token.topic, "mark topic open")
+        return unarchived
+
+    def _unrecorded_histories(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
+                              retired: RetiredWal | None) -> list[tuple[str, int]]:
+        """The unsealed histories this load continues after without having their WAL,
+        that no LostRange accounts for yet.
+
+        * Every history the owner record says we inherited (taken from another holder by
+          this acquire, or by an earlier attempt of ours that failed before recording it:
+          :func:`tiered.lifecycle.ownership.inherited_histories`).
+        * Our own previous epoch, when this load neither recovered its WAL nor retired it
+          here as that epoch's history: it ran elsewhere (another data dir of this broker
+          id) or left nothing on this disk. A stale WAL of ours retired here is an OLDER
+          history, already recorded by whoever took it over."""
+        previous = token.previous
+        held = OwnerRecord.decode(token.key, token.held_bytes)
+        wanted = list(held.inherits)
+        if (not recovered and not _is_sealed(plan) and previous is not None
+                and previous.holder == token.broker_id
+                and not (retired is not None and (retired.epoch == previous.epoch or retired.current))):
+            wanted.append((previous.broker_id, previous.epoch))
+        if not wanted:
+            return []
+        recorded = {(r.broker_id, r.epoch) for r in keys.read_lost_ranges(self.metadata, token.topic)}
+        if retired is not None and retired.current and previous is not None:
+            recorded.add((token.broker_id, previous.epoch))  # its retire wrote the exact record
+        return [pair for pair in dict.fromkeys(wanted) if pair not in recorded]
 
     def _start_uploader(self, token: OwnerToken, wal: Any, plan: RestorePlan) -> Any:
         from uploader import Uploader
