@@ -155,3 +155,22 @@ def test_follower_takes_over_when_leader_resigns(store_url, margin_s):
         b.stop()
         for s in stores:
             s.close()
+
+
+def test_session_health_follows_refreshes(tmp_path):
+    """A failing refresh marks the session unhealthy (failovers suspended by the core);
+    the next good one starts a new stable period."""
+    clock = FakeClock()
+    walls = iter(range(5000, 6000))
+    store = FaultyMetadataStore(open_metadata(f"sqlite:///{tmp_path}/m.db"))
+    e = LeaderElection(store, "A", ttl_s=10.0, margin_s=3.0, clock=clock, wall_clock=lambda: float(next(walls)))
+    e.tick()
+    assert e.healthy_since == 5000.0
+    store.faults.fail("refresh_lease", error=StorageUnavailable, times=1)
+    clock.now += 1.0
+    e.tick()
+    assert e.is_leader() and e.healthy_since is None
+    clock.now += 1.0
+    e.tick()
+    assert e.healthy_since is not None and e.healthy_since > 5000.0
+    store.close()

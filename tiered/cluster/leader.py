@@ -117,6 +117,9 @@ class LeaderElection:
         self._thread: threading.Thread | None = None
         self._watch = None
         self.refresh_failures = 0
+        #: Wall time since when every refresh has worked (None while one is failing): the
+        #: failover grace is longer until the session has been stable for a while.
+        self.healthy_since: float | None = None
         #: (monotonic time, reason) of every step-down, for logs and tests.
         self.step_downs: list[tuple[float, str]] = []
 
@@ -171,6 +174,7 @@ class LeaderElection:
             self._token = token
             self._valid_until = sent + self.ttl_s
         self.refresh_failures = 0
+        self.healthy_since = record.elected_at
         log.info("load manager: %s is leader (term %d)", self.candidate_id, token.term)
         self._notify(token)
 
@@ -183,6 +187,7 @@ class LeaderElection:
             return
         except StorageError as e:
             self.refresh_failures += 1
+            self.healthy_since = None
             log.warning("load manager: leader lease refresh failed (%d in a row, %.1fs certain): %s",
                         self.refresh_failures, self.remaining_s(), e)
         else:
@@ -190,6 +195,8 @@ class LeaderElection:
                 if self._token is token:
                     self._valid_until = sent + self.ttl_s
             self.refresh_failures = 0
+            if self.healthy_since is None:
+                self.healthy_since = self.wall_clock()
         if self.clock() >= self._valid_until - self.margin_s:
             self._step_down(token, "cannot refresh the leader lease in time")
 

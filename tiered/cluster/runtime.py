@@ -384,7 +384,10 @@ class LoadManager:
             config = self.config
             if snap.overrides.paused:
                 config = config.with_rebalancing(paused=True)
-            health = LeaderHealth(True, token.elected_at)
+            # A refresh failing now suspends failovers (the core's rule); one that failed
+            # recently lengthens their grace until the session is stable again.
+            since = self.election.healthy_since
+            health = LeaderHealth(since is not None, since)
             view = self._views.build(snap, now, health)
             started = time.monotonic()
             decision = decide(view, config, self._state, now)
