@@ -343,3 +343,32 @@ def test_a_broker_back_within_the_grace_keeps_its_topics_and_loses_nothing(lm_cl
     assert not [h for h in admin.history(cluster.metadata)["history"] if h["kind"] == "failover"]
     produce(cluster, acked, 2)
     check_continuity(cluster, acked)
+
+
+def test_a_source_restarting_mid_release_rolls_the_move_back(lm_cluster):
+    """The source crashes after the leader unassigned the topic but before its watcher
+    saw it, and restarts: the new incarnation never learns it should seal, so the move
+    can neither complete nor fail over. The leader rolls it back: the source reloads
+    its own WAL (every durable ack kept) and the topic is owned there again."""
+    cluster = lm_cluster
+    start_cluster(cluster)
+    topic = TOPICS[0]
+    admin.request_topic(cluster.metadata, topic, to_broker="1")
+    wait_for(lambda: all_owned(cluster, [topic], {"1"}), "placed on 1")
+    acked = [host_of(cluster, topic).produce(f"{topic}:{i}".encode()) for i in range(4)]  # durable only
+    cluster.watchers.pop("1").stop()  # broker 1 stops reacting: it will "crash" before it sees the DELETE
+    admin.request_move(cluster.metadata, topic, "2")
+    wait_for(lambda: placements(cluster)[topic].state == "releasing", "the transfer started")
+    cluster.hosts.pop("1").close(unload=False)  # the crash: unsealed, WAL on disk, registration gone
+    cluster.reporters.pop("1")
+    cluster.broker("1")  # the restart: a new registration, nothing assigned to it
+    wait_for(lambda: all_owned(cluster, [topic], {"1"}), "the move rolled back onto the restarted source")
+    for i in range(4, 6):
+        acked.append(host_of(cluster, topic).produce(f"{topic}:{i}".encode()))
+    messages = read_all(host_of(cluster, topic), 0, len(acked) - 1)
+    assert [m.offset for m in messages] == acked == list(range(6))
+    assert [m.payload for m in messages] == [f"{topic}:{i}".encode() for i in range(6)]
+    [h] = admin.history(cluster.metadata)["history"]
+    assert h["completed_at"] is not None and "rolled back" in h["reason"] and h["to_broker"] == "1"
+    assert verify_topic(topic, cluster.metadata, cluster.objects).ok
+    assert_one_assignment_per_topic(cluster)

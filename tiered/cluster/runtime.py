@@ -71,6 +71,7 @@ from tiered.metadata.base import (
     Op,
     Put,
     absent,
+    create_revision_is,
     mod_revision_is,
 )
 
@@ -282,6 +283,31 @@ class Executor:
         ops = [self._placement(snap, topic, token, state=state, broker=broker, reason="adopted")]
         return self.txn(token, compares, ops)
 
+    def roll_back(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
+        """``releasing`` → ``assigning`` back to the source (see ``_observe``), fenced on
+        the source's registration being the restarted incarnation we saw and still
+        holding the topic."""
+        held, _ = snap.placements[topic]
+        source = held.broker
+        _, owner_rev = snap.owner(topic)
+        reg = snap.registered[source]
+        log.warning("load manager: %s restarted while releasing %s; rolling the move back", source, topic)
+        ops: list[Op] = [
+            Put(records.placement_key(topic), records.encode(replace(
+                held, state="assigning", target=None, move_id=None, kind=None, history_key=None, attempts=0,
+                reason="rolled back", updated_at=self.clock(), term=token.term))),
+            Put(keys.assignment_key(source, topic), _assign_value("rolled back", self.clock())),
+            *self._marker_ops(snap, topic)]
+        if held.history_key is not None and held.history_key in snap.history:
+            h = snap.history[held.history_key]
+            ops.append(Put(held.history_key, records.encode(replace(
+                h, to_broker=source, reason=f"{h.reason}; rolled back: the source restarted",
+                completed_at=self.clock()))))
+        compares = [*self._placement_guard(snap, topic), mod_revision_is(owner_key(topic), owner_rev),
+                    create_revision_is(registered_key(source), reg.create_revision),
+                    absent(keys.assignment_key(source, topic))]
+        return self.txn(token, compares, ops)
+
     def readopt(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
         """An ``owned`` placement whose broker lost its assignment while an operator
         assigned the topic to another broker (``dnb move`` racing the leader): the
@@ -438,6 +464,13 @@ class LoadManager:
                 continue
             owner, _ = snap.owner(topic)
             holder = owner.holder if owner is not None else None
+            if p.state == "releasing" and holder == p.broker and holder in snap.registered and not assigned \
+                    and snap.registered[holder].create_revision > snap.placements[topic][1]:
+                # The source restarted after the move began: its new incarnation never saw
+                # the unassignment, so it will never seal. Roll the move back (it reloads
+                # its own WAL, losing nothing); the rules may move the topic again later.
+                done += int(self.executor.roll_back(snap, token, topic))
+                continue
             if holder is None or holder not in snap.registered or set(assigned) != {holder}:
                 continue
             if p.state == "assigning" and holder == p.broker:
