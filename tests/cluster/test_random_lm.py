@@ -95,7 +95,13 @@ def run_scenario(cluster: InProcessCluster, seed: int, config) -> None:
             try:
                 wait_for(rebalancer_had_its_turn, f"a rebalancing check after {what} (seed {seed})")
             except AssertionError as e:
-                raise AssertionError(f"{e}; last checks: {[(m.node_id, m.election.is_leader(), m.last and m.last.decision and (m.last.decision.skipped, m.last.decision.alarms)) for m in managers]}, placements {placements(cluster)}") from None
+                snap = read_snapshot(cluster.metadata, owners_for="all")
+                raise AssertionError(
+                    f"{e}; last checks: {[(m.node_id, m.election.is_leader(), m.last and m.last.decision and (m.last.decision.skipped, m.last.decision.alarms)) for m in managers]}, "
+                    f"placements {snap.placements}; owners {snap.owners}; registered "
+                    f"{ {b: kv.create_revision for b, kv in snap.registered.items()} }; assignments {snap.assignments}; "
+                    f"hosted { {b: [(str(x.topic), x.state) for x in h.topics()] for b, h in cluster.hosts.items()} }; "
+                    f"watcher errors { {b: w.errors for b, w in cluster.watchers.items()} }") from None
         try:
             wait_for(lambda: all_owned(cluster, topics, active()), f"{what} (seed {seed}, steps {log})")
         except AssertionError as e:

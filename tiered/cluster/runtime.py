@@ -356,6 +356,18 @@ class Executor:
         return self.txn(token, compares, ops)
 
 
+def _forgot(snap: Snapshot, topic: str, p: records.PlacementRecord) -> bool:
+    """Whether the source of a release can no longer be sealing ``topic``: it registered
+    again after the move began, or its load report written after the move began does
+    not list the topic (a broker lists every topic it hosts, sealing ones included)."""
+    source = p.broker
+    if snap.registered[source].create_revision > snap.placements[topic][1]:
+        return True
+    report = snap.reports.get(source)
+    return report is not None and report.ts > p.updated_at and \
+        topic not in {t.topic for t in report.topic_reports()}
+
+
 class LoadManager:
     """The runtime loop around :func:`~tiered.cluster.decide` (see the module docstring)."""
 
@@ -465,10 +477,10 @@ class LoadManager:
             owner, _ = snap.owner(topic)
             holder = owner.holder if owner is not None else None
             if p.state == "releasing" and holder == p.broker and holder in snap.registered and not assigned \
-                    and snap.registered[holder].create_revision > snap.placements[topic][1]:
-                # The source restarted after the move began: its new incarnation never saw
-                # the unassignment, so it will never seal. Roll the move back (it reloads
-                # its own WAL, losing nothing); the rules may move the topic again later.
+                    and _forgot(snap, topic, p):
+                # The source restarted around the move's start: its new incarnation never
+                # saw the unassignment, so it will never seal. Roll the move back (it
+                # reloads its own WAL, losing nothing); the rules may move it again later.
                 done += int(self.executor.roll_back(snap, token, topic))
                 continue
             if holder is None or holder not in snap.registered or set(assigned) != {holder}:
