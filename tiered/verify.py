@@ -303,7 +303,7 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     """Read segment files read-only (never open the WAL: that would repair its tail)."""
     import native
-    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX
+    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, SEGMENT_VERSION_ROUNDS, segment_version
 
     names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
     first = last = None
@@ -321,16 +321,34 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
         expected = base if last is None else last + 1
         if base != expected:
             report.add("wal_gap", f"{path} starts at {base}, expected {expected}", path=path)
-        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False)
+        rounds = segment_version(data) >= SEGMENT_VERSION_ROUNDS
+        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False, rounds=rounds)
         if scan.error is not None:
             try:  # recovery's own rule: a torn tail of the last segment is what it repairs
-                check_torn_tail(data, path, scan.error, index == len(names) - 1)
+                check_torn_tail(data, path, scan.error, index == len(names) - 1, rounds,
+                                scan.last_offset + 1 if scan.count else base)
             except CorruptLog as e:
                 report.add("wal_corrupt", f"{path}: {e}", path=path, position=scan.error.position)
         if scan.count:
             first = scan.first_offset if first is None else first
             last = scan.last_offset
+    _check_wal_checkpoint(directory, last, report)
     return first, last
+
+
+def _check_wal_checkpoint(directory: str, last: int | None, report: VerifyReport) -> None:
+    """Recovery's checkpoint rule: a log that ends (after its tail rule) below the next offset
+    the checkpoint recorded as durable lost synced data, and recovery refuses it."""
+    from wal.checkpoint import read_checkpoint
+    from wal.fs import RealFs
+
+    checkpoint = read_checkpoint(RealFs(), directory)
+    if checkpoint is None or last is None:
+        return
+    durable_next = int(checkpoint.get("next_offset", 0))
+    if last + 1 < durable_next:
+        report.add("wal_corrupt", f"{directory}: the log ends at offset {last}, but its checkpoint "
+                                  f"recorded offsets up to {durable_next - 1} as durable", path=directory)
 
 
 # -- 5. cursors -----------------------------------------------------------------------
@@ -384,9 +402,11 @@ def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: Verify
     for orphan in orphans:
         report.orphans.append(orphan.key)
         if orphan.collectable:
+            # Garbage, not damage: no descriptor names it, so no reader serves it (a crash
+            # between an upload's PUT and its commit leaves one). `dnb gc` deletes it.
             report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "
-                                 "by no descriptor and lies inside the archived range: garbage to collect",
-                       key=orphan.key)
+                                 "by no descriptor and lies inside the archived range: garbage, `dnb gc` "
+                                 "collects it", severity="warning", key=orphan.key)
         else:
             # Past the chain's end it may be an upload between its PUT and its commit (or
             # one the next pass adopts): listed, but not an error of the archive.

@@ -77,3 +77,31 @@ def test_reads_beyond_the_pool_are_refused_not_queued(local_cluster: Cluster) ->
 
     server = BrokerServer(a, read_threads_max=1)
     assert _run(server, scenario) == (503, "1", 200)
+
+
+def test_an_oversized_message_is_a_413_with_a_json_error_and_appends_nothing(local_cluster: Cluster) -> None:
+    from wal.config import WalConfig
+
+    a = local_cluster.broker("A", wal_config=WalConfig(max_message_bytes=1024))
+    hosted = a.load(TOPIC)
+
+    async def scenario(client):
+        response = await client.post(PATH, json={"messages": [{"payload": "small"}, {"payload": "x" * 4096}]})
+        return response.status, (await response.json())["error"]["type"]
+
+    assert _run(BrokerServer(a), scenario) == (413, "MessageTooLarge")
+    assert hosted.next_offset == 0
+
+
+def test_a_fenced_topic_redirects_to_its_new_owner(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    b = local_cluster.broker("B", advertised_address="http://new-owner.example:8080")
+    hosted = a.load(TOPIC)
+    b.load(TOPIC, force=True)
+    hosted.fence("test: a newer owner exists")
+
+    async def scenario(client):
+        response = await client.get(PATH, params={"from": "0"}, allow_redirects=False)
+        return response.status, response.headers.get("Location")
+
+    assert _run(BrokerServer(a), scenario) == (307, f"http://new-owner.example:8080{PATH}?from=0")

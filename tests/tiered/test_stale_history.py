@@ -211,11 +211,117 @@ def test_a_quarantine_never_overwrites_what_an_earlier_quarantine_holds(local_cl
     a.abandon(TOPIC)
     qpath = os.path.join(local_cluster.wal_root("A"), ".quarantine", "default", "reliable_topic", "leaf")
     os.makedirs(qpath)
-    with open(os.path.join(qpath, "wal.ckpt"), "wb") as f:
-        f.write(b"an earlier WAL's checkpoint")
+    segment = next(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
+    with open(os.path.join(qpath, segment), "wb") as f:
+        f.write(b"an earlier WAL's segment")
     before = sorted(os.listdir(wal_dir))
     with pytest.raises(StorageError, match="already holds"):
         a._quarantine(T, wal_dir, "leaf")
     assert sorted(os.listdir(wal_dir)) == before
-    with open(os.path.join(qpath, "wal.ckpt"), "rb") as f:
-        assert f.read() == b"an earlier WAL's checkpoint"
+    with open(os.path.join(qpath, segment), "rb") as f:
+        assert f.read() == b"an earlier WAL's segment"
+
+
+def test_a_crash_at_any_point_of_a_quarantine_never_shrinks_the_exact_lost_range(tmp_path) -> None:
+    """Killed after each file move of the quarantine, then restarted: the record still
+    says exactly 5-39, and the quarantine ends up holding the whole WAL."""
+    from dataclasses import replace as with_
+
+    from tiered.lifecycle.config import BrokerConfig
+    from tiered.metadata import open_metadata
+    from tiered.objects import open_objects
+    from wal.config import WalConfig
+    from wal.fs import RealFs
+
+    class Crash(BaseException):
+        pass
+
+    k = 0
+    while True:
+        root = tmp_path / f"k{k}"
+        os.makedirs(root / "objects")
+        md, objs = open_metadata(f"sqlite:///{root}/md.db"), open_objects(f"file://{root}/objects")
+        cfg = BrokerConfig(session_ttl_s=1.0, wal_config=WalConfig(segment_bytes_max=300))
+        a = BrokerHost("A", str(root / "a"), md, objs, cfg)
+        hosted = a.load(TOPIC)
+        produce_range(hosted, 0, 4, ack="archived")
+        produce_range(hosted, 5, 39)
+        _die(a)
+        b = BrokerHost("B", str(root / "b"), md, objs, cfg)
+        produce_range(b.load(TOPIC), 5, 6, ack="archived")
+        b.close()
+
+        class CrashFs(RealFs):
+            moves = 0
+
+            def rename(self, src: str, dst: str) -> None:
+                if ".quarantine" in dst:
+                    if CrashFs.moves == k:
+                        raise Crash(f"killed before move {k}")
+                    CrashFs.moves += 1
+                super().rename(src, dst)
+
+        crashed = True
+        try:
+            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=CrashFs()).close(unload=False)
+            crashed = False  # k is past the last move: the quarantine completed
+        except Crash:
+            pass
+        back = BrokerHost("A", str(root / "a"), md, objs, with_(cfg))
+        back.close(unload=False)
+        [record] = [r for r in keys.read_lost_ranges(md, T) if r.broker_id == "A"]
+        assert (record.start_offset, record.end_offset, record.exact) == (5, 39, True), f"crash before move {k}"
+        left = root / "a" / "default" / "reliable_topic"
+        # Everything but bookkeeping moved (a crash before the .owner marker's move leaves
+        # only that marker, which the next load of the topic here overwrites).
+        assert not os.path.exists(left) or all(n.startswith(".") for n in os.listdir(left))
+        seg_files = [n for n in os.listdir(record.quarantine_path) if n.endswith(".seg")]
+        assert len(seg_files) >= 2, seg_files
+        md.close()
+        if not crashed:
+            break
+        k += 1
+
+
+def test_a_host_started_with_another_broker_id_on_a_wal_root_is_refused(local_cluster: Cluster) -> None:
+    import pytest
+
+    from tiered.lifecycle.host import WalRootOwnedByAnotherBroker
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4)  # durable on A only
+    _die(a)
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    before = sorted(os.listdir(wal_dir))
+    with pytest.raises(WalRootOwnedByAnotherBroker):
+        _host(local_cluster, "B", local_cluster.wal_root("A"))  # the wrong --broker-id
+    assert sorted(os.listdir(wal_dir)) == before, "nothing of A's may be retired under another id"
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    again = local_cluster.broker("A")
+    assert again.load(TOPIC).next_offset == 5
+
+
+def test_a_damaged_owner_marker_does_not_make_a_broker_retire_its_own_wal(local_cluster: Cluster) -> None:
+    import json
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    produce_range(a.topic(TOPIC), 5, 6)
+    _die(a)
+    b = local_cluster.broker("B")
+    produce_range(b.load(TOPIC), 5, 9, ack="archived")  # takeover: A's epoch-1 tail recorded lost
+    b.unload(TOPIC)
+    a = local_cluster.broker("A")  # retires its epoch-1 WAL
+    produce_range(a.load(TOPIC), 10, 14)  # durable on A only, a new WAL
+    _die(a)
+    marker = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic", ".owner")
+    with open(marker) as f:
+        body = json.load(f)
+    body["epoch"] = 1  # one digit changed at rest: now it names the epoch that was taken over
+    with open(marker, "w") as f:
+        json.dump(body, f)
+    before = _lost(local_cluster)
+    hosted = local_cluster.broker("A").load(TOPIC)
+    assert hosted.report.recovered_local_wal and hosted.next_offset == 15
+    assert _lost(local_cluster) == before
+    assert [m.payload for m in read_all(hosted, 10, 14)] == [payload_for(i) for i in range(10, 15)]

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+from crc32c import crc32c
 from prometheus_client import Counter, Gauge, Histogram
 
 from tiered.lifecycle.config import BrokerConfig
@@ -75,6 +76,8 @@ Ack = Literal["durable", "archived"]
 QUARANTINE_DIR = ".quarantine"
 #: In a local WAL directory: which of this broker's epochs last opened the WAL.
 OWNER_MARKER = ".owner"
+#: In a WAL root: the broker id that first used it.
+ROOT_IDENTITY = ".broker"
 T = TypeVar("T")
 
 UNARCHIVED_ON_FAILOVER = Gauge(
@@ -123,6 +126,20 @@ class LocalWalUnreadable(LoadError):
                          "it is kept as it is and the topic stays owned by this broker. Repair it, or "
                          "discard it explicitly (dnb restore --discard-local-wal), which records the lost range")
         self.path = path
+
+
+class WalRootOwnedByAnotherBroker(Exception):
+    """The WAL root was first used by another broker id (``<root>/.broker``). Retiring its
+    WALs as stale under this id would throw that broker's unarchived history away, so
+    the host refuses to start (Kafka refuses a ``broker.id`` that differs from its log
+    directory's ``meta.properties`` for the same reason)."""
+
+    def __init__(self, wal_root: str, found: str, broker_id: str) -> None:
+        super().__init__(f"WAL root {wal_root} belongs to broker {found!r}, not {broker_id!r}: refused (a "
+                         f"host started with the wrong --broker-id would retire that broker's WALs as stale)")
+        self.wal_root = wal_root
+        self.found = found
+        self.broker_id = broker_id
 
 
 class UnloadError(LifecycleError):
@@ -227,17 +244,23 @@ class HostedTopic:
 
     def produce_many(self, payloads: "Iterable[bytes]", key: bytes | None = None, *, ack: Ack = "durable",
                      timeout_s: float | None = None) -> tuple[int | None, int | None]:
-        """Append every payload, then wait once for ``ack`` of the last one (the WAL is
-        in order, so that covers them all; one fsync can cover the whole batch).
-        Returns (first offset, last offset), (None, None) for no payload. A failure
-        after some appends acknowledges none of them."""
+        """Append every payload as ONE batch, then wait once for ``ack`` of the last one
+        (the WAL is in order, so that covers them all; one fsync can cover the batch).
+        Returns (first offset, last offset), (None, None) for no payload.
+
+        The batch is all or nothing and its offsets are contiguous: no other producer's
+        message lands between them (however long backpressure blocks), and a bad or
+        oversized message appends none of the batch, so a retry cannot duplicate part
+        of it."""
         _check_ack(ack)
-        first = last = None
-        for payload in payloads:
-            last = self._append(payload, key, None, None)
-            first = last if first is None else first
-        if last is not None:
-            self._wait_ack(last, ack, self._timeout(timeout_s))
+        batch = list(payloads) if key is None else [(payload, key) for payload in payloads]
+        if not batch:
+            return None, None
+        with self._append_lock:
+            self._check_appendable()
+            first = self.wal.append_batch(batch)
+        last = first + len(batch) - 1
+        self._wait_ack(last, ack, self._timeout(timeout_s))
         return first, last
 
     async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
@@ -265,11 +288,14 @@ class HostedTopic:
         # The lock makes "refuse appends" a clean cut: once unload set the state no
         # append is in flight, so the flush that follows covers every offset handed out.
         with self._append_lock:
-            if self._fenced is not None:
-                raise self._fenced
-            if self.state is not TopicState.OPEN:
-                raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
+            self._check_appendable()
             return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+
+    def _check_appendable(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+        if self.state is not TopicState.OPEN:
+            raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
 
     def _wait_ack(self, offset: int, ack: Ack, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -477,6 +503,11 @@ class BrokerHost:
             self._root_lock = self.fs.lock(os.path.join(self.wal_root, LOCK_NAME))
         except LockHeld as e:
             raise WalLocked(self.wal_root, "another broker host uses this WAL root") from e
+        try:
+            self._claim_root()
+        except BaseException:
+            self._root_lock.release()
+            raise
         #: Stale WALs retired by this host (deleted or quarantined), oldest first.
         self.retired: list[RetiredWal] = []
         self._topics: dict[TopicName, HostedTopic] = {}
@@ -504,6 +535,30 @@ class BrokerHost:
                 self.session.stop(revoke=True)
             self._root_lock.release()
             raise
+
+    def _claim_root(self) -> None:
+        """Write ``<root>/.broker`` (this broker id) on first use; refuse another id."""
+        path = os.path.join(self.wal_root, ROOT_IDENTITY)
+        if self.fs.exists(path):
+            found = _decode_marker(self.fs.read_all(path))
+            found_id = found.get("broker_id") if found is not None else None
+            if found_id == self.broker_id:
+                return
+            raise WalRootOwnedByAnotherBroker(self.wal_root, str(found_id if found_id else "<unreadable>"),
+                                              self.broker_id)
+        self._write_marker(path, {"broker_id": self.broker_id})
+
+    def _write_marker(self, path: str, body: dict) -> None:
+        """Durably write a small checksummed JSON marker (temp, fsync, rename, fsync dir)."""
+        temp = path + ".tmp"
+        handle = self.fs.open_append(temp)
+        try:
+            handle.write([_encode_marker(body)])
+            handle.sync()
+        finally:
+            handle.close()
+        self.fs.rename(temp, path)
+        self.fs.fsync_dir(os.path.dirname(path))
 
     # -- lookup ------------------------------------------------------------------
     def topic(self, name: TopicName | str) -> HostedTopic:
@@ -697,24 +752,18 @@ class BrokerHost:
         try:
             if not self.fs.exists(path):
                 return None
-            body = json.loads(self.fs.read_all(path))
-            epoch = body["epoch"] if body.get("broker_id") == self.broker_id else None
-            return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-        except (OSError, ValueError, KeyError, AttributeError):
-            return None  # unknown: the owner record decides, as before markers existed
+            body = _decode_marker(self.fs.read_all(path))
+        except OSError:
+            return None
+        if body is None:
+            return None  # damaged (checksum): unknown, the owner record decides, as before markers
+        epoch = body.get("epoch") if body.get("broker_id") == self.broker_id else None
+        return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
     def _write_owner_marker(self, token: OwnerToken) -> None:
         """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename)."""
-        path = self._owner_marker_path(token.topic)
-        temp = path + ".tmp"
-        handle = self.fs.open_append(temp)
-        try:
-            handle.write([json.dumps({"broker_id": self.broker_id, "epoch": token.epoch}).encode()])
-            handle.sync()
-        finally:
-            handle.close()
-        self.fs.rename(temp, path)
-        self.fs.fsync_dir(os.path.dirname(path))
+        self._write_marker(self._owner_marker_path(token.topic),
+                           {"broker_id": self.broker_id, "epoch": token.epoch})
 
     def _open_local(self, topic: TopicName) -> Any:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
@@ -908,6 +957,15 @@ class BrokerHost:
 
         key = keys.lost_key(topic, start, epoch)
         kv = self.metadata.get(key)
+        if kv is not None:
+            earlier = keys.LostRange.from_json(kv.key, kv.value)
+            if earlier.exact and earlier.quarantine_path:
+                # A retry after a quarantine that moved part of the WAL: what is left here
+                # is a prefix, so its tip says less than the first attempt knew. The exact
+                # record only grows, and keeps the directory the first part went to.
+                if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
+                    end = earlier.end_offset
+                qpath = earlier.quarantine_path
         record = keys.LostRange(start, end, self.broker_id, epoch, True, qpath, self.broker_id, time.time())
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
@@ -923,15 +981,28 @@ class BrokerHost:
         fs.makedirs(qpath)
         for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
             fs.fsync_dir(directory)
-        names = fs.listdir(path)
+        # The checkpoint first, then segments oldest first, the .owner marker last
+        # (whatever order the directory lists): a crash in between leaves here a suffix of
+        # the WAL without a checkpoint, which opens with the same tip and is moved on by the
+        # retry; never a prefix that would look like a shorter history. The lock file is
+        # not data (removed below).
+        names = sorted((n for n in fs.listdir(path) if n != LOCK_NAME),
+                       key=lambda n: (n != "wal.ckpt", n.startswith("."), n))
         # A quarantined WAL may be the only copy of lost messages: never overwrite one. (A
         # retry after a partial move finds only the files not moved yet still here.)
+        if "wal.ckpt" in names and fs.exists(os.path.join(qpath, "wal.ckpt")):
+            # A retry: the checkpoint moved first describes the whole WAL; the one here was
+            # rewritten when the retry opened the rest (derived data, dropped).
+            names.remove("wal.ckpt")
+            fs.remove(os.path.join(path, "wal.ckpt"))
         clashes = [n for n in names if fs.exists(os.path.join(qpath, n))]
         if clashes:
             raise StorageError(f"quarantine {qpath} already holds {', '.join(sorted(clashes))} from another "
                                f"WAL; {path} is kept in place")
         for name in names:
             fs.rename(os.path.join(path, name), os.path.join(qpath, name))
+        if fs.exists(os.path.join(path, LOCK_NAME)):
+            fs.remove(os.path.join(path, LOCK_NAME))
         fs.fsync_dir(qpath)
         fs.fsync_dir(path)
         fs.rmdir(path)
@@ -1241,6 +1312,23 @@ class BrokerHost:
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+def _encode_marker(body: dict) -> bytes:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return json.dumps({**body, "crc32c": crc32c(text.encode())}, sort_keys=True).encode()
+
+
+def _decode_marker(raw: bytes) -> dict | None:
+    """The marker's fields, or None when it does not parse or its checksum is wrong (a
+    flipped digit in an epoch must not decide which history a WAL is)."""
+    try:
+        body = json.loads(raw)
+        crc = body.pop("crc32c")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return None
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return body if crc == crc32c(text.encode()) else None
 
 
 def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:
