@@ -270,8 +270,13 @@ def test_reconcile_repairs_a_deleted_assignment_and_adopts_a_hand_made_one(lm_cl
     hosted = cluster.hosts["2"].topic(topic)
     acked[topic] = [hosted.produce(f"{topic}:{i}".encode()) for i in range(3)]
     cluster.metadata.delete(mkeys.assignment_key("2", topic))
-    wait_for(lambda: all_owned(cluster, [topic], {"2"}) and host_of(cluster, topic) is not hosted,
-             "the assignment restored and the topic reloaded on 2")
+    def reloaded() -> bool:
+        try:
+            return all_owned(cluster, [topic], {"2"}) and host_of(cluster, topic) is not hosted
+        except KeyError:  # TopicNotHosted: between its unload and its reload
+            return False
+
+    wait_for(reloaded, "the assignment restored and the topic reloaded on 2")
     acked[topic] += [host_of(cluster, topic).produce(f"{topic}:{i}".encode()) for i in range(3, 5)]
     other = TOPICS[1]
     assign(cluster.metadata, other, "3")  # by hand, no marker, no placement
