@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, replace
+from typing import Any
 
 from aiohttp import web
 
@@ -36,6 +37,12 @@ class BrokerProcessConfig:
     #: The URL clients use to reach this broker (written into its registration).
     advertised_address: str | None = None
     shutdown_timeout_s: float = 120.0
+    #: Write this broker's load report (``/cluster/load/<id>``) this often; None: never.
+    load_report_interval_s: float | None = 30.0
+    #: Run a load-manager candidate in this process (a ``LoadManagerConfig``; None: not).
+    load_manager: Any = None
+    #: Its runtime settings (a ``tiered.cluster.runtime.RuntimeConfig``; None: defaults).
+    load_manager_runtime: Any = None
 
 
 async def serve(broker_id: str, wal_root: str, metadata, objects, config: BrokerConfig,
@@ -47,9 +54,11 @@ async def serve(broker_id: str, wal_root: str, metadata, objects, config: Broker
     stop = stop or asyncio.Event()
     signals = _install_signals(stop)
     watcher = None
+    cluster_roles = _ClusterRoles(host, process)
     runner = web.AppRunner(BrokerServer(host).app(), access_log=None)
     try:
         watcher = await AssignmentWatcher(host).start_async()
+        await asyncio.to_thread(cluster_roles.start)
         await runner.setup()
         await web.TCPSite(runner, process.listen_host, process.listen_port).start()
         log.info("broker %s: serving on %s:%d, advertised as %s", broker_id, process.listen_host,
@@ -62,6 +71,7 @@ async def serve(broker_id: str, wal_root: str, metadata, objects, config: Broker
         watcher = None
 
         async def stop_then_seal() -> None:
+            await asyncio.to_thread(cluster_roles.stop)  # resign first: another leader takes over
             await stopping_watcher.stop_async()
             await host.close_async(timeout_s=process.shutdown_timeout_s)
 
@@ -80,12 +90,46 @@ async def serve(broker_id: str, wal_root: str, metadata, objects, config: Broker
         os._exit(1)  # the seal thread may be blocked on storage; what it left is recoverable
     finally:
         signals.restore()
+        await asyncio.to_thread(cluster_roles.stop)
         if watcher is not None:
             await watcher.stop_async()
         await runner.cleanup()
         if not host._closed.is_set():
             await host.close_async(unload=False)
     return 1
+
+
+class _ClusterRoles:
+    """The load reporter and (with ``--load-manager``) a load-manager candidate that run
+    beside the broker. The manager resigns on stop, so another candidate takes over
+    at once instead of after its lease lapses."""
+
+    def __init__(self, host: BrokerHost, process: BrokerProcessConfig) -> None:
+        self.host = host
+        self.process = process
+        self.reporter = None
+        self.manager = None
+
+    def start(self) -> None:
+        from tiered.cluster.metrics import LoadManagerMetrics
+        from tiered.cluster.reports import LoadReporter
+        from tiered.cluster.runtime import LoadManager
+
+        if self.process.load_report_interval_s is not None:
+            self.reporter = LoadReporter(self.host, self.process.load_report_interval_s).start()
+        if self.process.load_manager is not None:
+            # The process registry: the seed's dnb_* metrics appear on this broker's /metrics.
+            self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.process.load_manager,
+                                       self.process.load_manager_runtime, metrics=LoadManagerMetrics()).start()
+            log.info("broker %s: load-manager candidate started", self.host.broker_id)
+
+    def stop(self) -> None:
+        manager, self.manager = self.manager, None
+        if manager is not None:
+            manager.stop(resign=True)
+        reporter, self.reporter = self.reporter, None
+        if reporter is not None:
+            reporter.stop()
 
 
 class _Signals:

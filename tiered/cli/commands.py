@@ -331,6 +331,14 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
                    help="URL clients reach this broker at (env DNB_ADVERTISE, default http://<listen>)")
     p.add_argument("--shutdown-timeout-s", type=float, default=120.0,
                    help="after SIGTERM, abandon topics not sealed by then (default 120)")
+    p.add_argument("--load-manager", action="store_true", default=os.environ.get("DNB_LOAD_MANAGER") == "1",
+                   help="also run a load-manager candidate (leader election; the leader places and moves "
+                        "topics) (env DNB_LOAD_MANAGER=1)")
+    p.add_argument("--load-manager-config", default=os.environ.get("DNB_LOAD_MANAGER_CONFIG"), metavar="FILE",
+                   help="JSON file: the seed's load_manager section, plus optional leader_ttl_s / "
+                        "poll_interval_s (env DNB_LOAD_MANAGER_CONFIG)")
+    p.add_argument("--load-report-interval-s", type=float, default=None,
+                   help="write this broker's load report this often (default: the load-manager config's, 30)")
 
 
 def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
@@ -339,7 +347,8 @@ def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         raise CliError(f"--listen {args.listen!r}: use HOST:PORT")
-    return ops.run_broker(settings, host, int(port), args.advertise, args.shutdown_timeout_s)
+    return ops.run_broker(settings, host, int(port), args.advertise, args.shutdown_timeout_s,
+                          args.load_manager, args.load_manager_config, args.load_report_interval_s)
 
 
 def _move_args(p: argparse.ArgumentParser) -> None:
@@ -352,6 +361,18 @@ def _move(args: argparse.Namespace, settings: Settings, out: Output) -> None:
     from tiered.cli import ops
 
     out.emit(ops.move(settings, args.topic, args.to, args.timeout_s))
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    from tiered.cli import cluster_cmd
+
+    cluster_cmd.add_arguments(p)
+
+
+def _cluster(args: argparse.Namespace, settings: Settings, out: Output) -> int | None:
+    from tiered.cli import cluster_cmd
+
+    return cluster_cmd.run(args, settings, out)
 
 
 # -- argument types ---------------------------------------------------------------------
@@ -400,4 +421,6 @@ COMMANDS: tuple[Command, ...] = (
             _broker_args, _broker),
     Command("move", "move a topic to another broker: unload (seal) where it is, then assign it",
             _move_args, _move),
+    Command("cluster", "load manager: brokers, leader, balance, moves, history, assign/move, drain/undrain, "
+                       "pause/resume, rebalance --dry-run", _cluster_args, _cluster),
 )

@@ -355,16 +355,21 @@ def _json_safe(value: Any) -> Any:
 # -- broker process and moves -----------------------------------------------------------
 
 def run_broker(settings: Settings, listen_host: str, listen_port: int, advertise: str | None,
-               shutdown_timeout_s: float) -> int:
+               shutdown_timeout_s: float, load_manager: bool = False, load_manager_config: str | None = None,
+               load_report_interval_s: float | None = None) -> int:
     """``dnb broker run``: serve until SIGTERM; the exit code of the process."""
     import asyncio
     import logging
 
     from tiered.broker.process import BrokerProcessConfig, serve
+    from tiered.cluster.runtime import load_manager_settings
     from tiered.lifecycle.config import BrokerConfig
 
     logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
-    process = BrokerProcessConfig(listen_host, listen_port, advertise, shutdown_timeout_s)
+    lm_config, lm_runtime = load_manager_settings(load_manager_config)
+    process = BrokerProcessConfig(listen_host, listen_port, advertise, shutdown_timeout_s,
+                                  load_report_interval_s=load_report_interval_s or lm_config.load_report_interval_s,
+                                  load_manager=lm_config if load_manager else None, load_manager_runtime=lm_runtime)
     with open_stores(settings) as (metadata, objects):
         return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, BrokerConfig(), process))
 

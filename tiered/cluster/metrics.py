@@ -39,6 +39,12 @@ class LoadManagerMetrics:
                                ["reason"], registry=r)
         self.alarms = Counter("dnb_lm_alarms_total", "Alarms raised by the decision core, by kind", ["kind"],
                               registry=r)
+        # The runtime's own (set by tiered.cluster.runtime).
+        self.is_leader = Gauge("dnb_lm_is_leader", "1 while this process is the load-manager leader", registry=r)
+        self.term = Gauge("dnb_lm_term", "Term of the leadership held (0: not leader)", registry=r)
+        self.fenced = Counter("dnb_lm_fenced_writes_total", "Writes refused by the leader fence", registry=r)
+        self.refused = Counter("dnb_lm_cas_refused_total", "Writes whose compare-and-swap lost (state moved on)",
+                               registry=r)
 
     def observe(self, decision: Decision, view: ClusterView, duration_s: float | None = None) -> None:
         b = decision.balance

@@ -1,0 +1,243 @@
+"""The load manager's keys and stored records (the runtime's side; the decision core
+never sees these, only the :class:`~tiered.cluster.view.ClusterView` built from them).
+
+==================================================  ===========================================
+key                                                 value
+==================================================  ===========================================
+/cluster/leader                                     :class:`LeaderRecord` (leader's lease);
+                                                    the term is the key's ``create_revision``
+/cluster/placement/<ns>/<topic>                     :class:`PlacementRecord`, the authority
+                                                    on where a topic lives (one CAS per change)
+/cluster/broker_state/<broker>                      :class:`BrokerStateRecord` (operator mode)
+/cluster/load/<broker>                              :class:`LoadReportRecord` (session lease)
+/cluster/rebalancing_history/<ms:020d>-<move_id>    :class:`HistoryRecord`
+/cluster/lm/config                                  :class:`LmOverrides` (pause/resume)
+==================================================  ===========================================
+
+Existing keys it uses: ``/cluster/registered/<b>`` (liveness, read only),
+``/cluster/brokers/<b>/<ns>/<t>`` (assignments), ``/cluster/unassigned/<ns>/<t>``
+(markers), and the topic's owner/state records under ``/storage/`` (read only: the load
+manager never writes ``/storage/*`` or cursors).
+
+None of these keys sit under ``/cluster/brokers/`` (Danube keeps broker state there,
+which the assignment watcher would read as a topic).
+
+Records are JSON objects; :func:`decode` raises :class:`~tiered.errors.MalformedRecord`
+naming the key. Unknown fields are ignored so newer writers stay readable.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+from tiered.errors import MalformedRecord
+from tiered.metadata import keys
+from wal.topics import TopicName
+
+LEADER_KEY = "/cluster/leader"
+PLACEMENT_PREFIX = "/cluster/placement/"
+BROKER_STATE_PREFIX = "/cluster/broker_state/"
+LOAD_PREFIX = "/cluster/load/"
+HISTORY_PREFIX = "/cluster/rebalancing_history/"
+LM_CONFIG_KEY = "/cluster/lm/config"
+
+
+def placement_key(topic: TopicName | str) -> str:
+    t = TopicName.parse(topic)
+    return f"{PLACEMENT_PREFIX}{t.namespace}/{t.name}"
+
+
+def broker_state_key(broker_id: str) -> str:
+    return BROKER_STATE_PREFIX + keys._segment("broker id", broker_id)
+
+
+def load_key(broker_id: str) -> str:
+    return LOAD_PREFIX + keys._segment("broker id", broker_id)
+
+
+def history_key(started_at: float, move_id: str) -> str:
+    return f"{HISTORY_PREFIX}{int(started_at * 1000):020d}-{keys._segment('move id', move_id)}"
+
+
+def broker_from_key(key: str, prefix: str) -> str:
+    if not key.startswith(prefix):
+        raise MalformedRecord(key, f"key is not under {prefix!r}")
+    return key[len(prefix):]
+
+
+R = TypeVar("R")
+
+
+def encode(record: Any) -> bytes:
+    return json.dumps(asdict(record), sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode(cls: type[R], key: str, raw: bytes) -> R:
+    """Build ``cls`` from JSON, keeping only known fields; missing required fields and
+    wrong basic types are :class:`MalformedRecord`."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MalformedRecord(key, f"not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise MalformedRecord(key, f"expected a JSON object, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    try:
+        return cls(**{k: v for k, v in data.items() if k in known})
+    except (TypeError, ValueError) as e:
+        raise MalformedRecord(key, str(e)) from e
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRecord:
+    """Who leads. ``nonce`` makes every campaign's bytes unique (a value compare can
+    never confuse two terms of the same candidate)."""
+
+    broker_id: str
+    elected_at: float
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRecord:
+    """State machine of one topic's placement (see :class:`~tiered.cluster.view.PlacementState`):
+    free → assigning → owned → releasing → assigning → owned ...
+
+    ``history_key`` names the history entry of the move under way (completed when the
+    topic is owned again)."""
+
+    state: str
+    broker: str | None
+    created_at: float
+    updated_at: float
+    target: str | None = None
+    move_id: str | None = None
+    kind: str | None = None
+    attempts: int = 0
+    reason: str | None = None
+    term: int = 0
+    history_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in ("free", "assigning", "owned", "releasing"):
+            raise ValueError(f"unknown placement state {self.state!r}")
+        if self.state != "free" and not isinstance(self.broker, str):
+            raise ValueError(f"state {self.state} without a broker")
+        if not (_rate(self.created_at) and _rate(self.updated_at) and _count(self.attempts) and _count(self.term)):
+            raise ValueError("created_at/updated_at must be times, attempts/term counts")
+        for name in ("target", "move_id", "kind", "reason", "history_key"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string or null")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStateRecord:
+    mode: str
+    reason: str | None = None
+    since: float = 0.0
+    by: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _rate(self.since):
+            raise ValueError("since must be a time")
+        if self.mode not in ("active", "draining", "drained"):
+            raise ValueError(f"unknown broker mode {self.mode!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicReport:
+    topic: str
+    epoch: int = 0
+    msg_in_rate: float = 0.0
+    bytes_in_rate: float = 0.0
+    bytes_out_rate: float = 0.0
+    producers: float = 0.0
+    consumers: float = 0.0
+    subscriptions: float = 0.0
+    backlog: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReportRecord:
+    """A broker's load at ``ts`` (its wall clock), written under its session lease so
+    it vanishes with the broker. Rates are per second over the last interval."""
+
+    broker_id: str
+    seq: int
+    ts: float
+    cpu_pct: float = 0.0
+    mem_pct: float = 0.0
+    cpu_cores: float = 1.0
+    mem_bytes: float = 1.0
+    net_in_bps: float = 0.0
+    net_out_bps: float = 0.0
+    topics: list = field(default_factory=list)  # list[dict] of TopicReport fields
+
+    def __post_init__(self) -> None:
+        # A bad report must be skipped, never reach the decision core (which refuses a view
+        # holding one, and would stall every step on it).
+        if not isinstance(self.broker_id, str) or not _count(self.seq):
+            raise ValueError("broker_id must be a string and seq a non-negative integer")
+        for name in ("ts", "cpu_pct", "mem_pct", "net_in_bps", "net_out_bps"):
+            if not _rate(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        for name in ("cpu_cores", "mem_bytes"):
+            if not _rate(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        if not isinstance(self.topics, list):
+            raise ValueError("topics must be a list")
+
+    def topic_reports(self) -> list[TopicReport]:
+        """The well-formed topic entries (a malformed entry is dropped, not trusted)."""
+        known = {f.name for f in fields(TopicReport)}
+        out = []
+        for item in self.topics:
+            if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
+                continue
+            values = {k: v for k, v in item.items() if k in known}
+            if all(_rate(v) for k, v in values.items() if k != "topic"):
+                out.append(TopicReport(**values))
+        return out
+
+
+def _rate(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRecord:
+    """One move (seed fields plus ours); written when it starts, completed when the
+    topic is owned again. The hourly limit and cooldowns are computed from these."""
+
+    move_id: str
+    topic: str
+    from_broker: str | None
+    to_broker: str
+    kind: str
+    reason: str
+    started_at: float
+    term: int
+    estimated_load: float = 0.0
+    completed_at: float | None = None
+    timestamp: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("move_id", "topic", "to_broker", "kind", "reason"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string")
+        if not (_rate(self.started_at) and _rate(self.estimated_load)) or \
+                (self.completed_at is not None and not _rate(self.completed_at)):
+            raise ValueError("started_at/completed_at/estimated_load must be finite numbers >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class LmOverrides:
+    """Operator overrides the leader applies on top of its configuration."""
+
+    paused: bool = False
