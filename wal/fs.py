@@ -29,6 +29,16 @@ from typing import Protocol
 #: leading dot keeps it apart from every topic/namespace name (those may not start with
 #: a dot) and from segment and checkpoint files.
 LOCK_NAME = ".lock"
+
+
+def crash_safe_order(names: "list[str]") -> "list[str]":
+    """The order to remove or move a WAL directory's files so a crash at any point leaves
+    a log that still opens with the same tip: the checkpoint first (so no checkpoint can
+    name a segment that is gone), then segments oldest first (what is left is a suffix,
+    as after retention), bookkeeping dot files (``.owner``) last, the lock file never
+    (it is not data; the caller removes it)."""
+    return sorted((n for n in names if n != LOCK_NAME),
+                  key=lambda n: (n != "wal.ckpt", n.startswith("."), n))
 _IOV_MAX = 1024  # Linux IOV_MAX; writev with more buffers fails with EINVAL.
 #: The page-cache page size the out-of-order crash model persists (or loses) as a unit.
 PAGE_BYTES = 4096

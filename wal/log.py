@@ -22,11 +22,11 @@ from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record
 from wal.cache import FrameCache
-from wal.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
+from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
                         WalLocked, WalTimeout)
-from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, crash_safe_order
 from wal.message import as_tuple
 from wal.metrics import WalMetrics
 from wal.reader import WalReader
@@ -161,9 +161,9 @@ class WriteAheadLog:
         # between leaves a suffix of the log without a checkpoint, which opens (as after
         # retention) and is deleted again by the retry; never a checkpoint naming missing
         # segments, which would refuse to open (CorruptLog) although everything was sealed.
-        names = sorted(self._fs.listdir(self.directory),
-                       key=lambda n: (n != CHECKPOINT_NAME, n.startswith("."), n))
-        for name in names:
+        for name in [*crash_safe_order(self._fs.listdir(self.directory)), LOCK_NAME]:
+            if name == LOCK_NAME and not self._fs.exists(os.path.join(self.directory, name)):
+                continue
             self._fs.remove(os.path.join(self.directory, name))
         self._fs.rmdir(self.directory)
         self._fs.fsync_dir(os.path.dirname(self.directory))

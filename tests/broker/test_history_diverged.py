@@ -27,31 +27,45 @@ def test_a_read_or_ack_across_a_failover_that_replaced_it_is_refused_with_where_
     async def scenario():
         server_a = TestServer(BrokerServer(a).app())
         await server_a.start_server()
-        client = BrokerClient([str(server_a.make_url(""))], timeout_s=30)
+        url_a = str(server_a.make_url("")).rstrip("/")
+        by_position = BrokerClient([url_a], timeout_s=30)
+        by_subscription = BrokerClient([url_a], timeout_s=30)
         try:
-            batch = await client.read(TOPIC, 0, max_messages=100, wait_s=0)
-            assert [m["offset"] for m in batch.messages] == list(range(40))
+            for client, where in ((by_position, {}), (by_subscription, {"subscription": "s"})):
+                batch = await client.read(TOPIC, None if where else 0, max_messages=100, wait_s=0, **where)
+                assert [m["offset"] for m in batch.messages] == list(range(40))
             await server_a.close()
-            for hosted in a.topics():  # A dies before the consumer's ack
+            for hosted in a.topics():  # A dies before either consumer goes on
                 a.abandon(hosted.topic)
             a.close(unload=False)
             b = local_cluster.broker("B")
             produce_range(b.load(TOPIC), 0, 59)  # B renumbers from 0
             server_b = TestServer(BrokerServer(b).app())
             await server_b.start_server()
-            client.brokers = [str(server_b.make_url("")).rstrip("/")]
-            client._owner.clear()
-            with pytest.raises(HistoryDiverged) as acked:
-                await client.ack(TOPIC, "s", 39)
-            assert acked.value.resume_from == 0
+            for client in (by_position, by_subscription):
+                client.brokers = [str(server_b.make_url("")).rstrip("/")]
+                client._owner.clear()
+
+            # A position consumer continuing at its own next offset.
             with pytest.raises(HistoryDiverged) as read:
-                await client.read(TOPIC, 40, wait_s=0)
+                await by_position.read(TOPIC, 40, wait_s=0)
             assert read.value.resume_from == 0
-            again = await client.read(TOPIC, 0, max_messages=100, wait_s=0)  # continue where told
+            again = await by_position.read(TOPIC, 0, max_messages=100, wait_s=0)
             assert [m["payload"] for m in again.messages] == [f"m{i}".encode() for i in range(60)]
-            assert await client.ack(TOPIC, "s", 59) == 59
+
+            # A subscription consumer that prefetched under B before acking what it read
+            # from A (its ack must not be vouched for by the prefetch).
+            prefetch = await by_subscription.read(TOPIC, subscription="s", max_messages=100, wait_s=0)
+            assert prefetch.messages[0]["offset"] == 0
+            with pytest.raises(HistoryDiverged) as acked:
+                await by_subscription.ack(TOPIC, "s", 39)
+            assert acked.value.resume_from == 0
+            redo = await by_subscription.read(TOPIC, subscription="s", max_messages=100, wait_s=0)
+            assert [m["offset"] for m in redo.messages] == list(range(60))
+            assert await by_subscription.ack(TOPIC, "s", 59) == 59
             await server_b.close()
         finally:
-            await client.close()
+            await by_position.close()
+            await by_subscription.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))

@@ -325,3 +325,75 @@ def test_a_damaged_owner_marker_does_not_make_a_broker_retire_its_own_wal(local_
     assert hosted.report.recovered_local_wal and hosted.next_offset == 15
     assert _lost(local_cluster) == before
     assert [m.payload for m in read_all(hosted, 10, 14)] == [payload_for(i) for i in range(10, 15)]
+
+
+def test_a_root_without_an_identity_file_is_not_claimed_by_another_broker(local_cluster: Cluster) -> None:
+    """A root from before identity files (or whose .broker was lost): the WALs' own .owner
+    markers say whose it is (issue-10 re-attack, N2)."""
+    import pytest
+
+    from tiered.lifecycle.host import WalRootOwnedByAnotherBroker
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4)
+    _die(a)
+    os.remove(os.path.join(local_cluster.wal_root("A"), ".broker"))
+    with pytest.raises(WalRootOwnedByAnotherBroker):
+        _host(local_cluster, "B", local_cluster.wal_root("A"))
+    assert local_cluster.broker("A").load(TOPIC).next_offset == 5
+
+
+def test_a_crash_at_any_point_of_deleting_a_stale_archived_wal_leaves_it_deletable(tmp_path) -> None:
+    """Re-attack N3/N4: the stale-WAL delete removed files in listing order (the checkpoint
+    last, .owner first): a crash left a WAL that never opened again, or one without its
+    marker that was matched to an old loss record."""
+    from tiered.lifecycle.config import BrokerConfig
+    from tiered.metadata import open_metadata
+    from tiered.objects import open_objects
+    from wal.config import WalConfig
+    from wal.fs import RealFs
+
+    class Crash(BaseException):
+        pass
+
+    k = 0
+    while True:
+        root = tmp_path / f"k{k}"
+        os.makedirs(root / "objects")
+        md, objs = open_metadata(f"sqlite:///{root}/md.db"), open_objects(f"file://{root}/objects")
+        cfg = BrokerConfig(session_ttl_s=1.0, wal_config=WalConfig(segment_bytes_max=300))
+        a = BrokerHost("A", str(root / "a"), md, objs, cfg)
+        hosted = a.load(TOPIC)
+        for i in range(30):
+            hosted.produce(payload_for(i), ack="archived")
+        _die(a)
+        b = BrokerHost("B", str(root / "b"), md, objs, cfg)
+        b.load(TOPIC)  # takeover: every offset of A's WAL is archived, nothing is lost
+        b.unload(TOPIC)
+        b.close()
+
+        class CrashFs(RealFs):
+            removed = 0
+
+            def remove(self, path: str) -> None:
+                if CrashFs.removed == k:
+                    raise Crash(path)
+                CrashFs.removed += 1
+                super().remove(path)
+
+        crashed = True
+        try:
+            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=CrashFs()).close(unload=False)
+            crashed = False
+        except Crash:
+            pass
+        back = BrokerHost("A", str(root / "a"), md, objs, cfg)  # must retire the rest
+        back.close(unload=False)
+        left = root / "a" / "default" / "reliable_topic"
+        assert not os.path.exists(left) or not [n for n in os.listdir(left) if not n.startswith(".")], k
+        claimed = [r for r in keys.read_lost_ranges(md, T) if r.end_offset is not None]
+        assert not claimed, f"crash before removal {k}: nothing was lost, yet {claimed}"
+        md.close()
+        if not crashed:
+            break
+        k += 1

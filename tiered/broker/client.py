@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import json
 import threading
 import time
@@ -26,6 +27,10 @@ from typing import Any
 import aiohttp
 
 from wal.topics import TopicName
+
+
+#: Read batches remembered per topic for history checks (acks drop the ones they cover).
+BATCHES_REMEMBERED = 4096
 
 
 class BrokerUnavailable(Exception):
@@ -67,9 +72,11 @@ class BrokerClient:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._owner: dict[str, str] = {}
-        #: Per topic: the owner epoch of the last read answer that carried messages, sent
-        #: back with reads and acks so a broker can tell a failover replaced that history.
-        self._epoch: dict[str, int] = {}
+        #: Per topic: (first, last, epoch) of recent read batches, oldest first. A read or
+        #: ack sends back the epoch of the OLDEST batch that delivered the offset it
+        #: continues after, so a broker can tell a failover replaced that history (a later
+        #: prefetch under the new owner must not vouch for messages read before it).
+        self._batches: dict[str, collections.deque[tuple[int, int, int]]] = {}
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "BrokerClient":
@@ -105,12 +112,14 @@ class BrokerClient:
         deadline = time.monotonic() + self.timeout_s
         while True:
             params = {**where, "max": str(max_messages), "wait_s": str(wait_s)}
-            if name in self._epoch:
-                params["epoch"] = str(self._epoch[name])
+            epoch = self._epoch_of(name, start - 1) if start is not None else None
+            if epoch is not None:
+                params["epoch"] = str(epoch)
             answer = await self._call("GET", topic, "messages", params=params)
             messages = [_decode(m) for m in answer["messages"]]
             if messages and isinstance(answer.get("epoch"), int):
-                self._epoch[name] = answer["epoch"]
+                batches = self._batches.setdefault(name, collections.deque(maxlen=BATCHES_REMEMBERED))
+                batches.append((messages[0]["offset"], messages[-1]["offset"], answer["epoch"]))
             if messages or not answer["moved"]:
                 return ReadBatch(messages, answer["next"])
             self._owner.pop(str(TopicName.parse(topic)), None)  # moved with nothing read: ask again
@@ -121,12 +130,36 @@ class BrokerClient:
         """Acknowledge through ``offset``. Raises :class:`HistoryDiverged` when the
         messages were read from a history a failover replaced (the ack would skip the
         new messages at those offsets)."""
+        name = str(TopicName.parse(topic))
         body: dict[str, Any] = {"offset": offset}
-        epoch = self._epoch.get(str(TopicName.parse(topic)))
+        epoch = self._epoch_of(name, offset)
         if epoch is not None:
             body["epoch"] = epoch
         answer = await self._call("POST", topic, f"subscriptions/{subscription}/ack", body=body)
+        batches = self._batches.get(name)
+        if batches:  # acknowledged: those reads need no vouching any more
+            kept = [b for b in batches if b[1] > offset]
+            batches.clear()
+            batches.extend(kept)
         return int(answer["cursor"])
+
+    def _epoch_of(self, name: str, offset: int) -> int | None:
+        """The epoch of the oldest remembered batch that delivered ``offset``."""
+        for first, last, epoch in self._batches.get(name, ()):
+            if first <= offset <= last:
+                return epoch
+        return None
+
+    def _forget_replaced(self, name: str, resume_from: int) -> None:
+        """After HistoryDiverged: what was read from ``resume_from`` on under older epochs
+        is void (batches trimmed), so later reads and acks vouch with what replaced it."""
+        batches = self._batches.get(name)
+        if not batches:
+            return
+        kept = [(first, min(last, resume_from - 1), epoch) for first, last, epoch in batches
+                if first < resume_from]
+        batches.clear()
+        batches.extend(kept)
 
     # -- plumbing ------------------------------------------------------------------
     async def _call(self, method: str, topic: str, tail: str, *, params: dict[str, str] | None = None,
@@ -154,9 +187,9 @@ class BrokerClient:
                             self._owner[str(name)] = url[: url.index("/topics/")]
                             return payload
                         if response.status == 409 and payload.get("error", {}).get("type") == "HistoryDiverged":
-                            # The epoch stays: a read from resume_from (or an ack below it) passes
-                            # the check, and that read's answer brings the new owner's epoch.
-                            raise HistoryDiverged(response.status, payload["error"])
+                            diverged = HistoryDiverged(response.status, payload["error"])
+                            self._forget_replaced(str(name), diverged.resume_from)
+                            raise diverged
                         if response.status != 503:
                             raise BrokerRequestError(response.status, payload.get("error", {}))
                         self._owner.pop(str(name), None)

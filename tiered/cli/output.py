@@ -192,7 +192,7 @@ def classify(error: BaseException) -> tuple[int, str]:
     return EXIT_INTERNAL, f"internal error ({name}): {message}"
 
 
-_REFUSAL_NAMES = ("Owner", "Ownership", "Fenced", "NotOwner", "Sealed", "AlreadyLoaded", "Refused", "Locked",
+_REFUSAL_NAMES = ("Owner", "Owned", "Ownership", "Fenced", "NotOwner", "Sealed", "AlreadyLoaded", "Refused", "Locked",
                   "OffsetOverflow")
 
 

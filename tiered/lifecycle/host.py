@@ -67,7 +67,7 @@ from tiered.lifecycle.restore import (
 )
 from tiered.read.subscriptions import clamp_cursors
 from wal.errors import WalLocked
-from wal.fs import LOCK_NAME, LockHeld, RealFs
+from wal.fs import LOCK_NAME, LockHeld, RealFs, crash_safe_order
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -547,7 +547,33 @@ class BrokerHost:
                 return
             raise WalRootOwnedByAnotherBroker(self.wal_root, str(found_id if found_id else "<unreadable>"),
                                               self.broker_id)
+        # No identity yet (a new root, or one from before identities): its WALs' own
+        # .owner markers say whose they are. Claiming another broker's WALs would retire
+        # them as stale.
+        for other in self._marker_broker_ids():
+            if other != self.broker_id:
+                raise WalRootOwnedByAnotherBroker(self.wal_root, other, self.broker_id)
         self._write_marker(path, {"broker_id": self.broker_id})
+
+    def _marker_broker_ids(self) -> set[str]:
+        """Broker ids named by the (valid) .owner markers of the WALs under the root."""
+        found: set[str] = set()
+        for namespace in self.fs.listdir(self.wal_root):
+            if namespace.startswith("."):
+                continue
+            try:
+                names = self.fs.listdir(os.path.join(self.wal_root, namespace))
+            except (NotADirectoryError, FileNotFoundError):
+                continue
+            for name in names:
+                marker = os.path.join(self.wal_root, namespace, name, OWNER_MARKER)
+                try:
+                    body = _decode_marker(self.fs.read_all(marker)) if self.fs.exists(marker) else None
+                except OSError:
+                    body = None
+                if body is not None and isinstance(body.get("broker_id"), str):
+                    found.add(body["broker_id"])
+        return found
 
     def _write_marker(self, path: str, body: dict) -> None:
         """Durably write a small checksummed JSON marker (temp, fsync, rename, fsync dir)."""
@@ -989,13 +1015,10 @@ class BrokerHost:
         fs.makedirs(qpath)
         for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
             fs.fsync_dir(directory)
-        # The checkpoint first, then segments oldest first, the .owner marker last
-        # (whatever order the directory lists): a crash in between leaves here a suffix of
-        # the WAL without a checkpoint, which opens with the same tip and is moved on by the
-        # retry; never a prefix that would look like a shorter history. The lock file is
-        # not data (removed below).
-        names = sorted((n for n in fs.listdir(path) if n != LOCK_NAME),
-                       key=lambda n: (n != "wal.ckpt", n.startswith("."), n))
+        # A crash in between leaves here a suffix of the WAL without a checkpoint, which
+        # opens with the same tip and is moved on by the retry; never a prefix that would
+        # look like a shorter history (wal.fs.crash_safe_order).
+        names = crash_safe_order(fs.listdir(path))
         # A quarantined WAL may be the only copy of lost messages: never overwrite one. (A
         # retry after a partial move finds only the files not moved yet still here.)
         if "wal.ckpt" in names and fs.exists(os.path.join(qpath, "wal.ckpt")):
@@ -1020,7 +1043,11 @@ class BrokerHost:
     def _delete_local(self, topic: TopicName) -> None:
         """Remove a closed stale WAL whose every offset is archived (durably: dir fsynced)."""
         path = self._local_wal_path(topic)
-        for name in self.fs.listdir(path):
+        # The .owner marker goes last: a crash part-way leaves a WAL that opens and still
+        # says which epoch wrote it, so the retry decides the same way (wal.fs.crash_safe_order).
+        for name in [*crash_safe_order(self.fs.listdir(path)), LOCK_NAME]:
+            if name == LOCK_NAME and not self.fs.exists(os.path.join(path, name)):
+                continue
             self.fs.remove(os.path.join(path, name))
         self.fs.rmdir(path)
         self.fs.fsync_dir(os.path.dirname(path))
