@@ -397,3 +397,34 @@ def test_a_crash_at_any_point_of_deleting_a_stale_archived_wal_leaves_it_deletab
         if not crashed:
             break
         k += 1
+
+
+def test_an_older_wal_never_confirms_away_a_later_epochs_recorded_loss(local_cluster: Cluster) -> None:
+    """Re-attack N6: a stale, fully archived WAL of epoch 1 was matched to the takeover
+    record of a later epoch of this broker (that ran on another disk and lost 5-7) and
+    'confirmed nothing was lost', erasing the record."""
+    disk_a = os.path.join(local_cluster.root, "disk-a")
+    a = _host(local_cluster, "A", disk_a)
+    produce_range(a.load(TOPIC), 0, 4)
+    wal_dir = os.path.join(disk_a, "default", "reliable_topic")
+    a.topic(TOPIC).wal.flush()
+    copy = os.path.join(local_cluster.root, "copy")
+    shutil.copytree(wal_dir, copy)
+    a.unload(TOPIC)  # sealed at 4, WAL deleted
+    a.close()
+    os.remove(os.path.join(copy, ".lock"))
+    shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
+    c = _host(local_cluster, "A", os.path.join(local_cluster.root, "disk-c"))
+    hosted_c = c.load(TOPIC)
+    epoch_c = hosted_c.token.epoch
+    produce_range(hosted_c, 5, 7)  # acknowledged, durable on disk C only
+    hosted_c.publish_progress()
+    _die(c)
+    local_cluster.broker("B").load(TOPIC)  # takeover: A's 5-7 recorded lost
+    [before] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.epoch == epoch_c]
+    assert (before.start_offset, before.end_offset, before.exact) == (5, 7, False)
+    _host(local_cluster, "A", disk_a)  # A back on disk A: retires the stale sealed WAL
+    [after] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.epoch == epoch_c]
+    assert (after.start_offset, after.end_offset, after.exact) == (5, 7, False), "a recorded loss was erased"
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert any(p["kind"] == "lost_range" for p in report.problems)

@@ -12,7 +12,8 @@ key's value (unique per campaign: it carries a nonce) and its create revision
 candidate has since recreated, changes nothing: its compare fails. Two candidates
 believing they lead at once (a paused process) can therefore never both write.
 
-**Stepping down before the lease can lapse.** A refresh sent at monotonic time ``t``
+**Stepping down before the lease can lapse.** A refresh sent at time ``t`` (``lease_clock``,
+which counts suspend)
 that succeeded keeps the lease alive on the server until at least ``t + ttl_s`` (its
 countdown restarts when the request arrives, never before it was sent). The leader
 counts itself leader only while more than ``margin_s`` of that is certain
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from tiered.cluster import records
 from tiered.errors import LeaseNotFound, StorageError
 from tiered.metadata.base import (
+    lease_clock,
     Compare,
     DeleteEvent,
     Get,
@@ -94,7 +96,7 @@ def read_leader(metadata: MetadataStore) -> LeaderInfo | None:
 
 class LeaderElection:
     def __init__(self, metadata: MetadataStore, candidate_id: str, ttl_s: float = LEADER_TTL_S_DEFAULT,
-                 margin_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 margin_s: float | None = None, clock: Callable[[], float] = lease_clock,
                  wall_clock: Callable[[], float] = time.time,
                  on_change: Callable[[LeaderToken | None], None] | None = None) -> None:
         if ttl_s <= 0:

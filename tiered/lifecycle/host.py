@@ -927,8 +927,15 @@ class BrokerHost:
             wal.close()
         record = None
         if start is None or epoch is None:
-            record = self._own_lost_record(topic, self._read_owner_marker(topic))
-            if record is not None:
+            wal_epoch = self._read_owner_marker(topic)
+            record = self._own_lost_record(topic, wal_epoch)
+            if record is not None and wal_epoch is not None and record.epoch != wal_epoch:
+                # A LATER epoch's record (failed loads of ours in between, or a history of
+                # this broker id on another data dir): it says where numbering restarted,
+                # but this WAL can neither confirm nor complete another epoch's account (it
+                # would erase a real loss); this WAL's own account gets its own record.
+                start, epoch, record = record.start_offset, wal_epoch, None
+            elif record is not None:
                 start, epoch = record.start_offset, record.epoch
             else:
                 start, epoch = self._first_unarchived_by_us(topic, first)

@@ -37,6 +37,7 @@ from tiered.metadata.base import (
     Op,
     Put,
     absent,
+    lease_clock,
     mod_revision_is,
     value_is,
 )
@@ -355,7 +356,7 @@ class BrokerSession:
     attached. While it lives, other brokers will not take this broker's topics.
 
     It also tells the host how long the lease is certainly still alive
-    (:meth:`remaining_s`): a refresh sent at monotonic time ``t`` that succeeded keeps
+    (:meth:`remaining_s`): a refresh sent at time ``t`` (:func:`lease_clock`) that succeeded keeps
     the lease until at least ``t + ttl_s`` on the server, whose countdown starts when
     the request arrives, never before it was sent. The host acknowledges ``durable``
     writes only while that remainder exceeds a safety margin, so a paused or
@@ -377,7 +378,7 @@ class BrokerSession:
         self.ttl_s = ttl_s
         self.lease_id = 0
         self.generation = 0
-        self._valid_until = 0.0  # monotonic; 0: no live lease known
+        self._valid_until = 0.0  # lease_clock(); 0: no live lease known
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -397,7 +398,7 @@ class BrokerSession:
         left by a crashed incarnation of this broker lapses within one TTL, so a
         conflicting one is waited out for up to 1.5 TTL; one that stays is another live
         process: :class:`BrokerIdInUse`."""
-        sent = time.monotonic()
+        sent = lease_clock()
         lease = self.metadata.grant_lease(self.ttl_s)
         body = json.dumps({"broker_id": self.broker_id, "started_at": time.time(),
                            "address": self.address}).encode()
@@ -416,7 +417,7 @@ class BrokerSession:
 
     def remaining_s(self) -> float:
         """Seconds the lease is certainly still alive on the server (<= 0: maybe not)."""
-        return self._valid_until - time.monotonic()
+        return self._valid_until - lease_clock()
 
     def wait_remaining(self, margin_s: float, timeout_s: float) -> bool:
         """Wait (bounded) until more than ``margin_s`` of the lease is certain."""
@@ -434,7 +435,7 @@ class BrokerSession:
         interval_s = self.ttl_s / 3
         while not self._stop.wait(interval_s):
             try:
-                sent = time.monotonic()
+                sent = lease_clock()
                 try:
                     self.metadata.refresh_lease(self.lease_id)
                     with self._changed:

@@ -19,6 +19,8 @@ Semantics every backend follows (the contract suite in ``tests/stores`` checks t
 """
 from __future__ import annotations
 
+import time
+
 import abc
 import queue
 import threading
@@ -34,6 +36,18 @@ CompareOp = Literal["==", "!=", "<", ">"]
 #: Upper bound on events buffered per watch before it fails with WatchOverflow.
 WATCH_QUEUE_EVENTS_MAX = 10_000
 
+
+
+def lease_clock() -> float:
+    """The clock leases are measured on: seconds since boot INCLUDING suspend
+    (``CLOCK_BOOTTIME``; the monotonic clock where it does not exist). One clock for every
+    process of a machine, which a wall-clock step cannot move; and unlike the monotonic
+    clock it runs on while the machine is suspended, as a store's lease countdown does: a
+    broker resumed after a suspend sees that its lease may have expired meanwhile."""
+    return time.clock_gettime(_LEASE_CLOCK)
+
+
+_LEASE_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
 @dataclass(frozen=True, slots=True)
 class KeyValue:

@@ -17,8 +17,8 @@ the compaction point) and ``lease``. Watches poll ``log`` every
 that interval plus one query. Lease deadlines are on ``CLOCK_BOOTTIME`` (one clock for
 every process of the machine, which a wall-clock step cannot move: an NTP step forward
 must not expire a live broker's lease and let its topics be taken over), stamped with
-the kernel's boot id: leases granted under an earlier boot are revoked at open, since
-every process that held them died with it. Expiry is swept lazily by any operation and
+the kernel's boot id: leases stamped under another boot id are re-armed for one TTL at
+open (their deadlines were on another clock; a live holder refreshes, a dead one's lapse). Expiry is swept lazily by any operation and
 by every watch poll. The file is for processes of ONE machine (as SQLite itself is).
 
 Keys are stored as UTF-8 BLOBs so ordering and prefix ranges are byte-wise, as in
@@ -50,6 +50,7 @@ from tiered.metadata.base import (
     Get,
     KeyValue,
     Lease,
+    lease_clock,
     MetadataStore,
     Op,
     Put,
@@ -63,14 +64,6 @@ from tiered.metadata.base import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-def _lease_now() -> float:
-    """The lease clock: seconds since boot, shared by all processes, immune to clock steps."""
-    return time.clock_gettime(_LEASE_CLOCK)
-
-
-_LEASE_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
-
 
 def _boot_id() -> str:
     try:
@@ -276,7 +269,7 @@ class SqliteMetadataStore(MetadataStore):
 
     # -- leases ------------------------------------------------------------
     def _check_lease_clock(self) -> None:
-        """Revoke leases stamped by another boot (their deadlines are on its clock)."""
+        """Re-arm leases stamped by another boot (their deadlines are on its clock)."""
         boot = _boot_id()
         with self._lock, _mapped(self.path):
             try:
@@ -291,18 +284,21 @@ class SqliteMetadataStore(MetadataStore):
             again = tx.cur.execute("SELECT value FROM lease_clock WHERE name = 'boot_id'").fetchone()
             if again is not None and again[0] == boot:
                 return  # another process of this boot got here first
-            stale = [r[0] for r in tx.cur.execute("SELECT id FROM lease")]
-            for lease_id in stale:
-                _revoke_in(tx, lease_id)
+            # Their deadlines are on another clock. Revoking them would take a live
+            # holder's lease (a process that reads another boot id is not proof the holders
+            # died: an unreadable /proc gives "unknown"), so each is re-armed for one TTL on
+            # this clock instead: a live holder refreshes it as usual, a dead one's lapses.
+            now = lease_clock()
+            count = tx.cur.execute("UPDATE lease SET expires_at = ? + ttl_s", (now,)).rowcount
             tx.cur.execute("INSERT OR REPLACE INTO lease_clock VALUES ('boot_id', ?)", (boot,))
-            if stale:
-                log.info("sqlite %s: revoked %d lease(s) from an earlier boot", self.path, len(stale))
+            if count:
+                log.info("sqlite %s: %d lease(s) stamped by another boot re-armed for one TTL", self.path, count)
 
         self._write(reset)
 
     def _expire_due_leases(self) -> None:
         """Delete keys of expired leases. Cheap read first; write only when due."""
-        now = _lease_now()
+        now = lease_clock()
         with self._lock, _mapped(self.path):
             self._check_open()
             due = self._conn.execute("SELECT 1 FROM lease WHERE expires_at <= ? LIMIT 1", (now,)).fetchone()
@@ -324,7 +320,7 @@ class SqliteMetadataStore(MetadataStore):
             tx.cur.execute("UPDATE state SET value = ? WHERE name = 'lease_seq'", (seq,))
             # Random high bits keep ids unique even if the file is recreated.
             lease_id = (int.from_bytes(os.urandom(3), "big") << 32) | seq
-            tx.cur.execute("INSERT INTO lease VALUES (?, ?, ?)", (lease_id, ttl_s, _lease_now() + ttl_s))
+            tx.cur.execute("INSERT INTO lease VALUES (?, ?, ?)", (lease_id, ttl_s, lease_clock() + ttl_s))
             return lease_id
 
         return Lease(self._write(grant), ttl_s)
@@ -336,7 +332,7 @@ class SqliteMetadataStore(MetadataStore):
             row = tx.cur.execute("SELECT ttl_s FROM lease WHERE id = ?", (lease_id,)).fetchone()
             if row is None:
                 raise LeaseNotFound(f"lease {lease_id:x} expired or was revoked")
-            tx.cur.execute("UPDATE lease SET expires_at = ? WHERE id = ?", (_lease_now() + row[0], lease_id))
+            tx.cur.execute("UPDATE lease SET expires_at = ? WHERE id = ?", (lease_clock() + row[0], lease_id))
 
         self._write(refresh)
 
