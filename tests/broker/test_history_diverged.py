@@ -34,6 +34,7 @@ def test_a_read_or_ack_across_a_failover_that_replaced_it_is_refused_with_where_
             for client, where in ((by_position, {}), (by_subscription, {"subscription": "s"})):
                 batch = await client.read(TOPIC, None if where else 0, max_messages=100, wait_s=0, **where)
                 assert [m["offset"] for m in batch.messages] == list(range(40))
+                batch_epoch = batch.epoch
             await server_a.close()
             for hosted in a.topics():  # A dies before either consumer goes on
                 a.abandon(hosted.topic)
@@ -52,6 +53,14 @@ def test_a_read_or_ack_across_a_failover_that_replaced_it_is_refused_with_where_
             assert read.value.resume_from == 0
             again = await by_position.read(TOPIC, 0, max_messages=100, wait_s=0)
             assert [m["payload"] for m in again.messages] == [f"m{i}".encode() for i in range(60)]
+            # An application that stored (position, epoch) itself and resumes with a new client.
+            fresh = BrokerClient(by_position.brokers, timeout_s=30)
+            try:
+                with pytest.raises(HistoryDiverged) as stored:
+                    await fresh.read(TOPIC, 40, wait_s=0, epoch=batch_epoch)
+                assert stored.value.resume_from == 0
+            finally:
+                await fresh.close()
 
             # A subscription consumer that prefetched under B before acking what it read
             # from A (its ack must not be vouched for by the prefetch).

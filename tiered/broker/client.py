@@ -60,6 +60,10 @@ class HistoryDiverged(BrokerRequestError):
 class ReadBatch:
     messages: list[dict[str, Any]]  # offset, publish_time, attributes, key (bytes|None), payload (bytes)
     next_offset: int
+    #: The owner epoch the batch was served under. An application that stores its position
+    #: elsewhere stores this beside it and passes it back (``read(..., epoch=)``), so a
+    #: failover that replaced what it read is reported (HistoryDiverged), not skipped.
+    epoch: int | None = None
 
 
 class BrokerClient:
@@ -100,7 +104,7 @@ class BrokerClient:
         return list(answer["offsets"])
 
     async def read(self, topic: str, start: int | None = None, *, subscription: str | None = None,
-                   max_messages: int = 100, wait_s: float = 1.0) -> ReadBatch:
+                   max_messages: int = 100, wait_s: float = 1.0, epoch: int | None = None) -> ReadBatch:
         """Messages from ``start``, or from after ``subscription``'s acknowledged cursor
         (exactly one of the two); follows the topic across moves (``next_offset`` is where
         to continue). A subscription read serves from the cursor every time: what was
@@ -112,16 +116,18 @@ class BrokerClient:
         deadline = time.monotonic() + self.timeout_s
         while True:
             params = {**where, "max": str(max_messages), "wait_s": str(wait_s)}
-            epoch = self._epoch_of(name, start - 1) if start is not None else None
-            if epoch is not None:
-                params["epoch"] = str(epoch)
+            vouch = self._epoch_of(name, start - 1) if start is not None else None
+            vouch = epoch if vouch is None else vouch
+            if vouch is not None:
+                params["epoch"] = str(vouch)
             answer = await self._call("GET", topic, "messages", params=params)
             messages = [_decode(m) for m in answer["messages"]]
             if messages and isinstance(answer.get("epoch"), int):
                 batches = self._batches.setdefault(name, collections.deque(maxlen=BATCHES_REMEMBERED))
                 batches.append((messages[0]["offset"], messages[-1]["offset"], answer["epoch"]))
             if messages or not answer["moved"]:
-                return ReadBatch(messages, answer["next"])
+                served = answer.get("epoch")
+                return ReadBatch(messages, answer["next"], served if isinstance(served, int) else None)
             self._owner.pop(str(TopicName.parse(topic)), None)  # moved with nothing read: ask again
             if time.monotonic() >= deadline:
                 raise BrokerUnavailable(f"topic {topic} kept moving for {self.timeout_s}s")
