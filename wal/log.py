@@ -307,7 +307,7 @@ class WriteAheadLog:
     # ------------------------------------------------------------------ writer hooks
     def _take_batch(self, last_sync_start: float) -> Batch | None:
         """Writer thread: the next batch to commit, or None when closing and drained."""
-        interval_s = self.config.fsync_interval_ms / 1000.0
+        interval_s = self.config.fsync_interval_s
         core = self._core
         with self._lock:
             while True:

@@ -1,7 +1,7 @@
 """The group-commit writer thread: one per WAL, the only code that writes segment data.
 
 Loop: take everything appended since the last fsync (waiting at most until
-``fsync_interval_ms`` after the previous fsync started, or less once
+``fsync_interval_s`` after the previous fsync started, or less once
 ``fsync_batch_bytes`` are waiting), rotate the segment if it is full or old, write the
 batch with one writev, fdatasync, then publish the new durable watermark. Any I/O error
 fails the WAL for good: after a failed fsync the kernel may have dropped the dirty pages,

@@ -31,18 +31,30 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BrokerProcessConfig:
+    """The ``[server]`` section: where the HTTP API listens and how long shutdown may take.
+
+    The address clients use is ``BrokerConfig.advertised_address`` (one key, not two);
+    when it is None the process advertises ``http://<listen_host>:<listen_port>``.
+    """
+
     listen_host: str = "127.0.0.1"
     listen_port: int = 8080
-    #: The URL clients use to reach this broker (written into its registration).
-    advertised_address: str | None = None
     shutdown_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not self.listen_host:
+            raise ValueError("listen_host must not be empty")
+        if isinstance(self.listen_port, bool) or not 0 <= self.listen_port <= 65535:
+            raise ValueError(f"listen_port must be in 0..65535, got {self.listen_port!r}")
+        if self.shutdown_timeout_s <= 0:
+            raise ValueError("shutdown_timeout_s must be > 0")
 
 
 async def serve(broker_id: str, wal_root: str, metadata, objects, config: BrokerConfig,
                 process: BrokerProcessConfig, ready: asyncio.Event | None = None,
                 stop: asyncio.Event | None = None) -> int:
     """Run until ``stop`` is set or a termination signal arrives; returns the exit code."""
-    address = process.advertised_address or f"http://{process.listen_host}:{process.listen_port}"
+    address = config.advertised_address or f"http://{process.listen_host}:{process.listen_port}"
     host = BrokerHost(broker_id, wal_root, metadata, objects, replace(config, advertised_address=address))
     stop = stop or asyncio.Event()
     signals = _install_signals(stop)

@@ -35,8 +35,8 @@ def broker_config() -> Any:
     from tiered.lifecycle.config import BrokerConfig
     from uploader.config import UploaderConfig
 
-    return BrokerConfig(uploader=UploaderConfig(interval_s=3600.0), session_ttl_s=CLI_SESSION_TTL_S,
-                        produce_timeout_s=CLI_STEP_TIMEOUT_S, drain_timeout_s=CLI_STEP_TIMEOUT_S)
+    return BrokerConfig(uploader=UploaderConfig(interval_s=3600.0, drain_timeout_s=CLI_STEP_TIMEOUT_S),
+                        session_ttl_s=CLI_SESSION_TTL_S, produce_timeout_s=CLI_STEP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
@@ -352,9 +352,10 @@ def run_broker(settings: Settings, listen_host: str, listen_port: int, advertise
     from tiered.lifecycle.config import BrokerConfig
 
     logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
-    process = BrokerProcessConfig(listen_host, listen_port, advertise, shutdown_timeout_s)
+    process = BrokerProcessConfig(listen_host, listen_port, shutdown_timeout_s)
+    config = BrokerConfig(advertised_address=advertise)
     with open_stores(settings) as (metadata, objects):
-        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, BrokerConfig(), process))
+        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, config, process))
 
 
 def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> dict[str, Any]:
