@@ -17,51 +17,31 @@ import asyncio
 import logging
 import os
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from aiohttp import web
 
+from tiered.broker.config import BrokerProcessConfig
 from tiered.broker.server import BrokerServer
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.config import BrokerConfig
-from tiered.lifecycle.watcher import AssignmentWatcher
+from tiered.lifecycle.watcher import AssignmentWatcher, WatcherConfig
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerProcessConfig:
-    """The ``[server]`` section: where the HTTP API listens and how long shutdown may take.
-
-    The address clients use is ``BrokerConfig.advertised_address`` (one key, not two);
-    when it is None the process advertises ``http://<listen_host>:<listen_port>``.
-    """
-
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 8080
-    shutdown_timeout_s: float = 120.0
-
-    def __post_init__(self) -> None:
-        if not self.listen_host:
-            raise ValueError("listen_host must not be empty")
-        if isinstance(self.listen_port, bool) or not 0 <= self.listen_port <= 65535:
-            raise ValueError(f"listen_port must be in 0..65535, got {self.listen_port!r}")
-        if self.shutdown_timeout_s <= 0:
-            raise ValueError("shutdown_timeout_s must be > 0")
-
-
 async def serve(broker_id: str, wal_root: str, metadata, objects, config: BrokerConfig,
                 process: BrokerProcessConfig, ready: asyncio.Event | None = None,
-                stop: asyncio.Event | None = None) -> int:
+                stop: asyncio.Event | None = None, watcher: WatcherConfig | None = None) -> int:
     """Run until ``stop`` is set or a termination signal arrives; returns the exit code."""
     address = config.advertised_address or f"http://{process.listen_host}:{process.listen_port}"
     host = BrokerHost(broker_id, wal_root, metadata, objects, replace(config, advertised_address=address))
     stop = stop or asyncio.Event()
     signals = _install_signals(stop)
-    watcher = None
+    watcher_config, watcher = watcher, None
     runner = web.AppRunner(BrokerServer(host).app(), access_log=None)
     try:
-        watcher = await AssignmentWatcher(host).start_async()
+        watcher = await AssignmentWatcher(host, watcher_config).start_async()
         await runner.setup()
         await web.TCPSite(runner, process.listen_host, process.listen_port).start()
         log.info("broker %s: serving on %s:%d, advertised as %s", broker_id, process.listen_host,
