@@ -28,15 +28,21 @@ from wal.topics import TopicName
 CLI_SESSION_TTL_S = 5.0
 #: A produce or seal from the CLI waits at most this long for any single step.
 CLI_STEP_TIMEOUT_S = 60.0
+#: No background upload pass during a one-shot command (upload/seal/archived acks upload).
+CLI_UPLOAD_INTERVAL_S = 3600.0
 
 
-def broker_config() -> Any:
-    """A BrokerConfig for one short CLI process: no background upload timer to race."""
-    from tiered.lifecycle.config import BrokerConfig
-    from uploader.config import UploaderConfig
+def broker_config(config: Any = None) -> Any:
+    """The BrokerConfig of one short CLI process: the configured one (``config``, a
+    DnbConfig; defaults if None) without a background upload timer to race and with a
+    short session lease (the process is gone in seconds)."""
+    from dataclasses import replace
 
-    return BrokerConfig(uploader=UploaderConfig(interval_s=3600.0, drain_timeout_s=CLI_STEP_TIMEOUT_S),
-                        session_ttl_s=CLI_SESSION_TTL_S, produce_timeout_s=CLI_STEP_TIMEOUT_S)
+    from tiered.config import DnbConfig
+
+    base = (config or DnbConfig()).broker_config()
+    return replace(base, uploader=replace(base.uploader, interval_s=CLI_UPLOAD_INTERVAL_S),
+                   session_ttl_s=CLI_SESSION_TTL_S)
 
 
 @contextlib.contextmanager
@@ -45,7 +51,7 @@ def hosting(settings: Settings) -> Iterator[Any]:
     from tiered.lifecycle import BrokerHost
 
     with open_stores(settings) as (metadata, objects):
-        host = BrokerHost(settings.broker_id, settings.wal_dir, metadata, objects, broker_config())
+        host = BrokerHost(settings.broker_id, settings.wal_dir, metadata, objects, broker_config(settings.config))
         try:
             yield host
         finally:
@@ -342,20 +348,19 @@ def _json_safe(value: Any) -> Any:
 
 # -- broker process and moves -----------------------------------------------------------
 
-def run_broker(settings: Settings, listen_host: str, listen_port: int, advertise: str | None,
-               shutdown_timeout_s: float) -> int:
-    """``dnb broker run``: serve until SIGTERM; the exit code of the process."""
+def run_broker(settings: Settings) -> int:
+    """``dnb broker run``: serve until SIGTERM, configured by ``settings.config``; the
+    process's exit code."""
     import asyncio
     import logging
 
-    from tiered.broker.process import BrokerProcessConfig, serve
-    from tiered.lifecycle.config import BrokerConfig
+    from tiered.broker.process import serve
 
     logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
-    process = BrokerProcessConfig(listen_host, listen_port, shutdown_timeout_s)
-    config = BrokerConfig(advertised_address=advertise)
+    config = settings.config
     with open_stores(settings) as (metadata, objects):
-        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, config, process))
+        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, config.broker_config(),
+                                 config.server, watcher=config.watcher))
 
 
 def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> dict[str, Any]:
