@@ -110,7 +110,7 @@ def _walk_table(table: Mapping[str, Any], prefix: tuple[str, ...], source: str,
         if key is None:
             raise ConfigError(dotted, source, "unknown key" + _suggest(dotted, list(by_name())))
         if isinstance(value, dict):
-            raise ConfigError(dotted, source, f"expected a value, got a table")
+            raise ConfigError(dotted, source, "expected a value, got a table")
         try:
             out[dotted] = (key.convert(value), source)
         except ValueError as e:

@@ -25,7 +25,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "objects": ("Object store URL: `file:///dir` or `s3://bucket/prefix[?endpoint=…]`. Unset: "
                 "`file://<data_dir>/objects`.",
                 "Kafka `remote.log.storage.manager.class.name` + its RSM config; Pulsar "
-                "`managedLedgerOffloadDriver` + `s3ManagedLedgerOffloadBucket`"),
+                "`managedLedgerOffloadDriver` + `managedLedgerOffloadBucket`"),
     # -- wal -----------------------------------------------------------------------------
     "wal.fsync_interval_s": ("Group commit: the writer fsyncs at most once per interval (sooner once "
                              "`fsync_batch_bytes` wait); a durable ack waits for its fsync.",
@@ -61,12 +61,12 @@ KEYS: dict[str, tuple[str, str]] = {
                             "Kafka `remote.log.manager.task.interval.ms`; Pulsar "
                             "`managedLedgerOffloadThresholdInSeconds`"),
     "uploader.upload_bytes_threshold": ("A pass starts early once this many durable bytes are not archived.",
-                                        "Pulsar `managedLedgerOffloadThresholdInBytes`"),
+                                        "Pulsar `managedLedgerOffloadAutoTriggerSizeThresholdBytes`"),
     "uploader.object_bytes_max": ("An archive object holds at most this many bytes of frames (a single "
                                   "larger frame gets an object of its own).",
                                   "Kafka `log.segment.bytes` (Kafka tiers whole segments)"),
     "uploader.block_bytes": ("Size of one (compressed) block inside an object: the unit of a ranged read.",
-                             "Pulsar `s3ManagedLedgerOffloadMaxBlockSizeInBytes`"),
+                             "Pulsar `managedLedgerOffloadMaxBlockSizeInBytes`"),
     "uploader.compression": ("Block compression: `zstd` or `none`.",
                              "Kafka `compression.type`; Pulsar `compressionType`"),
     "uploader.zstd_level": ("zstd level, 1-22.", "Kafka `compression.zstd.level`"),
