@@ -158,3 +158,19 @@ def test_sections_are_not_duplicated_inside_broker():
 def test_the_example_file_loads():
     config = DnbConfig.from_toml(os.path.join(REPO, "examples", "dnb.toml"))
     assert config.uploader.retention.age_max_s == 86_400.0
+
+
+def test_the_watcher_section_is_validated_too():
+    with pytest.raises(ConfigError, match="workers_max must be >= 1") as caught:
+        load_config(environ={"DNB_WATCHER_WORKERS_MAX": "0"})
+    assert caught.value.key == "watcher.workers_max"
+
+
+def test_one_shot_cli_brokers_keep_a_short_lease_whatever_the_file_says():
+    from tiered.cli.ops import CLI_SESSION_TTL_S, broker_config
+
+    config = load_config(environ={"DNB_BROKER_SESSION_TTL_S": "30", "DNB_BROKER_ACK_LEASE_MARGIN_S": "8",
+                                  "DNB_UPLOADER_ZSTD_LEVEL": "7"}).config
+    one_shot = broker_config(config)
+    assert one_shot.session_ttl_s == CLI_SESSION_TTL_S and one_shot.ack_lease_margin_s is None
+    assert one_shot.uploader.zstd_level == 7 and one_shot.uploader.interval_s == 3600.0

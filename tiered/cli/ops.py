@@ -41,8 +41,12 @@ def broker_config(config: Any = None) -> Any:
     from tiered.config import DnbConfig
 
     base = (config or DnbConfig()).broker_config()
+    ttl_s = min(base.session_ttl_s, CLI_SESSION_TTL_S)
+    margin_s = base.ack_lease_margin_s
+    if margin_s is not None and margin_s >= ttl_s:
+        margin_s = None  # a margin sized for a long lease: fall back to a third of this one
     return replace(base, uploader=replace(base.uploader, interval_s=CLI_UPLOAD_INTERVAL_S),
-                   session_ttl_s=CLI_SESSION_TTL_S)
+                   session_ttl_s=ttl_s, ack_lease_margin_s=margin_s)
 
 
 @contextlib.contextmanager
