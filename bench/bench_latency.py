@@ -12,7 +12,7 @@ Peers in the same run, on the same disk:
 
 Never a pass/fail test. Run (about 1 minute):
 
-    .venv/bin/python bench/bench_latency.py [--seconds 5] [--dir DIR]
+    .venv/bin/python bench/bench_latency.py [--seconds 5] [--dir DIR] [--cases 1:1000,100:20000] [--repeat N]
 """
 from __future__ import annotations
 
@@ -111,13 +111,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    parser.add_argument("--cases", default=None,
+                        help="comma-separated TOPICS:RATE pairs, e.g. 1:1000,100:20000 (default: all)")
+    parser.add_argument("--repeat", type=int, default=1, help="run each case this many times")
     args = parser.parse_args()
+    cases = CASES if args.cases is None else tuple(
+        (int(t), int(r)) for t, r in (pair.split(":") for pair in args.cases.split(",")))
     directory = args.dir or tempfile.mkdtemp(prefix="bench-latency-")
     floor = fdatasync_floor(directory)
     print(f"fdatasync 4 KiB: p50 {_pct(floor, 0.5) * 1e3:.2f} ms, p99 {_pct(floor, 0.99) * 1e3:.2f} ms "
           f"({os.cpu_count()} cores)")
     print(f"{'peer':<6} {'topics':>6} {'offered msg/s':>13} {'achieved msg/s':>14} {'p50 ms':>8} {'p99 ms':>8}")
-    for topics, rate in CASES:
+    for topics, rate in (case for case in cases for _ in range(args.repeat)):
         r = run_wal(directory, topics, rate, args.seconds)
         print(f"{'wal':<6} {r['topics']:>6,} {r['offered']:>13,} {r['achieved']:>14,.0f} "
               f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")

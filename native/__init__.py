@@ -29,6 +29,7 @@ decode_record = codec.decode_record
 scan_frames = codec.scan_frames
 encode_segment_header = codec.encode_segment_header
 decode_segment_header = codec.decode_segment_header
+encode_round_marker = codec.encode_round_marker
 # The WAL's append core (offsets + encoding + pending frames in one atomic step).
 AppendBuffer = codec.AppendBuffer
 
@@ -60,7 +61,7 @@ def available_codecs() -> list:
 
 __all__ = [
     "IMPLEMENTATION", "codec", "available_codecs", "crc32c", "encode_record", "encode_frame",
-    "encode_batch", "decode_record", "scan_frames", "encode_segment_header",
+    "encode_batch", "decode_record", "scan_frames", "encode_segment_header", "encode_round_marker",
     "decode_segment_header", "AppendBuffer", "Record", "ScanResult", "ScanStop", "CodecError",
     "CorruptObject", "CorruptSegmentHeader", "object_format", "Block", "Footer", "ObjectHeader",
     "write_object", "footer_bytes_needed", "parse_footer", "read_footer", "select_blocks",

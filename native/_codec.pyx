@@ -30,7 +30,10 @@ from native.format import (
     RECORD_FIXED_BYTES as _PY_RECORD_FIXED_BYTES,
     SEGMENT_HEADER_BYTES as _PY_SEGMENT_HEADER_BYTES,
     SEGMENT_MAGIC,
+    ROUND_MARKER_BYTES as _PY_ROUND_MARKER_BYTES,
+    ROUND_MARKER_TAG as _PY_ROUND_MARKER_TAG,
     SEGMENT_VERSION as _PY_SEGMENT_VERSION,
+    SEGMENT_VERSIONS_READABLE,
     STOP_BAD_LENGTH,
     STOP_CRC,
     STOP_OFFSET,
@@ -77,12 +80,15 @@ cdef enum:
     FLAGS_KNOWN = 0x03
     RECORD_VERSION = 1
     SEG_HDR = 32
-    SEG_VERSION = 1
+    SEG_VERSION = 2
     U16_MAX = 0xFFFF
+    MARKER_BYTES = 16
+cdef uint32_t MARKER_TAG = 0xFFFFFFFF
 
 assert _PY_FRAME_HEADER_BYTES == FRAME_HDR and _PY_RECORD_FIXED_BYTES == RECORD_FIXED
 assert _PY_MAX_RECORD_BYTES == MAX_RECORD and _PY_SEGMENT_HEADER_BYTES == SEG_HDR
 assert _PY_SEGMENT_VERSION == SEG_VERSION
+assert _PY_ROUND_MARKER_BYTES == MARKER_BYTES == FRAME_HDR and _PY_ROUND_MARKER_TAG == MARKER_TAG
 # dnb_tuple5 fills tuple slots directly; that is only sound for a plain tuple layout.
 assert Record.__basicsize__ == tuple.__basicsize__ and Record.__itemsize__ == tuple.__itemsize__
 assert not hasattr(Record(0, 0, None, {}, b""), "__dict__")
@@ -969,8 +975,11 @@ cdef object _frame_stop(int code, Py_ssize_t pos, Py_ssize_t end, uint32_t lengt
 
 
 def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint decode=True,
-                bint positions=False, max_frames=None):
-    """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py)."""
+                bint positions=False, max_frames=None, bint rounds=False):
+    """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py).
+
+    ``rounds``: the buffer is version-2 segment data, where round markers may stand between
+    frames; they are checked and skipped (and listed in ``markers`` with ``positions``)."""
     cdef _View v = _view(buf)
     cdef const uint8_t *b = v.ptr
     cdef Py_ssize_t stop_at, limit, count = 0
@@ -981,6 +990,7 @@ def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint deco
     cdef RecordParse rp
     cdef list records = []
     cdef list starts = []
+    cdef list marks = []
     error = None
     if pos < 0 or (end is not None and end < 0):
         raise CodecError(f"scan window [{pos}, {end}) is negative")
@@ -994,6 +1004,22 @@ def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint deco
     if max_frames is not None and max_frames < limit:
         limit = max_frames
     while pos < stop_at and count < limit:
+        if rounds and stop_at - pos >= MARKER_BYTES and dnb_ld32(b + pos + 4) == MARKER_TAG:
+            offset = dnb_ld64(b + pos + 8)
+            if dnb_crc32c(0, b + pos + 4, 12) != dnb_ld32(b + pos):
+                error = ScanStop(pos, STOP_CRC, f"CRC mismatch in round marker claiming offset {offset}")
+                break
+            if have_expected and (expected_overflow or offset != expected):
+                error = ScanStop(pos, STOP_OFFSET, f"round marker offset {offset}, expected "
+                                 f"{_U64_LIMIT if expected_overflow else expected}")
+                break
+            if positions:
+                PyList_Append(marks, pos)
+            have_expected = True
+            expected_overflow = False
+            expected = offset
+            pos += MARKER_BYTES
+            continue
         code = _check_frame(b, pos, stop_at, have_expected, expected_overflow, expected,
                             &length, &offset)
         if code != F_OK:
@@ -1016,20 +1042,33 @@ def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint deco
         expected = offset + 1
         pos += FRAME_HDR + length
     if count == 0:
-        return ScanResult(records, starts, 0, -1, -1, pos, error)
-    return ScanResult(records, starts, count, first, last, pos, error)
+        return ScanResult(records, starts, 0, -1, -1, pos, error, marks)
+    return ScanResult(records, starts, count, first, last, pos, error, marks)
+
+
+def encode_round_marker(first_offset):
+    """The 16-byte marker that starts a commit round (format version 2)."""
+    cdef uint64_t first = _u64(first_offset, "first_offset")
+    out = PyBytes_FromStringAndSize(NULL, MARKER_BYTES)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    dnb_st32(p + 4, MARKER_TAG)
+    dnb_st64(p + 8, first)
+    dnb_st32(p, dnb_crc32c(0, p + 4, 12))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Segment headers
 
-def encode_segment_header(base_offset, created_ms):
+def encode_segment_header(base_offset, created_ms, version=SEG_VERSION):
     cdef uint64_t base = _u64(base_offset, "base_offset")
     cdef uint64_t created = _u64(created_ms, "created_ms")
+    if version not in SEGMENT_VERSIONS_READABLE:
+        raise CodecError(f"segment format version {version} is not one of {SEGMENT_VERSIONS_READABLE}")
     out = PyBytes_FromStringAndSize(NULL, SEG_HDR)
     cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
     memcpy(p, <const char *>SEGMENT_MAGIC, 4)
-    dnb_st16(p + 4, SEG_VERSION)
+    dnb_st16(p + 4, <uint16_t>version)
     dnb_st16(p + 6, 0)
     dnb_st64(p + 8, base)
     dnb_st64(p + 16, created)
@@ -1039,7 +1078,8 @@ def encode_segment_header(base_offset, created_ms):
 
 
 def decode_segment_header(buf):
-    """Returns ``(base_offset, created_ms)``; raises CorruptSegmentHeader."""
+    """Returns ``(base_offset, created_ms)``; raises CorruptSegmentHeader. Any readable
+    version is accepted; ``native.format.segment_version`` says which one it is."""
     cdef _View v = _view(buf)
     cdef const uint8_t *p = v.ptr
     if v.size < SEG_HDR:
@@ -1049,7 +1089,7 @@ def decode_segment_header(buf):
         raise CorruptSegmentHeader(f"bad segment magic {magic!r}")
     if dnb_crc32c(0, p, 28) != dnb_ld32(p + 28):
         raise CorruptSegmentHeader("segment header CRC mismatch")
-    if dnb_ld16(p + 4) != SEG_VERSION:
+    if dnb_ld16(p + 4) not in SEGMENT_VERSIONS_READABLE:
         raise CorruptSegmentHeader(f"unsupported segment format version {dnb_ld16(p + 4)}")
     if dnb_ld16(p + 6) != 0:
         raise CorruptSegmentHeader(f"unknown segment flags {dnb_ld16(p + 6):#x}")

@@ -26,10 +26,14 @@ from native.format import (
     RECORD_FLAG_KEY,
     RECORD_FLAGS_KNOWN,
     RECORD_VERSION,
+    ROUND_MARKER,
+    ROUND_MARKER_BYTES,
+    ROUND_MARKER_TAG,
     SEGMENT_HEADER,
     SEGMENT_HEADER_BYTES,
     SEGMENT_MAGIC,
     SEGMENT_VERSION,
+    SEGMENT_VERSIONS_READABLE,
     STOP_BAD_LENGTH,
     STOP_CRC,
     STOP_OFFSET,
@@ -194,8 +198,11 @@ def _take(buf: memoryview, pos: int, length: int) -> bytes:
 
 def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int | None = None,
                 decode: bool = True, positions: bool = False,
-                max_frames: int | None = None) -> ScanResult:
-    """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py)."""
+                max_frames: int | None = None, rounds: bool = False) -> ScanResult:
+    """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py).
+
+    ``rounds``: the buffer is version-2 segment data, where round markers may stand between
+    frames; they are checked and skipped (and listed in ``markers`` with ``positions``)."""
     view = memoryview(buf).cast("B")
     if pos < 0 or (end is not None and end < 0):
         raise CodecError(f"scan window [{pos}, {end}) is negative")
@@ -206,10 +213,21 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
     end = len(view) if end is None else min(end, len(view))
     records: list = []
     starts: list = []
+    markers: list = []
     count = 0
     first = last = -1
     error = None
     while pos < end and (max_frames is None or count < max_frames):
+        if rounds and end - pos >= ROUND_MARKER_BYTES and _U32.unpack_from(view, pos + 4)[0] == ROUND_MARKER_TAG:
+            stop = _check_marker(view, pos, expected_offset)
+            if isinstance(stop, ScanStop):
+                error = stop
+                break
+            if positions:
+                markers.append(pos)
+            expected_offset = stop
+            pos += ROUND_MARKER_BYTES
+            continue
         stop = _check_frame(view, pos, end, expected_offset)
         if isinstance(stop, ScanStop):
             error = stop
@@ -230,7 +248,17 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
         count += 1
         expected_offset = offset + 1
         pos = body_start + length
-    return ScanResult(records, starts, count, first, last, pos, error)
+    return ScanResult(records, starts, count, first, last, pos, error, markers)
+
+
+def _check_marker(view: memoryview, pos: int, expected_offset: int | None):
+    """Returns the first offset of a valid round marker at pos (whole, tag checked), else the ScanStop."""
+    crc, _tag, offset = ROUND_MARKER.unpack_from(view, pos)
+    if crc32c(view[pos + 4:pos + ROUND_MARKER_BYTES]) != crc:
+        return ScanStop(pos, STOP_CRC, f"CRC mismatch in round marker claiming offset {offset}")
+    if expected_offset is not None and offset != expected_offset:
+        return ScanStop(pos, STOP_OFFSET, f"round marker offset {offset}, expected {expected_offset}")
+    return offset
 
 
 def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | None):
@@ -249,15 +277,25 @@ def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | No
     return offset, length
 
 
-def encode_segment_header(base_offset: int, created_ms: int) -> bytes:
+def encode_round_marker(first_offset: int) -> bytes:
+    """The 16-byte marker that starts a commit round (format version 2)."""
+    first_offset = _u64(first_offset, "first_offset")
+    body = ROUND_MARKER.pack(0, ROUND_MARKER_TAG, first_offset)[4:]
+    return _U32.pack(crc32c(body)) + body
+
+
+def encode_segment_header(base_offset: int, created_ms: int, version: int = SEGMENT_VERSION) -> bytes:
     base_offset = _u64(base_offset, "base_offset")
     created_ms = _u64(created_ms, "created_ms")
-    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, base_offset, created_ms, 0, 0)[:28]
+    if version not in SEGMENT_VERSIONS_READABLE:
+        raise CodecError(f"segment format version {version} is not one of {SEGMENT_VERSIONS_READABLE}")
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, version, 0, base_offset, created_ms, 0, 0)[:28]
     return head + _U32.pack(crc32c(head))
 
 
 def decode_segment_header(buf) -> tuple[int, int]:
-    """Returns ``(base_offset, created_ms)``; raises CorruptSegmentHeader."""
+    """Returns ``(base_offset, created_ms)``; raises CorruptSegmentHeader. Any readable
+    version is accepted; ``native.format.segment_version`` says which one it is."""
     view = memoryview(buf).cast("B")
     if len(view) < SEGMENT_HEADER_BYTES:
         raise CorruptSegmentHeader(f"segment header truncated: {len(view)} of {SEGMENT_HEADER_BYTES} bytes")
@@ -266,7 +304,7 @@ def decode_segment_header(buf) -> tuple[int, int]:
         raise CorruptSegmentHeader(f"bad segment magic {bytes(magic)!r}")
     if crc32c(view[:28]) != crc:
         raise CorruptSegmentHeader("segment header CRC mismatch")
-    if version != SEGMENT_VERSION:
+    if version not in SEGMENT_VERSIONS_READABLE:
         raise CorruptSegmentHeader(f"unsupported segment format version {version}")
     if flags != 0:
         raise CorruptSegmentHeader(f"unknown segment flags {flags:#x}")

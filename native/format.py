@@ -11,17 +11,37 @@ name carries the offset of the first frame the segment may hold. A segment start
 32-byte header::
 
     0   4  magic            b"DNBW"
-    4   2  format version   1
+    4   2  format version   2 (1 is still read; see "Format versions")
     6   2  flags            0 (readers reject unknown flags)
     8   8  base offset      u64, equal to the file name's offset
     16  8  created_ms       u64, wall clock at creation (ms since the epoch)
     24  4  reserved         0
     28  4  header CRC32C    over bytes [0, 28)
 
-and is followed by frames, back to back, no padding. A segment is cut (and the next one
-started) when it passes ``segment_bytes_max`` or ``segment_age_max_s``; everything buffered
-is written and fsynced into the old segment before the new one is created, so the new
-segment's base offset is exactly the old segment's last offset + 1.
+and is followed by commit rounds, back to back, no padding (version 1: by frames). A segment
+is cut (and the next one started) when it passes ``segment_bytes_max`` or
+``segment_age_max_s``; everything buffered is written and fsynced into the old segment before
+the new one is created, so the new segment's base offset is exactly the old segment's last
+offset + 1.
+
+Commit rounds (version 2)
+=========================
+The writer makes data durable in rounds: one write of everything pending, one fdatasync, and
+only then the next round. Each round is a 16-byte round marker followed by the round's frames
+(at least one)::
+
+    0   4  CRC32C           over bytes [4, 16)
+    4   4  tag              0xFFFFFFFF (a length no frame can have, so a marker is never a frame)
+    8   8  first offset     u64, the offset of the frame that follows it
+
+A marker is valid where a frame could start, and its first offset must be the offset the
+next frame is expected to have. Readers skip markers; they are never part of what a reader,
+an archive object or the cache holds (archives carry frames only, unchanged).
+
+Why markers exist: round *k + 1* is written only after round *k*'s fdatasync returned, so a
+valid marker of a later round proves that everything before it had been synced. That is
+how recovery tells an unsynced tail, whose pages a power loss may persist in any order (a
+later page kept, an earlier one lost), from corruption of synced data.
 
 Frames
 ======
@@ -36,12 +56,34 @@ Offsets in a segment are contiguous: frame *i* holds ``base offset + i``. A read
 the first frame that is incomplete (``torn``), has an impossible length (``bad_length``, which
 includes the zeros of a pre-allocated or never-written tail), fails its CRC (``crc``), carries
 an unexpected offset (``offset``) or holds a record it cannot parse (``record``), and reports
-the byte position where that frame starts. Recovery truncates a torn tail of the *last*
-segment back to the last valid frame; anything invalid that is followed by valid data is
-corruption in the middle of the log and is refused.
+the byte position where that frame starts. The round markers of version 2 are checked the
+same way (``crc``, ``offset``).
+
+Recovery: only the last round of the *last* segment can be unsynced (rounds never span
+segments). Where the scan of the last segment stops at a tear-like stop (``torn``,
+``bad_length``, ``crc``), it searches the rest of the file for a CRC-valid round marker whose
+first offset is above the offset expected at the stop:
+
+* none (version 2): the damage lies in the last round, which may never have been synced;
+  the file is truncated back to the last valid frame or marker before it, whatever the bytes
+  after it look like (valid-looking frames of that round included);
+* one: a later round had been written, so the damaged data had been synced: corruption,
+  refused, nothing changed.
+
+A ``offset`` or ``record`` stop is a whole frame out of place, never a tear, and anything
+invalid in a sealed segment is corruption. Version 1 segments have no markers and keep the
+stricter rule: an invalid frame followed by any CRC-valid frame is refused. Recovery also
+refuses to truncate below the next offset the checkpoint recorded as durable.
 
 The dnb1 archive objects (see ``native/object_format.py``) carry these same frames verbatim,
 so archiving copies bytes rather than re-encoding records.
+
+Format versions
+===============
+* 1: frames back to back, no round markers. Still opened and read; the WAL appends to a
+  version 1 segment no more: it cuts a version 2 segment before its first write (an empty
+  version 1 segment is replaced by an empty version 2 one).
+* 2: commit rounds with round markers (this document). Frames and records are unchanged.
 
 Records (version 1)
 ===================
@@ -70,7 +112,9 @@ import struct
 from typing import NamedTuple
 
 SEGMENT_MAGIC = b"DNBW"
-SEGMENT_VERSION = 1
+SEGMENT_VERSION = 2  # what new segments are written with
+SEGMENT_VERSIONS_READABLE = (1, 2)
+SEGMENT_VERSION_ROUNDS = 2  # the first version whose segments hold round markers
 SEGMENT_HEADER = struct.Struct("<4sHHQQII")
 SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size  # 32
 SEGMENT_SUFFIX = ".seg"
@@ -80,6 +124,10 @@ FRAME_HEADER_BYTES = FRAME_HEADER.size  # 16
 # A hard limit of the format, far above any configured max_message_bytes; a length
 # beyond it can only be garbage (a torn or corrupt frame), never a real record.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: A commit round's marker (version 2): CRC32C, tag, first offset; the frame header's shape.
+ROUND_MARKER = FRAME_HEADER
+ROUND_MARKER_BYTES = ROUND_MARKER.size  # 16
+ROUND_MARKER_TAG = 0xFFFFFFFF
 #: The largest offset a topic may ever assign: 2**63 - 1, what a signed 64-bit integer
 #: (Kafka's and Java's long, SQLite's INTEGER, etcd's int64 revisions) holds. Frames store
 #: offsets as u64, but no layer accepts one above this: the WAL refuses to assign it
@@ -123,9 +171,10 @@ class ScanResult(NamedTuple):
     """What :func:`scan_frames` found.
 
     ``records`` holds decoded records when the scan decoded (else it is empty);
-    ``positions`` holds each frame's start position when asked for (else it is empty).
-    ``end`` is the byte position just past the last valid frame. ``error`` is None when
-    the scan consumed the buffer up to its end exactly.
+    ``positions`` holds each frame's start position when asked for (else it is empty), and
+    ``markers`` then each round marker's (only a scan with ``rounds=True`` accepts markers).
+    ``end`` is the byte position just past the last valid frame or marker. ``error`` is None
+    when the scan consumed the buffer up to its end exactly.
     """
 
     records: list
@@ -135,6 +184,12 @@ class ScanResult(NamedTuple):
     last_offset: int
     end: int
     error: ScanStop | None
+    markers: list
+
+
+def segment_version(header) -> int:
+    """The format version of a segment header that ``decode_segment_header`` accepted."""
+    return SEGMENT_HEADER.unpack_from(header, 0)[1]
 
 
 def segment_file_name(base_offset: int) -> str:

@@ -93,7 +93,7 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     _check_sealed_state(snapshot, report)
     if wal_dir is not None:
         _check_local_wal(name, wal_dir, report)
-    _check_cursors(name, metadata, report)
+    _check_cursors(name, metadata, report, _sealed_end(snapshot))
     _check_orphans(name, metadata, objects, report)
     _list_lost_ranges(snapshot, report)
     return report
@@ -303,7 +303,7 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     """Read segment files read-only (never open the WAL: that would repair its tail)."""
     import native
-    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX
+    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, SEGMENT_VERSION_ROUNDS, segment_version
 
     names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
     first = last = None
@@ -321,25 +321,61 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
         expected = base if last is None else last + 1
         if base != expected:
             report.add("wal_gap", f"{path} starts at {base}, expected {expected}", path=path)
-        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False)
+        rounds = segment_version(data) >= SEGMENT_VERSION_ROUNDS
+        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False, rounds=rounds)
         if scan.error is not None:
             try:  # recovery's own rule: a torn tail of the last segment is what it repairs
-                check_torn_tail(data, path, scan.error, index == len(names) - 1)
+                check_torn_tail(data, path, scan.error, index == len(names) - 1, rounds,
+                                scan.last_offset + 1 if scan.count else base)
             except CorruptLog as e:
                 report.add("wal_corrupt", f"{path}: {e}", path=path, position=scan.error.position)
         if scan.count:
             first = scan.first_offset if first is None else first
             last = scan.last_offset
+    _check_wal_checkpoint(directory, last, report)
     return first, last
+
+
+def _check_wal_checkpoint(directory: str, last: int | None, report: VerifyReport) -> None:
+    """Recovery's checkpoint rule: a log that ends (after its tail rule) below the next offset
+    the checkpoint recorded as durable lost synced data, and recovery refuses it."""
+    from wal.checkpoint import read_checkpoint
+    from wal.fs import RealFs
+
+    checkpoint = read_checkpoint(RealFs(), directory)
+    if checkpoint is None or last is None:
+        return
+    durable_next = int(checkpoint.get("next_offset", 0))
+    if last + 1 < durable_next:
+        report.add("wal_corrupt", f"{directory}: the log ends at offset {last}, but its checkpoint "
+                                  f"recorded offsets up to {durable_next - 1} as durable", path=directory)
 
 
 # -- 5. cursors -----------------------------------------------------------------------
 
-def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> None:
-    ends = [o for o in (report.archive_last_offset, report.wal_last_offset) if o is not None]
+def _sealed_end(snapshot: _Snapshot) -> int | None:
+    """The topic's last offset when it is sealed and nobody holds it (-1: sealed empty):
+    then nothing exists past the seal anywhere, whichever host verifies. None otherwise."""
+    if snapshot.state is None:
+        return None
+    try:
+        state = keys.SealedState.from_json(snapshot.state.key, snapshot.state.value)
+    except MalformedRecord:
+        return None  # reported by the sealed-state check
+    holder, owner_ok = _holder(snapshot, VerifyReport(str(snapshot.topic)))
+    if not (state.sealed and holder is None and owner_ok):
+        return None
+    return -1 if state.last_committed_offset is None else state.last_committed_offset
+
+
+def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport, sealed_end: int | None) -> None:
+    ends = [o for o in (report.archive_last_offset, report.wal_last_offset, sealed_end) if o is not None]
     if not ends:
-        return  # without an archive or a local WAL we cannot say where the topic ends
+        return  # without an archive, a local WAL or a seal we cannot say where the topic ends
     top = max(ends)
+    # Unsealed and no local WAL here: the owner's WAL may hold durable offsets past the
+    # archive that a cursor legitimately acknowledged, so only a known end is checked.
+    known_end = report.wal_first_offset is not None or sealed_end is not None
     for kv in metadata.range(keys.subscriptions_prefix(topic)):
         if not kv.key.endswith("/cursor"):
             continue
@@ -348,7 +384,7 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport) -> Non
         except MalformedRecord as e:
             report.add("malformed", str(e), key=kv.key)
             continue
-        if cursor.last_acked_offset > top and report.wal_first_offset is not None:
+        if cursor.last_acked_offset > top and known_end:
             report.add("cursor_ahead", f"{kv.key} acknowledges offset {cursor.last_acked_offset} but the "
                                        f"topic ends at {top}", key=kv.key)
 
@@ -366,9 +402,11 @@ def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: Verify
     for orphan in orphans:
         report.orphans.append(orphan.key)
         if orphan.collectable:
+            # Garbage, not damage: no descriptor names it, so no reader serves it (a crash
+            # between an upload's PUT and its commit leaves one). `dnb gc` deletes it.
             report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "
-                                 "by no descriptor and lies inside the archived range: garbage to collect",
-                       key=orphan.key)
+                                 "by no descriptor and lies inside the archived range: garbage, `dnb gc` "
+                                 "collects it", severity="warning", key=orphan.key)
         else:
             # Past the chain's end it may be an upload between its PUT and its commit (or
             # one the next pass adopts): listed, but not an error of the archive.

@@ -37,16 +37,31 @@ class RetentionConfig:
 class UploaderConfig:
     """How often and how much the uploader archives.
 
-    A pass runs every ``interval_s``, sooner when the un-uploaded durable bytes pass
-    ``upload_bytes_threshold`` or a producer waits for "archived". One object holds at
-    most ``object_bytes_max`` bytes of frames (a single larger frame still gets its own
-    object). ``fault_hook`` is for crash tests only: it is called with a step name at
-    every crash-relevant point.
+    Objects are cut by size and age, not by pass: a background pass uploads only
+    objects of ``object_target_bytes`` of frames, plus the rest once the oldest
+    un-archived durable frame is ``object_age_max_s`` old. It uploads everything durable
+    at once (whatever the size) for an ``archived`` waiter, ``request_upload()``,
+    ``upload_once()`` and a drain (seal). WAL retention limits tighten both bounds, so
+    un-archived frames never pin the WAL past them (see :meth:`target_bytes`).
+
+    A background pass is *due* every ``interval_s``, when the estimated un-archived
+    bytes reach the target, when the age bound falls due,
+    or at once for a waiter or request. One object holds at most ``object_bytes_max``
+    bytes of frames (a single larger frame still gets its own object). ``fault_hook`` is
+    for crash tests only: it is called with a step name at every crash-relevant point.
     """
 
     interval_s: float = 30.0
     upload_bytes_threshold: int = 64 * MIB
     object_bytes_max: int = 64 * MIB
+    # 32 MiB: ~32 objects (descriptors, PUTs) per GiB; four objects per 128 MiB Spark
+    # task; and bounded memory, since an object is built whole in memory (frames plus
+    # encoded bytes, ~2x the target per busy pool worker).
+    object_target_bytes: int = 32 * MIB
+    # 60 s: the longest a durable-only message waits for the archive at a low rate,
+    # i.e. the window a failover can lose (recorded) on a dead broker. At 100 KB/s
+    # (1,000 msg/s of 100 B) it gives ~6 MB objects; raise it for fewer objects.
+    object_age_max_s: float = 60.0
     block_bytes: int = 1 * MIB
     compression: str = "zstd"
     zstd_level: int = 3
@@ -68,10 +83,28 @@ class UploaderConfig:
         for name in ("interval_s", "drain_timeout_s", "poll_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        for name in ("upload_bytes_threshold", "object_bytes_max", "block_bytes"):
+        if self.object_age_max_s < 0:
+            raise ValueError("object_age_max_s must be >= 0")
+        for name in ("upload_bytes_threshold", "object_bytes_max", "object_target_bytes", "block_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if not 1 <= self.zstd_level <= 22:
             raise ValueError("zstd_level must be in 1..22")
         if self.retry_attempts_max < 1 or self.conflict_retries_max < 0:
             raise ValueError("retry_attempts_max must be >= 1 and conflict_retries_max >= 0")
+
+    def target_bytes(self) -> int:
+        """Frame bytes a size-cut object holds: the target, capped by ``object_bytes_max``,
+        by ``upload_bytes_threshold`` (the older knob: un-archived bytes that start an
+        upload) and by half of the WAL retention's ``bytes_max`` (pressure: un-archived
+        frames are never deleted, so a larger target would pin the WAL past that limit)."""
+        target = min(self.object_target_bytes, self.object_bytes_max, self.upload_bytes_threshold)
+        if self.retention.bytes_max is not None:
+            target = min(target, max(1, self.retention.bytes_max // 2))
+        return target
+
+    def age_max_s(self) -> float:
+        """The age bound, capped by the WAL retention's ``age_max_s`` (same reason)."""
+        if self.retention.age_max_s is not None:
+            return min(self.object_age_max_s, self.retention.age_max_s)
+        return self.object_age_max_s

@@ -38,6 +38,10 @@ class UploaderMetrics:
         self.objects = Counter(
             "dnb_uploader_objects", "Committed objects by how they were stored",
             ["how"], registry=registry)  # fmt: skip
+        self.cuts = Counter(
+            "dnb_uploader_cuts", "Committed objects by why they were cut: size (full), age "
+            "(oldest frame reached object_age_max_s), forced (archived waiter, request, drain)",
+            ["reason"], registry=registry)
         self.frame_bytes = Counter(
             "dnb_uploader_frame_bytes", "Frame bytes archived (before compression)", registry=registry)
 

@@ -1,6 +1,8 @@
 """The per-topic uploader: durable WAL frames → dnb1 objects → fenced descriptors.
 
-One pass (:meth:`Uploader.upload_once`) repeats, until the durable tip is archived:
+One pass repeats, up to the durable tip seen when it starts, while an object is due
+(by size or age, or at once for a waiter, a request, ``upload_once`` or a drain: see
+:mod:`uploader.sizing`):
 
 1. read whole, validated frames from the next unarchived offset, never past the WAL's
    durable watermark (the WAL guarantees it; we re-validate with ``scan_frames`` so a
@@ -43,6 +45,7 @@ from uploader.metrics import UploaderMetrics, default_metrics
 from uploader.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from uploader.records import ObjectDescriptor, epoch_from_fencing
 from uploader.retention import apply_retention
+from uploader.sizing import MARK_SLICES, DurableAges
 from uploader.waiters import ArchivedWaiters
 from wal.topics import TopicName
 
@@ -61,12 +64,15 @@ class Uploader:
     sealed state or the last descriptor; None = nothing archived yet); a non-empty
     descriptor chain in metadata always wins over the seed. ``epoch`` names
     epoch-qualified objects; by default it is read from the owner record in ``fencing``.
+    ``clock`` (seconds, monotonic) times the interval and the object age bound; tests
+    inject a fake one and drive passes with :meth:`run_background_pass`.
     """
 
     def __init__(self, topic: TopicName | str, wal: Any, metadata: MetadataStore,
                  objects: ObjectStore, *, broker_id: int, fencing: Sequence[Compare],
                  config: UploaderConfig, committed_through: int | None,
-                 epoch: int | None = None, metrics: UploaderMetrics | None = None) -> None:
+                 epoch: int | None = None, metrics: UploaderMetrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = TopicName.parse(topic)
         self.wal = wal
         self.metadata = metadata
@@ -86,8 +92,10 @@ class Uploader:
         self._fatal: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._pool: Any = None
-        self._next_due_s = time.monotonic() + config.interval_s
+        self._clock = clock
+        self._next_due_s = clock() + config.interval_s
         self._frame_bytes_avg = 256.0  # learned from every batch; seeds the lag estimate
+        self._ages = DurableAges(config.age_max_s() / MARK_SLICES, wal.durable_offset)
         self._waiters = ArchivedWaiters(str(self.topic))
         self._waiters.advance(committed_through)
         self._listening = False
@@ -154,8 +162,12 @@ class Uploader:
 
     # -- triggering ------------------------------------------------------------------
     def request_upload(self) -> None:
-        """Run a pass soon, without waiting for the interval or the byte threshold."""
+        """Run a pass soon that archives everything durable, whatever its size or age."""
         self._requested = True
+        self._wake_worker()
+
+    def _wake_worker(self) -> None:
+        """Have the worker check ``is_due`` now (does not force anything)."""
         self._wake.set()
         if self._pool is not None:
             self._pool.notify(self)
@@ -179,9 +191,10 @@ class Uploader:
 
     # -- one pass, drain ---------------------------------------------------------------
     def upload_once(self) -> int | None:
-        """Archive everything durable now (bounded retries); returns committed_through."""
+        """Archive everything durable now, whatever its size or age (bounded retries);
+        returns committed_through."""
         deadline_s = time.monotonic() + self.config.drain_timeout_s
-        self._pass_with_retries(deadline_s, retention=True)
+        self._pass_with_retries(deadline_s, retention=True, force=True)
         return self._committed_through
 
     def drain(self, timeout_s: float | None = None,
@@ -211,7 +224,7 @@ class Uploader:
             backoff_s = self.config.retry_backoff_s
             while self._committed_through is None or self._committed_through < tip:
                 try:
-                    self._pass_with_retries(deadline_s, retention=False)
+                    self._pass_with_retries(deadline_s, retention=False, force=True)
                 except StorageError as e:
                     # A pass gives up after retry_attempts_max; a drain keeps trying for
                     # its whole time bound (a seal should ride out a short outage).
@@ -261,8 +274,10 @@ class Uploader:
             raise DrainTimeout(f"topic {self.topic}: offset {offset} not durable in time "
                                f"(durable: {durable})")
 
-    def _pass_with_retries(self, deadline_s: float, retention: bool) -> None:
-        """One pass; retries retryable storage errors and conflicts with bounded backoff."""
+    def _pass_with_retries(self, deadline_s: float, retention: bool, force: bool) -> None:
+        """One pass; retries retryable storage errors and conflicts with bounded backoff.
+
+        ``force``: cut objects up to the pass bound whatever their size and age."""
         self._raise_if_fatal()
         backoff_s = self.config.retry_backoff_s
         conflicts = 0
@@ -270,7 +285,7 @@ class Uploader:
             try:
                 with self._pass_lock:
                     self._raise_if_fatal()
-                    self._pass(retention)
+                    self._pass(retention, force)
                 return
             except OwnershipLost as e:
                 self._fail(e, "ownership")
@@ -295,16 +310,17 @@ class Uploader:
                 time.sleep(min(backoff_s, remaining_s))
                 backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
 
-    def _pass(self, retention: bool) -> None:
+    def _pass(self, retention: bool, force: bool) -> None:
         # Bounded to the durable tip seen when the pass starts: chasing a tip that keeps
         # moving cut one small object per WAL fsync while producers were active (3,000
         # messages became 427 objects). What arrives during the pass waits for the next
         # trigger (interval, byte threshold, an archived waiter, a drain) and fills a
-        # bigger object.
+        # bigger object. Unless forced, only full or old objects are cut (sizing.py).
         bound = self.wal.durable_offset
+        self._ages.note(bound, self._clock())
         try:
             for _ in range(OBJECTS_PER_PASS_MAX if bound is not None else 0):
-                if not self._upload_next(bound):
+                if not self._upload_next(bound, force):
                     break
         finally:
             self._update_lag()  # also when the pass fails: that is when the lag grows
@@ -312,9 +328,9 @@ class Uploader:
             self._retain()
 
     # -- the steps -------------------------------------------------------------------
-    def _upload_next(self, bound: int) -> bool:
+    def _upload_next(self, bound: int, force: bool) -> bool:
         """Archive the next object, up to ``bound`` at most; False when nothing durable
-        is left below it."""
+        is left below it, or (unless ``force``) what is left is neither full nor old."""
         tip = self._chain_tip()
         start = self._next_start(tip)
         durable = self.wal.durable_offset
@@ -322,8 +338,14 @@ class Uploader:
             durable = min(durable, bound)
         if durable is None or durable < start:
             return False
+        target = self.config.target_bytes()
+        old = self._age_due(start)
+        if not (force or old) and (durable - start + 1) * self._frame_bytes_avg < target:
+            return False  # by the estimate, not full yet: no read at all
         started_s = time.monotonic()
-        frames, last = self._read_batch(start, durable)
+        frames, last, full = self._read_batch(start, durable, target)
+        if not (force or old or full):
+            return False  # the estimate was high (it has just learned): wait for more
         descriptor, how = self._store_object(frames, start, last)
         self._hook("before_commit")
         self._tip = self._commit(descriptor, tip)
@@ -331,6 +353,7 @@ class Uploader:
         self._advance(last)
         self.metrics.upload_seconds.observe(time.monotonic() - started_s)
         self.metrics.objects.labels(how).inc()
+        self.metrics.cuts.labels("forced" if force else "age" if old else "size").inc()
         self.metrics.frame_bytes.inc(len(frames))
         self._report_drain(descriptor)
         return True
@@ -364,32 +387,46 @@ class Uploader:
             return self._seed + 1
         return self.wal.first_offset
 
-    def _read_batch(self, start: int, durable: int) -> tuple[bytes, int]:
-        """Whole, validated frames from ``start`` (≤ durable); returns (frames, last offset)."""
+    def _age_due(self, start: int) -> bool:
+        """The frame at ``start`` has been durable for the age bound (or longer)."""
+        since_s = self._ages.since_s(start)
+        return since_s is not None and self._clock() - since_s >= self.config.age_max_s()
+
+    def _age_due_at_s(self) -> float | None:
+        """Clock time at which the oldest un-archived durable frame falls due (no I/O)."""
+        done = self._committed_through
+        since_s = self._ages.since_s(done + 1 if done is not None else self.wal.first_offset)
+        return None if since_s is None else since_s + self.config.age_max_s()
+
+    def _read_batch(self, start: int, durable: int, limit: int) -> tuple[bytes, int, bool]:
+        """Whole, validated frames from ``start`` (≤ durable), at most about ``limit``
+        bytes; returns (frames, last offset, full). ``full``: the budget, not the bound,
+        ended the batch."""
         first_offset = self.wal.first_offset
         if start < first_offset:
             raise ArchiveGap(str(self.topic), start, first_offset)
         self._hook("read")
-        frames, last = self._read_frames(start, durable)
+        frames, last = self._read_frames(start, durable, limit)
         if last > durable:
             # The WAL hands out whole chunks up to its own durable tip; a pass bounded
             # below that tip (see _pass) cuts the batch at its bound.
             frames, last = self._trim(frames, start, durable), durable
+        full = len(frames) >= limit or last < durable
         end_cut = self._adoptable_end(start, last)
         self._check_frames(frames, start, last, durable)
         if end_cut is not None and end_cut < last:
             frames, last = self._trim(frames, start, end_cut), end_cut
         self._frame_bytes_avg = len(frames) / (last - start + 1)
-        return frames, last
+        return frames, last, full
 
-    def _read_frames(self, start: int, durable: int) -> tuple[bytes, int]:
-        """Up to ``object_bytes_max`` of frames; the WAL stops reads at segment ends, so
+    def _read_frames(self, start: int, durable: int, limit: int) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes of frames; the WAL stops reads at segment ends, so
         several reads may fill one object (bounded by the byte budget)."""
         chunks: list[bytes] = []
         size, position = 0, start
-        while size < self.config.object_bytes_max and position <= durable:
+        while size < limit and position <= durable:
             try:
-                data, first, last = self.wal.read_frames(position, self.config.object_bytes_max - size)
+                data, first, last = self.wal.read_frames(position, limit - size)
             except LookupError as e:  # OffsetBelowRetention: retention raced us
                 self._count_failure("gap")
                 raise ArchiveGap(str(self.topic), position, self.wal.first_offset) from e
@@ -510,6 +547,7 @@ class Uploader:
         if self._committed_through is not None and committed_through <= self._committed_through:
             return
         self._committed_through = committed_through
+        self._ages.forget_through(committed_through)
         self._waiters.advance(committed_through)
 
     def _retain(self) -> None:
@@ -528,25 +566,43 @@ class Uploader:
                 self.run_background_pass()
 
     def _sleep_s(self) -> float:
-        until_due_s = self._next_due_s - time.monotonic()
+        now_s = self._clock()
+        until_due_s = self._next_due_s - now_s
+        age_due_at_s = self._age_due_at_s()
+        if age_due_at_s is not None and age_due_at_s > now_s:
+            # Only a future due time: one already past (a failing pass) is retried every
+            # poll_interval_s through is_due, not in a tight loop.
+            until_due_s = min(until_due_s, age_due_at_s - now_s)
         return max(0.0, min(self.config.poll_interval_s, until_due_s))
 
     def is_due(self) -> bool:
-        """Interval elapsed, an upload was requested, waiters pend, or the lag is big."""
+        """An upload was requested, waiters pend, the interval elapsed, the estimated
+        un-archived bytes reach the object target, or the oldest un-archived frame is
+        old. Cheap (no I/O): the pool's scheduler calls it for every topic."""
         if self._fatal is not None or self._stopping.is_set():
             return False
         if self._requested or self._waiters.pending:
             return True
-        if time.monotonic() >= self._next_due_s:
+        now_s = self._clock()
+        if now_s >= self._next_due_s:
             return True
-        return self._lag_estimate()[1] >= self.config.upload_bytes_threshold
+        self._ages.note(self.wal.durable_offset, now_s)
+        age_due_at_s = self._age_due_at_s()
+        if age_due_at_s is not None and now_s >= age_due_at_s:
+            return True
+        return self._lag_estimate()[1] >= self.config.target_bytes()
 
     def run_background_pass(self) -> None:
-        """One pass for the background worker: logs and counts errors instead of raising."""
+        """One pass for the background worker: logs and counts errors instead of raising.
+
+        Forced (everything durable, whatever its size and age) when an upload was
+        requested or an ``archived`` waiter pends; otherwise only full or old objects."""
+        force = self._requested or self._waiters.pending
         self._requested = False
-        self._next_due_s = time.monotonic() + self.config.interval_s
+        self._next_due_s = self._clock() + self.config.interval_s
         try:
-            self._pass_with_retries(time.monotonic() + self.config.drain_timeout_s, retention=True)
+            self._pass_with_retries(time.monotonic() + self.config.drain_timeout_s, retention=True,
+                                    force=force)
         except OwnershipLost as e:
             log.error("topic %s: %s; uploader stopped", self.topic, e)
             self._stopping.set()
@@ -562,13 +618,14 @@ class Uploader:
         self.wal.add_durable_listener(self._on_durable)
         self._listening = True
 
-    def _on_durable(self, *_args: Any) -> None:
+    def _on_durable(self, durable: int | None = None, *_args: Any) -> None:
         # Runs on the WAL's fsync thread: must be cheap and never raise.
         try:
+            self._ages.note(durable if durable is not None else self.wal.durable_offset, self._clock())
             if self._stopping.is_set() or self._fatal is not None:
                 return
-            if self._lag_estimate()[1] >= self.config.upload_bytes_threshold:
-                self.request_upload()
+            if self._lag_estimate()[1] >= self.config.target_bytes():
+                self._wake_worker()  # a size cut may be due; not a request (that forces)
         except Exception:  # noqa: BLE001
             log.debug("durable listener failed", exc_info=True)
 

@@ -4,8 +4,12 @@
 models the page cache: a write lands in "memory" and only ``sync()`` (for file data) or
 ``fsync_dir()`` (for names: create, rename, remove) makes it durable. ``crash_image()``
 returns the file system a power loss would leave behind: unsynced bytes dropped, with the
-last write optionally torn at any byte boundary and the rest of it garbage. It can also
-make fsync fail or stall. The WAL tests and later crash harnesses reuse it.
+last write optionally torn at any byte boundary and the rest of it garbage.
+``crash_image_pages()`` / ``random_crash_image()`` model the other way a power loss tears
+writes: the kernel writes dirty pages back in any order, so any subset of a file's unsynced
+pages may have reached the disk (a later page kept, an earlier one lost, which reads back as
+zeros), with the file's size either already extended or not. It can also make fsync fail
+or stall. The WAL tests and later crash harnesses reuse it.
 
 Simplification, on purpose: directories themselves are durable as soon as they are made
 (the WAL fsyncs the parent anyway); only the names inside them need ``fsync_dir``.
@@ -15,7 +19,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import random
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +30,8 @@ from typing import Protocol
 #: a dot) and from segment and checkpoint files.
 LOCK_NAME = ".lock"
 _IOV_MAX = 1024  # Linux IOV_MAX; writev with more buffers fails with EINVAL.
+#: The page-cache page size the out-of-order crash model persists (or loses) as a unit.
+PAGE_BYTES = 4096
 _SYNC_HOLD_MAX_S = 30.0
 
 
@@ -300,6 +308,36 @@ class FaultFs:
         the first ``torn_bytes`` of its unsynced tail, followed by ``garbage`` (what a disk
         may leave when a write is torn). Names not made durable by fsync_dir vanish.
         """
+        return self._image(lambda _path, inode: self._crashed_inode(inode, torn_bytes, garbage))
+
+    def crash_image_pages(self, persist: Callable[[str, list[int]], Iterable[int]],
+                          page_bytes: int = PAGE_BYTES, keep_size: bool = True) -> "FaultFs":
+        """The file system after a power loss that wrote dirty pages back in any order.
+
+        For every file with unsynced bytes, ``persist(path, pages)`` is given the indexes of
+        its dirty pages (page *i* is bytes ``[i * page_bytes, (i + 1) * page_bytes)``), in
+        ascending order, and returns those that reached the disk; any subset, in any pattern.
+        Unsynced bytes of the other pages read back as zeros (never-written blocks). With
+        ``keep_size`` the file keeps the length of everything written (the size update made
+        it, some data did not); without, it ends after its last persisted byte (at least at
+        its synced length). Synced bytes always survive. Names as in ``crash_image``.
+        """
+        def crashed(path: str, inode: _Inode) -> _Inode:
+            return self._paged_inode(path, inode, persist, page_bytes, keep_size)
+        return self._image(crashed)
+
+    def random_crash_image(self, rng: random.Random, page_bytes: int = PAGE_BYTES) -> "FaultFs":
+        """``crash_image_pages`` with a random subset of dirty pages persisted (each with a
+        random probability per file, so all-lost, all-kept and scattered patterns all occur)
+        and a random choice of whether the size was extended."""
+        keep_size = rng.random() < 0.5
+
+        def persist(_path: str, pages: list[int]) -> list[int]:
+            probability = rng.choice((0.0, 0.25, 0.5, 0.75, 1.0, rng.random()))
+            return [page for page in pages if rng.random() < probability]
+        return self.crash_image_pages(persist, page_bytes, keep_size)
+
+    def _image(self, crashed: Callable[[str, _Inode], _Inode]) -> "FaultFs":
         with self._lock:
             image = FaultFs(strict_dirs=self.strict_dirs)
             inodes: dict[int, _Inode] = {}
@@ -310,7 +348,7 @@ class FaultFs:
                 for name, inode in entries.items():
                     copy = inodes.get(id(inode))
                     if copy is None:
-                        copy = inodes[id(inode)] = self._crashed_inode(inode, torn_bytes, garbage)
+                        copy = inodes[id(inode)] = crashed(os.path.join(path, name), inode)
                     image._dirs[path][name] = copy
                 image._durable_dirs[path] = dict(image._dirs[path])
             for path in self._dirs:
@@ -327,6 +365,28 @@ class FaultFs:
             base += tail + garbage
         elif inode is self._last_write:
             base += garbage
+        return _Inode(bytearray(base), base, len(base))
+
+    @staticmethod
+    def _paged_inode(path: str, inode: _Inode, persist: Callable[[str, list[int]], Iterable[int]],
+                     page_bytes: int, keep_size: bool) -> _Inode:
+        synced = inode.dirty_from  # bytes [0, synced) are durable and equal in data and durable
+        size = len(inode.data)
+        if size <= synced:
+            base = bytes(inode.durable[:synced])
+            return _Inode(bytearray(base), base, len(base))
+        pages = list(range(synced // page_bytes, (size - 1) // page_bytes + 1))
+        kept = sorted(set(persist(path, list(pages))))
+        assert set(kept) <= set(pages), f"persist() returned pages that are not dirty: {kept}"
+        length = size
+        if not keep_size:
+            length = max([synced] + [min((page + 1) * page_bytes, size) for page in kept])
+        out = bytearray(length)
+        out[:synced] = inode.durable[:synced]
+        for page in kept:
+            low, high = max(page * page_bytes, synced), min((page + 1) * page_bytes, length)
+            out[low:high] = inode.data[low:high]
+        base = bytes(out)
         return _Inode(bytearray(base), base, len(base))
 
     # ---- file system operations

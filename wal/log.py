@@ -20,9 +20,9 @@ from threading import Condition, Lock
 
 from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
-from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, STOP_TORN, Record
+from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record
 from wal.cache import FrameCache
-from wal.checkpoint import read_checkpoint, write_checkpoint
+from wal.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
                         WalLocked, WalTimeout)
@@ -107,7 +107,6 @@ class WriteAheadLog:
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
         self._checkpoint_lock = Lock()
         self._pending_bytes_max = config.pending_bytes_max
-        self._batch_bytes = config.fsync_batch_bytes
         # The append core owns next_offset and the frames not yet taken by the writer. It
         # calls back only on rare paths: backpressure, waking a parked writer (or one a full
         # batch is waiting for), a refused append, an oversized record, a rare batch form.
@@ -158,7 +157,13 @@ class WriteAheadLog:
         """Removes the topic's files (after a seal). The WAL must be closed first."""
         if not self._closed:
             raise WalError(f"WAL {self.topic} must be closed before delete()")
-        for name in self._fs.listdir(self.directory):
+        # The checkpoint first, then segments oldest first, bookkeeping last: a crash in
+        # between leaves a suffix of the log without a checkpoint, which opens (as after
+        # retention) and is deleted again by the retry; never a checkpoint naming missing
+        # segments, which would refuse to open (CorruptLog) although everything was sealed.
+        names = sorted(self._fs.listdir(self.directory),
+                       key=lambda n: (n != CHECKPOINT_NAME, n.startswith("."), n))
+        for name in names:
             self._fs.remove(os.path.join(self.directory, name))
         self._fs.rmdir(self.directory)
         self._fs.fsync_dir(os.path.dirname(self.directory))
@@ -249,11 +254,16 @@ class WriteAheadLog:
                 raise ValueError(f"offset {offset} was never appended (next is {next_offset})")
             return self._wait_durable_locked(offset, timeout_s)
 
-    def _wait_durable_locked(self, offset: int, timeout_s: float) -> bool:
+    def _wait_durable_locked(self, offset: int, timeout_s: float,
+                             give_up: Callable[[], bool] | None = None) -> bool:
+        """``give_up`` (checked on every wake-up, e.g. a reader closed from another
+        thread, which notifies ``_durable``) ends the wait early with False."""
         deadline = time.monotonic() + timeout_s
         while self._durable_next <= offset:
             if self._failure is not None or self._closed:
                 raise self._refusal_error()
+            if give_up is not None and give_up():
+                return False
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
@@ -305,25 +315,29 @@ class WriteAheadLog:
             self._listeners = [c for c in self._listeners if c is not callback]
 
     # ------------------------------------------------------------------ writer hooks
-    def _take_batch(self, last_sync_start: float) -> Batch | None:
-        """Writer thread: the next batch to commit, or None when closing and drained."""
-        interval_s = self.config.fsync_interval_s
+    def _take_batch(self) -> Batch | None:
+        """Writer thread: the next batch to commit, or None when closing and drained.
+
+        Whatever is pending is taken at once, never held back for a timer: a lone append to
+        an idle writer is written and fsynced immediately, so at low load latency is the
+        disk's. Batching happens by itself under load: appends that arrive while a round's
+        write + fsync is in flight pile up in the core and become the next round (group
+        commit as Postgres and BookKeeper's journal do it); backpressure at
+        ``pending_bytes_max`` bounds how big a round can get.
+        """
         core = self._core
         with self._lock:
             while True:
                 if self._failure is not None:
                     return None
                 if core.pending_count:
-                    wait_s = last_sync_start + interval_s - time.monotonic()
-                    if wait_s <= 0 or core.pending_bytes >= self._batch_bytes or self._closing:
-                        return self._detach_pending()
-                    # An append crossing fsync_batch_bytes wakes us early; it takes the lock
-                    # to notify, so it cannot slip between this check and the wait.
-                    self._work.wait(wait_s)
-                elif self._closing:
+                    return self._detach_pending()
+                if self._closing:
                     return None
-                elif core.park():
-                    # Parked atomically with appends: the next append sees it and wakes us.
+                if core.park():
+                    # Parked atomically with appends: the next append sees the idle flag and
+                    # wakes us; it takes this lock to notify, so it cannot slip between the
+                    # park and the wait (the wait releases the lock atomically).
                     self._work.wait(_IDLE_WAIT_S)
                     core.unpark()
 
@@ -443,7 +457,7 @@ class WriteAheadLog:
         last = min(result.last_offset, limit)
         last_index = last - result.first_offset
         end = result.positions[last_index + 1] if last_index + 1 < result.count else result.end
-        frames = bytes(memoryview(data)[result.positions[first_index]:end])
+        frames = _without_markers(data, result.positions[first_index], end, result.markers)
         return frames, from_offset, last
 
     def _read_records(self, position: int, limit: int, max_bytes: int) -> list[Record]:
@@ -476,7 +490,7 @@ class WriteAheadLog:
             if position > limit:
                 return None
             segment = self._segments[bisect.bisect_right(self._segment_bases, position) - 1]
-            path, end_pos = segment.path, segment.size_bytes
+            path, end_pos, rounds = segment.path, segment.size_bytes, segment.has_rounds
             offset, pos = segment.seek(position)
         try:
             handle = self._fs.open_read(path)
@@ -485,7 +499,7 @@ class WriteAheadLog:
                 raise OffsetBelowRetention(position, self.first_offset) from None
             raise
         try:
-            return _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode) + (limit,)
+            return _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds) + (limit,)
         finally:
             handle.close()
 
@@ -501,7 +515,7 @@ class WriteAheadLog:
 
 
 def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos: int, max_bytes: int,
-                decode: bool) -> tuple:
+                decode: bool, rounds: bool) -> tuple:
     """Scans forward from an index point until a chunk holds ``position``; (data, result)."""
     want_bytes = max_bytes
     while pos < end_pos:
@@ -509,9 +523,12 @@ def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos
         data = handle.pread(pos, want)
         if len(data) < want:
             raise CorruptLog(path, pos + len(data), "segment shorter than its durable size")
-        result = scan_frames(data, expected_offset=offset, decode=decode, positions=True)
+        result = scan_frames(data, expected_offset=offset, decode=decode, positions=True, rounds=rounds)
         if result.error is not None and not (result.error.reason == STOP_TORN and pos + want < end_pos):
             raise CorruptLog(path, pos + result.error.position, f"{result.error.reason}: {result.error.detail}")
+        if result.count == 0 and result.end > 0:  # only round markers fit: step past them
+            pos += result.end
+            continue
         if result.count == 0:  # one frame larger than the read: read exactly that frame
             want_bytes = FRAME_HEADER_BYTES + _U32.unpack_from(data, 4)[0]
             continue
@@ -520,6 +537,21 @@ def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos
             return data, result
         offset, pos, want_bytes = result.last_offset + 1, pos + result.end, max_bytes
     raise CorruptLog(path, end_pos, f"offset {position} not found before the durable end of the segment")
+
+
+def _without_markers(data: bytes, start: int, end: int, markers: list) -> bytes:
+    """The frames in ``data[start:end]`` with the commit-round markers among them left out:
+    callers get frames only, as archives hold them."""
+    view = memoryview(data)
+    inside = [m for m in markers if start <= m < end]
+    if not inside:
+        return bytes(view[start:end])
+    parts = []
+    for marker in inside:
+        parts.append(view[start:marker])
+        start = marker + ROUND_MARKER_BYTES
+    parts.append(view[start:end])
+    return b"".join(parts)
 
 
 def _decode_chunks(chunks: list, position: int, limit: int, max_bytes: int) -> list[Record]:

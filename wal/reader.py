@@ -39,8 +39,12 @@ class WalReader:
         return self._position - len(self._buffer)
 
     def close(self) -> None:
+        """Safe from any thread: a ``next()`` blocked waiting for new records returns at
+        once (StopIteration), not at the end of its wait slice."""
         self.closed = True
         self._buffer.clear()
+        with self._wal._lock:
+            self._wal._durable.notify_all()
 
     def __enter__(self) -> "WalReader":
         return self
@@ -61,7 +65,7 @@ class WalReader:
             if self._fill():
                 return self._buffer.popleft()
             with self._wal._lock:
-                self._wal._wait_durable_locked(self._position, _WAIT_SLICE_S)
+                self._wal._wait_durable_locked(self._position, _WAIT_SLICE_S, lambda: self.closed)
 
     # ---------------------------------------------------------------- async
     def __aiter__(self) -> "WalReader":

@@ -39,17 +39,21 @@ def recover(fs: FileSystem, directory: str, checkpoint: dict | None, initial_off
     segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
                                                   initial_offset)
     repaired = _repair_tail(fs, scanned[-1] if scanned else None)
+    segments = _upgrade_empty_tail(fs, directory, segments)
     for segment in segments[:-1]:
         segment.sealed = True
     return Recovered(segments, next_offset, repaired)
 
 
-def check_torn_tail(data: bytes, path: str, stop, is_last: bool) -> None:
+def check_torn_tail(data: bytes, path: str, stop, is_last: bool, rounds: bool = False,
+                    expected_offset: int | None = None) -> None:
     """The one rule for where a segment scan stopped (``scan_frames(...).error``): returns
-    when recovery would repair it as a torn tail (the last segment, a tear-like stop, no
-    valid frame after it), raises CorruptLog saying why not otherwise. Recovery applies it
-    on open; read-only checkers (``dnb verify``) call it so both agree."""
-    _check_tear(data, path, stop, is_last)
+    when recovery would repair it as a torn tail (the last segment, a tear-like stop, and
+    after it no later commit round's marker, or for a version 1 segment no valid frame),
+    raises CorruptLog saying why not otherwise. ``rounds``: the segment's format has commit
+    rounds (version 2); ``expected_offset``: the offset the scan expected at the stop.
+    Recovery applies it on open; read-only checkers (``dnb verify``) call it so both agree."""
+    _check_tear(data, path, stop, is_last, rounds, expected_offset)
 
 
 def _remove_temp_files(fs: FileSystem, directory: str) -> None:
@@ -101,6 +105,12 @@ def _check_against_checkpoint(directory: str, segments: list[Segment], next_offs
                          f"checkpoint retains from {checkpoint_first} (oldest segments missing?)")
     sealed_next = int(checkpoint.get("sealed_next_offset", 0))
     checkpoint_next = int(checkpoint.get("next_offset", 0))
+    # The checkpoint only ever records durable offsets, so a tail repair that would cut
+    # below its next_offset would drop data proven synced (and reuse its offsets).
+    if segments and next_offset is not None and next_offset < checkpoint_next:
+        raise CorruptLog(segments[-1].path, segments[-1].size_bytes,
+                         f"log ends at offset {next_offset - 1} after repair, but the checkpoint "
+                         f"recorded offsets up to {checkpoint_next - 1} as durable")
     if next_offset is not None and next_offset < sealed_next:
         raise CorruptLog(directory, 0, f"log ends before offset {sealed_next}, which the checkpoint "
                          f"says was sealed durably (segments missing?)")
@@ -123,6 +133,18 @@ def _apply_initial_offset(fs: FileSystem, directory: str, segments: list[Segment
         _log.warning("%s: no segment files; continuing at checkpoint offset %d", directory, next_offset)
         return [create_segment(fs, directory, next_offset)], next_offset
     return segments, next_offset
+
+
+def _upgrade_empty_tail(fs: FileSystem, directory: str, segments: list[Segment]) -> list[Segment]:
+    """An empty last segment of an older format is replaced by an empty one of the current
+    format (same name, create-then-rename), so everything the writer appends is in commit
+    rounds. A non-empty old one stays; the writer cuts a new segment before its first write."""
+    last = segments[-1]
+    if last.has_rounds or last.record_count:
+        return segments
+    _log.info("%s: replacing an empty format-%d segment with a current-format one", last.path,
+              last.version)
+    return segments[:-1] + [create_segment(fs, directory, last.base_offset)]
 
 
 def _repair_tail(fs: FileSystem, last) -> int:

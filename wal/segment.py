@@ -12,12 +12,19 @@ from native import crc32c, decode_segment_header, encode_segment_header, scan_fr
 from native.errors import CorruptSegmentHeader
 from native.format import (
     FRAME_HEADER_BYTES,
+    MAX_OFFSET,
     MAX_RECORD_BYTES,
+    ROUND_MARKER,
+    ROUND_MARKER_BYTES,
+    ROUND_MARKER_TAG,
     SEGMENT_HEADER_BYTES,
+    SEGMENT_VERSION,
+    SEGMENT_VERSION_ROUNDS,
     STOP_BAD_LENGTH,
     STOP_CRC,
     STOP_TORN,
     segment_file_name,
+    segment_version,
 )
 from wal.errors import CorruptLog
 from wal.fs import FileSystem
@@ -40,6 +47,8 @@ class Segment:
     last_offset: int  # base_offset - 1 while empty
     size_bytes: int  # position just past the last durable frame
     sealed: bool = False
+    # Format version of the file (native/format.py): 2 and up hold commit-round markers.
+    version: int = SEGMENT_VERSION
     # Sparse (offset, position) pairs, ascending: where a scan for an offset may start.
     index_offsets: list = field(default_factory=list)
     index_positions: list = field(default_factory=list)
@@ -47,6 +56,11 @@ class Segment:
     @property
     def record_count(self) -> int:
         return self.last_offset - self.base_offset + 1
+
+    @property
+    def has_rounds(self) -> bool:
+        """Whether the file's frames are grouped in commit rounds behind round markers."""
+        return self.version >= SEGMENT_VERSION_ROUNDS
 
     def add_index(self, offset: int, position: int, interval_bytes: int) -> None:
         if self.index_positions and position - self.index_positions[-1] < interval_bytes:
@@ -110,7 +124,8 @@ def create_segment(fs: FileSystem, directory: str, base_offset: int) -> Segment:
         handle.close()
     fs.rename(temp, path)
     fs.fsync_dir(directory)
-    return Segment(base_offset, path, created_ms, base_offset - 1, SEGMENT_HEADER_BYTES)
+    return Segment(base_offset, path, created_ms, base_offset - 1, SEGMENT_HEADER_BYTES,
+                   version=SEGMENT_VERSION)
 
 
 def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
@@ -123,9 +138,11 @@ def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
         raise CorruptLog(path, 0, f"segment header: {exc}") from exc
     if header_base != base_offset:
         raise CorruptLog(path, 8, f"header base offset {header_base} != file name's {base_offset}")
+    version = segment_version(data)
+    rounds = version >= SEGMENT_VERSION_ROUNDS
     result = scan_frames(data, pos=SEGMENT_HEADER_BYTES, expected_offset=base_offset,
-                         decode=False, positions=True)
-    segment = Segment(base_offset, path, created_ms, base_offset - 1, result.end)
+                         decode=False, positions=True, rounds=rounds)
+    segment = Segment(base_offset, path, created_ms, base_offset - 1, result.end, version=version)
     if result.count:
         assert result.first_offset == base_offset and result.last_offset == base_offset + result.count - 1
         segment.last_offset = result.last_offset
@@ -133,22 +150,66 @@ def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
         segment.add_index(base_offset + index, position, index_interval_bytes)
     truncate_to = None
     if result.error is not None:
-        _check_tear(data, path, result.error, is_last)
+        expected = result.last_offset + 1 if result.count else base_offset
+        _check_tear(data, path, result.error, is_last, rounds, expected)
         truncate_to = result.end
     return ScannedSegment(segment, truncate_to, len(data))
 
 
-def _check_tear(data: bytes, path: str, stop, is_last: bool) -> None:
-    """A stop is a repairable torn tail only at the end of the last segment."""
+def _check_tear(data: bytes, path: str, stop, is_last: bool, rounds: bool = False,
+                expected_offset: int | None = None) -> None:
+    """A stop is a repairable torn tail only in the last round of the last segment.
+
+    With commit rounds (format version 2) the proof that damaged data had been synced is a
+    valid round marker of a LATER round after it: that round was written only after the
+    damaged one's fdatasync returned. Without one, the damage lies in the last round, which
+    a power loss may have persisted in any page order (a later page kept, an earlier one
+    lost), so valid-looking frames after the damage are that round's unsynced tail, not
+    evidence. Version 1 segments have no markers: any CRC-valid frame after the damage is
+    treated as synced data (the stricter old rule).
+    """
     detail = f"{stop.reason}: {stop.detail}"
     if not is_last:
         raise CorruptLog(path, stop.position, f"invalid frame in a sealed segment ({detail})")
     if stop.reason not in _TEAR_REASONS:
         raise CorruptLog(path, stop.position, f"whole frame out of place ({detail})")
+    if rounds:
+        assert expected_offset is not None, "a round-aware tear check needs the expected offset"
+        later = find_later_round_marker(data, stop.position + 1, expected_offset)
+        if later is not None:
+            raise CorruptLog(path, stop.position,
+                             f"invalid data followed by the marker of a later commit round at byte {later}, "
+                             f"so it had been synced ({detail})")
+        return
     follower = find_valid_frame_after(data, stop.position + 1)
     if follower is not None:
         raise CorruptLog(path, stop.position,
                          f"invalid frame followed by a valid frame at byte {follower} ({detail})")
+
+
+_TAG_BYTES = _U32.pack(ROUND_MARKER_TAG)
+
+
+def find_later_round_marker(data: bytes, start: int, expected_offset: int) -> int | None:
+    """Position of the first CRC-valid round marker at or after ``start`` whose first offset
+    is above ``expected_offset`` (so it starts a round after the one being scanned), else None.
+
+    Markers are found by their tag with ``bytes.find``, so the search costs one C scan of the
+    tail plus one 12-byte CRC per candidate.
+    """
+    view = memoryview(data)
+    size = len(data)
+    at = data.find(_TAG_BYTES, start + 4)
+    while at != -1:
+        position = at - 4
+        if position + ROUND_MARKER_BYTES > size:
+            return None
+        crc, _tag, offset = ROUND_MARKER.unpack_from(view, position)
+        if (expected_offset < offset <= MAX_OFFSET
+                and crc32c(view[position + 4:position + ROUND_MARKER_BYTES]) == crc):
+            return position
+        at = data.find(_TAG_BYTES, at + 1)
+    return None
 
 
 def find_valid_frame_after(data: bytes, start: int) -> int | None:

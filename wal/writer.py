@@ -1,9 +1,9 @@
 """The group-commit writer thread: one per WAL, the only code that writes segment data.
 
-Loop: take everything appended since the last fsync (waiting at most until
-``fsync_interval_s`` after the previous fsync started, or less once
-``fsync_batch_bytes`` are waiting), rotate the segment if it is full or old, write the
-batch with one writev, fdatasync, then publish the new durable watermark. Any I/O error
+Loop: take everything appended since the last round, at once (parking only when nothing
+is pending; appends made while a round's fsync is in flight form the next round), rotate
+the segment if it is full or old, write the round (its round marker, then the batch's
+frames) with one writev, fdatasync, then publish the new durable watermark. Any I/O error
 fails the WAL for good: after a failed fsync the kernel may have dropped the dirty pages,
 so retrying could report data durable that is gone.
 """
@@ -14,6 +14,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
+from native import encode_round_marker
+from native.format import ROUND_MARKER_BYTES
 from wal.config import WalConfig
 from wal.fs import FileSystem
 from wal.segment import Segment, create_segment
@@ -46,7 +48,6 @@ class GroupCommitWriter:
         assert actual == active.size_bytes, f"{active.path}: {actual} bytes on disk, {active.size_bytes} known"
         self._file = fs.open_append(active.path)
         self._file_bytes = active.size_bytes
-        self._last_sync_start = 0.0
         self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory}", daemon=True)
 
     def start(self) -> None:
@@ -58,7 +59,7 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         try:
-            while (batch := self._wal._take_batch(self._last_sync_start)) is not None:
+            while (batch := self._wal._take_batch()) is not None:
                 self._commit(batch)
         except BaseException as exc:  # noqa: BLE001 - any failure must fail the WAL closed
             self._wal._fail(exc)
@@ -69,10 +70,12 @@ class GroupCommitWriter:
         if self._should_rotate():
             self._rotate(batch.first_offset)
         assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
-        position = self._file_bytes
-        self._file.write(batch.chunks)
-        self._file_bytes += batch.nbytes
-        self._last_sync_start = time.monotonic()
+        assert self._active.has_rounds, "the writer appends only to segments with commit rounds"
+        # Every round starts with its marker: recovery takes a later round's marker as proof
+        # that this round was synced (native/format.py, "Commit rounds").
+        position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame lands
+        self._file.write([encode_round_marker(batch.first_offset), *batch.chunks])
+        self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
         started = time.perf_counter()
         self._file.sync()
         seconds = time.perf_counter() - started
@@ -82,6 +85,8 @@ class GroupCommitWriter:
     def _should_rotate(self) -> bool:
         if self._active.record_count == 0:
             return False  # never leave an empty sealed segment behind
+        if not self._active.has_rounds:
+            return True  # an older-format segment (from before an upgrade) takes no new rounds
         if self._file_bytes >= self._config.segment_bytes_max:
             return True
         age_ms = time.time_ns() // 1_000_000 - self._active.created_ms

@@ -2,12 +2,14 @@
 and a topic moving between them while the client keeps going."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -21,7 +23,11 @@ HANG_GUARD_S = 90.0
 
 
 class Broker:
-    def __init__(self, root, broker_id: str, port: int | None = None, stores: tuple[str, str] | None = None) -> None:
+    """One ``dnb broker run`` process; ``wait=False`` returns at once (call
+    :meth:`wait_ready`), so several brokers start in parallel."""
+
+    def __init__(self, root, broker_id: str, port: int | None = None, stores: tuple[str, str] | None = None,
+                 wait: bool = True) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         metadata, objects = stores or (f"sqlite:///{root}/shared.db", f"file://{root}/objects")
@@ -29,20 +35,32 @@ class Broker:
         self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", metadata,
                      "--objects", objects, "--broker-id", broker_id]
         env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
-                                      "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The log goes to a file, not a pipe: nobody reads a pipe while the test runs, and
+        # a full one would block the broker (a hang that depends on how much it logged).
+        self.log_path = root / f"broker-{broker_id}.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
+                                          "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> "Broker":
+        """Until ``/healthz`` answers (it serves once the broker registered); bounded."""
         deadline = time.monotonic() + HANG_GUARD_S
         while True:
-            assert self.proc.poll() is None, self.proc.stdout.read()
+            assert self.proc.poll() is None, self.log()
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
                     if json.load(r)["ok"]:
-                        return
+                        return self
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "hang guard: broker did not start"
+            assert time.monotonic() < deadline, "hang guard: broker did not start: " + self.log()
             time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def topics(self) -> list[str]:
         with urllib.request.urlopen(self.url + "/topics", timeout=10) as r:
@@ -68,20 +86,40 @@ def _read_all(client: SyncBrokerClient, start: int, count: int) -> list[int]:
     return seen
 
 
+def _raw_get(url: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    """One request, redirects NOT followed (what a plain HTTP client sees)."""
+    parsed = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
 def test_a_topic_moves_between_two_broker_processes_under_a_live_client(tmp_path) -> None:
     os.makedirs(tmp_path / "objects")
-    one, two = Broker(tmp_path, "1"), Broker(tmp_path, "2")
+    one, two = Broker(tmp_path, "1", wait=False), Broker(tmp_path, "2", wait=False)
+    one.wait_ready(), two.wait_ready()
     a = one.argv
+    path = "/topics/default/orders/messages?from=0"
     try:
         from tiered.lifecycle.watcher import assign
         from tiered.metadata import open_metadata
 
+        # Nobody owns the topic yet: 503 with Retry-After and a JSON reason, never an empty 200.
+        status, headers, body = _raw_get(two.url, path)
+        assert (status, headers.get("Retry-After"), json.loads(body)["error"]["type"]) == (503, "1", "Unavailable")
         metadata = open_metadata(f"sqlite:///{tmp_path}/shared.db")
         assign(metadata, TOPIC, "1")
         metadata.close()
         with SyncBrokerClient([two.url], timeout_s=60) as client:  # asks the wrong broker first
             assert client.produce(TOPIC, [b"m%d" % i for i in range(20)]) == list(range(20))
             assert one.topics() == [TOPIC]
+            # Broker 2 does not own it: 307 to the owner's advertised address, same path.
+            status, headers, _ = _raw_get(two.url, path)
+            assert (status, headers.get("Location")) == (307, one.url + path)
             moved = dnb(*a, "--json", "move", TOPIC, "--to", "2")
             assert moved.rc == 0, moved.err
             assert moved.json()["last_committed_offset"] == 19

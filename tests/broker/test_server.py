@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -94,3 +95,87 @@ def test_metrics_of_several_wals_are_one_valid_scrape(local_cluster: Cluster) ->
     assert len(names) == len(set(names)), "a family appears twice: not a valid scrape"
     wal_topics = {s.labels.get("topic") for f in families if f.name.startswith("dnb_wal_") for s in f.samples}
     assert {TOPIC, "/default/other"} <= wal_topics
+
+
+class _SlowObjects:
+    """An object store whose reads take a while (a remote S3 under load)."""
+
+    def __init__(self, inner, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def get(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.inner.get(*args, **kwargs)
+
+    def get_range(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.inner.get_range(*args, **kwargs)
+
+
+def test_messages_that_exist_are_served_even_with_wait_s_0(local_cluster: Cluster) -> None:
+    """wait_s bounds the wait for messages not written yet. Offsets that exist (here in
+    an archived object that takes a while to fetch) are served: an empty answer would
+    tell the consumer it is caught up (dnb consume --broker then stops with nothing)."""
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce_many([b"m0", b"m1", b"m2"])
+    a.unload(TOPIC)  # sealed: 0-2 live in the archive only
+    local_cluster.objects = _SlowObjects(local_cluster.objects, delay_s=0.2)
+    b = local_cluster.broker("B")
+    b.load(TOPIC)
+
+    async def scenario(client):
+        return await (await client.get(PATH, params={"from": "0", "wait_s": "0"})).json()
+
+    answer = _run(b, scenario)
+    assert [m["offset"] for m in answer["messages"]] == [0, 1, 2] and answer["next"] == 3
+
+
+def test_a_long_poll_answers_soon_after_a_message_arrives_not_at_wait_s(local_cluster: Cluster) -> None:
+    """A read waiting for new messages answers once one arrived (plus a short linger),
+    not when its wait_s runs out: consumers would otherwise see every message up to
+    wait_s late. Bounds are loose on purpose (a loaded machine stays far inside them)."""
+    import threading
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    wait_s = 20.0
+
+    async def scenario(client):
+        threading.Timer(0.2, lambda: hosted.produce(b"late")).start()
+        begun = time.monotonic()
+        answer = await (await client.get(PATH, params={"from": "0", "wait_s": str(wait_s)})).json()
+        return answer, time.monotonic() - begun
+
+    answer, elapsed_s = _run(a, scenario)
+    assert [m["offset"] for m in answer["messages"]] == [0]
+    assert elapsed_s < wait_s / 2, f"answered after {elapsed_s:.1f}s: held until wait_s"
+
+
+def test_long_polls_do_not_starve_produces(local_cluster: Cluster) -> None:
+    """Each long poll holds a thread for up to wait_s. With more of them than asyncio's
+    default executor has threads (at most 32), a produce sharing that executor waited
+    for a long poll to end: every producer stalled once enough consumers were idle."""
+    polls, wait_s = 40, 6.0
+    a = local_cluster.broker("A")
+    for k in range(polls):
+        a.load(f"/default/idle{k}")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        idle = [asyncio.create_task(client.get(f"/topics/default/idle{k}/messages",
+                                               params={"from": "0", "wait_s": str(wait_s)}))
+                for k in range(polls)]
+        await asyncio.sleep(0.5)  # let the polls take their threads (longer is only stricter)
+        begun = time.monotonic()
+        produced = await (await client.post(PATH, json={"messages": [{"payload": "x"}]})).json()
+        elapsed_s = time.monotonic() - begun
+        for response in await asyncio.gather(*idle):
+            response.release()
+        return produced, elapsed_s
+
+    produced, elapsed_s = _run(a, scenario)
+    assert produced == {"offsets": [0]}
+    assert elapsed_s < wait_s / 2, f"a produce waited {elapsed_s:.1f}s behind idle long polls"

@@ -121,19 +121,21 @@ def test_a_verify_overlapping_a_move_sees_one_consistent_snapshot(archived):
 
 
 def test_wal_tail_rule_is_recoverys(tmp_path):
-    """A bad_length stop in the last segment followed by a valid frame is corruption for
-    recovery, so it must be for verify too."""
+    """A bad_length stop in the last segment followed by a later commit round is corruption
+    for recovery, so it must be for verify too."""
     import struct
+
+    from native.format import ROUND_MARKER_BYTES, SEGMENT_HEADER_BYTES
 
     a = broker(tmp_path, "1")
     dnb(*a, "produce", TOPIC, "--count", "5")
+    dnb(*a, "produce", TOPIC, "--count", "5")  # a second commit round after the first
     wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
     seg = wal_dir / sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))[-1]
     data = bytearray(seg.read_bytes())
-    from native.format import SEGMENT_HEADER_BYTES
-
-    first_len = struct.unpack_from("<I", data, SEGMENT_HEADER_BYTES + 4)[0]
-    struct.pack_into("<I", data, SEGMENT_HEADER_BYTES + 4, 0)  # frame 0: impossible length; 1-4 stay valid
+    frame0 = SEGMENT_HEADER_BYTES + ROUND_MARKER_BYTES  # behind the first round's marker
+    first_len = struct.unpack_from("<I", data, frame0 + 4)[0]
+    struct.pack_into("<I", data, frame0 + 4, 0)  # frame 0: impossible length; the rest stays valid
     seg.write_bytes(bytes(data))
     assert first_len > 0
     with _meta(tmp_path) as m, open_objects(f"file://{tmp_path}/objects") as objects:

@@ -21,7 +21,7 @@ def _keys(run) -> dict[str, dict]:
 
 def test_config_show_says_where_each_value_came_from(tmp_path, monkeypatch):
     path = tmp_path / "dnb.toml"
-    path.write_text(f'data_dir = "{tmp_path}/from-file"\nbroker_id = "f"\n[wal]\nfsync_interval_s = 0.01\n'
+    path.write_text(f'data_dir = "{tmp_path}/from-file"\nbroker_id = "f"\n[wal]\nsegment_age_max_s = 60\n'
                     '[uploader]\nzstd_level = 4\n')
     monkeypatch.setenv("DNB_BROKER_ID", "e")
     monkeypatch.setenv("DNB_UPLOADER_ZSTD_LEVEL", "5")
@@ -30,7 +30,7 @@ def test_config_show_says_where_each_value_came_from(tmp_path, monkeypatch):
     assert rows["broker_id"] == {"key": "broker_id", "value": "x", "source": "flag --broker-id"}
     assert rows["uploader.zstd_level"]["value"] == 6
     assert rows["uploader.zstd_level"]["source"] == "flag --set uploader.zstd_level"
-    assert rows["wal.fsync_interval_s"] == {"key": "wal.fsync_interval_s", "value": 0.01, "source": f"file {path}"}
+    assert rows["wal.segment_age_max_s"] == {"key": "wal.segment_age_max_s", "value": 60.0, "source": f"file {path}"}
     assert rows["data_dir"]["value"] == f"{tmp_path}/from-file"
     assert rows["wal_dir"]["value"] == f"{tmp_path}/from-file/wal"
     assert rows["wal_dir"]["source"] == "default (from data_dir)"
@@ -58,14 +58,14 @@ def test_config_show_hides_url_credentials(tmp_path):
 
 def test_bad_config_exits_2_naming_key_and_source(tmp_path):
     path = tmp_path / "dnb.toml"
-    path.write_text("[wal]\nfsync_interval_ms = 3\n")
+    path.write_text("[wal]\nsegment_age_max_ms = 3\n")
     run = dnb("--config", str(path), "config", "show")
-    assert run.rc == 2 and "wal.fsync_interval_ms" in run.err and str(path) in run.err
-    assert "did you mean wal.fsync_interval_s" in run.err and "Traceback" not in run.err
-    run = dnb("--json", "--set", "wal.fsync_interval_s=fast", "config", "show")
+    assert run.rc == 2 and "wal.segment_age_max_ms" in run.err and str(path) in run.err
+    assert "did you mean wal.segment_age_max_s" in run.err and "Traceback" not in run.err
+    run = dnb("--json", "--set", "wal.append_timeout_s=fast", "config", "show")
     assert run.rc == 2
     error = run.json()["error"]
-    assert error["type"] == "ConfigError" and "--set wal.fsync_interval_s" in error["message"]
+    assert error["type"] == "ConfigError" and "--set wal.append_timeout_s" in error["message"]
     run = dnb("--set", "nonsense", "config", "show")
     assert run.rc == 2 and "KEY=VALUE" in run.err
 

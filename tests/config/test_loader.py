@@ -30,7 +30,7 @@ def test_file_sets_nested_sections_and_remembers_its_path(tmp_path):
     path = write(tmp_path, """
 broker_id = "b7"
 [wal]
-fsync_interval_s = 0.01
+segment_age_max_s = 60
 segment_bytes_max = 1_000_000
 [uploader]
 compression = "none"
@@ -43,11 +43,11 @@ blacklist_topics = ["/internal/*"]
 """)
     loaded = load_config(path, environ={})
     c = loaded.config
-    assert c.broker_id == "b7" and c.wal.fsync_interval_s == 0.01 and c.wal.segment_bytes_max == 1_000_000
+    assert c.broker_id == "b7" and c.wal.segment_age_max_s == 60.0 and c.wal.segment_bytes_max == 1_000_000
     assert c.uploader.compression == "none" and c.uploader.retention.age_max_s == 3600.0
     assert c.load_manager.rebalancing.enabled and c.load_manager.rebalancing.blacklist_topics == ("/internal/*",)
     assert c.load_manager.rebalancing.effective().cv_threshold == 0.20
-    assert loaded.sources["wal.fsync_interval_s"] == f"file {path}"
+    assert loaded.sources["wal.segment_age_max_s"] == f"file {path}"
     assert loaded.sources["wal.fsync_batch_bytes"] == "default"
     host_config = c.broker_config()
     assert host_config.wal_config is c.wal and host_config.uploader is c.uploader
@@ -55,16 +55,16 @@ blacklist_topics = ["/internal/*"]
 
 
 def test_precedence_flags_over_env_over_file_over_defaults(tmp_path):
-    path = write(tmp_path, "[wal]\nfsync_interval_s = 0.01\nsegment_age_max_s = 60\nclose_timeout_s = 5\n")
-    env = {"DNB_WAL_SEGMENT_AGE_MAX_S": "120", "DNB_WAL_FSYNC_INTERVAL_S": "0.02"}
-    flags = {"wal.fsync_interval_s": ("0.03", "--set wal.fsync_interval_s")}
+    path = write(tmp_path, "[wal]\nappend_timeout_s = 1\nsegment_age_max_s = 60\nclose_timeout_s = 5\n")
+    env = {"DNB_WAL_SEGMENT_AGE_MAX_S": "120", "DNB_WAL_APPEND_TIMEOUT_S": "2"}
+    flags = {"wal.append_timeout_s": ("3", "--set wal.append_timeout_s")}
     loaded = load_config(path, environ=env, flags=flags)
     w = loaded.config.wal
-    assert (w.fsync_interval_s, w.segment_age_max_s, w.close_timeout_s, w.append_timeout_s) == (0.03, 120.0, 5.0, 30.0)
-    assert loaded.sources["wal.fsync_interval_s"] == "flag --set wal.fsync_interval_s"
+    assert (w.append_timeout_s, w.segment_age_max_s, w.close_timeout_s, w.read_chunk_bytes) == (3.0, 120.0, 5.0, 1 << 20)
+    assert loaded.sources["wal.append_timeout_s"] == "flag --set wal.append_timeout_s"
     assert loaded.sources["wal.segment_age_max_s"] == "env DNB_WAL_SEGMENT_AGE_MAX_S"
     assert loaded.sources["wal.close_timeout_s"] == f"file {path}"
-    assert loaded.sources["wal.append_timeout_s"] == "default"
+    assert loaded.sources["wal.read_chunk_bytes"] == "default"
 
 
 def test_dnb_config_env_names_the_file_and_the_old_store_variables_still_work(tmp_path):
@@ -94,13 +94,14 @@ def test_env_values_are_parsed_by_type():
 
 
 @pytest.mark.parametrize("text, key, words", [
-    ("[wal]\nfsync_interval_ms = 3\n", "wal.fsync_interval_ms", "did you mean wal.fsync_interval_s"),
+    ("[wal]\nsegment_age_max_ms = 3\n", "wal.segment_age_max_ms", "did you mean wal.segment_age_max_s"),
+    ("[wal]\nfsync_interval_ms = 3\n", "wal.fsync_interval_ms", "unknown key"),
     ("[wall]\nx = 1\n", "wall", "unknown key"),
-    ('[wal]\nfsync_interval_s = "fast"\n', "wal.fsync_interval_s", "expected a number, got 'fast' (seconds)"),
+    ('[wal]\nappend_timeout_s = "fast"\n', "wal.append_timeout_s", "expected a number, got 'fast' (seconds)"),
     ('[wal]\nsegment_bytes_max = 1.5\n', "wal.segment_bytes_max", "expected a whole number"),
     ('[broker]\nregister_session = 1\n', "broker.register_session", "expected true or false"),
     ('wal = 3\n', "wal", "is a section"),
-    ('[wal]\nfsync_interval_s = 20.0\n', "wal.fsync_interval_s", "out of (0, 10]"),
+    ('[wal]\nmax_message_bytes = 0\n', "wal.max_message_bytes", "must be in [1,"),
     ('[uploader]\ncompression = "lz4"\n', "uploader.compression", "must be one of"),
     ('[load_manager.rebalancing]\nhit_count = 0\n', "load_manager.rebalancing.hit_count", ">= 1"),
     ('[broker]\nack_lease_margin_s = 20.0\n', "broker.ack_lease_margin_s", "session_ttl_s"),
@@ -125,9 +126,10 @@ def test_a_file_that_is_not_toml_or_missing(tmp_path):
 
 
 @pytest.mark.parametrize("env, source, words", [
-    ({"DNB_WAL_FSYNC_INTERVAL_MS": "3"}, "env DNB_WAL_FSYNC_INTERVAL_MS", "did you mean DNB_WAL_FSYNC_INTERVAL_S"),
+    ({"DNB_WAL_SEGMENT_AGE_MAX_MS": "3"}, "env DNB_WAL_SEGMENT_AGE_MAX_MS", "did you mean DNB_WAL_SEGMENT_AGE_MAX_S"),
+    ({"DNB_WAL_FSYNC_INTERVAL_MS": "3"}, "env DNB_WAL_FSYNC_INTERVAL_MS", "not a setting"),
     ({"DNB_BROKER_DRAIN_TIMEOUT_S": "3"}, "env DNB_BROKER_DRAIN_TIMEOUT_S", "not a setting"),
-    ({"DNB_WAL_FSYNC_INTERVAL_S": "fast"}, "env DNB_WAL_FSYNC_INTERVAL_S", "expected a number"),
+    ({"DNB_WAL_APPEND_TIMEOUT_S": "fast"}, "env DNB_WAL_APPEND_TIMEOUT_S", "expected a number"),
     ({"DNB_BROKER_REGISTER_SESSION": "maybe"}, "env DNB_BROKER_REGISTER_SESSION", "expected true or false"),
     ({"DNB_SERVER_LISTEN_PORT": "70000"}, "env DNB_SERVER_LISTEN_PORT", "0..65535"),
     ({"DNB_LISTEN": "0.0.0.0:1"}, "env DNB_LISTEN", "DNB_SERVER_LISTEN_HOST"),
@@ -150,7 +152,7 @@ def test_flag_errors_name_the_flag():
 
 def test_sections_are_not_duplicated_inside_broker():
     with pytest.raises(ValueError, match="wal section"):
-        Model(broker=BrokerConfig(wal_config=WalConfig(fsync_interval_s=0.5)))
+        Model(broker=BrokerConfig(wal_config=WalConfig(segment_age_max_s=5.0)))
     with pytest.raises(ValueError, match="uploader section"):
         Model(broker=BrokerConfig(uploader=UploaderConfig(interval_s=1.0)))
 

@@ -219,7 +219,8 @@ def test_segment_header_round_trip_and_rejections(codec):
         "truncated": head[:31],
         "magic": resealed(lambda r: r.__setitem__(slice(0, 4), b"XXXX")),
         "CRC": head[:8] + b"\x01" + head[9:],
-        "version": resealed(lambda r: r.__setitem__(slice(4, 6), (2).to_bytes(2, "little"))),
+        "version": resealed(lambda r: r.__setitem__(slice(4, 6), (3).to_bytes(2, "little"))),
+        "version 0": resealed(lambda r: r.__setitem__(slice(4, 6), (0).to_bytes(2, "little"))),
         "flags": resealed(lambda r: r.__setitem__(slice(6, 8), (1).to_bytes(2, "little"))),
     }
     for what, raw in cases.items():
@@ -228,3 +229,63 @@ def test_segment_header_round_trip_and_rejections(codec):
     for bad in ((-1, 0), (0, 2**64), ("0", 0)):
         with pytest.raises(CodecError):
             codec.encode_segment_header(*bad)
+
+
+# ------------------------------------------------------------------ commit rounds (format 2)
+
+def _rounds_buffer(codec, first: int, msgs: list, cuts: list[int]) -> bytes:
+    """Frames of ``msgs`` from ``first``, with a round marker before frame 0 and each cut."""
+    out, start = [], 0
+    for end in sorted(set(cuts) | {len(msgs)}):
+        if end <= start:
+            continue
+        out.append(codec.encode_round_marker(first + start))
+        out.append(codec.encode_batch(first + start, msgs[start:end]))
+        start = end
+    return b"".join(out)
+
+
+def test_round_marker_bytes_are_the_spec():
+    for twin in native.available_codecs():
+        marker = twin.encode_round_marker(5)
+        assert marker[4:] == b"\xff\xff\xff\xff" + (5).to_bytes(8, "little")
+        assert int.from_bytes(marker[:4], "little") == twin.crc32c(marker[4:])
+        with pytest.raises(CodecError):
+            twin.encode_round_marker(-1)
+
+
+@FIXTURE_OK
+@given(first=offsets, msgs=message_lists)
+def test_rounds_scan_skips_markers_and_checks_them(codec, first, msgs):
+    rng = random.Random(len(msgs) * 31 + first % 1000)
+    cuts = [rng.randrange(0, len(msgs) + 1) for _ in range(rng.randrange(0, 4))]
+    buf = _rounds_buffer(codec, first, msgs, cuts)
+    scan = codec.scan_frames(buf, expected_offset=first, positions=True, rounds=True)
+    assert scan.error is None and scan.end == len(buf) and scan.records == _expected(first, msgs)
+    assert scan.markers[0] == 0 and len(scan.markers) == len({c for c in cuts if 0 < c < len(msgs)}) + 1
+    # Without rounds=True a marker is an impossible frame length, as in format version 1.
+    assert codec.scan_frames(buf).error == native.ScanStop(0, STOP_BAD_LENGTH, "record length 4294967295")
+    # A marker that names another offset, or whose CRC fails, stops the scan there.
+    assert codec.scan_frames(buf, expected_offset=first + 1, rounds=True).error.reason == STOP_OFFSET
+    bad = bytearray(buf)
+    bad[9] ^= 1
+    assert codec.scan_frames(bytes(bad), rounds=True).error == native.ScanStop(
+        0, STOP_CRC, f"CRC mismatch in round marker claiming offset {first ^ 256}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=offsets, msgs=message_lists)
+def test_twins_agree_on_rounds_scans_of_damaged_buffers(first, msgs):
+    twins = native.available_codecs()
+    rng = random.Random(first % 9973 + len(msgs))
+    cuts = [rng.randrange(0, len(msgs) + 1) for _ in range(3)]
+    buffers = {_rounds_buffer(t, first, msgs, cuts) for t in twins}
+    assert len(buffers) == 1, "both twins write the same markers and frames"
+    buf = buffers.pop()
+    for _ in range(5):
+        damaged = bytearray(buf[:rng.randrange(0, len(buf) + 1)])
+        if damaged:
+            damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
+        for decode in (True, False):
+            results = [t.scan_frames(bytes(damaged), 0, None, first, decode, True, None, True) for t in twins]
+            assert all(r == results[0] for r in results), results

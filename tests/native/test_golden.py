@@ -36,8 +36,10 @@ def _frames(codec) -> bytes:
     return codec.encode_batch(FIRST_OFFSET, sample_messages(12))
 
 
-def test_wal_segment_golden(codec):
-    produced = codec.encode_segment_header(FIRST_OFFSET, CREATED_MS) + _frames(codec)
+def test_wal_segment_golden_version_1(codec):
+    # Format version 1 (frames back to back, no round markers): still written by nobody,
+    # still read; this fixture is what segments from before the upgrade look like.
+    produced = codec.encode_segment_header(FIRST_OFFSET, CREATED_MS, version=1) + _frames(codec)
     golden = _golden("golden_segment.seg", produced)
     assert produced == golden
     assert codec.decode_segment_header(golden[:32]) == (FIRST_OFFSET, CREATED_MS)
@@ -45,6 +47,28 @@ def test_wal_segment_golden(codec):
     assert scan.error is None and scan.count == 12
     assert [(r.publish_time, r.key, r.attributes or None, r.payload) for r in scan.records] == \
         sample_messages(12)
+
+
+def _segment_v2(codec) -> bytes:
+    """Header, then two commit rounds: a marker before frames 0-4 and one before 5-11."""
+    frames = _frames(codec)
+    split = codec.scan_frames(frames, positions=True).positions[5]
+    return (codec.encode_segment_header(FIRST_OFFSET, CREATED_MS)
+            + codec.encode_round_marker(FIRST_OFFSET) + frames[:split]
+            + codec.encode_round_marker(FIRST_OFFSET + 5) + frames[split:])
+
+
+def test_wal_segment_golden_version_2(codec):
+    produced = _segment_v2(codec)
+    golden = _golden("golden_segment_v2.seg", produced)
+    assert produced == golden
+    assert golden[4:6] == (2).to_bytes(2, "little")
+    assert codec.decode_segment_header(golden[:32]) == (FIRST_OFFSET, CREATED_MS)
+    scan = codec.scan_frames(golden, 32, expected_offset=FIRST_OFFSET, positions=True, rounds=True)
+    assert scan.error is None and scan.count == 12 and len(scan.markers) == 2
+    assert [(r.publish_time, r.key, r.attributes or None, r.payload) for r in scan.records] == \
+        sample_messages(12)
+    assert codec.scan_frames(golden, 32, rounds=False).error.reason == "bad_length"
 
 
 def test_dnb1_object_golden(codec):

@@ -7,7 +7,7 @@ from native import object_format
 from tests.tiered.helpers_read import TOPIC, Backends, archive, backends, record  # noqa: F401 (fixture)
 from tiered.read.cloud import CloudReader
 from tiered.read.messages import Message
-from tiered.read.errors import CorruptArchive, DataGap
+from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed
 
 
 def offsets(messages) -> list[int]:
@@ -134,3 +134,27 @@ def test_close_mid_stream_stops_the_prefetcher(backends: Backends) -> None:
     assert next(r).offset == 0
     r.close()
     assert r.objects_opened <= 3  # current + 2 prefetched, never the whole range
+
+
+def test_close_from_another_thread_while_next_runs_is_reader_closed(backends: Backends) -> None:
+    """close() may come from any thread (a long poll's watchdog does this) while the
+    consumer thread is inside next(): here, while it lists descriptors, just before it
+    hands the next object to the prefetch pool that close() shut down. The consumer must
+    see ReaderClosed (a ReadError), not the pool's RuntimeError."""
+    for start in range(0, 40, 10):
+        archive(backends, start, start + 9)
+    r = reader(backends, 0, 39, prefetch_objects=1)
+    real_range = backends.metadata.range
+
+    class ClosingMetadata:
+        def __getattr__(self, name):
+            return getattr(backends.metadata, name)
+
+        def range(self, *args, **kwargs):
+            page = real_range(*args, **kwargs)
+            r.close()  # what the other thread does at this instant
+            return page
+
+    r.metadata = ClosingMetadata()
+    with pytest.raises(ReaderClosed):
+        next(r)

@@ -92,12 +92,51 @@ def test_a_lease_that_lapsed_without_a_takeover_resumes_acknowledging(tmp_path) 
         inner.close()
 
 
+def test_a_lease_that_lapses_while_the_topic_loads_is_rechecked_before_the_first_ack(tmp_path) -> None:
+    """The session generation the first ack compares with is the one from before the
+    acquire: a lease lost and replaced during the load (while another broker took the
+    topic over) must not count as already checked. Found by the issue-10 attack pass."""
+    inner, objects = local_stores(str(tmp_path))
+    flaky = FaultyMetadataStore(inner)
+    config = replace(FAST_BROKER, session_ttl_s=1.0)
+    a = BrokerHost("A", str(tmp_path / "wal-A"), flaky, objects, config)
+    b = BrokerHost("B", str(tmp_path / "wal-B"), inner, objects, config)
+    opened = a._open_subscriptions
+    taken: list = []
+
+    def pause_then_continue(token, wal):
+        # A stalls mid-load: its lease lapses, B takes the topic over, A's session comes
+        # back with a new lease; then the load goes on.
+        generation = a.session.generation
+        flaky.faults.fail("refresh_lease")
+        _wait_for(lambda: not is_broker_registered(inner, "A"), "A's registration to expire")
+        taken.append(b.load(TOPIC))
+        flaky.faults.clear()
+        _wait_for(lambda: a.session.generation > generation, "A's session to register again")
+        return opened(token, wal)
+
+    a._open_subscriptions = pause_then_continue
+    try:
+        topic_a = a.load(TOPIC)
+        assert taken and taken[0].token.epoch == topic_a.token.epoch + 1
+        with pytest.raises(OwnershipLostError):
+            topic_a.produce(b"after the takeover", timeout_s=HANG_GUARD_S)
+        assert taken[0].produce(b"B's") == 0
+    finally:
+        a.close(unload=False)
+        b.close()
+        inner.close()
+
+
 def test_a_refused_progress_write_fences_the_topic_at_once(local_cluster: Cluster) -> None:
     a, b = local_cluster.broker("A"), local_cluster.broker("B")
     topic_a = a.load(TOPIC)
     produce_range(topic_a, 0, 4)
     b.load(TOPIC, force=True)
-    topic_a.produce(b"x")  # may still be acknowledged: A has not been told yet
+    try:
+        topic_a.produce(b"x")  # in the forced-takeover window: A may not have been told yet
+    except OwnershipLostError:
+        pass  # its progress thread's write was refused first: already fenced
     assert topic_a.publish_progress() is False
     assert topic_a.fenced
     with pytest.raises(OwnershipLostError):

@@ -207,14 +207,14 @@ def test_stale_owner_cannot_write_descriptor_cursor_or_seal(local_cluster: Clust
     produce_range(topic_a, 0, 4)
     topic_a.uploader.upload_once()
     sub = topic_a.subscribe("s", initial="earliest")
+    topic_a.produce(b"unarchived")  # durable on A only
     topic_b = b.load(TOPIC, force=True)  # operator override: A is alive but fenced now
     assert topic_b.next_offset == 5
     before = _snapshot(local_cluster.metadata)
 
-    # A learns it is fenced from its first refused write (here the uploader's commit; the
-    # progress and cursor writes do the same, see test_fencing.py); from then on it
-    # refuses appends, so it cannot acknowledge offsets that B now assigns.
-    topic_a.produce(b"unarchived")  # A has not been told yet (the forced-takeover window)
+    # A learns it is fenced from its first refused write (the uploader's commit here, or
+    # its progress thread's write, whichever comes first; see test_fencing.py); from then
+    # on it refuses appends, so it cannot acknowledge offsets that B now assigns.
     with pytest.raises(OwnershipLost):
         topic_a.uploader.upload_once()
     with pytest.raises(OwnershipLostError):

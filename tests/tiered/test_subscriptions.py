@@ -168,3 +168,25 @@ def test_concurrent_flushes_never_move_the_stored_cursor_backward(backends: Back
         assert not first.is_alive() and not second.is_alive()
         sub.flush()
     assert stored(backends, "s") == 20
+
+
+def test_an_ack_racing_the_final_flush_of_close_is_refused_not_dropped(backends: Backends) -> None:
+    """The interleaving the issue-10 attack pass found (atk1 F15): an ack passed the
+    'closed?' check, then close() flushed, then the ack moved the cursor in memory only;
+    the seal released the topic and the next owner redelivered what had been acked. Here
+    close() runs exactly in that gap (inside the bounds read the ack makes)."""
+    topic = Topic(next_offset=5)
+    m = manager(backends, wal=topic)
+    sub = m.subscribe("s", initial="earliest")
+    sub.ack(3)
+    real = m.bounds.next_offset
+
+    def close_in_the_gap() -> int:
+        m.close(flush=True)
+        return real()
+
+    m.bounds.next_offset = close_in_the_gap
+    topic.next_offset = 10
+    with pytest.raises(SubscriptionClosed):
+        sub.ack(7)  # beyond what the subscription knew: it reads the bounds, close() runs
+    assert stored(backends, "s") == 3 == sub.cursor

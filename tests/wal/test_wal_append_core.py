@@ -37,6 +37,40 @@ def test_idle_writer_is_woken_by_the_next_append(tmp_path):
             assert time.monotonic() - started < 0.3, f"append {i} waited for the idle timeout"
 
 
+def test_a_lone_append_is_synced_at_once_not_after_the_interval(tmp_path):
+    # A writer that waited for a timer between rounds (the removed fsync_interval_ms, up
+    # to 10 s) would leave the second and third appends undurable far past these bounds.
+    config = small_config()
+    with WriteAheadLog.open(str(tmp_path), "/ns/t", config) as wal:
+        for i in range(3):
+            offset = wal.append(b"lone%d" % i)
+            assert wal.wait_durable(offset, 8.0), f"append {i} waited for the fsync interval"
+
+
+def test_appends_made_during_an_fsync_form_the_next_round(tmp_path):
+    fs = FaultFs()
+    wal = WriteAheadLog.open("/wal", "/ns/t", small_config(), fs=fs)
+    rounds: list[int] = []
+    wal.add_durable_listener(rounds.append)
+    fs.hold_syncs()
+    try:
+        wal.append(b"first")  # taken at once; the writer sticks in its fsync
+        deadline = time.monotonic() + 10
+        while fs.syncs_waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert fs.syncs_waiting == 1
+        syncs_before = fs.sync_calls
+        for i in range(9):
+            wal.append(b"later%d" % i)
+        assert wal.durable_offset is None
+    finally:
+        fs.release_syncs()
+    wal.flush()
+    assert rounds == [0, 9], "the nine appends made during the fsync are one round"
+    assert fs.sync_calls - syncs_before == 2
+    wal.close()
+
+
 def test_backpressure_is_bounded_and_resumes(tmp_path):
     fs = FaultFs()
     config = small_config(max_message_bytes=1000, pending_bytes_max=4000, append_timeout_s=0.3)

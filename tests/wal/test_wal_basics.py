@@ -307,3 +307,28 @@ def test_metrics_per_instance_and_shared_registry(tmp_path):
     assert solo.metrics.registry is not shared
     for log in (a, b, solo):
         log.close()
+
+
+def test_close_from_another_thread_wakes_a_reader_waiting_for_new_records(wal, monkeypatch):
+    """A live reader blocked in next() (caught up, waiting for new records) ends as soon
+    as another thread closes it, not when its wait slice runs out: the broker's long
+    poll closes readers at their deadline, and each answer waited out the slice. The
+    slice is made huge here, so only the wake-up can end the wait within the bound."""
+    import wal.reader as wal_reader
+
+    monkeypatch.setattr(wal_reader, "_WAIT_SLICE_S", 3600.0)
+    wal.append(b"x")
+    reader = wal.reader(0)
+    assert next(reader).offset == 0
+    ended = threading.Event()
+
+    def follow() -> None:
+        for _ in reader:  # blocks: nothing more is appended
+            pass
+        ended.set()
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    time.sleep(0.1)  # let it block (a shorter sleep only makes the test weaker, never flaky)
+    reader.close()
+    assert ended.wait(30), "the reader kept waiting after close()"

@@ -29,24 +29,34 @@ def _snapshot(directory: str) -> dict:
 
 
 def _frame_starts(path: str) -> list[int]:
+    return _scan(path).positions
+
+
+def _scan(path: str):
     from native import scan_frames
     data = open(path, "rb").read()
-    return scan_frames(data, pos=SEGMENT_HEADER_BYTES, decode=False, positions=True).positions
+    return scan_frames(data, pos=SEGMENT_HEADER_BYTES, decode=False, positions=True, rounds=True)
 
 
 def test_tail_truncation_at_every_byte_of_the_last_frames_is_repaired(tmp_path):
     infos = _build(str(tmp_path), count=60, segment_bytes_max=1 << 20)
     path = infos[-1].path
     original = open(path, "rb").read()
-    starts = _frame_starts(path)
-    for cut in range(starts[-3], len(original)):
+    scan = _scan(path)
+    starts = scan.positions
+    # Where a valid item (frame or commit-round marker) ends: what a repair may cut back to.
+    frame_ends = [min([b for b in starts[i + 1:] + scan.markers + [len(original)] if b > s])
+                  for i, s in enumerate(starts)]
+    boundaries = sorted({SEGMENT_HEADER_BYTES, *frame_ends, *(m + 16 for m in scan.markers)})
+    assert len(scan.markers) >= 3
+    for cut in range(scan.markers[-2], len(original)):
         with open(path, "wb") as f:
             f.write(original[:cut])
         os.remove(os.path.join(os.path.dirname(path), CHECKPOINT_NAME))
         log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(segment_bytes_max=1 << 20))
-        kept = sum(1 for s in starts if s < cut and (starts + [len(original)])[starts.index(s) + 1] <= cut)
+        kept = sum(1 for end in frame_ends if end <= cut)
         assert log.next_offset == kept, f"cut at {cut}"
-        assert os.path.getsize(path) == (starts + [len(original)])[kept], "torn bytes must be cut"
+        assert os.path.getsize(path) == max(b for b in boundaries if b <= cut), "torn bytes must be cut"
         assert [check_payload(r.payload)[0] for r in read_all(log)] == list(range(kept))
         assert log.append(payload_for(kept)) == kept, "offsets continue at last valid + 1"
         log.close()

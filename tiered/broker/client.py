@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -40,6 +41,16 @@ class BrokerRequestError(Exception):
         self.type = error.get("type")
 
 
+class HistoryDiverged(BrokerRequestError):
+    """A failover replaced the history this client was reading: offsets from
+    ``resume_from`` on were lost (what the client read there is not the topic's history
+    any more) and now hold other messages. Continue reading at ``resume_from``."""
+
+    def __init__(self, status: int, error: dict[str, Any]) -> None:
+        super().__init__(status, error)
+        self.resume_from = int(error["resume_from"])
+
+
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
     messages: list[dict[str, Any]]  # offset, publish_time, attributes, key (bytes|None), payload (bytes)
@@ -56,6 +67,9 @@ class BrokerClient:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._owner: dict[str, str] = {}
+        #: Per topic: the owner epoch of the last read answer that carried messages, sent
+        #: back with reads and acks so a broker can tell a failover replaced that history.
+        self._epoch: dict[str, int] = {}
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "BrokerClient":
@@ -78,14 +92,25 @@ class BrokerClient:
         answer = await self._call("POST", topic, "messages", params={"ack": ack}, body=body, retry_unsent_only=True)
         return list(answer["offsets"])
 
-    async def read(self, topic: str, start: int, *, max_messages: int = 100, wait_s: float = 1.0) -> ReadBatch:
-        """Messages from ``start``; follows the topic across moves (``next_offset`` is
-        where to continue)."""
+    async def read(self, topic: str, start: int | None = None, *, subscription: str | None = None,
+                   max_messages: int = 100, wait_s: float = 1.0) -> ReadBatch:
+        """Messages from ``start``, or from after ``subscription``'s acknowledged cursor
+        (exactly one of the two); follows the topic across moves (``next_offset`` is where
+        to continue). A subscription read serves from the cursor every time: what was
+        read but not acknowledged is served again."""
+        if (start is None) == (subscription is None):
+            raise ValueError("give exactly one of start and subscription")
+        where = {"from": str(start)} if subscription is None else {"subscription": subscription}
+        name = str(TopicName.parse(topic))
         deadline = time.monotonic() + self.timeout_s
         while True:
-            answer = await self._call("GET", topic, "messages",
-                                      params={"from": str(start), "max": str(max_messages), "wait_s": str(wait_s)})
+            params = {**where, "max": str(max_messages), "wait_s": str(wait_s)}
+            if name in self._epoch:
+                params["epoch"] = str(self._epoch[name])
+            answer = await self._call("GET", topic, "messages", params=params)
             messages = [_decode(m) for m in answer["messages"]]
+            if messages and isinstance(answer.get("epoch"), int):
+                self._epoch[name] = answer["epoch"]
             if messages or not answer["moved"]:
                 return ReadBatch(messages, answer["next"])
             self._owner.pop(str(TopicName.parse(topic)), None)  # moved with nothing read: ask again
@@ -93,7 +118,14 @@ class BrokerClient:
                 raise BrokerUnavailable(f"topic {topic} kept moving for {self.timeout_s}s")
 
     async def ack(self, topic: str, subscription: str, offset: int) -> int:
-        answer = await self._call("POST", topic, f"subscriptions/{subscription}/ack", body={"offset": offset})
+        """Acknowledge through ``offset``. Raises :class:`HistoryDiverged` when the
+        messages were read from a history a failover replaced (the ack would skip the
+        new messages at those offsets)."""
+        body: dict[str, Any] = {"offset": offset}
+        epoch = self._epoch.get(str(TopicName.parse(topic)))
+        if epoch is not None:
+            body["epoch"] = epoch
+        answer = await self._call("POST", topic, f"subscriptions/{subscription}/ack", body=body)
         return int(answer["cursor"])
 
     # -- plumbing ------------------------------------------------------------------
@@ -117,10 +149,14 @@ class BrokerClient:
                             url = response.headers["Location"]
                             self._owner[str(name)] = url[: url.index("/topics/")]
                             continue
-                        payload = await response.json(content_type=None)
+                        payload = await _json_or_error(response)
                         if response.status == 200:
                             self._owner[str(name)] = url[: url.index("/topics/")]
                             return payload
+                        if response.status == 409 and payload.get("error", {}).get("type") == "HistoryDiverged":
+                            # The epoch stays: a read from resume_from (or an ack below it) passes
+                            # the check, and that read's answer brings the new owner's epoch.
+                            raise HistoryDiverged(response.status, payload["error"])
                         if response.status != 503:
                             raise BrokerRequestError(response.status, payload.get("error", {}))
                         self._owner.pop(str(name), None)
@@ -157,7 +193,7 @@ class SyncBrokerClient:
     def produce(self, topic: str, payloads: Sequence[bytes], **options: Any) -> list[int]:
         return self._run(self._client.produce(topic, payloads, **options))
 
-    def read(self, topic: str, start: int, **options: Any) -> ReadBatch:
+    def read(self, topic: str, start: int | None = None, **options: Any) -> ReadBatch:
         return self._run(self._client.read(topic, start, **options))
 
     def ack(self, topic: str, subscription: str, offset: int) -> int:
@@ -173,6 +209,19 @@ class SyncBrokerClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _json_or_error(response: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The JSON answer; an answer that is not JSON (a proxy's or a crashed handler's
+    error page) is a :class:`BrokerRequestError`, never a decoding error."""
+    text = await response.text()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise BrokerRequestError(response.status, {"type": "NotJson", "message": text[:200]})
+    return payload
 
 
 def _decode(m: dict[str, Any]) -> dict[str, Any]:

@@ -50,9 +50,16 @@ async def serve(broker_id: str, wal_root: str, metadata, objects, config: Broker
             ready.set()
         await stop.wait()
         log.info("broker %s: stopping: no new topics; sealing %d hosted topic(s)", broker_id, len(host.topics()))
-        await watcher.stop_async()
+        stopping_watcher = watcher
         watcher = None
-        sealing = asyncio.create_task(host.close_async(timeout_s=process.shutdown_timeout_s))
+
+        async def stop_then_seal() -> None:
+            await stopping_watcher.stop_async()
+            await host.close_async(timeout_s=process.shutdown_timeout_s)
+
+        # The second signal is listened for from the first moment of the shutdown: any
+        # step of it may be stuck (storage down, a busy thread pool).
+        sealing = asyncio.create_task(stop_then_seal())
         abandon = asyncio.create_task(signals.second.wait())
         done, _ = await asyncio.wait({sealing, abandon}, return_when=asyncio.FIRST_COMPLETED)
         if sealing in done:

@@ -31,9 +31,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
+import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +44,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from tiered.lifecycle.host import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
+from tiered.metadata import keys
 from tiered.read.errors import InvalidAck, ReadError, TopicMoved, UnknownOffset
 from wal.errors import InvalidTopicName, MessageTooLarge, OffsetOverflow
 from wal.topics import TopicName
@@ -50,17 +54,38 @@ log = logging.getLogger(__name__)
 #: Bounds of one read request (a long poll must not hold a connection for ever).
 READ_MAX_MESSAGES = 10_000
 READ_WAIT_MAX_S = 30.0
-#: After the first message of a read, wait this long for more before answering.
+#: Once a read has messages and has caught up with what existed when it came, it takes
+#: what else arrives within this window, then answers.
 READ_LINGER_S = 0.02
+#: Messages that exist when a read arrives are fetched (from an archived object, say)
+#: whatever its ``wait_s``, within this bound: ``wait_s`` is how long to wait for
+#: messages that do not exist yet, and an empty answer must mean "nothing there".
+READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
+#: Reads (long polls) block a thread each, so they get their own bounded pool: idle
+#: pollers must never take the threads produce, ack, lookups and the seal at shutdown
+#: need. A read beyond this many at once gets 503 + Retry-After instead of a queue.
+#: 256, not 64: with 64, a hundred consumers long-polling one broker starved each other
+#: (refused ones back off while answered ones re-poll at once and take the slots):
+#: bench_broker.py saw reads fail after 30 s of 503s and acked messages undelivered.
+#: Threads that wait are cheap (the read and its watchdog sleep until woken).
+READ_THREADS_MAX = 256
 
 
 class BrokerServer:
     """The aiohttp application around one :class:`BrokerHost`."""
 
-    def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None,
+                 read_threads_max: int = READ_THREADS_MAX) -> None:
         self.host = host
         self.registry = registry if registry is not None else REGISTRY
+        self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
+        self._read_slots = threading.BoundedSemaphore(read_threads_max)
+
+    def close(self) -> None:
+        """Stop the read pool (reads in flight end at their deadline or when their topic
+        leaves); the aiohttp runner's cleanup calls this through ``on_cleanup``."""
+        self._reads.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -72,6 +97,11 @@ class BrokerServer:
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics),
         ])
+
+        async def cleanup(_app: web.Application) -> None:
+            self.close()
+
+        app.on_cleanup.append(cleanup)
         return app
 
     # -- routing to the owner ------------------------------------------------------
@@ -87,7 +117,10 @@ class BrokerServer:
         if hosted is not None:
             if hosted.state is TopicState.OPEN and not hosted.fenced:
                 return hosted
-            raise _unavailable(f"topic {topic} is leaving this broker ({hosted.state.value})")
+            if not hosted.fenced:
+                raise _unavailable(f"topic {topic} is leaving this broker ({hosted.state.value})")
+            # Fenced: another broker owns it now; send the client there (below), never a
+            # 503 for as long as this stale copy lingers here.
         owner = await self.host.lookup_async(topic)
         if owner is not None and owner.live and owner.address and owner.broker_id != self.host.broker_id:
             raise web.HTTPTemporaryRedirect(owner.address.rstrip("/") + request.path_qs)
@@ -113,7 +146,10 @@ class BrokerServer:
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
             raise _unavailable(str(e)) from e
         except MessageTooLarge as e:
-            raise _error(web.HTTPRequestEntityTooLarge, "MessageTooLarge", str(e)) from e
+            limit = hosted.wal.config.max_message_bytes
+            raise web.HTTPRequestEntityTooLarge(limit, request.content_length or 0,
+                                                text=_error_json("MessageTooLarge", str(e)),
+                                                content_type="application/json") from e
         except OffsetOverflow as e:
             raise _error(web.HTTPConflict, "OffsetOverflow", str(e)) from e
         assert first is not None and last is not None
@@ -122,21 +158,31 @@ class BrokerServer:
     async def read(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
         limit = min(_int(request.query.get("max", "100"), "max", 1), READ_MAX_MESSAGES)
-        wait_s = min(float(request.query.get("wait_s", "0")), READ_WAIT_MAX_S)
+        wait_s = _seconds(request.query.get("wait_s", "0"), "wait_s", READ_WAIT_MAX_S)
         if "subscription" in request.query:
-            sub = await hosted.subscribe_async(request.query["subscription"], "earliest")
+            sub = await _subscribe(hosted, request.query["subscription"])
             start = sub.cursor + 1
         else:
             start = _int(request.query.get("from", "0"), "from", 0)
+            await self._check_history(hosted, request.query.get("epoch"), start, "read past it")
         try:
             reader = hosted.create_reader(start, live=True)
         except UnknownOffset as e:
             raise _error(web.HTTPNotFound, "UnknownOffset", str(e)) from e
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
-        messages, moved = await asyncio.to_thread(_read_batch, reader, limit, wait_s)
+        tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
+        if not self._read_slots.acquire(blocking=False):
+            reader.close()
+            raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
+        epoch = hosted.token.epoch
+        try:
+            messages, moved = await asyncio.get_running_loop().run_in_executor(
+                self._reads, _read_batch, reader, start, tip, limit, wait_s)
+        finally:
+            self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
-                                  "next": start + len(messages), "moved": moved})
+                                  "next": start + len(messages), "moved": moved, "epoch": epoch})
 
     async def ack(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
@@ -144,8 +190,9 @@ class BrokerServer:
         offset = body.get("offset")
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise _error(web.HTTPBadRequest, "InvalidAck", "offset must be an integer")
+        await self._check_history(hosted, body.get("epoch"), offset + 1, "acknowledge it")
         try:
-            sub = await hosted.subscribe_async(request.match_info["sub"], "earliest")
+            sub = await _subscribe(hosted, request.match_info["sub"])
             await asyncio.to_thread(sub.ack, offset)
             await asyncio.to_thread(sub.flush)
         except InvalidAck as e:
@@ -153,6 +200,35 @@ class BrokerServer:
         except ReadError as e:  # fenced or closed: the topic is leaving
             raise _unavailable(str(e)) from e
         return web.json_response({"cursor": sub.cursor})
+
+    async def _check_history(self, hosted: HostedTopic, raw_epoch: Any, end: int, what: str) -> None:
+        """Refuse a read or ack that continues a history a failover replaced.
+
+        ``raw_epoch`` is the owner epoch of the read answer the client's messages came
+        from (every read answer carries it). If a failover since then took over that
+        history from offset S (a LostRange of that epoch or a later one) and the client is
+        past S, the offsets from S on now hold other messages: continuing at ``end`` would
+        skip them (an ack would even acknowledge them unread). 409 ``HistoryDiverged``
+        with ``resume_from`` = S: what the client read from S on was lost, and it
+        continues there. This is Kafka's fetch-epoch check, with our lost ranges as the
+        epochs' end offsets."""
+        if raw_epoch is None:
+            return
+        if not isinstance(raw_epoch, (int, str)) or isinstance(raw_epoch, bool):
+            raise _error(web.HTTPBadRequest, "InvalidParameter", "epoch must be an integer")
+        epoch = _int(str(raw_epoch), "epoch", 0)
+        if epoch >= hosted.token.epoch:
+            return
+        lost = await asyncio.to_thread(keys.read_lost_ranges, self.host.metadata, hosted.topic)
+        starts = [r.start_offset for r in lost if r.epoch >= epoch and r.start_offset < end]
+        if starts:
+            resume = min(starts)
+            raise web.HTTPConflict(
+                text=json.dumps({"error": {
+                    "type": "HistoryDiverged", "resume_from": resume,
+                    "message": f"offsets from {resume} of the history read under epoch {epoch} were lost in a "
+                               f"failover and now hold other messages: cannot {what}; continue at {resume}"}}),
+                content_type="application/json")
 
     async def topics(self, request: web.Request) -> web.Response:
         return web.json_response({"broker_id": self.host.broker_id, "topics": [
@@ -191,29 +267,45 @@ class _WalMetrics:
         return list(merged.values())
 
 
-def _read_batch(reader: Any, limit: int, wait_s: float) -> tuple[list, bool]:
-    """Up to ``limit`` messages: wait up to ``wait_s`` for the first, then take what
-    arrives within a short linger. A watchdog closes the reader at the deadline (a live
-    read blocks); a message is returned only if it was fully fetched before that."""
+def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:
+    """Up to ``limit`` messages from ``start``. Those below ``tip`` (they existed when the
+    request came) are fetched within READ_FETCH_MAX_S; past them, wait up to ``wait_s``
+    for a first message; once there are messages and the read caught up with ``tip``,
+    take what arrives within READ_LINGER_S and answer. A watchdog closes the reader at
+    the deadline (a live read blocks); a message is returned only if it was fully fetched
+    before that."""
     messages: list = []
     moved = False
-    first_deadline = time.monotonic() + wait_s
+    begun = time.monotonic()
+    wait_deadline, fetch_deadline = begun + wait_s, begun + READ_FETCH_MAX_S
+    caught_up_at: list[float] = []  # when the read reached the tip with messages in hand
     stop = threading.Event()
+    wake = threading.Event()  # the deadline may have moved (or stop was set)
+
+    def deadline() -> float:
+        if caught_up_at:
+            return caught_up_at[0] + READ_LINGER_S
+        return fetch_deadline if (messages[-1].offset + 1 if messages else start) < tip else wait_deadline
 
     def watchdog() -> None:
-        while not stop.wait(0.005):
-            deadline = first_deadline if not messages else max(first_deadline, last_seen[0] + READ_LINGER_S)
-            if time.monotonic() >= deadline:
+        # Sleeps until the deadline and wakes when it moves: a poll every few ms per open
+        # read would burn the CPU with a hundred idle consumers.
+        while not stop.is_set():
+            remaining_s = deadline() - time.monotonic()
+            if remaining_s <= 0:
                 reader.close()
                 return
+            wake.wait(remaining_s)
+            wake.clear()
 
-    last_seen = [time.monotonic()]
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
     try:
         for message in reader:
             messages.append(message)
-            last_seen[0] = time.monotonic()
+            if not caught_up_at and message.offset + 1 >= tip:
+                caught_up_at.append(time.monotonic())
+                wake.set()
             if len(messages) >= limit:
                 break
     except TopicMoved:
@@ -222,6 +314,7 @@ def _read_batch(reader: Any, limit: int, wait_s: float) -> tuple[list, bool]:
         pass  # closed by the watchdog: what was read is the answer
     finally:
         stop.set()
+        wake.set()
         reader.close()
     return messages, moved
 
@@ -262,6 +355,26 @@ def _b64(value: Any, name: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, TypeError, ValueError) as e:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"{name} is not base64") from e
+
+
+async def _subscribe(hosted: HostedTopic, name: str) -> Any:
+    try:
+        return await hosted.subscribe_async(name, "earliest")
+    except ValueError as e:  # the name is not a valid key segment
+        raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
+    except ReadError as e:  # fenced or closed since the owner check: the topic is leaving
+        raise _unavailable(str(e)) from e
+
+
+def _seconds(raw: str, name: str, maximum: float) -> float:
+    """A finite, non-negative duration capped at ``maximum`` (``nan`` would never expire)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be finite and >= 0")
+    return min(value, maximum)
 
 
 def _int(raw: str, name: str, minimum: int) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tiered.cli.output import EXIT_PROBLEMS, CliError, Output, render_mapping, render_table
+from tiered.cli.output import EXIT_PROBLEMS, EXIT_RECORDED_LOSS, CliError, Output, render_mapping, render_table
 from tiered.cli.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings, Output], "int | None"]
@@ -204,6 +204,8 @@ def _render_inspect(result: dict[str, Any]) -> str:
 def _verify_args(p: argparse.ArgumentParser) -> None:
     _topic_arg(p)
     p.add_argument("--skip-objects", action="store_true", help="check descriptors only, do not read objects")
+    p.add_argument("--allow-recorded-loss", action="store_true",
+                   help="exit 0 although lost ranges are recorded (a known, accepted failover loss)")
 
 
 def _verify(args: argparse.Namespace, settings: Settings, out: Output) -> int:
@@ -211,15 +213,39 @@ def _verify(args: argparse.Namespace, settings: Settings, out: Output) -> int:
 
     report = ops.verify(settings, args.topic, progress=out.progress, check_objects=not args.skip_objects)
     out.emit(report.to_json(), render=lambda _r: render_verify(report))
-    return 0 if report.ok else EXIT_PROBLEMS
+    if not report.ok:
+        return EXIT_PROBLEMS
+    recorded_loss = any(p["kind"] == "lost_range" for p in report.problems)
+    return EXIT_RECORDED_LOSS if recorded_loss and not args.allow_recorded_loss else 0
+
+
+def _gc_args(p: argparse.ArgumentParser) -> None:
+    _topic_arg(p)
+    p.add_argument("--grace-s", type=float, default=3600.0,
+                   help="only objects at least this old (default 3600): an upload may still be between "
+                        "its PUT and its commit")
+
+
+def _gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from tiered.cli import ops
+
+    if not 0 <= args.grace_s < float("inf"):
+        raise CliError("--grace-s must be a finite number >= 0")
+    result = ops.gc(settings, args.topic, args.grace_s)
+    out.emit(result, render=lambda r: "\n".join([f"deleted {k}" for k in r["deleted"]]
+                                                  + [f"{len(r['deleted'])} orphan(s) deleted"]))
+    return 0
 
 
 def render_verify(report: Any) -> str:
     lines = [f"topic {report.topic}: {report.descriptors} descriptor(s), {report.objects_checked} object(s) read",
              f"archive offsets: {_range(report.archive_first_offset, report.archive_last_offset)}; "
              f"local WAL: {_range(report.wal_first_offset, report.wal_last_offset)}"]
-    if report.ok:
-        lines.append("OK: offsets contiguous, every object intact, no garbage")
+    if report.ok and any(p["kind"] == "lost_range" for p in report.problems):
+        lines.append("LOSS RECORDED: the archive is consistent, but acknowledged offsets listed below were "
+                     "lost in a failover (exit 6; --allow-recorded-loss accepts them)")
+    elif report.ok:
+        lines.append("OK: offsets contiguous, every object intact, no unexplained garbage")
     else:
         lines.append(f"{sum(p['severity'] == 'error' for p in report.problems)} problem(s):")
     lines += [f"  {p['severity']} [{p['kind']}] {p['message']}" for p in report.problems]
@@ -426,6 +452,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("inspect", "owner, epoch, sealed state, descriptors, cursors, local WAL range", _topic_arg, _inspect),
     Command("verify", "scrub the topic: contiguity, object CRCs, sealed state, local WAL, orphans",
             _verify_args, _verify),
+    Command("gc", "delete orphan objects (named by no descriptor, inside the archived range)", _gc_args, _gc),
     Command("demo", "replay the seed scenario (a topic moves from broker A to B) and print the timeline",
             _demo_args, _demo),
     Command("harness", "randomized offset-continuity checker (moves, crashes, faults)", _harness_args, _harness),

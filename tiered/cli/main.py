@@ -43,7 +43,7 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML config file (env DNB_CONFIG); keys and defaults: docs/CONFIG.md")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                        help="set any config key, e.g. --set wal.fsync_interval_s=0.01 (repeatable; "
+                        help="set any config key, e.g. --set uploader.interval_s=5 (repeatable; "
                              "beats env and file)")
     parser.add_argument("--data-dir", default=None,
                         help="broker data directory (key data_dir, env DNB_DATA_DIR, default ./dnb-data)")

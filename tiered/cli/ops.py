@@ -14,6 +14,7 @@ failover path, used when that broker is known to be dead).
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
 import time
@@ -23,6 +24,8 @@ from typing import Any, TextIO
 from tiered.cli.output import EXIT_REFUSED, CliError
 from tiered.cli.settings import Settings, open_stores
 from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
 
 #: How long a CLI broker's session lease lives after the process exits abnormally.
 CLI_SESSION_TTL_S = 5.0
@@ -287,6 +290,15 @@ def verify(settings: Settings, topic: str, progress: Any = None, check_objects: 
                             check_objects=check_objects)
 
 
+def gc(settings: Settings, topic: str, grace_s: float) -> dict[str, Any]:
+    """Delete the topic's collectable orphans older than ``grace_s`` (see uploader.gc)."""
+    from uploader import collect_garbage
+
+    name = TopicName.parse(topic)
+    with open_stores(settings) as (metadata, objects):
+        return {"topic": str(name), "deleted": collect_garbage(metadata, objects, name, grace_s)}
+
+
 # -- query ------------------------------------------------------------------------------
 
 def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
@@ -424,7 +436,7 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int, m
                    ack: bool) -> list[Any]:
     """``dnb consume --broker URL``: read from ``start`` until caught up (or ``max``),
     following the topic across moves; ``ack`` acknowledges the last one read."""
-    from tiered.broker.client import SyncBrokerClient
+    from tiered.broker.client import HistoryDiverged, SyncBrokerClient
     from tiered.read.messages import Message
 
     name = str(TopicName.parse(topic))
@@ -433,7 +445,16 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int, m
         position = start
         while max_messages is None or len(messages) < max_messages:
             want = 1000 if max_messages is None else min(1000, max_messages - len(messages))
-            batch = client.read(name, position, max_messages=want, wait_s=0.0)
+            try:
+                batch = client.read(name, position, max_messages=want, wait_s=0.0)
+            except HistoryDiverged as e:
+                # A failover replaced what was read from resume_from on: those messages are
+                # not the topic's history; read the offsets again.
+                log.warning("topic %s: offsets from %d were replaced by a failover while reading; re-reading "
+                            "from there", name, e.resume_from)
+                messages = [m for m in messages if m.offset < e.resume_from]
+                position = e.resume_from
+                continue
             if not batch.messages:
                 break
             messages += [Message(m["offset"], m["publish_time"], m["key"], m["attributes"], m["payload"], "remote")

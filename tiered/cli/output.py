@@ -30,6 +30,9 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_UNAVAILABLE = 4
 EXIT_DATA = 5
+#: verify: the archive is consistent, but acknowledged messages are recorded lost (a
+#: failover took over a dead owner's unarchived tail); --allow-recorded-loss makes it 0.
+EXIT_RECORDED_LOSS = 6
 EXIT_INTERNAL = 70
 
 

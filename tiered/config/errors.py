@@ -5,7 +5,7 @@ from __future__ import annotations
 class ConfigError(ValueError):
     """A setting is unknown, of the wrong type or out of range.
 
-    ``key`` is the dotted key (``wal.fsync_interval_s``; None when the problem is the
+    ``key`` is the dotted key (``wal.segment_bytes_max``; None when the problem is the
     source itself, e.g. a file that is not TOML), ``source`` where the value came from
     (``file PATH``, ``env NAME``, ``flag --x``, ``default``)."""
 

@@ -4,7 +4,7 @@ Precedence, lowest to highest: defaults < file < environment < flags. Each value
 remembers where it came from (``default``, ``file PATH``, ``env NAME``, ``flag --x``)
 so ``dnb config show`` can say it and every error can name it. Unknown keys and values
 of the wrong type are errors, never ignored: a typo (or a renamed key such as
-``fsync_interval_ms``) must not silently keep a default.
+``fsync_interval_ms``, now gone) must not silently keep a default.
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def parse_assignment(text: str) -> tuple[str, str]:
     """``KEY=VALUE`` (from ``--set``) as (key, value text)."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
-        raise ConfigError(None, f"flag --set {text}", "expected KEY=VALUE, e.g. wal.fsync_interval_s=0.01")
+        raise ConfigError(None, f"flag --set {text}", "expected KEY=VALUE, e.g. uploader.interval_s=5")
     return name.strip(), value
 
 
@@ -183,7 +183,7 @@ def _blame(error: Exception, kind: type, prefix: tuple[str, ...],
            values: Mapping[str, tuple[Any, str]]) -> ConfigError:
     """A section refused its values: name the key (and its source) the message is about.
 
-    The layers' own checks name the field (``fsync_interval_s … out of (0, 10]``); the
+    The layers' own checks name the field (``max_message_bytes must be in [1, …]``); the
     longest field name in the message is the culprit. A check across fields (say
     ``ack_lease_margin_s`` against ``session_ttl_s``) may name a default; prefer a key
     that was set, whose source can be changed."""

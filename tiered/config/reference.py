@@ -27,12 +27,11 @@ KEYS: dict[str, tuple[str, str]] = {
                 "Kafka `remote.log.storage.manager.class.name` + its RSM config; Pulsar "
                 "`managedLedgerOffloadDriver` + `managedLedgerOffloadBucket`"),
     # -- wal -----------------------------------------------------------------------------
-    "wal.fsync_interval_s": ("Group commit: the writer fsyncs at most once per interval (sooner once "
-                             "`fsync_batch_bytes` wait); a durable ack waits for its fsync.",
-                             "Kafka `log.flush.interval.ms` (`flush.ms`); BookKeeper `journalMaxGroupWaitMSec`"),
-    "wal.fsync_batch_bytes": ("Fsync at once when this many appended bytes wait, without waiting out the "
-                              "interval.", "BookKeeper `journalBufferedWritesThreshold`; Kafka "
-                              "`log.flush.interval.messages` (a count)"),
+    "wal.fsync_batch_bytes": ("Pending bytes at which an append wakes a writer that is not parked. There is "
+                              "no fsync interval: every durable ack waits for its fsync, and rounds form by "
+                              "themselves while the previous fsync runs (group commit without a timer).",
+                              "BookKeeper `journalBufferedWritesThreshold`; Kafka `log.flush.interval.messages`"
+                              " / `log.flush.interval.ms` (Kafka leaves flushing to the OS by default)"),
     "wal.segment_bytes_max": ("Cut a new segment once the active one passes this size (checked before each "
                               "write batch, so a segment may exceed it by one batch).",
                               "Kafka `log.segment.bytes` (`segment.bytes`); Pulsar "
@@ -65,6 +64,15 @@ KEYS: dict[str, tuple[str, str]] = {
     "uploader.object_bytes_max": ("An archive object holds at most this many bytes of frames (a single "
                                   "larger frame gets an object of its own).",
                                   "Kafka `log.segment.bytes` (Kafka tiers whole segments)"),
+    "uploader.object_target_bytes": ("A background pass uploads objects of this many bytes of frames (the rest "
+                                     "waits for `object_age_max_s`); archived waiters, seals and explicit uploads "
+                                     "upload everything at once.",
+                                     "Kafka `log.segment.bytes` (only rolled segments are tiered); Pulsar "
+                                     "`managedLedgerOffloadAutoTriggerSizeThresholdBytes`"),
+    "uploader.object_age_max_s": ("... or sooner, once the oldest un-archived durable frame is this old: the "
+                                  "longest a durable-only message waits for the archive at a low rate.",
+                                  "Kafka `log.roll.ms` (`segment.ms`) bounds the same wait; Pulsar "
+                                  "`managedLedgerOffloadThresholdInSeconds`"),
     "uploader.block_bytes": ("Size of one (compressed) block inside an object: the unit of a ranged read.",
                              "Pulsar `managedLedgerOffloadMaxBlockSizeInBytes`"),
     "uploader.compression": ("Block compression: `zstd` or `none`.",

@@ -1,9 +1,9 @@
 """The keys of :class:`~tiered.config.model.DnbConfig`, read off the dataclasses.
 
-A key is the dotted path of a leaf field (``wal.fsync_interval_s``,
+A key is the dotted path of a leaf field (``wal.segment_bytes_max``,
 ``uploader.retention.age_max_s``); a field whose type is a dataclass is a section
 (a TOML table). Its environment variable is ``DNB_`` + the path joined by ``_`` in upper
-case (``DNB_WAL_FSYNC_INTERVAL_S``). The schema is derived, never written down, so a
+case (``DNB_WAL_SEGMENT_BYTES_MAX``). The schema is derived, never written down, so a
 field added to a layer's dataclass is a key at once (and the docs test asks for its
 description).
 """

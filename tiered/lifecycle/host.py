@@ -34,9 +34,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+from crc32c import crc32c
 from prometheus_client import Counter, Gauge, Histogram
 
 from tiered.lifecycle.config import BrokerConfig
@@ -54,7 +55,15 @@ from tiered.lifecycle.ownership import (
     acquire,
     release_ops,
 )
-from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, progress_key, sealed_state
+from tiered.lifecycle.restore import (
+    Progress,
+    RestorePlan,
+    opened_state,
+    plan_restore,
+    progress_key,
+    sealed_state,
+    unarchived_by,
+)
 from tiered.read.subscriptions import clamp_cursors
 from wal.errors import WalLocked
 from wal.fs import LOCK_NAME, LockHeld, RealFs
@@ -67,6 +76,8 @@ Ack = Literal["durable", "archived"]
 QUARANTINE_DIR = ".quarantine"
 #: In a local WAL directory: which of this broker's epochs last opened the WAL.
 OWNER_MARKER = ".owner"
+#: In a WAL root: the broker id that first used it.
+ROOT_IDENTITY = ".broker"
 T = TypeVar("T")
 
 UNARCHIVED_ON_FAILOVER = Gauge(
@@ -117,6 +128,20 @@ class LocalWalUnreadable(LoadError):
         self.path = path
 
 
+class WalRootOwnedByAnotherBroker(Exception):
+    """The WAL root was first used by another broker id (``<root>/.broker``). Retiring its
+    WALs as stale under this id would throw that broker's unarchived history away, so
+    the host refuses to start (Kafka refuses a ``broker.id`` that differs from its log
+    directory's ``meta.properties`` for the same reason)."""
+
+    def __init__(self, wal_root: str, found: str, broker_id: str) -> None:
+        super().__init__(f"WAL root {wal_root} belongs to broker {found!r}, not {broker_id!r}: refused (a "
+                         f"host started with the wrong --broker-id would retire that broker's WALs as stale)")
+        self.wal_root = wal_root
+        self.found = found
+        self.broker_id = broker_id
+
+
 class UnloadError(LifecycleError):
     """Unloading failed at ``step``; the WAL is intact and the topic unsealed. Retry
     ``unload`` to resume (a fenced topic cannot be sealed: see ``__cause__``)."""
@@ -161,6 +186,9 @@ class RetiredWal:
     lost_end: int | None
     epoch: int
     quarantine_path: str | None
+    #: It was the history of the owner record this load took over (not an older WAL of
+    #: this broker whose history had already been taken over and recorded).
+    current: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +209,7 @@ class HostedTopic:
     """A topic this broker owns. Thread-safe."""
 
     def __init__(self, host: "BrokerHost", token: OwnerToken, wal: Any, uploader: Any,
-                 subscriptions: Any, report: RestoreReport) -> None:
+                 subscriptions: Any, report: RestoreReport, owner_checked_generation: int = 0) -> None:
         self.host = host
         self.topic = token.topic
         self.token = token
@@ -197,9 +225,10 @@ class HostedTopic:
         self._progress_published: int | None = -1
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
         self._fenced: OwnershipLostError | None = None
-        session = host.session
-        #: The session lease generation under which the owner record was last seen ours.
-        self._owner_checked_generation = session.generation if session is not None else 0
+        #: The session lease generation under which the owner record was last seen ours:
+        #: the one current BEFORE the acquire (a lease that lapsed and was replaced while
+        #: the topic loaded must make the first ack re-read the owner record).
+        self._owner_checked_generation = owner_checked_generation
         # Compared on its revision: a delayed older tip never lands after a newer one.
         self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
 
@@ -215,17 +244,23 @@ class HostedTopic:
 
     def produce_many(self, payloads: "Iterable[bytes]", key: bytes | None = None, *, ack: Ack = "durable",
                      timeout_s: float | None = None) -> tuple[int | None, int | None]:
-        """Append every payload, then wait once for ``ack`` of the last one (the WAL is
-        in order, so that covers them all; one fsync can cover the whole batch).
-        Returns (first offset, last offset), (None, None) for no payload. A failure
-        after some appends acknowledges none of them."""
+        """Append every payload as ONE batch, then wait once for ``ack`` of the last one
+        (the WAL is in order, so that covers them all; one fsync can cover the batch).
+        Returns (first offset, last offset), (None, None) for no payload.
+
+        The batch is all or nothing and its offsets are contiguous: no other producer's
+        message lands between them (however long backpressure blocks), and a bad or
+        oversized message appends none of the batch, so a retry cannot duplicate part
+        of it."""
         _check_ack(ack)
-        first = last = None
-        for payload in payloads:
-            last = self._append(payload, key, None, None)
-            first = last if first is None else first
-        if last is not None:
-            self._wait_ack(last, ack, self._timeout(timeout_s))
+        batch = list(payloads) if key is None else [(payload, key) for payload in payloads]
+        if not batch:
+            return None, None
+        with self._append_lock:
+            self._check_appendable()
+            first = self.wal.append_batch(batch)
+        last = first + len(batch) - 1
+        self._wait_ack(last, ack, self._timeout(timeout_s))
         return first, last
 
     async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
@@ -253,11 +288,14 @@ class HostedTopic:
         # The lock makes "refuse appends" a clean cut: once unload set the state no
         # append is in flight, so the flush that follows covers every offset handed out.
         with self._append_lock:
-            if self._fenced is not None:
-                raise self._fenced
-            if self.state is not TopicState.OPEN:
-                raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
+            self._check_appendable()
             return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+
+    def _check_appendable(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+        if self.state is not TopicState.OPEN:
+            raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
 
     def _wait_ack(self, offset: int, ack: Ack, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -465,6 +503,11 @@ class BrokerHost:
             self._root_lock = self.fs.lock(os.path.join(self.wal_root, LOCK_NAME))
         except LockHeld as e:
             raise WalLocked(self.wal_root, "another broker host uses this WAL root") from e
+        try:
+            self._claim_root()
+        except BaseException:
+            self._root_lock.release()
+            raise
         #: Stale WALs retired by this host (deleted or quarantined), oldest first.
         self.retired: list[RetiredWal] = []
         self._topics: dict[TopicName, HostedTopic] = {}
@@ -492,6 +535,30 @@ class BrokerHost:
                 self.session.stop(revoke=True)
             self._root_lock.release()
             raise
+
+    def _claim_root(self) -> None:
+        """Write ``<root>/.broker`` (this broker id) on first use; refuse another id."""
+        path = os.path.join(self.wal_root, ROOT_IDENTITY)
+        if self.fs.exists(path):
+            found = _decode_marker(self.fs.read_all(path))
+            found_id = found.get("broker_id") if found is not None else None
+            if found_id == self.broker_id:
+                return
+            raise WalRootOwnedByAnotherBroker(self.wal_root, str(found_id if found_id else "<unreadable>"),
+                                              self.broker_id)
+        self._write_marker(path, {"broker_id": self.broker_id})
+
+    def _write_marker(self, path: str, body: dict) -> None:
+        """Durably write a small checksummed JSON marker (temp, fsync, rename, fsync dir)."""
+        temp = path + ".tmp"
+        handle = self.fs.open_append(temp)
+        try:
+            handle.write([_encode_marker(body)])
+            handle.sync()
+        finally:
+            handle.close()
+        self.fs.rename(temp, path)
+        self.fs.fsync_dir(os.path.dirname(path))
 
     # -- lookup ------------------------------------------------------------------
     def topic(self, name: TopicName | str) -> HostedTopic:
@@ -545,6 +612,7 @@ class BrokerHost:
 
     def _load(self, topic: TopicName, force: bool, discard_local_wal: bool) -> HostedTopic:
         started = time.monotonic()
+        generation = self.session.generation if self.session is not None else 0
         token = acquire(self.metadata, topic, self.broker_id, force=force)
         opened: list[Callable[[], None]] = []
         retired: list[RetiredWal] = []
@@ -557,15 +625,14 @@ class BrokerHost:
             opened.append(lambda: wal.close())
             _step(topic, "open WAL", LoadError, lambda: self._write_owner_marker(token))
             retired_here = retired[0] if retired else None
-            _step(topic, "mark topic open", LoadError,
-                  lambda: self._mark_open(token, plan, recovered, retired_here))
-            clamped: dict[str, int] = {}
-            if not _is_sealed(plan):
-                # Unsealed load: offsets continue at wal.next_offset, and a cursor may have
-                # acknowledged offsets past it that nobody archived (a dead owner's tail,
-                # or bytes a power loss took). Those offsets are about to name new messages.
-                clamped = _step(topic, "clamp subscription cursors", LoadError,
-                                lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
+            unarchived = _step(topic, "mark topic open", LoadError,
+                               lambda: self._mark_open(token, plan, recovered, retired_here))
+            # Offsets continue at wal.next_offset. Unsealed, a cursor may have acknowledged
+            # offsets past it that nobody archived (a dead owner's tail, or bytes a power
+            # loss took); sealed, a cursor past the seal can only be a damaged record. Either
+            # way those offsets are about to name new messages the cursor would skip.
+            clamped = _step(topic, "clamp subscription cursors", LoadError,
+                            lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
             uploader = _step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
@@ -574,11 +641,11 @@ class BrokerHost:
             self._after_failed_load(token, plan, wal)
             raise
         report = RestoreReport(wal.next_offset if recovered else plan.start_offset, recovered,
-                               plan.previous_owner, 0 if recovered else plan.unarchived_at_least,
+                               plan.previous_owner, unarchived,
                                time.monotonic() - started, clamped, retired_here)
         self._report_restore(topic, report, token)
         LOAD_SECONDS.observe(report.load_s)
-        hosted = HostedTopic(self, token, wal, uploader, subs, report)
+        hosted = HostedTopic(self, token, wal, uploader, subs, report, generation)
         uploader.on_fatal = lambda error: _fence_if_ownership(hosted, error, "uploader commit refused")
         subs.on_fenced = lambda: hosted.fence("cursor write refused")
         wal.add_durable_listener(self._on_durable)
@@ -639,15 +706,18 @@ class BrokerHost:
                 if ours:
                     # Our own unsealed WAL that does not join the archive: numbering restarts
                     # at the planned offset, so whatever it holds from there on is lost here
-                    # and now (recorded exactly before the WAL moves).
-                    retired.append(self._retire_local(topic, plan.start_offset, wal_epoch))
+                    # and now (recorded exactly before the WAL moves). It is the previous
+                    # epoch's history, so its record is the takeover's record too.
+                    retired.append(replace(self._retire_local(topic, plan.start_offset, wal_epoch),
+                                           current=True))
                 else:
                     log.warning("topic %s: retiring a stale local WAL (the topic moved on since)", topic)
                     retired.append(self._retire_local(topic))
             except LocalWalUnreadable:
                 if not discard_local_wal:
                     raise
-                retired.append(self._discard_unreadable(topic, plan, wal_epoch if ours else None))
+                retired.append(replace(self._discard_unreadable(topic, plan, wal_epoch if ours else None),
+                                       current=ours))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
                                  initial_offset=plan.start_offset, fs=self.wal_fs)
         if wal.next_offset != plan.start_offset:
@@ -682,24 +752,18 @@ class BrokerHost:
         try:
             if not self.fs.exists(path):
                 return None
-            body = json.loads(self.fs.read_all(path))
-            epoch = body["epoch"] if body.get("broker_id") == self.broker_id else None
-            return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-        except (OSError, ValueError, KeyError, AttributeError):
-            return None  # unknown: the owner record decides, as before markers existed
+            body = _decode_marker(self.fs.read_all(path))
+        except OSError:
+            return None
+        if body is None:
+            return None  # damaged (checksum): unknown, the owner record decides, as before markers
+        epoch = body.get("epoch") if body.get("broker_id") == self.broker_id else None
+        return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
     def _write_owner_marker(self, token: OwnerToken) -> None:
         """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename)."""
-        path = self._owner_marker_path(token.topic)
-        temp = path + ".tmp"
-        handle = self.fs.open_append(temp)
-        try:
-            handle.write([json.dumps({"broker_id": self.broker_id, "epoch": token.epoch}).encode()])
-            handle.sync()
-        finally:
-            handle.close()
-        self.fs.rename(temp, path)
-        self.fs.fsync_dir(os.path.dirname(path))
+        self._write_marker(self._owner_marker_path(token.topic),
+                           {"broker_id": self.broker_id, "epoch": token.epoch})
 
     def _open_local(self, topic: TopicName) -> Any:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
@@ -737,7 +801,7 @@ class BrokerHost:
         if epoch is None:
             # A stale WAL of an earlier epoch: its loss began where the topic's numbering
             # restarted after it (the taker-over's record), not where it continues now.
-            record = self._own_lost_record(topic)
+            record = self._own_lost_record(topic, self._read_owner_marker(topic))
             if record is not None:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
@@ -829,7 +893,7 @@ class BrokerHost:
             wal.close()
         record = None
         if start is None or epoch is None:
-            record = self._own_lost_record(topic)
+            record = self._own_lost_record(topic, self._read_owner_marker(topic))
             if record is not None:
                 start, epoch = record.start_offset, record.epoch
             else:
@@ -860,10 +924,17 @@ class BrokerHost:
         self.retired.append(retired)
         return retired
 
-    def _own_lost_record(self, topic: TopicName) -> keys.LostRange | None:
-        """The newest failover away from this broker: it says where numbering restarted."""
+    def _own_lost_record(self, topic: TopicName, wal_epoch: int | None = None) -> keys.LostRange | None:
+        """The failover away from this broker that ended the history of the WAL opened at
+        ``wal_epoch`` (its ``.owner`` marker): the first takeover record naming this broker
+        at or after that epoch (failed loads of our own bump the epoch without a new WAL,
+        so the taker-over's record may name a later one). A record of an earlier epoch
+        belongs to an older WAL of this broker and says nothing about this one. Without a
+        marker (a WAL from before markers existed): the newest record."""
         mine = [r for r in keys.read_lost_ranges(self.metadata, topic) if r.broker_id == self.broker_id]
-        return max(mine, key=lambda r: r.epoch, default=None)
+        if wal_epoch is None:
+            return max(mine, key=lambda r: r.epoch, default=None)
+        return min((r for r in mine if r.epoch >= wal_epoch), key=lambda r: r.epoch, default=None)
 
     def _first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
@@ -886,6 +957,15 @@ class BrokerHost:
 
         key = keys.lost_key(topic, start, epoch)
         kv = self.metadata.get(key)
+        if kv is not None:
+            earlier = keys.LostRange.from_json(kv.key, kv.value)
+            if earlier.exact and earlier.quarantine_path:
+                # A retry after a quarantine that moved part of the WAL: what is left here
+                # is a prefix, so its tip says less than the first attempt knew. The exact
+                # record only grows, and keeps the directory the first part went to.
+                if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
+                    end = earlier.end_offset
+                qpath = earlier.quarantine_path
         record = keys.LostRange(start, end, self.broker_id, epoch, True, qpath, self.broker_id, time.time())
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
@@ -901,8 +981,28 @@ class BrokerHost:
         fs.makedirs(qpath)
         for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
             fs.fsync_dir(directory)
-        for name in fs.listdir(path):
+        # The checkpoint first, then segments oldest first, the .owner marker last
+        # (whatever order the directory lists): a crash in between leaves here a suffix of
+        # the WAL without a checkpoint, which opens with the same tip and is moved on by the
+        # retry; never a prefix that would look like a shorter history. The lock file is
+        # not data (removed below).
+        names = sorted((n for n in fs.listdir(path) if n != LOCK_NAME),
+                       key=lambda n: (n != "wal.ckpt", n.startswith("."), n))
+        # A quarantined WAL may be the only copy of lost messages: never overwrite one. (A
+        # retry after a partial move finds only the files not moved yet still here.)
+        if "wal.ckpt" in names and fs.exists(os.path.join(qpath, "wal.ckpt")):
+            # A retry: the checkpoint moved first describes the whole WAL; the one here was
+            # rewritten when the retry opened the rest (derived data, dropped).
+            names.remove("wal.ckpt")
+            fs.remove(os.path.join(path, "wal.ckpt"))
+        clashes = [n for n in names if fs.exists(os.path.join(qpath, n))]
+        if clashes:
+            raise StorageError(f"quarantine {qpath} already holds {', '.join(sorted(clashes))} from another "
+                               f"WAL; {path} is kept in place")
+        for name in names:
             fs.rename(os.path.join(path, name), os.path.join(qpath, name))
+        if fs.exists(os.path.join(path, LOCK_NAME)):
+            fs.remove(os.path.join(path, LOCK_NAME))
         fs.fsync_dir(qpath)
         fs.fsync_dir(path)
         fs.rmdir(path)
@@ -918,27 +1018,51 @@ class BrokerHost:
         self.fs.fsync_dir(os.path.dirname(path))
 
     def _mark_open(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
-                   retired: RetiredWal | None) -> None:
+                   retired: RetiredWal | None) -> int:
+        """Write the open state and the LostRange of every history this load continues
+        after without its WAL; returns how many offsets those records know were lost."""
         ops: list[Any] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json())]
-        previous = token.previous
-        failover = (not recovered and not _is_sealed(plan) and previous is not None
-                    and previous.holder is not None)
-        # Our own WAL retired in this load already wrote the record for its epoch (which may
-        # be older than the previous owner record's, after failed loads of our own).
-        ours_retired = retired is not None and (retired.epoch == previous.epoch  # type: ignore[union-attr]
-                                                or previous.holder == token.broker_id)  # type: ignore[union-attr]
-        if failover and not ours_retired:
+        unarchived = 0
+        for broker_id, epoch in self._unrecorded_histories(token, plan, recovered, retired):
             # The takeover's own account, in the same fenced txn as the open marker: where
-            # numbering restarts and how much the dead owner is known to have lost (its
-            # last published tip). Its WAL, if it comes back, makes it exact.
-            start, at_least = plan.start_offset, plan.unarchived_at_least
+            # numbering restarts and how much that owner is known to have lost (its last
+            # published tip). Its WAL, if it comes back, makes the record exact.
+            start = plan.start_offset
+            at_least = unarchived_by(plan.progress, broker_id, epoch, start)
+            unarchived += at_least
             record = keys.LostRange(start, start + at_least - 1 if at_least > 0 else None,
-                                    previous.broker_id, previous.epoch, False, None,  # type: ignore[union-attr]
-                                    token.broker_id, time.time())
-            ops.append(Put(keys.lost_key(token.topic, start, record.epoch), record.to_json()))
+                                    broker_id, epoch, False, None, token.broker_id, time.time())
+            ops.append(Put(keys.lost_key(token.topic, start, epoch), record.to_json()))
         result = self.metadata.txn(token.fencing, ops)
         if not result.succeeded:
             raise OwnershipLostError(token.topic, "mark topic open")
+        return unarchived
+
+    def _unrecorded_histories(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
+                              retired: RetiredWal | None) -> list[tuple[str, int]]:
+        """The unsealed histories this load continues after without having their WAL,
+        that no LostRange accounts for yet.
+
+        * Every history the owner record says we inherited (taken from another holder by
+          this acquire, or by an earlier attempt of ours that failed before recording it:
+          :func:`tiered.lifecycle.ownership.inherited_histories`).
+        * Our own previous epoch, when this load neither recovered its WAL nor retired it
+          here as that epoch's history: it ran elsewhere (another data dir of this broker
+          id) or left nothing on this disk. A stale WAL of ours retired here is an OLDER
+          history, already recorded by whoever took it over."""
+        previous = token.previous
+        held = OwnerRecord.decode(token.key, token.held_bytes)
+        wanted = list(held.inherits)
+        if (not recovered and not _is_sealed(plan) and previous is not None
+                and previous.holder == token.broker_id
+                and not (retired is not None and (retired.epoch == previous.epoch or retired.current))):
+            wanted.append((previous.broker_id, previous.epoch))
+        if not wanted:
+            return []
+        recorded = {(r.broker_id, r.epoch) for r in keys.read_lost_ranges(self.metadata, token.topic)}
+        if retired is not None and retired.current and previous is not None:
+            recorded.add((token.broker_id, previous.epoch))  # its retire wrote the exact record
+        return [pair for pair in dict.fromkeys(wanted) if pair not in recorded]
 
     def _start_uploader(self, token: OwnerToken, wal: Any, plan: RestorePlan) -> Any:
         from uploader import Uploader
@@ -1188,6 +1312,23 @@ class BrokerHost:
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+def _encode_marker(body: dict) -> bytes:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return json.dumps({**body, "crc32c": crc32c(text.encode())}, sort_keys=True).encode()
+
+
+def _decode_marker(raw: bytes) -> dict | None:
+    """The marker's fields, or None when it does not parse or its checksum is wrong (a
+    flipped digit in an epoch must not decide which history a WAL is)."""
+    try:
+        body = json.loads(raw)
+        crc = body.pop("crc32c")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return None
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return body if crc == crc32c(text.encode()) else None
 
 
 def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:

@@ -65,6 +65,32 @@ def _check_broker_id(broker_id: str) -> None:
     keys.broker_assignments_prefix(broker_id)
 
 
+def _valid_broker_id(broker_id: str) -> bool:
+    try:
+        _check_broker_id(broker_id)
+    except ValueError:
+        return False
+    return True
+
+
+#: More inherited histories than this in one owner record is damage, not a history: each
+#: takes a failed takeover that was itself taken over before it opened the topic.
+INHERITS_MAX = 64
+
+
+def _decode_inherits(key: str, raw: object) -> tuple[tuple[str, int], ...]:
+    if not isinstance(raw, list) or len(raw) > INHERITS_MAX:
+        raise MalformedRecord(key, f"inherits should be a list of at most {INHERITS_MAX} [broker_id, epoch]")
+    pairs = []
+    for item in raw:
+        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str)
+                or not _valid_broker_id(item[0]) or not isinstance(item[1], int) or isinstance(item[1], bool)
+                or item[1] < 1):
+            raise MalformedRecord(key, f"inherits entry {item!r} is not [broker_id, epoch >= 1]")
+        pairs.append((item[0], item[1]))
+    return tuple(pairs)
+
+
 # -- errors ------------------------------------------------------------------------
 
 
@@ -130,10 +156,17 @@ class OwnerRecord:
     acquired_at: float
     released_at: float | None = None
     previous_broker_id: str | None = None
+    #: Unsealed histories (broker id, epoch) this holder took over and whose loss it must
+    #: record (a LostRange each) when it opens the topic. Written by :func:`acquire` in the
+    #: same transaction that takes ownership, so a load that fails (or whose acquire reply
+    #: is lost) and is retried cannot forget the obligation: the retry inherits it.
+    inherits: tuple[tuple[str, int], ...] = ()
 
     def encode(self) -> bytes:
         body = keys.Ownership(self.broker_id, self.epoch, self.acquired_at).to_json()
-        extra = {"released_at": self.released_at, "previous_broker_id": self.previous_broker_id}
+        extra: dict = {"released_at": self.released_at, "previous_broker_id": self.previous_broker_id}
+        if self.inherits:
+            extra["inherits"] = [list(pair) for pair in self.inherits]
         merged = {**json.loads(body), **extra}
         return json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
 
@@ -146,7 +179,11 @@ class OwnerRecord:
             raise MalformedRecord(key, f"released_at should be a number, got {released_at!r}")
         if previous is not None and not isinstance(previous, str):
             raise MalformedRecord(key, f"previous_broker_id should be a str, got {previous!r}")
-        return cls(base.broker_id, base.epoch, base.acquired_at, released_at, previous)
+        for name, value in (("broker_id", base.broker_id), ("previous_broker_id", previous)):
+            if value is not None and not _valid_broker_id(value):
+                raise MalformedRecord(key, f"{name} {value!r} is not a valid broker id")
+        return cls(base.broker_id, base.epoch, base.acquired_at, released_at, previous,
+                   _decode_inherits(key, body.get("inherits", [])))
 
     @property
     def holder(self) -> str | None:
@@ -253,6 +290,7 @@ def acquire(
         epoch=(previous.epoch if previous else 0) + 1,
         acquired_at=time.time(),
         previous_broker_id=previous.broker_id if previous else None,
+        inherits=inherited_histories(previous, broker_id),
     )
     held = record.encode()
     result = metadata.txn([*compares, *extra_compares], [Put(owner_key(topic), held), *extra_ops])
@@ -261,6 +299,19 @@ def acquire(
     log.info("topic %s: broker %s took ownership at epoch %d (previous holder %s)",
              topic, broker_id, record.epoch, record.previous_broker_id)
     return OwnerToken(topic, broker_id, record.epoch, held, previous, result.revision)
+
+
+def inherited_histories(previous: OwnerRecord | None, broker_id: str) -> tuple[tuple[str, int], ...]:
+    """What a new holder must account for: nothing after a release (a seal, or a failed
+    load that had nothing to lose); a restart by the same broker carries its previous
+    epoch's unfinished obligations; taking a topic from another holder adds that holder's
+    history. The lifecycle records each one that has no LostRange yet."""
+    if previous is None or previous.holder is None:
+        return ()
+    if previous.holder == broker_id:
+        return previous.inherits
+    pairs = [*previous.inherits, (previous.broker_id, previous.epoch)]
+    return tuple(pairs[-INHERITS_MAX:])
 
 
 def _holder_compares(
@@ -278,6 +329,8 @@ def _holder_compares(
 def release_ops(token: OwnerToken) -> list[Op]:
     """Ops that release ``token`` (run them in a txn guarded by ``token.fencing``)."""
     held = OwnerRecord.decode(token.key, token.held_bytes)
+    # Released by a seal (every inherited loss was recorded when the topic opened) or by
+    # a failed load that had no unsealed history: nothing left to account for.
     released = OwnerRecord(held.broker_id, held.epoch, held.acquired_at, time.time(), held.previous_broker_id)
     return [Put(token.key, released.encode())]
 

@@ -113,6 +113,8 @@ class RestorePlan:
     #: bound). Lost unless this broker recovers its own local WAL.
     unarchived_at_least: int
     previous_owner: str | None
+    #: The last durable tip an owner published (None: none), read with the plan.
+    progress: Progress | None = None
 
     @property
     def committed_through(self) -> int | None:
@@ -146,20 +148,23 @@ def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
     opened_at = 0 if sealed is None else sealed.next_offset
     start = max(opened_at, archive_next)
     mine = previous is not None and previous.holder == token.broker_id
-    unarchived = _unarchived(read_progress(metadata, topic), previous, start)
-    return RestorePlan(start, descriptor_end, sealed, mine, unarchived, previous_owner)
+    progress = read_progress(metadata, topic)
+    unarchived = 0 if previous is None else unarchived_by(progress, previous.broker_id, previous.epoch, start)
+    return RestorePlan(start, descriptor_end, sealed, mine, unarchived, previous_owner, progress)
 
 
 def _is_sealed(state: keys.SealedState | None) -> bool:
     return state is not None and state.sealed
 
 
-def _unarchived(progress: Progress | None, previous: "OwnerRecord | None", start: int) -> int:
-    if progress is None or progress.durable_offset is None or previous is None:
+def unarchived_by(progress: Progress | None, broker_id: str, epoch: int, start: int) -> int:
+    """Offsets from ``start`` on that owner ``(broker_id, epoch)`` published as durable
+    (a lower bound of what its WAL held past the archive; 0 when it published nothing)."""
+    if progress is None or progress.durable_offset is None:
         return 0
     # A takeover does not delete the progress key, so it may still be an earlier dead
     # owner's; counting it would blame the wrong WAL for offsets it never held.
-    if (progress.broker_id, progress.epoch) != (previous.broker_id, previous.epoch):
+    if (progress.broker_id, progress.epoch) != (broker_id, epoch):
         return 0
     return max(0, progress.durable_offset + 1 - start)
 

@@ -14,8 +14,12 @@ Tables: ``kv`` (current value per key), ``log`` (one row per change, keyed by
 ``(revision, sub)``; a NULL value is a delete), ``state`` (the global revision and
 the compaction point) and ``lease``. Watches poll ``log`` every
 ``watch_poll_interval_s`` on their own connection, so delivery latency is bounded by
-that interval plus one query. Lease expiry uses wall-clock time (shared by
-processes) and is swept lazily by any operation and by every watch poll.
+that interval plus one query. Lease deadlines are on ``CLOCK_BOOTTIME`` (one clock for
+every process of the machine, which a wall-clock step cannot move: an NTP step forward
+must not expire a live broker's lease and let its topics be taken over), stamped with
+the kernel's boot id: leases granted under an earlier boot are revoked at open, since
+every process that held them died with it. Expiry is swept lazily by any operation and
+by every watch poll. The file is for processes of ONE machine (as SQLite itself is).
 
 Keys are stored as UTF-8 BLOBs so ordering and prefix ranges are byte-wise, as in
 etcd. History older than ``history_revisions_max`` is compacted automatically.
@@ -59,6 +63,22 @@ from tiered.metadata.base import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+def _lease_now() -> float:
+    """The lease clock: seconds since boot, shared by all processes, immune to clock steps."""
+    return time.clock_gettime(_LEASE_CLOCK)
+
+
+_LEASE_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:  # not Linux: no reboot detection, the monotonic clock alone
+        return "unknown"
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -135,7 +155,6 @@ class _WriteTx:
 
 class SqliteMetadataStore(MetadataStore):
     """Metadata store in one SQLite file. See the module docstring."""
-
     multi_process = True
     supports_compaction = True
 
@@ -156,6 +175,7 @@ class SqliteMetadataStore(MetadataStore):
         self._watches: set[Watch] = set()
         self._conn = self._connect()
         self._init_schema()
+        self._check_lease_clock()
 
     # -- connections -------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -255,9 +275,34 @@ class SqliteMetadataStore(MetadataStore):
             raise StorageError(f"metadata store {self.path} is closed")
 
     # -- leases ------------------------------------------------------------
+    def _check_lease_clock(self) -> None:
+        """Revoke leases stamped by another boot (their deadlines are on its clock)."""
+        boot = _boot_id()
+        with self._lock, _mapped(self.path):
+            try:
+                row = self._conn.execute("SELECT value FROM lease_clock WHERE name = 'boot_id'").fetchone()
+            except sqlite3.OperationalError:
+                row = None  # a store from before lease_clock existed
+        if row is not None and row[0] == boot:
+            return
+
+        def reset(tx: _WriteTx) -> None:
+            tx.cur.execute("CREATE TABLE IF NOT EXISTS lease_clock (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            again = tx.cur.execute("SELECT value FROM lease_clock WHERE name = 'boot_id'").fetchone()
+            if again is not None and again[0] == boot:
+                return  # another process of this boot got here first
+            stale = [r[0] for r in tx.cur.execute("SELECT id FROM lease")]
+            for lease_id in stale:
+                _revoke_in(tx, lease_id)
+            tx.cur.execute("INSERT OR REPLACE INTO lease_clock VALUES ('boot_id', ?)", (boot,))
+            if stale:
+                log.info("sqlite %s: revoked %d lease(s) from an earlier boot", self.path, len(stale))
+
+        self._write(reset)
+
     def _expire_due_leases(self) -> None:
         """Delete keys of expired leases. Cheap read first; write only when due."""
-        now = time.time()
+        now = _lease_now()
         with self._lock, _mapped(self.path):
             self._check_open()
             due = self._conn.execute("SELECT 1 FROM lease WHERE expires_at <= ? LIMIT 1", (now,)).fetchone()
@@ -279,7 +324,7 @@ class SqliteMetadataStore(MetadataStore):
             tx.cur.execute("UPDATE state SET value = ? WHERE name = 'lease_seq'", (seq,))
             # Random high bits keep ids unique even if the file is recreated.
             lease_id = (int.from_bytes(os.urandom(3), "big") << 32) | seq
-            tx.cur.execute("INSERT INTO lease VALUES (?, ?, ?)", (lease_id, ttl_s, time.time() + ttl_s))
+            tx.cur.execute("INSERT INTO lease VALUES (?, ?, ?)", (lease_id, ttl_s, _lease_now() + ttl_s))
             return lease_id
 
         return Lease(self._write(grant), ttl_s)
@@ -291,7 +336,7 @@ class SqliteMetadataStore(MetadataStore):
             row = tx.cur.execute("SELECT ttl_s FROM lease WHERE id = ?", (lease_id,)).fetchone()
             if row is None:
                 raise LeaseNotFound(f"lease {lease_id:x} expired or was revoked")
-            tx.cur.execute("UPDATE lease SET expires_at = ? WHERE id = ?", (time.time() + row[0], lease_id))
+            tx.cur.execute("UPDATE lease SET expires_at = ? WHERE id = ?", (_lease_now() + row[0], lease_id))
 
         self._write(refresh)
 

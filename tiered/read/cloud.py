@@ -194,8 +194,15 @@ class CloudReader:
                 return
             if self._pool is None:
                 pending.append(self._prepare(descriptor))
-            else:
+                continue
+            try:
                 pending.append(self._pool.submit(self._prepare, descriptor))
+            except RuntimeError as e:
+                # close() from another thread shut the pool down while this thread was
+                # inside next(): the reader's contract is ReaderClosed, not the pool's error.
+                if not self._closed:
+                    raise
+                raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
 
     def _take(self, item: "concurrent.futures.Future | _Prepared") -> _Prepared:
         if isinstance(item, _Prepared):

@@ -153,6 +153,10 @@ class Subscription:
             if offset >= self._known_next:
                 raise InvalidAck(self.name, offset, self._known_next)
         with self._lock:
+            # Checked again under the lock close() takes: an ack that passed the check
+            # above while the manager closed must not move a cursor the final flush has
+            # already written (the next owner would redeliver it).
+            self._check_usable()
             if offset <= self._cursor:
                 return False
             self._cursor = offset
@@ -288,12 +292,14 @@ class SubscriptionManager:
         self._stop.set()
         self._wake.set()
         self._flusher.join(FLUSHER_JOIN_TIMEOUT_S)
-        try:
-            if flush:
-                self._flush_subs(skip_fenced=True)
-        finally:
-            for sub in self.subscriptions.values():
+        # Refuse acks BEFORE the final flush (each under its subscription's lock, which
+        # ack holds while it moves the cursor): whatever was acknowledged is then written,
+        # and nothing is acknowledged after it.
+        for sub in self.subscriptions.values():
+            with sub._lock:
                 sub._closed = True
+        if flush:
+            self._flush_subs(skip_fenced=True)
 
     def __enter__(self) -> "SubscriptionManager":
         return self

@@ -30,14 +30,18 @@ onCorrupt           ``fail`` (default): a corrupt object or block fails the quer
                     out and report it (log + ``skipped-*.json`` in ``metricsDir``)
 metricsDir          directory that receives one JSON file per plan and per task
                     (objects/blocks/bytes read); see :mod:`tiered.spark.metrics`
-partitionBytesMax   largest run of blocks one task reads (default 32 MiB)
+partitionBytesMax   bytes one task reads (default 128 MiB, like Spark's
+                    ``spark.sql.files.maxPartitionBytes``)
+openCostBytes       what one more object weighs when packing (default 4 MiB, like
+                    ``spark.sql.files.openCostInBytes``)
 pushdown            ``false`` (default) / ``auto`` / ``true``, see below
 footerThreads       parallel footer reads while planning (default 8)
 ==================  ===============================================================
 
-Partitioning: one input partition per run of adjacent blocks of one object, at most
-``partitionBytesMax`` bytes, so small objects are one task each and a large object is
-split. See :mod:`tiered.spark.planning`.
+Partitioning by bytes: a large object is split into runs of adjacent blocks of at most
+``partitionBytesMax``; consecutive small objects are packed into one task up to it (each
+weighing its bytes plus ``openCostBytes``), so many small objects are few tasks. Every
+object is still checked against its descriptor. See :mod:`tiered.spark.planning`.
 
 Pruning: the offset and timestamp options skip whole objects (by descriptor, before any
 request, or by footer) and whole blocks (by the footer's block index); returned rows are

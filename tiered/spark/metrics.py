@@ -60,7 +60,7 @@ def collect(directory: str) -> dict[str, Any]:
         kind = name.split("-", 1)[0]
         if kind == "read":
             totals["tasks"] += 1
-            keys.add(record["key"])
+            keys.update(record["keys"])
             for k in ("blocks_read", "bytes_read", "rows"):
                 totals[k] += record[k]
         elif kind == "plan":

@@ -12,15 +12,22 @@ from dataclasses import dataclass, field
 
 ON_CORRUPT = ("fail", "skip")
 PUSHDOWN = ("auto", "true", "false")
-#: Blocks of one object are grouped into partitions of at most this many bytes.
-DEFAULT_PARTITION_BYTES_MAX = 32 * 1024 * 1024
+#: One task reads at most this many bytes: a large object's blocks are split into runs of
+#: at most this size, and runs of consecutive small objects are packed up to it. Spark's
+#: own ``spark.sql.files.maxPartitionBytes`` default.
+DEFAULT_PARTITION_BYTES_MAX = 128 * 1024 * 1024
+#: What opening one more object (one more GET) costs a task, in bytes, when packing;
+#: Spark's ``spark.sql.files.openCostInBytes`` default. Bounds the serial GETs per task
+#: (at most 128 MiB / 4 MiB = 32 tiny objects), so packing never trades many tasks for
+#: one task making hundreds of sequential requests.
+DEFAULT_OPEN_COST_BYTES = 4 * 1024 * 1024
 #: Footers are read by this many threads while planning (one suffix GET per object).
 DEFAULT_FOOTER_THREADS = 8
 
 KNOWN = {
     "path", "topic", "metadata", "objects", "endpoint", "region", "startingoffset",
     "endingoffset", "startingtimestamp", "endingtimestamp", "oncorrupt", "metricsdir",
-    "partitionbytesmax", "pushdown", "footerthreads",
+    "partitionbytesmax", "opencostbytes", "pushdown", "footerthreads",
 }
 
 
@@ -91,6 +98,7 @@ class ReadOptions:
     on_corrupt: str = "fail"
     metrics_dir: str | None = None
     partition_bytes_max: int = DEFAULT_PARTITION_BYTES_MAX
+    open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES
     pushdown: str = "false"
     footer_threads: int = DEFAULT_FOOTER_THREADS
 
@@ -138,6 +146,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         on_corrupt=on_corrupt,
         metrics_dir=opts.get("metricsdir") or None,
         partition_bytes_max=_positive_int(opts, "partitionbytesmax", DEFAULT_PARTITION_BYTES_MAX),
+        open_cost_bytes=_non_negative_int(opts, "opencostbytes", DEFAULT_OPEN_COST_BYTES),
         pushdown=pushdown,
         footer_threads=_positive_int(opts, "footerthreads", DEFAULT_FOOTER_THREADS),
     )
@@ -182,6 +191,18 @@ def _positive_int(opts: Mapping[str, str], name: str, default: int) -> int:
         raise OptionError(f"option {name} must be an integer, got {opts[name]!r}") from e
     if value <= 0:
         raise OptionError(f"option {name} must be > 0, got {value}")
+    return value
+
+
+def _non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int:
+    if name not in opts:
+        return default
+    try:
+        value = int(opts[name])
+    except ValueError as e:
+        raise OptionError(f"option {name} must be an integer, got {opts[name]!r}") from e
+    if value < 0:
+        raise OptionError(f"option {name} must be >= 0, got {value}")
     return value
 
 

@@ -12,9 +12,14 @@ Runs in Spark's Python planner process. The steps, each cheap before the next:
    then ordered by first offset and any overlap is refused (without metadata there is
    no way to tell which of two overlapping objects was committed).
 4. **Block pruning** by the offset and publish-time windows.
-5. **Partitions.** Runs of adjacent surviving blocks of one object, at most
-   ``partitionBytesMax`` bytes each, so a 1 GiB object becomes several tasks and each
-   task needs exactly one ranged GET.
+5. **Runs.** Adjacent surviving blocks of one object, at most ``partitionBytesMax``
+   bytes each (one ranged GET each), so a 1 GiB object becomes several runs.
+6. **Partitions by bytes.** Consecutive runs are packed, in offset order, into one task
+   until the next would pass ``partitionBytesMax``, each run weighing its bytes plus
+   ``openCostBytes`` (Spark's ``maxPartitionBytes`` / ``openCostInBytes`` rule for
+   files), so hundreds of small objects are a few tasks, not one task each. Every run
+   keeps its object's integrity checks: size and footer CRC at planning, each block's CRC
+   against the descriptor in the task.
 """
 from __future__ import annotations
 
@@ -50,23 +55,39 @@ class ArchiveInconsistent(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Dnb1Partition(InputPartition):
-    """One task: a run of adjacent blocks of one object (picklable, self-contained)."""
+class ObjectRun:
+    """Adjacent blocks of one object: what one ranged GET fetches (picklable)."""
 
-    objects_url: str
-    store_options: tuple[tuple[str, str], ...]
-    topic: str
     key: str
     object_size: int
     blocks: tuple[BlockRef, ...]
-    bounds: Bounds
-    on_corrupt: str
-    metrics_dir: str | None
 
     @property
     def byte_range(self) -> tuple[int, int]:
         """Inclusive byte range covering every block of the run."""
         return self.blocks[0].position, self.blocks[-1].position + self.blocks[-1].length - 1
+
+    @property
+    def nbytes(self) -> int:
+        start, end = self.byte_range
+        return end - start + 1
+
+
+@dataclass(frozen=True)
+class Dnb1Partition(InputPartition):
+    """One task: runs of consecutive objects, in offset order (picklable, self-contained)."""
+
+    objects_url: str
+    store_options: tuple[tuple[str, str], ...]
+    topic: str
+    runs: tuple[ObjectRun, ...]
+    bounds: Bounds
+    on_corrupt: str
+    metrics_dir: str | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(run.nbytes for run in self.runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,25 +179,26 @@ def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
     indexes = _read_footers(store, candidates, options, report)
     if not options.by_topic:
         indexes = _check_no_overlap(indexes)
-    partitions: list[Dnb1Partition] = []
+    runs: list[ObjectRun] = []
     for index in indexes:
         blocks = [b for b in index.blocks if _block_wanted(b, bounds)]
         report.blocks_total += len(index.blocks)
         report.blocks_planned += len(blocks)
         if blocks:
             report.objects_planned += 1
-        for run in _runs(blocks, options.partition_bytes_max):
-            partitions.append(Dnb1Partition(
-                objects_url=options.objects_url,
-                store_options=tuple(sorted(options.store_options.items())),
-                topic=options.topic,
-                key=index.key,
-                object_size=index.size,
-                blocks=tuple(run),
-                bounds=bounds,
-                on_corrupt=options.on_corrupt,
-                metrics_dir=options.metrics_dir,
-            ))  # fmt: skip
+        runs += [ObjectRun(index.key, index.size, tuple(run)) for run in _runs(blocks, options.partition_bytes_max)]
+    partitions = [
+        Dnb1Partition(
+            objects_url=options.objects_url,
+            store_options=tuple(sorted(options.store_options.items())),
+            topic=options.topic,
+            runs=tuple(task),
+            bounds=bounds,
+            on_corrupt=options.on_corrupt,
+            metrics_dir=options.metrics_dir,
+        )
+        for task in pack(runs, options.partition_bytes_max, options.open_cost_bytes)
+    ]  # fmt: skip
     report.partitions = len(partitions)
     metrics.write(options.metrics_dir, "plan", report.as_dict())
     return partitions
@@ -201,6 +223,23 @@ def _runs(blocks: list[BlockRef], bytes_max: int) -> Iterable[list[BlockRef]]:
         run_bytes += block.length
     if run:
         yield run
+
+
+def pack(runs: Sequence[ObjectRun], bytes_max: int, open_cost_bytes: int) -> Iterable[list[ObjectRun]]:
+    """Consecutive runs packed into tasks: a task is closed when the next run (its bytes
+    plus ``open_cost_bytes``) would take it past ``bytes_max``; a lone larger run is its
+    own task. Order is kept, so a task reads a contiguous stretch of offsets."""
+    task: list[ObjectRun] = []
+    task_bytes = 0
+    for run in runs:
+        weight = run.nbytes + open_cost_bytes
+        if task and task_bytes + weight > bytes_max:
+            yield task
+            task, task_bytes = [], 0
+        task.append(run)
+        task_bytes += weight
+    if task:
+        yield task
 
 
 def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:

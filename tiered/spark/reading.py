@@ -1,10 +1,11 @@
 """``read()`` for one :class:`~tiered.spark.planning.Dnb1Partition`: bytes → Arrow.
 
 Runs in a Spark Python worker, possibly on another machine: it gets everything it needs
-from the partition (store URL and options, object key, block positions, windows), makes
-exactly one ranged GET for the partition's blocks and validates each block with the native
-codec (block CRC, decompression, every frame's CRC and record, offsets and publish times
-against the footer's index entry). Adjacent valid blocks are then decoded *together* by
+from the partition (store URL and options, object keys, block positions, windows), makes
+exactly one ranged GET per run (a run: adjacent blocks of one object; a partition packs runs
+of consecutive objects) and validates each block with the native codec (block CRC, decompression, every frame's CRC and record, offsets and publish times
+against the footer's index entry). Valid blocks with contiguous offsets, across objects,
+are then decoded *together* by
 ``native.columns`` straight into Arrow buffers (no Python object per row) until they hold
 about :data:`BATCH_ROWS_TARGET` messages, and yielded as one ``pyarrow.RecordBatch``: a
 1 MiB block of 100-byte messages is only ~8 k rows, and every batch costs a fixed amount on
@@ -41,56 +42,66 @@ COLUMN_NAMES = ["topic", "offset", "publish_time", "key", "attributes", "payload
 class _Tally:
     blocks_read: int = 0
     rows: int = 0
+    bytes_read: int = 0
+
+
+#: A validated block in a decode group: (its object's key, the block, its frames).
+_Entry = tuple[str, "BlockRef", bytes]
 
 
 def read_partition(p: "Dnb1Partition") -> Iterator["pa.RecordBatch"]:
     store = _dnb1io.store_for(p.objects_url, p.store_options)
-    start, end = p.byte_range
-    data = _dnb1io.get_range(store, p.key, start, end)
-    if len(data) != end - start + 1:
-        raise CorruptObject(p.key, start + len(data), f"object is shorter than its footer says (wanted bytes {start}..{end})")
-    view = memoryview(data)
     tally = _Tally()
-    group: list[tuple["BlockRef", bytes]] = []
+    group: list[_Entry] = []
     group_rows = 0
-    for block in p.blocks:
-        raw = view[block.position - start: block.position - start + block.length]
-        frames = _validated_frames(p, block, raw)
-        if frames is None:
-            # A skipped block breaks the run of contiguous offsets one decode call needs.
-            yield from _emit(p, group, tally)
-            group, group_rows = [], 0
-            continue
-        group.append((block, frames))
-        group_rows += block.last_offset - block.first_offset + 1
-        if group_rows >= BATCH_ROWS_TARGET:
-            yield from _emit(p, group, tally)
-            group, group_rows = [], 0
+    for run in p.runs:
+        start, end = run.byte_range
+        data = _dnb1io.get_range(store, run.key, start, end)
+        if len(data) != end - start + 1:
+            raise CorruptObject(run.key, start + len(data),
+                                f"object is shorter than its footer says (wanted bytes {start}..{end})")
+        tally.bytes_read += len(data)
+        view = memoryview(data)
+        for block in run.blocks:
+            raw = view[block.position - start: block.position - start + block.length]
+            frames = _validated_frames(p, run.key, block, raw)
+            # One decode call needs contiguous offsets: a skipped block, or a gap between
+            # runs (pruned blocks, objects read by location), ends the group.
+            if frames is None or (group and group[-1][1].last_offset + 1 != block.first_offset):
+                yield from _emit(p, group, tally)
+                group, group_rows = [], 0
+            if frames is None:
+                continue
+            group.append((run.key, block, frames))
+            group_rows += block.last_offset - block.first_offset + 1
+            if group_rows >= BATCH_ROWS_TARGET:
+                yield from _emit(p, group, tally)
+                group, group_rows = [], 0
     yield from _emit(p, group, tally)
-    metrics.write(p.metrics_dir, "read", {"key": p.key, "blocks_read": tally.blocks_read,
-                                          "bytes_read": len(data), "rows": tally.rows})
+    metrics.write(p.metrics_dir, "read", {"keys": [run.key for run in p.runs], "blocks_read": tally.blocks_read,
+                                          "bytes_read": tally.bytes_read, "rows": tally.rows})
 
 
-def _validated_frames(p: "Dnb1Partition", block: "BlockRef", raw: memoryview) -> bytes | None:
+def _validated_frames(p: "Dnb1Partition", key: str, block: "BlockRef", raw: memoryview) -> bytes | None:
     """The block's frames, or None when it is corrupt and ``onCorrupt=skip``."""
     try:
-        return _dnb1io.block_frames(p.key, raw, block)
+        return _dnb1io.block_frames(key, raw, block)
     except CorruptObject as e:
-        _skip_or_raise(p, [block], e)
+        _skip_or_raise(p, key, [block], e)
         return None
 
 
-def _skip_or_raise(p: "Dnb1Partition", blocks: list["BlockRef"], e: CorruptObject) -> None:
+def _skip_or_raise(p: "Dnb1Partition", key: str, blocks: list["BlockRef"], e: CorruptObject) -> None:
     if p.on_corrupt != "skip":
         raise e
-    log.warning("skipping corrupt block(s) of %s: %s", p.key, e)
+    log.warning("skipping corrupt block(s) of %s: %s", key, e)
     metrics.write(p.metrics_dir, "skipped", {
-        "key": p.key, "position": e.position, "reason": e.reason, "where": "block",
+        "key": key, "position": e.position, "reason": e.reason, "where": "block",
         "first_offset": blocks[0].first_offset, "last_offset": blocks[-1].last_offset,
     })  # fmt: skip
 
 
-def _emit(p: "Dnb1Partition", group: list[tuple["BlockRef", bytes]], tally: _Tally) -> Iterator["pa.RecordBatch"]:
+def _emit(p: "Dnb1Partition", group: list[_Entry], tally: _Tally) -> Iterator["pa.RecordBatch"]:
     """Batches of a group of adjacent valid blocks. Decoding finishes before anything is
     yielded, so a group that fails yields nothing; with ``onCorrupt=skip`` its blocks are
     then retried one by one so only the bad block is left out."""
@@ -100,7 +111,7 @@ def _emit(p: "Dnb1Partition", group: list[tuple["BlockRef", bytes]], tally: _Tal
         batches = _decode_group(p, group)
     except CorruptObject as e:
         if p.on_corrupt != "skip" or len(group) == 1:
-            _skip_or_raise(p, [b for b, _ in group], e)
+            _skip_or_raise(p, e.object_name, [b for _, b, _ in group], e)
             return
         for one in group:
             yield from _emit(p, [one], tally)
@@ -111,11 +122,11 @@ def _emit(p: "Dnb1Partition", group: list[tuple["BlockRef", bytes]], tally: _Tal
         yield batch
 
 
-def _decode_group(p: "Dnb1Partition", group: list[tuple["BlockRef", bytes]]) -> list["pa.RecordBatch"]:
+def _decode_group(p: "Dnb1Partition", group: list[_Entry]) -> list["pa.RecordBatch"]:
     from native.columns import ColumnsError, ColumnsTooLarge
 
-    first, last = group[0][0].first_offset, group[-1][0].last_offset
-    frames = group[0][1] if len(group) == 1 else b"".join(f for _, f in group)
+    first, last = group[0][1].first_offset, group[-1][1].last_offset
+    frames = group[0][2] if len(group) == 1 else b"".join(f for _, _, f in group)
     b = p.bounds
     lo, hi = max(b.offset_lo, first), last if b.offset_hi is None else min(b.offset_hi, last)
     if b.offsets_in is not None and b.offsets_in:
@@ -136,13 +147,14 @@ def _decode_group(p: "Dnb1Partition", group: list[tuple["BlockRef", bytes]]) -> 
             windows += [(mid + 1, w_hi), (w_lo, mid)]
             continue
         except ColumnsError as e:
-            block, at = _block_at(group, e.position)
-            raise CorruptObject(p.key, block.position, f"frame at byte {at} of block {block.index}: "
-                                                       f"{e.reason}") from e
+            key, block, at = _block_at(group, e.position)
+            raise CorruptObject(key, block.position, f"frame at byte {at} of block {block.index}: "
+                                                     f"{e.reason}") from e
         # Pairs with block_frames' check against the index: the group holds exactly first..last.
         if (cols.frame_count, cols.first_frame_offset, cols.last_frame_offset) != (last - first + 1, first, last):
-            raise CorruptObject(p.key, group[0][0].position,
-                                f"blocks {group[0][0].index}..{group[-1][0].index} hold {cols.frame_count} "
+            raise CorruptObject(group[0][0], group[0][1].position,
+                                f"blocks {group[0][1].index}..{group[-1][1].index} of {group[0][0]}.."
+                                f"{group[-1][0]} hold {cols.frame_count} "
                                 f"frames {cols.first_frame_offset}..{cols.last_frame_offset}, the index says "
                                 f"{first}..{last}")
         batch = to_batch(p.topic, cols, b.offsets_in)
@@ -151,13 +163,15 @@ def _decode_group(p: "Dnb1Partition", group: list[tuple["BlockRef", bytes]]) -> 
     raise AssertionError(f"offset window {lo}..{hi} still too large after {SPLIT_WINDOWS_MAX} splits")
 
 
-def _block_at(group: list[tuple["BlockRef", bytes]], position: int) -> tuple["BlockRef", int]:
-    """The block holding byte ``position`` of the group's joined frames, and the position in it."""
-    for block, frames in group:
+def _block_at(group: list[_Entry], position: int) -> tuple[str, "BlockRef", int]:
+    """The object key and block holding byte ``position`` of the group's joined frames,
+    and the position in that block."""
+    for key, block, frames in group:
         if position < len(frames):
-            return block, position
+            return key, block, position
         position -= len(frames)
-    return group[-1][0], position + len(group[-1][1])
+    key, block, frames = group[-1]
+    return key, block, position + len(frames)
 
 
 def to_batch(topic: str, cols: Any, offsets_in: frozenset[int] | None = None) -> "pa.RecordBatch | None":

@@ -1,0 +1,107 @@
+"""Requests an outsider sent the broker (issue-10 attack pass, atk3): every one gets a
+typed 4xx, and idle long polls never take the threads produce and shutdown need."""
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from tiered.broker.server import BrokerServer
+from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster  # noqa: F401
+
+PATH = "/topics/default/reliable_topic/messages"
+ACK = "/topics/default/reliable_topic/subscriptions/{}/ack"
+HANG_GUARD_S = 60.0
+
+
+def _run(server, scenario):
+    async def main():
+        async with TestClient(TestServer(server.app())) as client:
+            return await asyncio.wait_for(scenario(client), HANG_GUARD_S)
+    return asyncio.run(main())
+
+
+def test_bad_wait_s_and_subscription_names_are_typed_400s(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        answers = []
+        for params in ({"from": "0", "wait_s": "nan"}, {"from": "0", "wait_s": "inf"},
+                       {"from": "0", "wait_s": "-1"}, {"from": "0", "wait_s": "abc"},
+                       {"subscription": ".."}, {"subscription": "a/b"}, {"subscription": ""}):
+            response = await client.get(PATH, params=params)
+            answers.append((response.status, (await response.json())["error"]["type"]))
+        response = await client.post(ACK.format("a%20b"), json={"offset": 0})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        return answers
+
+    answers = _run(BrokerServer(a), scenario)
+    assert [status for status, _ in answers] == [400] * 8, answers
+    assert {kind for _, kind in answers} == {"InvalidParameter", "InvalidSubscription"}
+
+
+def test_idle_long_polls_do_not_starve_produce(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+    polls = 12  # twice the default executor's threads on a 2-core machine
+
+    async def scenario(client):
+        waiting = [asyncio.create_task(client.get(PATH, params={"from": "0", "wait_s": "30"}))
+                   for _ in range(polls)]
+        await asyncio.sleep(0)  # the polls are in flight (ordering only, not a timing bound)
+        produced = await (await client.post(PATH, json={"messages": [{"payload": "x"}]})).json()
+        answers = [await r.json() for r in await asyncio.gather(*waiting)]
+        return produced, [len(answer["messages"]) for answer in answers]
+
+    produced, received = _run(BrokerServer(a), scenario)
+    assert produced == {"offsets": [0]}
+    # Had the polls held the threads the produce needs, it would have been appended only
+    # after they timed out empty: every poll got the message instead.
+    assert received == [1] * polls
+
+
+def test_reads_beyond_the_pool_are_refused_not_queued(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        first = asyncio.create_task(client.get(PATH, params={"from": "0", "wait_s": "30"}))
+        for _ in range(int(HANG_GUARD_S / 0.01)):  # until the first poll holds the only slot
+            if server._read_slots._value == 0:
+                break
+            await asyncio.sleep(0.01)
+        second = await client.get(PATH, params={"from": "0", "wait_s": "30"})
+        await client.post(PATH, json={"messages": [{"payload": "x"}]})
+        return second.status, second.headers.get("Retry-After"), (await first).status
+
+    server = BrokerServer(a, read_threads_max=1)
+    assert _run(server, scenario) == (503, "1", 200)
+
+
+def test_an_oversized_message_is_a_413_with_a_json_error_and_appends_nothing(local_cluster: Cluster) -> None:
+    from wal.config import WalConfig
+
+    a = local_cluster.broker("A", wal_config=WalConfig(max_message_bytes=1024))
+    hosted = a.load(TOPIC)
+
+    async def scenario(client):
+        response = await client.post(PATH, json={"messages": [{"payload": "small"}, {"payload": "x" * 4096}]})
+        return response.status, (await response.json())["error"]["type"]
+
+    assert _run(BrokerServer(a), scenario) == (413, "MessageTooLarge")
+    assert hosted.next_offset == 0
+
+
+def test_a_fenced_topic_redirects_to_its_new_owner(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    b = local_cluster.broker("B", advertised_address="http://new-owner.example:8080")
+    hosted = a.load(TOPIC)
+    b.load(TOPIC, force=True)
+    hosted.fence("test: a newer owner exists")
+
+    async def scenario(client):
+        response = await client.get(PATH, params={"from": "0"}, allow_redirects=False)
+        return response.status, response.headers.get("Location")
+
+    assert _run(BrokerServer(a), scenario) == (307, f"http://new-owner.example:8080{PATH}?from=0")

@@ -1,0 +1,327 @@
+"""A broker id whose history ran on more than one disk, and cursors past a seal.
+
+Found by the outside attack pass of issue 10 (each test fails on the code before its fix):
+
+* a stale WAL of ours is matched to the takeover record of ITS epoch (its ``.owner``
+  marker), not to the newest record naming this broker: otherwise a WAL whose every offset
+  is archived (a crash between the seal and the delete) was quarantined and an older exact
+  loss record rewritten as a bigger, false one;
+* when the previous epoch of this broker ran on another data dir, retiring an older WAL of
+  ours here does not stand in for that epoch's takeover record: its tail is recorded;
+* a cursor past a sealed end is a damaged record: verify reports it from any host, and the
+  next load moves it back (it would skip the messages that get those offsets).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from tiered.lifecycle import BrokerHost
+from tiered.metadata import keys
+from tiered.verify import verify_topic
+from wal.topics import TopicName
+
+from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
+    TOPIC,
+    Cluster,
+    local_cluster,
+    produce_range,
+    read_all,
+    payload_for,
+)
+
+T = TopicName.parse(TOPIC)
+
+
+def _die(host: BrokerHost) -> None:
+    """The broker process dies: no seal, WAL kept on its disk, its lease gone."""
+    for hosted in host.topics():
+        host.abandon(hosted.topic)
+    host.close(unload=False)
+
+
+def _host(cluster: Cluster, broker_id: str, root: str) -> BrokerHost:
+    host = BrokerHost(broker_id, root, cluster.metadata, cluster.objects, cluster.config)
+    cluster.hosts.append(host)
+    return host
+
+
+def _lost(cluster: Cluster) -> list[tuple]:
+    return sorted((r.start_offset, r.end_offset, r.broker_id, r.epoch, r.exact)
+                  for r in keys.read_lost_ranges(cluster.metadata, T))
+
+
+def test_a_sealed_wal_left_by_a_crash_before_its_delete_is_deleted_not_blamed_on_an_old_takeover(
+        local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    produce_range(a.topic(TOPIC), 5, 7)  # durable on A only
+    _die(a)
+    b = local_cluster.broker("B")
+    produce_range(b.load(TOPIC), 5, 6)  # takeover: A's 5-7 lost (recorded), 5-6 reused
+    b.unload(TOPIC)
+    a = local_cluster.broker("A")  # comes back: its stale WAL is quarantined, 5-7 exact
+    before = _lost(local_cluster)
+    assert before == [(5, 7, "A", 1, True)]
+    produce_range(a.load(TOPIC), 7, 9)
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    a.topic(TOPIC).wal.flush()
+    copy = os.path.join(local_cluster.root, "copy")
+    shutil.copytree(wal_dir, copy)
+    a.unload(TOPIC)  # archives 7-9, seals at 9, deletes the WAL
+    a.close()
+    os.remove(os.path.join(copy, ".lock"))
+    shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
+
+    again = local_cluster.broker("A")
+    assert [(r.first_offset, r.last_offset, r.lost_start) for r in again.retired] == [(7, 9, None)]
+    assert _lost(local_cluster) == before, "the old exact record must not be rewritten"
+    assert not os.path.exists(wal_dir)
+    hosted = again.load(TOPIC)
+    assert [m.payload for m in read_all(hosted, 7, 9)] == [payload_for(i) for i in range(7, 10)]
+
+
+def test_the_tail_of_our_epoch_on_another_disk_is_recorded_when_an_older_wal_of_ours_is_retired(
+        local_cluster: Cluster) -> None:
+    disk_a = os.path.join(local_cluster.root, "disk-a")
+    disk_c = os.path.join(local_cluster.root, "disk-c")
+    a = _host(local_cluster, "A", disk_a)
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    produce_range(a.topic(TOPIC), 5, 7)
+    _die(a)
+    c = _host(local_cluster, "A", disk_c)  # same id, another (empty) disk: 5-7 recorded lost
+    hosted_c = c.load(TOPIC)
+    epoch_c = hosted_c.token.epoch
+    produce_range(hosted_c, 5, 6)  # acknowledged, durable on disk C only
+    hosted_c.publish_progress()
+    _die(c)
+    back = _host(local_cluster, "A", disk_a)  # back on disk A: its WAL (epoch 1) is stale
+    hosted = back.load(TOPIC)
+    assert hosted.next_offset == 5
+    records = {(r.epoch, r.start_offset): r for r in keys.read_lost_ranges(local_cluster.metadata, T)}
+    assert records[(1, 5)].exact and records[(1, 5)].end_offset == 7
+    mine = records.get((epoch_c, 5))
+    assert mine is not None, "disk C's acknowledged 5-6 were renumbered without a record"
+    assert mine.broker_id == "A" and not mine.exact and mine.end_offset == 6
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert any(p["kind"] == "lost_range" and f"(epoch {epoch_c})" in p["message"] for p in report.problems)
+
+
+def test_a_cursor_past_a_sealed_end_is_reported_and_moved_back_at_the_next_load(
+        local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    a.unload(TOPIC)
+    key = keys.cursor_key(T, "s")
+    local_cluster.metadata.put(key, keys.Cursor(50).to_json())  # damaged: 5-50 never existed
+
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)  # no local WAL here
+    assert not report.ok
+    assert [p["kind"] for p in report.problems if p["severity"] == "error"] == ["cursor_ahead"]
+
+    b = local_cluster.broker("B")
+    hosted = b.load(TOPIC)
+    assert hosted.report.clamped_cursors == {"s": 50}
+    assert hosted.subscribe("s").start_offset == 5, "the subscription must not skip the next offsets"
+
+
+# -- a takeover's obligation to record the history it continues after ----------------
+
+def _b_dies_with_acked_tail(cluster: Cluster) -> int:
+    """B archives 0-29, makes 30-49 durable only (published), and dies for good."""
+    b = cluster.broker("B")
+    hosted = b.load(TOPIC)
+    produce_range(hosted, 0, 29, ack="archived")
+    produce_range(hosted, 30, 49)
+    assert hosted.publish_progress() or True
+    epoch = hosted.token.epoch
+    _die(b)
+    return epoch
+
+
+def _faulty_host(cluster: Cluster, broker_id: str):
+    from tiered.metadata.faults import FaultyMetadataStore
+
+    faulty = FaultyMetadataStore(cluster.metadata)
+    host = BrokerHost(broker_id, cluster.wal_root(broker_id), faulty, cluster.objects, cluster.config)
+    cluster.hosts.append(host)
+    return host, faulty
+
+
+def _assert_b_recorded(cluster: Cluster, b_epoch: int) -> None:
+    [record] = [r for r in keys.read_lost_ranges(cluster.metadata, T) if r.broker_id == "B"]
+    assert (record.start_offset, record.epoch, record.end_offset) == (30, b_epoch, 49)
+    report = verify_topic(T, cluster.metadata, cluster.objects)
+    assert any(p["kind"] == "lost_range" and "broker B" in p["message"] for p in report.problems)
+
+
+def test_a_takeover_whose_open_marker_write_fails_once_still_records_the_dead_owners_loss(
+        local_cluster: Cluster) -> None:
+    b_epoch = _b_dies_with_acked_tail(local_cluster)
+    a, faulty = _faulty_host(local_cluster, "A")
+    faulty.faults.fail("txn", nth=2)  # 1: acquire, 2: mark topic open (+ the takeover's record)
+    try:
+        a.load(TOPIC)
+    except Exception:  # noqa: BLE001 - the injected failure
+        pass
+    else:
+        raise AssertionError("the injected failure did not fail the load")
+    hosted = a.load(TOPIC)  # the retry (watcher or operator)
+    assert hosted.next_offset == 30
+    assert hosted.report.unarchived_at_least == 20
+    _assert_b_recorded(local_cluster, b_epoch)
+
+
+def test_a_takeover_whose_acquire_landed_but_its_reply_was_lost_still_records_the_dead_owners_loss(
+        local_cluster: Cluster) -> None:
+    b_epoch = _b_dies_with_acked_tail(local_cluster)
+    a, faulty = _faulty_host(local_cluster, "A")
+    faulty.faults.fail("txn", nth=1, when="after")  # applied, but the caller sees an error
+    try:
+        a.load(TOPIC)
+    except Exception:  # noqa: BLE001 - the injected failure
+        pass
+    else:
+        raise AssertionError("the injected failure did not fail the load")
+    assert a.load(TOPIC).next_offset == 30
+    _assert_b_recorded(local_cluster, b_epoch)
+
+
+def test_an_inherited_obligation_is_recorded_once_not_at_every_restart(local_cluster: Cluster) -> None:
+    b_epoch = _b_dies_with_acked_tail(local_cluster)
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 30, 31)
+    _die(a)
+    again = local_cluster.broker("A")
+    assert again.load(TOPIC).report.recovered_local_wal
+    _assert_b_recorded(local_cluster, b_epoch)
+    assert len(keys.read_lost_ranges(local_cluster.metadata, T)) == 1
+
+
+def test_a_quarantine_never_overwrites_what_an_earlier_quarantine_holds(local_cluster: Cluster) -> None:
+    from tiered.errors import StorageError
+
+    import pytest
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 2)
+    a.topic(TOPIC).wal.flush()
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    a.abandon(TOPIC)
+    qpath = os.path.join(local_cluster.wal_root("A"), ".quarantine", "default", "reliable_topic", "leaf")
+    os.makedirs(qpath)
+    segment = next(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
+    with open(os.path.join(qpath, segment), "wb") as f:
+        f.write(b"an earlier WAL's segment")
+    before = sorted(os.listdir(wal_dir))
+    with pytest.raises(StorageError, match="already holds"):
+        a._quarantine(T, wal_dir, "leaf")
+    assert sorted(os.listdir(wal_dir)) == before
+    with open(os.path.join(qpath, segment), "rb") as f:
+        assert f.read() == b"an earlier WAL's segment"
+
+
+def test_a_crash_at_any_point_of_a_quarantine_never_shrinks_the_exact_lost_range(tmp_path) -> None:
+    """Killed after each file move of the quarantine, then restarted: the record still
+    says exactly 5-39, and the quarantine ends up holding the whole WAL."""
+    from dataclasses import replace as with_
+
+    from tiered.lifecycle.config import BrokerConfig
+    from tiered.metadata import open_metadata
+    from tiered.objects import open_objects
+    from wal.config import WalConfig
+    from wal.fs import RealFs
+
+    class Crash(BaseException):
+        pass
+
+    k = 0
+    while True:
+        root = tmp_path / f"k{k}"
+        os.makedirs(root / "objects")
+        md, objs = open_metadata(f"sqlite:///{root}/md.db"), open_objects(f"file://{root}/objects")
+        cfg = BrokerConfig(session_ttl_s=1.0, wal_config=WalConfig(segment_bytes_max=300))
+        a = BrokerHost("A", str(root / "a"), md, objs, cfg)
+        hosted = a.load(TOPIC)
+        produce_range(hosted, 0, 4, ack="archived")
+        produce_range(hosted, 5, 39)
+        _die(a)
+        b = BrokerHost("B", str(root / "b"), md, objs, cfg)
+        produce_range(b.load(TOPIC), 5, 6, ack="archived")
+        b.close()
+
+        class CrashFs(RealFs):
+            moves = 0
+
+            def rename(self, src: str, dst: str) -> None:
+                if ".quarantine" in dst:
+                    if CrashFs.moves == k:
+                        raise Crash(f"killed before move {k}")
+                    CrashFs.moves += 1
+                super().rename(src, dst)
+
+        crashed = True
+        try:
+            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=CrashFs()).close(unload=False)
+            crashed = False  # k is past the last move: the quarantine completed
+        except Crash:
+            pass
+        back = BrokerHost("A", str(root / "a"), md, objs, with_(cfg))
+        back.close(unload=False)
+        [record] = [r for r in keys.read_lost_ranges(md, T) if r.broker_id == "A"]
+        assert (record.start_offset, record.end_offset, record.exact) == (5, 39, True), f"crash before move {k}"
+        left = root / "a" / "default" / "reliable_topic"
+        # Everything but bookkeeping moved (a crash before the .owner marker's move leaves
+        # only that marker, which the next load of the topic here overwrites).
+        assert not os.path.exists(left) or all(n.startswith(".") for n in os.listdir(left))
+        seg_files = [n for n in os.listdir(record.quarantine_path) if n.endswith(".seg")]
+        assert len(seg_files) >= 2, seg_files
+        md.close()
+        if not crashed:
+            break
+        k += 1
+
+
+def test_a_host_started_with_another_broker_id_on_a_wal_root_is_refused(local_cluster: Cluster) -> None:
+    import pytest
+
+    from tiered.lifecycle.host import WalRootOwnedByAnotherBroker
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4)  # durable on A only
+    _die(a)
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    before = sorted(os.listdir(wal_dir))
+    with pytest.raises(WalRootOwnedByAnotherBroker):
+        _host(local_cluster, "B", local_cluster.wal_root("A"))  # the wrong --broker-id
+    assert sorted(os.listdir(wal_dir)) == before, "nothing of A's may be retired under another id"
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    again = local_cluster.broker("A")
+    assert again.load(TOPIC).next_offset == 5
+
+
+def test_a_damaged_owner_marker_does_not_make_a_broker_retire_its_own_wal(local_cluster: Cluster) -> None:
+    import json
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    produce_range(a.topic(TOPIC), 5, 6)
+    _die(a)
+    b = local_cluster.broker("B")
+    produce_range(b.load(TOPIC), 5, 9, ack="archived")  # takeover: A's epoch-1 tail recorded lost
+    b.unload(TOPIC)
+    a = local_cluster.broker("A")  # retires its epoch-1 WAL
+    produce_range(a.load(TOPIC), 10, 14)  # durable on A only, a new WAL
+    _die(a)
+    marker = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic", ".owner")
+    with open(marker) as f:
+        body = json.load(f)
+    body["epoch"] = 1  # one digit changed at rest: now it names the epoch that was taken over
+    with open(marker, "w") as f:
+        json.dump(body, f)
+    before = _lost(local_cluster)
+    hosted = local_cluster.broker("A").load(TOPIC)
+    assert hosted.report.recovered_local_wal and hosted.next_offset == 15
+    assert _lost(local_cluster) == before
+    assert [m.payload for m in read_all(hosted, 10, 14)] == [payload_for(i) for i in range(10, 15)]
