@@ -38,8 +38,9 @@ from uploader.config import UploaderConfig  # noqa: E402
 
 MESSAGE_BYTES = 16 << 10
 # Background uploads off: the benchmark controls when data is archived.
-CONFIG = BrokerConfig(uploader=UploaderConfig(interval_s=3600.0, upload_bytes_threshold=1 << 40),
-                      register_session=False, drain_timeout_s=300.0)
+CONFIG = BrokerConfig(uploader=UploaderConfig(interval_s=3600.0, upload_bytes_threshold=1 << 40,
+                                              drain_timeout_s=300.0),
+                      register_session=False)
 
 
 def pct(values: list[float], q: float) -> float:

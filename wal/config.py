@@ -8,14 +8,12 @@ from native.format import MAX_RECORD_BYTES
 
 @dataclass(frozen=True, slots=True)
 class WalConfig:
-    # Group commit. The writer no longer waits for a timer: it takes whatever is pending
-    # as soon as the previous round's fsync returned (a lone append is synced at once;
-    # under load the appends made during one fsync form the next round), so
-    # fsync_interval_ms adds no latency and is kept, validated, only so existing
-    # configurations stay valid. fsync_batch_bytes: pending bytes at which an append
-    # notifies a writer that is not parked (harmless now that a busy writer never
-    # waits); a round's size is bounded by pending_bytes_max (backpressure).
-    fsync_interval_ms: float = 3.0
+    # Group commit without a timer: the writer takes whatever is pending as soon as the
+    # previous round's fsync returned (a lone append is synced at once; under load the
+    # appends made during one fsync form the next round), so there is no fsync interval
+    # to configure (fsync_interval_ms, which held rounds back for a timer, is gone).
+    # fsync_batch_bytes: pending bytes at which an append notifies a writer that is not
+    # parked; a round's size is bounded by pending_bytes_max (backpressure).
     fsync_batch_bytes: int = 4 * 1024 * 1024
     # Segments are cut when they pass either limit (checked before each write, so a
     # segment may exceed segment_bytes_max by up to one write batch).
@@ -38,8 +36,6 @@ class WalConfig:
     close_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if not 0 < self.fsync_interval_ms <= 10_000:
-            raise ValueError(f"fsync_interval_ms {self.fsync_interval_ms} out of (0, 10000]")
         if not 1 <= self.max_message_bytes <= MAX_RECORD_BYTES:
             raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
         if self.pending_bytes_max < self.max_message_bytes:

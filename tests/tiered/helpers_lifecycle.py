@@ -29,7 +29,7 @@ TOPIC = "/default/reliable_topic"
 FAST_UPLOADER = UploaderConfig(interval_s=3600.0, drain_timeout_s=2.0, retry_attempts_max=2,
                                retry_backoff_s=0.01, retry_backoff_max_s=0.05, poll_interval_s=0.05)
 FAST_BROKER = BrokerConfig(uploader=FAST_UPLOADER, session_ttl_s=2.0, progress_interval_s=0.1,
-                           drain_timeout_s=2.0, flush_timeout_s=5.0, produce_timeout_s=10.0,
+                           flush_timeout_s=5.0, produce_timeout_s=10.0,
                            close_timeout_s=5.0)
 
 

@@ -150,7 +150,7 @@ def test_move_while_the_uploader_is_mid_object(local_cluster: Cluster) -> None:
             release.wait(5.0)
 
     config = UploaderConfig(interval_s=3600.0, drain_timeout_s=10.0, fault_hook=hook)
-    a = local_cluster.broker("A", uploader=config, drain_timeout_s=10.0)
+    a = local_cluster.broker("A", uploader=config)
     b = local_cluster.broker("B")
     topic_a = a.load(TOPIC)
     produce_range(topic_a, 0, 9)

@@ -22,7 +22,7 @@ from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster, read_a
 
 def test_concurrent_batches_under_backpressure_never_interleave(local_cluster: Cluster) -> None:
     # A tiny write buffer makes every batch wait for room while the others append.
-    wal = WalConfig(pending_bytes_max=4096, max_message_bytes=1024, fsync_interval_ms=1.0)
+    wal = WalConfig(pending_bytes_max=4096, max_message_bytes=1024)
     a = local_cluster.broker("A", wal_config=wal)
     hosted = a.load(TOPIC)
     producers, batches, size = 4, 10, 50

@@ -22,7 +22,7 @@ from tests.wal.helpers import payload_for  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
 
 TOPIC = "/crash/topic"
-CONFIG = WalConfig(fsync_interval_ms=1.0, segment_bytes_max=64 * 1024, cache_messages_max=256)
+CONFIG = WalConfig(segment_bytes_max=64 * 1024, cache_messages_max=256)
 _RUN_LIMIT_S = 10.0  # a writer nobody kills exits on its own
 
 

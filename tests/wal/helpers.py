@@ -31,7 +31,7 @@ def read_all(wal: WriteAheadLog, from_offset: int | None = None) -> list:
 
 
 def small_config(**overrides) -> WalConfig:
-    base = dict(fsync_interval_ms=1.0, segment_bytes_max=4096, cache_messages_max=64,
+    base = dict(segment_bytes_max=4096, cache_messages_max=64,
                 cache_bytes_max=16 * 1024, read_chunk_bytes=2048, index_interval_bytes=256)
     base.update(overrides)
     return WalConfig(**base)

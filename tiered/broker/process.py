@@ -17,47 +17,40 @@ import asyncio
 import logging
 import os
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
+from tiered.broker.config import BrokerProcessConfig
 from tiered.broker.server import BrokerServer
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.config import BrokerConfig
-from tiered.lifecycle.watcher import AssignmentWatcher
+from tiered.lifecycle.watcher import AssignmentWatcher, WatcherConfig
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerProcessConfig:
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 8080
-    #: The URL clients use to reach this broker (written into its registration).
-    advertised_address: str | None = None
-    shutdown_timeout_s: float = 120.0
-    #: Write this broker's load report (``/cluster/load/<id>``) this often; None: never.
-    load_report_interval_s: float | None = 30.0
-    #: Run a load-manager candidate in this process (a ``LoadManagerConfig``; None: not).
-    load_manager: Any = None
-    #: Its runtime settings (a ``tiered.cluster.runtime.RuntimeConfig``; None: defaults).
-    load_manager_runtime: Any = None
-
-
 async def serve(broker_id: str, wal_root: str, metadata, objects, config: BrokerConfig,
                 process: BrokerProcessConfig, ready: asyncio.Event | None = None,
-                stop: asyncio.Event | None = None) -> int:
-    """Run until ``stop`` is set or a termination signal arrives; returns the exit code."""
-    address = process.advertised_address or f"http://{process.listen_host}:{process.listen_port}"
+                stop: asyncio.Event | None = None, watcher: WatcherConfig | None = None,
+                load_report_interval_s: float | None = 30.0, load_manager: Any = None,
+                load_manager_runtime: Any = None) -> int:
+    """Run until ``stop`` is set or a termination signal arrives; returns the exit code.
+
+    ``load_report_interval_s``: write this broker's load report (``/cluster/load/<id>``)
+    this often (None: never). ``load_manager`` (a ``LoadManagerConfig``; None: not) runs a
+    load-manager candidate in this process, with ``load_manager_runtime`` (a
+    ``tiered.cluster.runtime.RuntimeConfig``; None: defaults)."""
+    address = config.advertised_address or f"http://{process.listen_host}:{process.listen_port}"
     host = BrokerHost(broker_id, wal_root, metadata, objects, replace(config, advertised_address=address))
     stop = stop or asyncio.Event()
     signals = _install_signals(stop)
-    watcher = None
-    cluster_roles = _ClusterRoles(host, process)
+    watcher_config, watcher = watcher, None
+    cluster_roles = _ClusterRoles(host, load_report_interval_s, load_manager, load_manager_runtime)
     runner = web.AppRunner(BrokerServer(host).app(), access_log=None)
     try:
-        watcher = await AssignmentWatcher(host).start_async()
+        watcher = await AssignmentWatcher(host, watcher_config).start_async()
         await asyncio.to_thread(cluster_roles.start)
         await runner.setup()
         await web.TCPSite(runner, process.listen_host, process.listen_port).start()
@@ -104,9 +97,12 @@ class _ClusterRoles:
     beside the broker. The manager resigns on stop, so another candidate takes over
     at once instead of after its lease lapses."""
 
-    def __init__(self, host: BrokerHost, process: BrokerProcessConfig) -> None:
+    def __init__(self, host: BrokerHost, load_report_interval_s: float | None, load_manager: Any,
+                 load_manager_runtime: Any) -> None:
         self.host = host
-        self.process = process
+        self.load_report_interval_s = load_report_interval_s
+        self.load_manager = load_manager
+        self.load_manager_runtime = load_manager_runtime
         self.reporter = None
         self.manager = None
 
@@ -115,12 +111,12 @@ class _ClusterRoles:
         from tiered.cluster.reports import LoadReporter
         from tiered.cluster.runtime import LoadManager
 
-        if self.process.load_report_interval_s is not None:
-            self.reporter = LoadReporter(self.host, self.process.load_report_interval_s).start()
-        if self.process.load_manager is not None:
+        if self.load_report_interval_s is not None:
+            self.reporter = LoadReporter(self.host, self.load_report_interval_s).start()
+        if self.load_manager is not None:
             # The process registry: the seed's dnb_* metrics appear on this broker's /metrics.
-            self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.process.load_manager,
-                                       self.process.load_manager_runtime, metrics=LoadManagerMetrics()).start()
+            self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.load_manager,
+                                       self.load_manager_runtime, metrics=LoadManagerMetrics()).start()
             log.info("broker %s: load-manager candidate started", self.host.broker_id)
 
     def stop(self) -> None:

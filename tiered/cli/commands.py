@@ -325,30 +325,82 @@ def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 
 def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["run"], help="run: serve until SIGTERM (then seal every topic)")
-    p.add_argument("--listen", default=os.environ.get("DNB_LISTEN", "127.0.0.1:8080"),
-                   help="HOST:PORT to serve HTTP on (env DNB_LISTEN, default 127.0.0.1:8080)")
-    p.add_argument("--advertise", default=os.environ.get("DNB_ADVERTISE"),
-                   help="URL clients reach this broker at (env DNB_ADVERTISE, default http://<listen>)")
-    p.add_argument("--shutdown-timeout-s", type=float, default=120.0,
-                   help="after SIGTERM, abandon topics not sealed by then (default 120)")
-    p.add_argument("--load-manager", action="store_true", default=os.environ.get("DNB_LOAD_MANAGER") == "1",
-                   help="also run a load-manager candidate (leader election; the leader places and moves "
-                        "topics) (env DNB_LOAD_MANAGER=1)")
-    p.add_argument("--load-manager-config", default=os.environ.get("DNB_LOAD_MANAGER_CONFIG"), metavar="FILE",
-                   help="JSON file: the seed's load_manager section, plus optional leader_ttl_s / "
-                        "poll_interval_s (env DNB_LOAD_MANAGER_CONFIG)")
-    p.add_argument("--load-report-interval-s", type=float, default=None,
-                   help="write this broker's load report this often (default: the load-manager config's, 30)")
+    p.add_argument("--listen", default=None, metavar="HOST:PORT",
+                   help="where to serve HTTP (keys server.listen_host/listen_port, default 127.0.0.1:8080)")
+    p.add_argument("--advertise", default=None, metavar="URL",
+                   help="URL clients reach this broker at (key broker.advertised_address, default "
+                        "http://<listen>)")
+    p.add_argument("--shutdown-timeout-s", type=float, default=None,
+                   help="after SIGTERM, abandon topics not sealed by then (key server.shutdown_timeout_s, "
+                        "default 120)")
+
+
+def config_flags(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
+    """Config keys set by a command's own options (``broker run --listen …``)."""
+    flags: dict[str, tuple[Any, str]] = {}
+    if getattr(args, "listen", None) is not None:
+        host, _, port = args.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise CliError(f"--listen {args.listen!r}: use HOST:PORT")
+        flags["server.listen_host"] = (host, "--listen")
+        flags["server.listen_port"] = (int(port), "--listen")
+    if getattr(args, "advertise", None) is not None:
+        flags["broker.advertised_address"] = (args.advertise, "--advertise")
+    if getattr(args, "shutdown_timeout_s", None) is not None:
+        flags["server.shutdown_timeout_s"] = (args.shutdown_timeout_s, "--shutdown-timeout-s")
+    return flags
 
 
 def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     from tiered.cli import ops
 
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise CliError(f"--listen {args.listen!r}: use HOST:PORT")
-    return ops.run_broker(settings, host, int(port), args.advertise, args.shutdown_timeout_s,
-                          args.load_manager, args.load_manager_config, args.load_report_interval_s)
+    return ops.run_broker(settings, args.load_manager, args.load_manager_config, args.load_report_interval_s)
+
+
+def _config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["show"], help="show: every key's effective value and where it came from")
+
+
+def _config(args: argparse.Namespace, settings: Settings, out: Output) -> None:
+    from tiered.config.loader import LoadedConfig
+    from tiered.config.schema import keys
+
+    loaded = settings.loaded
+    assert isinstance(loaded, LoadedConfig)
+    derived = {"wal_dir": settings.wal_dir, "metadata": settings.metadata_url, "objects": settings.objects_url}
+    rows = []
+    for key, value, source in loaded.rows():
+        if value is None and key in derived:  # show what "unset" resolves to
+            value, source = derived[key], f"{source} (from data_dir)"
+        rows.append({"key": key, "value": _plain(value), "source": source})
+    result = {"file": loaded.file, "keys": rows}
+    assert len(rows) == len(keys())
+    out.emit(result, render=lambda r: render_table(("key", "value", "source"),
+                                                   [(k["key"], _shown(k["value"]), k["source"]) for k in r["keys"]])
+             + (f"\nconfig file: {r['file']}" if r["file"] else "\nno config file (--config FILE or DNB_CONFIG)"))
+
+
+def _plain(value: Any) -> Any:
+    """A config value as JSON: enums by value, tuples as lists, URLs without credentials."""
+    import enum
+
+    from tiered.cli.settings import redact_url
+
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value)
+    return value
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 def _move_args(p: argparse.ArgumentParser) -> None:
@@ -419,6 +471,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("query", "run Spark SQL over the topic's archive", _query_args, _query),
     Command("broker", "run a long-lived broker: HTTP API, follows its assignments, seals on SIGTERM",
             _broker_args, _broker),
+    Command("config", "show the effective configuration: every key, its value and where it came from",
+            _config_args, _config),
     Command("move", "move a topic to another broker: unload (seal) where it is, then assign it",
             _move_args, _move),
     Command("cluster", "load manager: brokers, leader, balance, moves, history, assign/move, drain/undrain, "

@@ -31,15 +31,25 @@ log = logging.getLogger(__name__)
 CLI_SESSION_TTL_S = 5.0
 #: A produce or seal from the CLI waits at most this long for any single step.
 CLI_STEP_TIMEOUT_S = 60.0
+#: No background upload pass during a one-shot command (upload/seal/archived acks upload).
+CLI_UPLOAD_INTERVAL_S = 3600.0
 
 
-def broker_config() -> Any:
-    """A BrokerConfig for one short CLI process: no background upload timer to race."""
-    from tiered.lifecycle.config import BrokerConfig
-    from uploader.config import UploaderConfig
+def broker_config(config: Any = None) -> Any:
+    """The BrokerConfig of one short CLI process: the configured one (``config``, a
+    DnbConfig; defaults if None) without a background upload timer to race and with a
+    short session lease (the process is gone in seconds)."""
+    from dataclasses import replace
 
-    return BrokerConfig(uploader=UploaderConfig(interval_s=3600.0), session_ttl_s=CLI_SESSION_TTL_S,
-                        produce_timeout_s=CLI_STEP_TIMEOUT_S, drain_timeout_s=CLI_STEP_TIMEOUT_S)
+    from tiered.config import DnbConfig
+
+    base = (config or DnbConfig()).broker_config()
+    ttl_s = min(base.session_ttl_s, CLI_SESSION_TTL_S)
+    margin_s = base.ack_lease_margin_s
+    if margin_s is not None and margin_s >= ttl_s:
+        margin_s = None  # a margin sized for a long lease: fall back to a third of this one
+    return replace(base, uploader=replace(base.uploader, interval_s=CLI_UPLOAD_INTERVAL_S),
+                   session_ttl_s=ttl_s, ack_lease_margin_s=margin_s)
 
 
 @contextlib.contextmanager
@@ -48,7 +58,7 @@ def hosting(settings: Settings) -> Iterator[Any]:
     from tiered.lifecycle import BrokerHost
 
     with open_stores(settings) as (metadata, objects):
-        host = BrokerHost(settings.broker_id, settings.wal_dir, metadata, objects, broker_config())
+        host = BrokerHost(settings.broker_id, settings.wal_dir, metadata, objects, broker_config(settings.config))
         try:
             yield host
         finally:
@@ -354,24 +364,29 @@ def _json_safe(value: Any) -> Any:
 
 # -- broker process and moves -----------------------------------------------------------
 
-def run_broker(settings: Settings, listen_host: str, listen_port: int, advertise: str | None,
-               shutdown_timeout_s: float, load_manager: bool = False, load_manager_config: str | None = None,
+def run_broker(settings: Settings, load_manager: bool = False, load_manager_config: str | None = None,
                load_report_interval_s: float | None = None) -> int:
-    """``dnb broker run``: serve until SIGTERM; the exit code of the process."""
+    """``dnb broker run``: serve until SIGTERM, configured by ``settings.config`` (the load
+    manager by ``--load-manager-config FILE`` when given, else the [load_manager] section);
+    the process's exit code."""
     import asyncio
     import logging
 
-    from tiered.broker.process import BrokerProcessConfig, serve
-    from tiered.cluster.runtime import load_manager_settings
-    from tiered.lifecycle.config import BrokerConfig
+    from tiered.broker.process import serve
+    from tiered.cluster.runtime import RuntimeConfig, load_manager_settings
 
     logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
-    lm_config, lm_runtime = load_manager_settings(load_manager_config)
-    process = BrokerProcessConfig(listen_host, listen_port, advertise, shutdown_timeout_s,
-                                  load_report_interval_s=load_report_interval_s or lm_config.load_report_interval_s,
-                                  load_manager=lm_config if load_manager else None, load_manager_runtime=lm_runtime)
+    config = settings.config
+    if load_manager_config is not None:
+        lm_config, lm_runtime = load_manager_settings(load_manager_config)
+    else:
+        lm_config, lm_runtime = config.load_manager, RuntimeConfig()
     with open_stores(settings) as (metadata, objects):
-        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, BrokerConfig(), process))
+        return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, config.broker_config(),
+                                 config.server, watcher=config.watcher,
+                                 load_report_interval_s=load_report_interval_s or lm_config.load_report_interval_s,
+                                 load_manager=lm_config if load_manager else None,
+                                 load_manager_runtime=lm_runtime))
 
 
 def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> dict[str, Any]:

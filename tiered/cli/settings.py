@@ -1,12 +1,12 @@
 """Resolved global options of one ``dnb`` invocation, and opening the stores they name."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from tiered.cli.output import CliError
 
@@ -20,14 +20,26 @@ class Settings:
     metadata_url: str
     objects_url: str
     broker_id: str
+    #: The whole configuration these came from, and where each key's value came from.
+    loaded: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def config(self) -> Any:
+        """The :class:`tiered.config.DnbConfig` in effect (defaults if none was loaded)."""
+        from tiered.config import DnbConfig
+
+        return self.loaded.config if self.loaded is not None else DnbConfig()
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Settings":
-        return cls.resolve(args.data_dir, args.wal_dir, args.metadata, args.objects, args.broker_id)
+    def from_config(cls, loaded: Any) -> "Settings":
+        """Settings from a :class:`tiered.config.LoadedConfig` (file < env < flags)."""
+        config = loaded.config
+        return cls.resolve(config.data_dir, config.wal_dir, config.metadata, config.objects, config.broker_id,
+                           loaded=loaded)
 
     @classmethod
     def resolve(cls, data_dir: str, wal_dir: str | None = None, metadata: str | None = None,
-                objects: str | None = None, broker_id: str | int = "1") -> "Settings":
+                objects: str | None = None, broker_id: str | int = "1", loaded: Any = None) -> "Settings":
         """Fill defaults from the data dir and reject malformed values before touching anything."""
         data_dir = os.path.abspath(data_dir)
         settings = cls(
@@ -36,6 +48,7 @@ class Settings:
             metadata_url=metadata or f"sqlite:///{os.path.join(data_dir, 'metadata.db').lstrip('/')}",
             objects_url=objects or f"file://{os.path.join(data_dir, 'objects')}",
             broker_id=str(broker_id),
+            loaded=loaded,
         )
         settings.check()
         return settings
@@ -43,10 +56,17 @@ class Settings:
     def check(self) -> None:
         bid = self.broker_id
         if not bid or len(bid) > 128 or bid in (".", "..") or not set(bid) <= _BROKER_ID_CHARS:
-            raise CliError(f"--broker-id {bid!r} must be 1-128 characters of [A-Za-z0-9._-]")
-        _check_url("--metadata", self.metadata_url, ("sqlite", "etcd"),
+            raise CliError(f"{self._label('broker_id', '--broker-id')} {bid!r} must be 1-128 characters "
+                           "of [A-Za-z0-9._-]")
+        _check_url(self._label("metadata", "--metadata"), self.metadata_url, ("sqlite", "etcd"),
                    "sqlite:///path/metadata.db or etcd://host:port[,host:port][/root]")
-        _check_url("--objects", self.objects_url, ("file", "s3"), "file:///dir or s3://bucket/prefix")
+        _check_url(self._label("objects", "--objects"), self.objects_url, ("file", "s3"),
+                   "file:///dir or s3://bucket/prefix")
+
+    def _label(self, key: str, flag: str) -> str:
+        """How to name a setting in an error: its flag, or its key and where it was set."""
+        source = self.loaded.sources.get(key, "default") if self.loaded is not None else "flag"
+        return flag if source.startswith("flag") or source == "default" else f"{key} (from {source})"
 
     def uses_local_files(self) -> bool:
         return self.metadata_url.startswith("sqlite:") or self.objects_url.startswith("file:")

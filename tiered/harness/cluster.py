@@ -125,6 +125,6 @@ def _config(hook: CrashHook) -> Any:
     uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
                               retry_backoff_max_s=0.005, drain_timeout_s=2.0, poll_interval_s=5.0,
                               compression="none", fault_hook=hook)
-    return BrokerConfig(wal_config=WalConfig(fsync_interval_ms=1.0, close_timeout_s=5.0), uploader=uploader,
+    return BrokerConfig(wal_config=WalConfig(close_timeout_s=5.0), uploader=uploader,
                         register_session=False, progress_interval_s=0.05, produce_timeout_s=5.0,
-                        flush_timeout_s=2.0, drain_timeout_s=2.0, close_timeout_s=2.0)
+                        flush_timeout_s=2.0, close_timeout_s=2.0)

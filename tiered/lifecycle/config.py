@@ -2,19 +2,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from uploader.config import UploaderConfig
+from wal.config import WalConfig
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Everything :class:`tiered.lifecycle.BrokerHost` needs besides its stores.
 
-    ``wal_config`` is passed through to ``WriteAheadLog.open`` (None = its defaults).
+    ``wal_config`` is passed to ``WriteAheadLog.open`` for every hosted topic. The
+    unload's drain is bounded by ``uploader.drain_timeout_s`` (the one drain bound).
+    In a :class:`tiered.config.DnbConfig` both come from its ``wal`` and ``uploader``
+    sections.
     """
 
-    wal_config: Any = None
+    wal_config: WalConfig = field(default_factory=WalConfig)
     uploader: UploaderConfig = field(default_factory=UploaderConfig)
     # Liveness lease: other brokers take this broker's topics over only after it lapses.
     session_ttl_s: float = 10.0
@@ -29,10 +32,10 @@ class BrokerConfig:
     # The durable tip is published at most this often per topic, so a failover can
     # report how many offsets the dead owner never archived (see docs/LIFECYCLE.md).
     progress_interval_s: float = 1.0
-    # Default bounds for producer waits and for each unload step.
+    # Default bounds for producer waits and for each unload step (the drain step is
+    # bounded by uploader.drain_timeout_s).
     produce_timeout_s: float = 30.0
     flush_timeout_s: float = 30.0
-    drain_timeout_s: float = 120.0
     close_timeout_s: float = 30.0
     # Subscription cursor flush policy (passed to SubscriptionManager).
     cursor_flush_every_acks: int = 1000
@@ -40,7 +43,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
-                     "flush_timeout_s", "drain_timeout_s", "close_timeout_s", "cursor_flush_interval_s"):
+                     "flush_timeout_s", "close_timeout_s", "cursor_flush_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.ack_lease_margin_s is not None and not 0 <= self.ack_lease_margin_s < self.session_ttl_s:

@@ -1182,7 +1182,7 @@ class BrokerHost:
         return last
 
     def _drain(self, hosted: HostedTopic) -> int | None:
-        last = hosted.uploader.drain(self.config.drain_timeout_s)
+        last = hosted.uploader.drain(self.config.uploader.drain_timeout_s)
         tip = hosted.wal.next_offset - 1
         expected = None if tip < 0 else tip
         # Seal must name exactly the last archived offset, which after a drain is the

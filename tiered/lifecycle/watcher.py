@@ -43,6 +43,14 @@ class WatcherConfig:
     workers_max: int = 4
     stop_timeout_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        for name in ("retry_attempts_max", "workers_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("retry_backoff_s", "retry_backoff_max_s", "stop_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+
 
 class AssignmentWatcher:
     """Loads/unloads topics on ``host`` as ``/cluster/brokers/<id>/`` changes."""
