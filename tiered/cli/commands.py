@@ -333,6 +333,14 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shutdown-timeout-s", type=float, default=None,
                    help="after SIGTERM, abandon topics not sealed by then (key server.shutdown_timeout_s, "
                         "default 120)")
+    p.add_argument("--load-manager", action="store_true",
+                   help="also run a load-manager candidate (leader election; the leader places and moves "
+                        "topics), configured by the [load_manager] section or --load-manager-config")
+    p.add_argument("--load-manager-config", default=None, metavar="FILE",
+                   help="JSON file: the seed's load_manager section, plus optional leader_ttl_s / "
+                        "poll_interval_s (instead of the config file's [load_manager] section)")
+    p.add_argument("--load-report-interval-s", type=float, default=None,
+                   help="write this broker's load report this often (default: the load-manager config's, 30)")
 
 
 def config_flags(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
