@@ -332,23 +332,38 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
         if scan.count:
             first = scan.first_offset if first is None else first
             last = scan.last_offset
-    _check_wal_checkpoint(directory, last, report)
+    _check_wal_checkpoint(directory, first, last, report)
     return first, last
 
 
-def _check_wal_checkpoint(directory: str, last: int | None, report: VerifyReport) -> None:
-    """Recovery's checkpoint rule: a log that ends (after its tail rule) below the next offset
-    the checkpoint recorded as durable lost synced data, and recovery refuses it."""
+def _check_wal_checkpoint(directory: str, first: int | None, last: int | None, report: VerifyReport) -> None:
+    """Recovery's checkpoint rules (wal/recovery.py): a log that ends (after its tail rule)
+    below the next offset the checkpoint recorded as durable, or starts after the first
+    offset it retains (oldest segments gone), lost synced data, and recovery refuses it;
+    so does a checkpoint that recorded offsets no segment holds any more."""
     from wal.checkpoint import read_checkpoint
     from wal.fs import RealFs
 
-    checkpoint = read_checkpoint(RealFs(), directory)
-    if checkpoint is None or last is None:
+    try:
+        checkpoint = read_checkpoint(RealFs(), directory)
+    except Exception as e:  # noqa: BLE001 - a damaged checkpoint is what recovery refuses too
+        report.add("wal_corrupt", f"{directory}: checkpoint unreadable: {e}", path=directory)
+        return
+    if checkpoint is None:
         return
     durable_next = int(checkpoint.get("next_offset", 0))
+    retained = checkpoint.get("first_offset")
+    if last is None:
+        if durable_next > int(retained if retained is not None else 0):
+            report.add("wal_corrupt", f"{directory}: its checkpoint recorded offsets up to {durable_next - 1} "
+                                      "as durable, but no segment holds any", path=directory)
+        return
     if last + 1 < durable_next:
         report.add("wal_corrupt", f"{directory}: the log ends at offset {last}, but its checkpoint "
                                   f"recorded offsets up to {durable_next - 1} as durable", path=directory)
+    if first is not None and retained is not None and first > int(retained):
+        report.add("wal_corrupt", f"{directory}: the log starts at offset {first}, but its checkpoint "
+                                  f"retains from {retained} (oldest segments missing)", path=directory)
 
 
 # -- 5. cursors -----------------------------------------------------------------------

@@ -141,3 +141,25 @@ def test_wal_tail_rule_is_recoverys(tmp_path):
     with _meta(tmp_path) as m, open_objects(f"file://{tmp_path}/objects") as objects:
         report = verify_topic(TOPIC, m, objects, wal_dir=str(tmp_path / "broker-1" / "wal"))
     assert "wal_corrupt" in {p["kind"] for p in report.problems}
+
+
+def test_verify_reports_a_local_wal_whose_segments_are_gone(tmp_path) -> None:
+    """Re-attack L1 (atk1 F11): with every segment deleted but the checkpoint kept, each
+    load refuses the WAL (the checkpoint recorded durable offsets), yet verify said OK."""
+    import os as _os
+
+    from tiered.verify import VerifyReport, _scan_wal
+    from wal import WriteAheadLog
+
+    wal = WriteAheadLog.open(str(tmp_path), "/default/t")
+    for i in range(5):
+        wal.append(b"m%d" % i)
+    wal.flush()
+    wal.close()
+    directory = _os.path.join(str(tmp_path), "default", "t")
+    for name in _os.listdir(directory):
+        if name.endswith(".seg"):
+            _os.remove(_os.path.join(directory, name))
+    report = VerifyReport("/default/t")
+    _scan_wal(directory, report)
+    assert [p["kind"] for p in report.problems] == ["wal_corrupt"]
