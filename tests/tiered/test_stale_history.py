@@ -222,26 +222,47 @@ def test_a_quarantine_never_overwrites_what_an_earlier_quarantine_holds(local_cl
         assert f.read() == b"an earlier WAL's segment"
 
 
-def test_a_crash_at_any_point_of_a_quarantine_never_shrinks_the_exact_lost_range(tmp_path) -> None:
-    """Killed after each file move of the quarantine, then restarted: the record still
-    says exactly 5-39, and the quarantine ends up holding the whole WAL."""
-    from dataclasses import replace as with_
+class _Crash(BaseException):
+    """A process killed at a chosen file operation (not an Exception: nothing catches it)."""
 
+
+def _fresh_stores(root):
+    """Embedded stores in ``root`` and a broker config with small segments (several files)."""
     from tiered.lifecycle.config import BrokerConfig
     from tiered.metadata import open_metadata
     from tiered.objects import open_objects
     from wal.config import WalConfig
+
+    os.makedirs(root / "objects")
+    md, objs = open_metadata(f"sqlite:///{root}/md.db"), open_objects(f"file://{root}/objects")
+    return md, objs, BrokerConfig(session_ttl_s=1.0, wal_config=WalConfig(segment_bytes_max=300))
+
+
+def _crashing_fs(operation: str, k: int, counts=lambda path: True):
+    """A real file layer that raises _Crash at the k-th ``operation`` whose path ``counts``."""
     from wal.fs import RealFs
 
-    class Crash(BaseException):
-        pass
+    class CrashFs(RealFs):
+        done = 0
 
+    def crash_or_do(self, path: str, *rest):
+        if counts(rest[0] if rest else path):
+            if CrashFs.done == k:
+                raise _Crash(f"killed before {operation} {k}")
+            CrashFs.done += 1
+        return getattr(RealFs, operation)(self, path, *rest)
+
+    setattr(CrashFs, operation, crash_or_do)
+    return CrashFs()
+
+
+def test_a_crash_at_any_point_of_a_quarantine_never_shrinks_the_exact_lost_range(tmp_path) -> None:
+    """Killed after each file move of the quarantine, then restarted: the record still
+    says exactly 5-39, and the quarantine ends up holding the whole WAL."""
     k = 0
     while True:
         root = tmp_path / f"k{k}"
-        os.makedirs(root / "objects")
-        md, objs = open_metadata(f"sqlite:///{root}/md.db"), open_objects(f"file://{root}/objects")
-        cfg = BrokerConfig(session_ttl_s=1.0, wal_config=WalConfig(segment_bytes_max=300))
+        md, objs, cfg = _fresh_stores(root)
         a = BrokerHost("A", str(root / "a"), md, objs, cfg)
         hosted = a.load(TOPIC)
         produce_range(hosted, 0, 4, ack="archived")
@@ -251,23 +272,14 @@ def test_a_crash_at_any_point_of_a_quarantine_never_shrinks_the_exact_lost_range
         produce_range(b.load(TOPIC), 5, 6, ack="archived")
         b.close()
 
-        class CrashFs(RealFs):
-            moves = 0
-
-            def rename(self, src: str, dst: str) -> None:
-                if ".quarantine" in dst:
-                    if CrashFs.moves == k:
-                        raise Crash(f"killed before move {k}")
-                    CrashFs.moves += 1
-                super().rename(src, dst)
-
+        crashing = _crashing_fs("rename", k, counts=lambda dst: ".quarantine" in dst)
         crashed = True
         try:
-            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=CrashFs()).close(unload=False)
+            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=crashing).close(unload=False)
             crashed = False  # k is past the last move: the quarantine completed
-        except Crash:
+        except _Crash:
             pass
-        back = BrokerHost("A", str(root / "a"), md, objs, with_(cfg))
+        back = BrokerHost("A", str(root / "a"), md, objs, cfg)
         back.close(unload=False)
         [record] = [r for r in keys.read_lost_ranges(md, T) if r.broker_id == "A"]
         assert (record.start_offset, record.end_offset, record.exact) == (5, 39, True), f"crash before move {k}"
@@ -347,21 +359,10 @@ def test_a_crash_at_any_point_of_deleting_a_stale_archived_wal_leaves_it_deletab
     """Re-attack N3/N4: the stale-WAL delete removed files in listing order (the checkpoint
     last, .owner first): a crash left a WAL that never opened again, or one without its
     marker that was matched to an old loss record."""
-    from tiered.lifecycle.config import BrokerConfig
-    from tiered.metadata import open_metadata
-    from tiered.objects import open_objects
-    from wal.config import WalConfig
-    from wal.fs import RealFs
-
-    class Crash(BaseException):
-        pass
-
     k = 0
     while True:
         root = tmp_path / f"k{k}"
-        os.makedirs(root / "objects")
-        md, objs = open_metadata(f"sqlite:///{root}/md.db"), open_objects(f"file://{root}/objects")
-        cfg = BrokerConfig(session_ttl_s=1.0, wal_config=WalConfig(segment_bytes_max=300))
+        md, objs, cfg = _fresh_stores(root)
         a = BrokerHost("A", str(root / "a"), md, objs, cfg)
         hosted = a.load(TOPIC)
         for i in range(30):
@@ -372,20 +373,11 @@ def test_a_crash_at_any_point_of_deleting_a_stale_archived_wal_leaves_it_deletab
         b.unload(TOPIC)
         b.close()
 
-        class CrashFs(RealFs):
-            removed = 0
-
-            def remove(self, path: str) -> None:
-                if CrashFs.removed == k:
-                    raise Crash(path)
-                CrashFs.removed += 1
-                super().remove(path)
-
         crashed = True
         try:
-            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=CrashFs()).close(unload=False)
+            BrokerHost("A", str(root / "a"), md, objs, cfg, wal_fs=_crashing_fs("remove", k)).close(unload=False)
             crashed = False
-        except Crash:
+        except _Crash:
             pass
         back = BrokerHost("A", str(root / "a"), md, objs, cfg)  # must retire the rest
         back.close(unload=False)
