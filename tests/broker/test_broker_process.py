@@ -39,7 +39,7 @@ class Broker:
         # a full one would block the broker (a hang that depends on how much it logged).
         self.log_path = root / f"broker-{broker_id}.log"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
+            self.proc = subprocess.Popen([sys.executable, "-m", "tiered.tools.cli.main", *self.argv, "broker", "run",
                                           "--listen", f"127.0.0.1:{self.port}"], env=env, cwd=REPO,
                                          stdout=log, stderr=subprocess.STDOUT)
         if wait:

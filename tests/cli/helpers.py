@@ -31,7 +31,7 @@ class Run:
 
 def dnb(*argv: str, stdin: str | None = None) -> Run:
     """``main(argv)`` in this process."""
-    from tiered.cli.main import main
+    from tiered.tools.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     old_stdin = sys.stdin
@@ -47,7 +47,7 @@ def dnb(*argv: str, stdin: str | None = None) -> Run:
 def dnb_process(*argv: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Run:
     """``dnb`` as its own process: the installed script when present, else ``-m``."""
     script = os.path.join(os.path.dirname(sys.executable), "dnb")
-    cmd = [script] if os.path.exists(script) and shutil.which(script) else [sys.executable, "-m", "tiered.cli.main"]
+    cmd = [script] if os.path.exists(script) and shutil.which(script) else [sys.executable, "-m", "tiered.tools.cli.main"]
     full_env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR", **(env or {})}
     proc = subprocess.run([*cmd, *argv], input=stdin or "", capture_output=True, text=True,
                           timeout=SUBPROCESS_TIMEOUT_S, env=full_env, cwd=REPO)

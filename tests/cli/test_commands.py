@@ -60,7 +60,7 @@ def test_produce_from_stdin_and_binary_payload_is_base64(tmp_path):
     a = broker(tmp_path, "1")
     assert dnb(*a, "--json", "produce", TOPIC, stdin="hello\nworld\n").json() == \
         {"first_offset": 0, "last_offset": 1}
-    from tiered.cli.commands import message_json
+    from tiered.tools.cli.commands import message_json
     from tiered.read.messages import Message
 
     assert message_json(Message(5, 0, None, {}, b"\xff\x00", "cloud")) == \

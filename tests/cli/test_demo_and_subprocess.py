@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tests.cli.helpers import broker, dnb, dnb_process
-from tiered.demo import run_demo
+from tiered.tools.demo import run_demo
 
 TOPIC = "/default/reliable_topic"
 ROW_KEYS = {"time", "event", "broker_a", "broker_b", "cloud", "consumer", "reads"}

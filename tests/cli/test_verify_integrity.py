@@ -9,7 +9,7 @@ from tests.cli.helpers import broker, dnb
 from tests.cli.test_verify import TOPIC, _kinds, _meta, _object_path, _verify, archived  # noqa: F401 (fixture)
 from tiered.metadata import keys
 from tiered.objects import open_objects
-from tiered.verify import verify_topic
+from tiered.tools.verify import verify_topic
 from uploader import list_descriptors
 
 
@@ -148,7 +148,7 @@ def test_verify_reports_a_local_wal_whose_segments_are_gone(tmp_path) -> None:
     load refuses the WAL (the checkpoint recorded durable offsets), yet verify said OK."""
     import os as _os
 
-    from tiered.verify import VerifyReport, _scan_wal
+    from tiered.tools.verify import VerifyReport, _scan_wal
     from wal import WriteAheadLog
 
     wal = WriteAheadLog.open(str(tmp_path), "/default/t")

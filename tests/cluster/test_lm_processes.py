@@ -53,7 +53,7 @@ class LmBroker:
         self.log = open(root / f"broker-{broker_id}.log", "w")
         lm = ["--load-manager", "--load-manager-config", config_path] if load_manager else \
             ["--load-report-interval-s", str(LM_CONFIG["load_report_interval_s"])]
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", *self.argv, "broker", "run",
+        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.tools.cli.main", *self.argv, "broker", "run",
                                       "--listen", f"127.0.0.1:{self.port}", *lm],
                                      env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + HANG_GUARD_S
@@ -205,7 +205,7 @@ class LmProcess:
         self.log_path = root / f"{name}.log"
         self.log = open(self.log_path, "w")
         env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", "--data-dir", str(root / name),
+        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.tools.cli.main", "--data-dir", str(root / name),
                                       "--metadata", stores[0], "--objects", stores[1], "--broker-id", name,
                                       "cluster", "run", "--load-manager-config", config_path],
                                      env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)

@@ -20,7 +20,7 @@ from tiered.cluster.runtime import RuntimeConfig
 from tests.cluster.lm_fixtures import FAST_LM, InProcessCluster, lm_cluster, replace, wait_for  # noqa: F401
 from tests.cluster.test_runtime import all_owned, assert_one_assignment_per_topic, host_of, placements
 from tests.tiered.helpers_lifecycle import read_all
-from tiered.verify import verify_topic
+from tiered.tools.verify import verify_topic
 
 SEEDS = int(os.environ.get("DNB_LM_SEEDS", "3"))
 STEPS = 8

@@ -19,7 +19,7 @@ from tiered.cluster.runtime import Fenced
 from tiered.cluster.config import RebalancingConfig, Strategy
 from tiered.cluster.observe import read_snapshot
 from tiered.cluster.view import MoveKind
-from tiered.verify import verify_topic
+from tiered.tools.verify import verify_topic
 from tests.cluster.lm_fixtures import (  # noqa: F401 - lm_cluster is a fixture
     FAST_LM, WAIT_S, InProcessCluster, StepLog, lm_cluster, replace, wait_for)
 from tests.tiered.helpers_lifecycle import read_all

@@ -112,7 +112,7 @@ shutdown_timeout_s = 30.0
 """.replace("sqlite:////", "sqlite:///"))
     env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR",
            "DNB_SERVER_LISTEN_PORT": str(env_port)}  # env beats the file
-    proc = subprocess.Popen([sys.executable, "-m", "tiered.cli.main", "--config", str(path), "broker", "run"],
+    proc = subprocess.Popen([sys.executable, "-m", "tiered.tools.cli.main", "--config", str(path), "broker", "run"],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + HANG_GUARD_S

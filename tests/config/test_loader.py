@@ -169,7 +169,7 @@ def test_the_watcher_section_is_validated_too():
 
 
 def test_one_shot_cli_brokers_keep_a_short_lease_whatever_the_file_says():
-    from tiered.cli.ops import CLI_SESSION_TTL_S, broker_config
+    from tiered.tools.cli.ops import CLI_SESSION_TTL_S, broker_config
 
     config = load_config(environ={"DNB_BROKER_SESSION_TTL_S": "30", "DNB_BROKER_ACK_LEASE_MARGIN_S": "8",
                                   "DNB_UPLOADER_ZSTD_LEVEL": "7"}).config

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from tests.cli.helpers import dnb
-from tiered.harness import make_schedule, run_many, run_scenario
+from tiered.tools.harness import make_schedule, run_many, run_scenario
 
 SEEDS_PER_CHUNK = 25
 CHUNKS = 8  # 8 x 25 = 200 seeds

@@ -274,7 +274,7 @@ def test_cli_with_wrong_password_fails_without_showing_it(auth_etcd, tmp_path):
     for extra in ([], ["--debug"]):
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "tiered.cli.main", "--data-dir", str(tmp_path), *extra,
+            [sys.executable, "-m", "tiered.tools.cli.main", "--data-dir", str(tmp_path), *extra,
              "--metadata", _auth_url(auth_etcd, wrong), "inspect", "/a/b"],
             capture_output=True, text=True, timeout=60, env=env, cwd=os.getcwd(),
         )  # fmt: skip

@@ -16,7 +16,7 @@ from tiered.errors import MalformedRecord
 from tiered.lifecycle import BrokerHost
 from tiered.metadata import keys
 from tiered.lifecycle.restore import read_progress
-from tiered.verify import VerifyReport, _scan_wal, verify_topic
+from tiered.tools.verify import VerifyReport, _scan_wal, verify_topic
 from wal.fs import FaultFs
 from wal.topics import TopicName
 

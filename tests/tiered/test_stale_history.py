@@ -18,7 +18,7 @@ import shutil
 
 from tiered.lifecycle import BrokerHost
 from tiered.metadata import keys
-from tiered.verify import verify_topic
+from tiered.tools.verify import verify_topic
 from wal.topics import TopicName
 
 from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures

@@ -5,7 +5,7 @@ Global options come before the command. Every setting is a key of
 ``--config`` TOML file, then defaults (docs/CONFIG.md), so a shell can pin a broker
 identity once (``export DNB_BROKER_ID=2``). Every command only
 parses its arguments, calls one library function and prints the result through
-:mod:`tiered.cli.output`; the logic lives in ``tiered`` where tests call it directly.
+:mod:`tiered.tools.cli.output`; the logic lives in ``tiered`` where tests call it directly.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tiered.cli import commands
-from tiered.cli.output import EXIT_USAGE, Output, run_command
-from tiered.cli.settings import Settings
+from tiered.tools.cli import commands
+from tiered.tools.cli.output import EXIT_USAGE, Output, run_command
+from tiered.tools.cli.settings import Settings
 
 PROG = "dnb"
 

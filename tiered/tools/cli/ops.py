@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from tiered.cli.output import EXIT_REFUSED, CliError
-from tiered.cli.settings import Settings, open_stores
+from tiered.tools.cli.output import EXIT_REFUSED, CliError
+from tiered.tools.cli.settings import Settings, open_stores
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,7 @@ def restore(settings: Settings, topic: str, takeover: bool = False, discard_loca
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     from tiered.metadata import keys
     from tiered.lifecycle.ownership import read_owner
-    from tiered.verify import local_wal_range, lost_range_json
+    from tiered.tools.verify import local_wal_range, lost_range_json
     from uploader import list_descriptors
 
     name = TopicName.parse(topic)
@@ -282,7 +282,7 @@ def _descriptor_json(d: Any) -> dict[str, Any]:
 
 
 def verify(settings: Settings, topic: str, progress: Any = None, check_objects: bool = True) -> Any:
-    from tiered.verify import verify_topic
+    from tiered.tools.verify import verify_topic
 
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, objects):
@@ -327,7 +327,7 @@ def _spark_failure(error: BaseException) -> CliError:
     the innermost ``module.Error: message`` line, and exit 5 when it is a data error."""
     import re
 
-    from tiered.cli.output import EXIT_DATA, EXIT_INTERNAL
+    from tiered.tools.cli.output import EXIT_DATA, EXIT_INTERNAL
 
     text = str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]

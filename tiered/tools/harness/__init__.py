@@ -1,8 +1,8 @@
 """The offset-continuity harness: seeded schedules of moves, crashes and faults, checked.
 
-``run_scenario(seed)`` runs one schedule (see :mod:`tiered.harness.schedule`) on N
+``run_scenario(seed)`` runs one schedule (see :mod:`tiered.tools.harness.schedule`) on N
 in-process brokers sharing a metadata and an object store, and checks the invariants
-listed in :mod:`tiered.harness.runner`. ``run_many`` runs a range of seeds and stops
+listed in :mod:`tiered.tools.harness.runner`. ``run_many`` runs a range of seeds and stops
 at the first failure, printing its seed, its schedule and the first violated
 invariant; ``dnb harness --seed S`` replays it exactly.
 """
@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tiered.harness.model import Violation
-from tiered.harness.runner import ScenarioResult, run_scenario
-from tiered.harness.schedule import Step, make_schedule
+from tiered.tools.harness.model import Violation
+from tiered.tools.harness.runner import ScenarioResult, run_scenario
+from tiered.tools.harness.schedule import Step, make_schedule
 
 __all__ = ["ScenarioResult", "Step", "Violation", "make_schedule", "render_summary", "run_many", "run_scenario"]
 

@@ -46,9 +46,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiered.harness.cluster import Cluster, HarnessCrash
-from tiered.harness.model import TopicModel, Violation, check
-from tiered.harness.schedule import Step, make_schedule
+from tiered.tools.harness.cluster import Cluster, HarnessCrash
+from tiered.tools.harness.model import TopicModel, Violation, check
+from tiered.tools.harness.schedule import Step, make_schedule
 from tiered.read.reader import read_messages
 from wal.topics import TopicName
 
@@ -420,7 +420,7 @@ class Scenario:
         from tiered.metadata import keys
         from tiered.read.cloud import CloudReader
         from tiered.read.errors import CorruptArchive
-        from tiered.verify import verify_topic
+        from tiered.tools.verify import verify_topic
         from uploader import list_descriptors
 
         descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
@@ -558,7 +558,7 @@ class Scenario:
         check(not hosted.wal.closed, "unload-failure-safe", "a failed unload closed the WAL")
 
     def step_sigkill(self, step: Step, index: int) -> None:
-        from tiered.harness.subproc import kill_broker_mid_produce
+        from tiered.tools.harness.subproc import kill_broker_mid_produce
 
         target = self.cluster.brokers  # the real-disk broker
         last = self.cluster.host(self.owner).unload(TOPIC)
@@ -598,7 +598,7 @@ class Scenario:
             expected = d.end_offset + 1
 
     def final_checks(self) -> None:
-        from tiered.verify import verify_topic
+        from tiered.tools.verify import verify_topic
         from uploader import collect_garbage
 
         self.cluster.clear_faults()
@@ -646,7 +646,7 @@ def _raising(error: BaseException) -> Any:
 
 
 def _new_sub() -> Any:
-    from tiered.harness.model import SubscriptionModel
+    from tiered.tools.harness.model import SubscriptionModel
 
     return SubscriptionModel()
 

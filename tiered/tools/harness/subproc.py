@@ -1,6 +1,6 @@
 """Broker crashes by SIGKILL: a real broker subprocess on the real disk, killed mid-produce.
 
-The worker (``python -m tiered.harness.subproc ...``) loads the topic, appends messages
+The worker (``python -m tiered.tools.harness.subproc ...``) loads the topic, appends messages
 one by one and prints ``<offset> <payload>`` after each is durable, flushing stdout, so
 the parent knows exactly which messages were acknowledged when it kills the process.
 """
@@ -24,7 +24,7 @@ def kill_broker_mid_produce(scenario: Any, index: int, count: int, after_s: floa
     Returns the (offset, payload) pairs it reported durable before dying.
     """
     cluster = scenario.cluster
-    cmd = [sys.executable, "-m", "tiered.harness.subproc", "--metadata", cluster.metadata_url,
+    cmd = [sys.executable, "-m", "tiered.tools.harness.subproc", "--metadata", cluster.metadata_url,
            "--objects", cluster.objects_url, "--wal-root", cluster.wal_root(index),
            "--broker-id", cluster.broker_id(index), "--topic", str(cluster.topic),
            "--count", str(count), "--prefix", f"seed{scenario.seed}-k{scenario.model.payload_counter}-"]
@@ -90,8 +90,8 @@ def _worker(argv: list[str] | None = None) -> int:
         parser.add_argument(name, required=True)
     parser.add_argument("--count", type=int, required=True)
     args = parser.parse_args(argv)
-    from tiered.harness.cluster import _config
-    from tiered.harness.cluster import CrashHook
+    from tiered.tools.harness.cluster import _config
+    from tiered.tools.harness.cluster import CrashHook
     from tiered.lifecycle import BrokerHost
     from tiered.metadata import open_metadata
     from tiered.objects import open_objects

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tiered.cli.output import EXIT_PROBLEMS, EXIT_RECORDED_LOSS, CliError, Output, render_mapping, render_table
-from tiered.cli.settings import Settings
+from tiered.tools.cli.output import EXIT_PROBLEMS, EXIT_RECORDED_LOSS, CliError, Output, render_mapping, render_table
+from tiered.tools.cli.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings, Output], "int | None"]
 
@@ -67,7 +67,7 @@ def _broker_url_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     payloads = ops.generated_payloads(args.count, args.size) if args.count is not None \
         else ops.stdin_payloads(sys.stdin)
@@ -82,7 +82,7 @@ def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 # -- upload -----------------------------------------------------------------------------
 
 def _upload(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     out.emit({"committed_through": ops.upload(settings, args.topic)})
 
@@ -103,7 +103,7 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
 
 
 def _consume(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     start = _parse_start(args.start)
     if args.broker:
@@ -152,7 +152,7 @@ def _parse_start(raw: str | None) -> str | int | None:
 # -- seal / restore ---------------------------------------------------------------------
 
 def _seal(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     out.emit({"last_committed_offset": ops.seal(settings, args.topic)})
 
@@ -167,7 +167,7 @@ def _restore_args(p: argparse.ArgumentParser) -> None:
 
 
 def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover,
                                          discard_local_wal=args.discard_local_wal)})
@@ -176,7 +176,7 @@ def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 # -- inspect ----------------------------------------------------------------------------
 
 def _inspect(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     out.emit(ops.inspect(settings, args.topic), render=_render_inspect)
 
@@ -209,7 +209,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _verify(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     report = ops.verify(settings, args.topic, progress=out.progress, check_objects=not args.skip_objects)
     out.emit(report.to_json(), render=lambda _r: render_verify(report))
@@ -227,7 +227,7 @@ def _gc_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     if not 0 <= args.grace_s < float("inf"):
         raise CliError("--grace-s must be a finite number >= 0")
@@ -263,7 +263,7 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.demo import render_demo, run_demo
+    from tiered.tools.demo import render_demo, run_demo
 
     result = run_demo(metadata_url=_explicit(args, "metadata"), objects_url=_explicit(args, "objects"),
                       keep=args.keep)
@@ -287,7 +287,7 @@ def _harness_args(p: argparse.ArgumentParser) -> None:
 def _harness(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     import logging
 
-    from tiered.harness import render_summary, run_many
+    from tiered.tools.harness import render_summary, run_many
 
     if not out.debug:
         # The harness injects faults on purpose; the library's warnings about them are noise.
@@ -315,7 +315,7 @@ def _query_args(p: argparse.ArgumentParser) -> None:
 
 
 def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     result = ops.query(settings, args.topic, args.sql)
     out.emit(result, render=lambda r: render_table(r["columns"], r["rows"]) + f"\n{len(r['rows'])} row(s)")
@@ -360,7 +360,7 @@ def config_flags(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
 
 
 def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     return ops.run_broker(settings, args.load_manager, args.load_manager_config, args.load_report_interval_s)
 
@@ -392,7 +392,7 @@ def _plain(value: Any) -> Any:
     """A config value as JSON: enums by value, tuples as lists, URLs without credentials."""
     import enum
 
-    from tiered.cli.settings import redact_url
+    from tiered.tools.cli.settings import redact_url
 
     if isinstance(value, enum.Enum):
         return value.value
@@ -418,19 +418,19 @@ def _move_args(p: argparse.ArgumentParser) -> None:
 
 
 def _move(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.cli import ops
+    from tiered.tools.cli import ops
 
     out.emit(ops.move(settings, args.topic, args.to, args.timeout_s))
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
-    from tiered.cli import cluster_cmd
+    from tiered.tools.cli import cluster_cmd
 
     cluster_cmd.add_arguments(p)
 
 
 def _cluster(args: argparse.Namespace, settings: Settings, out: Output) -> int | None:
-    from tiered.cli import cluster_cmd
+    from tiered.tools.cli import cluster_cmd
 
     return cluster_cmd.run(args, settings, out)
 

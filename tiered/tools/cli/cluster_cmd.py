@@ -18,8 +18,8 @@ import os
 import time
 from typing import Any
 
-from tiered.cli.output import CliError, Output, render_mapping, render_table
-from tiered.cli.settings import Settings
+from tiered.tools.cli.output import CliError, Output, render_mapping, render_table
+from tiered.tools.cli.settings import Settings
 
 ACTIONS = ("run", "brokers", "leader", "balance", "moves", "history", "rebalance", "assign", "move", "drain", "undrain",
            "pause", "resume")

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from tiered.cli.output import render_table
+from tiered.tools.cli.output import render_table
 from tiered.read.reader import read_messages
 
 TOPIC = "/default/reliable_topic"
@@ -51,7 +51,7 @@ def run_demo(metadata_url: str | None = None, objects_url: str | None = None, ke
 def _run(root: str, topic: str, metadata_url: str, objects_url: str) -> dict[str, Any]:
     from tiered.metadata import open_metadata
     from tiered.objects import open_objects
-    from tiered.verify import verify_topic
+    from tiered.tools.verify import verify_topic
 
     if objects_url.startswith("file://"):
         os.makedirs(objects_url[len("file://"):], exist_ok=True)

@@ -1,1 +1,0 @@
-"""The ``dnb`` command line (entry point :func:`tiered.cli.main.main`)."""

@@ -1,0 +1,1 @@
+"""The ``dnb`` command line (entry point :func:`tiered.tools.cli.main.main`)."""
