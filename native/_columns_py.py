@@ -10,7 +10,7 @@ import sys
 from array import array
 from typing import NamedTuple
 
-from native.errors import CodecError
+from native.errors import CodecError, DnbError
 from native.format import (
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
@@ -143,7 +143,7 @@ def _frame(view: memoryview, pos: int, previous: int | None) -> tuple:
     return (offset, *fields, start + length)
 
 
-class _RecordError(Exception):
+class _RecordError(DnbError):
     pass
 
 

@@ -1,8 +1,23 @@
-"""Typed errors of the codecs. Both twins raise exactly these."""
+"""The root of every error this project raises, and the typed errors of the codecs.
+
+:class:`DnbError` lives here because ``native`` is the bottom of the import graph: every
+layer (``wal``, ``uploader``, ``tiered``) can import it without importing upwards. Each
+layer has its own subtree under it (docs/ERRORS.md draws the tree). Both codec twins
+raise exactly the codec errors below.
+"""
 from __future__ import annotations
 
 
-class CodecError(ValueError):
+class DnbError(Exception):
+    """Root of every error raised by this project's packages.
+
+    ``except DnbError`` catches any failure the storage layer reports on purpose, and
+    nothing else (a bug's ``TypeError`` or ``AttributeError`` still escapes). Classes
+    that also fit a built-in (``ValueError``, ``OSError``, ``TimeoutError`` ...) inherit
+    it too, so callers catching the built-in keep working."""
+
+
+class CodecError(DnbError, ValueError):
     """Bytes that do not follow the format, or input that cannot be encoded."""
 
 

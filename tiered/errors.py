@@ -7,8 +7,10 @@ keep working. Messages name keys, buckets and endpoints, never credentials.
 """
 from __future__ import annotations
 
+from native.errors import DnbError
 
-class StorageError(Exception):
+
+class StorageError(DnbError):
     """Base class of every error raised by ``tiered`` stores."""
 
     #: True when the same call may succeed if simply retried later.
@@ -86,6 +88,28 @@ class WatchOverflow(MetadataError):
 
 class LeaseNotFound(MetadataError):
     """A lease that expired or was revoked."""
+
+
+class OwnershipError(MetadataError):
+    """Base class of ownership failures (a topic's owner record and its fencing)."""
+
+
+class OwnershipLost(OwnershipError):
+    """A fenced write failed: this broker's token is stale, a newer owner holds the topic.
+
+    Raised by every layer that writes under a fencing compare: the uploader's descriptor
+    commit (it then stops for good) and the lifecycle's owner-record writes (seal, mark
+    open, release, appends after a fence). ``step`` names the refused write."""
+
+    def __init__(self, topic: object, step: str) -> None:
+        super().__init__(f"topic {topic}: {step} refused, this broker no longer owns the topic")
+        self.topic = topic
+        self.step = step
+
+    @property
+    def detail(self) -> str:
+        """The refused write; the name the uploader's callers read."""
+        return self.step
 
 
 class UnknownScheme(StorageError, ValueError):

@@ -111,7 +111,7 @@ def _explain_failure(topic: TopicName, descriptor: ObjectDescriptor, key: str,
     for compare in fencing:
         kv = current.get(compare.key)
         if not compare.holds(kv if isinstance(kv, KeyValue) else None):
-            raise OwnershipLost(str(topic), f"fencing compare on {compare.key} failed")
+            raise OwnershipLost(str(topic), f"descriptor commit (fencing compare on {compare.key} failed)")
     existing = current.get(key)
     if isinstance(existing, KeyValue):
         found = decode_descriptor(key, existing.value)

@@ -4,21 +4,16 @@ Every error keeps the storage error that caused it as ``__cause__``.
 """
 from __future__ import annotations
 
+from native.errors import DnbError
+# A descriptor commit that fails the fencing compares raises the one ownership-lost
+# error of the storage layer (the lifecycle raises the same class); the uploader then
+# stops for good and the lifecycle code must drop the topic. Re-exported here because
+# the uploader's callers import it from this module.
+from tiered.errors import OwnershipLost  # noqa: F401
 
-class UploadError(Exception):
+
+class UploadError(DnbError):
     """Base class of every error raised by the ``uploader`` package."""
-
-
-class OwnershipLost(UploadError):
-    """A descriptor commit failed the fencing compares: another broker owns the topic now.
-
-    The uploader stops for good; the lifecycle code must drop the topic.
-    """
-
-    def __init__(self, topic: str, detail: str) -> None:
-        super().__init__(f"topic {topic}: ownership lost ({detail})")
-        self.topic = topic
-        self.detail = detail
 
 
 class ArchiveGap(UploadError):

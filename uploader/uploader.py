@@ -374,7 +374,7 @@ class Uploader:
     def _check_still_owner(self) -> None:
         for compare in self.fencing:
             if not compare.holds(self.metadata.get(compare.key)):
-                raise OwnershipLost(str(self.topic), f"fencing compare on {compare.key} failed")
+                raise OwnershipLost(str(self.topic), f"upload after the chain read (fencing compare on {compare.key} failed)")
 
     def _next_start(self, tip: ChainTip) -> int:
         if tip.descriptor is not None:
@@ -539,7 +539,7 @@ class Uploader:
         try:
             return commit_descriptor(self.metadata, self.topic, descriptor, tip, self.fencing)
         except (StorageError, CommitConflict, OwnershipLost) as e:
-            if isinstance(e, StorageError):
+            if isinstance(e, StorageError) and not isinstance(e, OwnershipLost):
                 self._count_failure("commit")
             raise
 

@@ -5,10 +5,11 @@ that catch ``ValueError`` for bad input keep working.
 """
 from __future__ import annotations
 
+from native.errors import DnbError
 from native.errors import OffsetOverflow  # noqa: F401 - re-exported: the WAL raises it on a full topic
 
 
-class WalError(Exception):
+class WalError(DnbError):
     """Base class of every error raised by the ``wal`` package."""
 
 

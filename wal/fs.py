@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from wal.errors import WalError
+
 #: Name of the lock file a WAL directory (and a broker's WAL root) holds while open. The
 #: leading dot keeps it apart from every topic/namespace name (those may not start with
 #: a dot) and from segment and checkpoint files.
@@ -187,7 +189,7 @@ class RealFs:
         return _RealLock(fd)
 
 
-class LockHeld(OSError):
+class LockHeld(WalError, OSError):
     """``FileSystem.lock`` found the lock taken (the WAL turns it into ``WalLocked``)."""
 
     def __init__(self, path: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from native.errors import DnbError
 from wal.topics import TopicName
 
 
@@ -33,11 +34,15 @@ from wal.topics import TopicName
 BATCHES_REMEMBERED = 4096
 
 
-class BrokerUnavailable(Exception):
+class BrokerClientError(DnbError):
+    """Base class of the errors this client raises."""
+
+
+class BrokerUnavailable(BrokerClientError):
     """No broker served the topic within the call's time bound."""
 
 
-class BrokerRequestError(Exception):
+class BrokerRequestError(BrokerClientError):
     """A broker refused the request (bad input, message too large, unknown offset...)."""
 
     def __init__(self, status: int, error: dict[str, Any]) -> None:

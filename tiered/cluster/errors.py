@@ -6,8 +6,10 @@ exception, so the runtime can act on every call.
 """
 from __future__ import annotations
 
+from native.errors import DnbError
 
-class ClusterError(Exception):
+
+class ClusterError(DnbError):
     """Base class of every load-manager error."""
 
 

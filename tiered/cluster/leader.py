@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tiered.cluster import records
+from tiered.cluster.errors import ClusterError
 from tiered.errors import LeaseNotFound, StorageError
 from tiered.metadata.base import (
     lease_clock,
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 LEADER_TTL_S_DEFAULT = 10.0
 
 
-class NotLeader(Exception):
+class NotLeader(ClusterError):
     """This process is not (or no longer certainly) the leader."""
 
 

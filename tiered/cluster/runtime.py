@@ -55,6 +55,7 @@ from tiered.cluster.actions import (
     Transfer,
 )
 from tiered.cluster.config import LoadManagerConfig
+from tiered.cluster.errors import ClusterError
 from tiered.cluster.decide import decide
 from tiered.cluster.leader import LeaderElection, LeaderToken
 from tiered.cluster.metrics import LoadManagerMetrics
@@ -110,7 +111,7 @@ class StepReport:
         self.refused = [] if self.refused is None else self.refused
 
 
-class Fenced(Exception):
+class Fenced(ClusterError):
     """A write's leader fence failed: this process is no longer the leader."""
 
 

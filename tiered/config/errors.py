@@ -1,8 +1,10 @@
 """The one error configuration loading raises."""
 from __future__ import annotations
 
+from native.errors import DnbError
 
-class ConfigError(ValueError):
+
+class ConfigError(DnbError, ValueError):
     """A setting is unknown, of the wrong type or out of range.
 
     ``key`` is the dotted key (``wal.segment_bytes_max``; None when the problem is the

@@ -66,6 +66,7 @@ from tiered.lifecycle.restore import (
     unarchived_by,
 )
 from tiered.read.subscriptions import clamp_cursors
+from native.errors import DnbError
 from wal.errors import WalLocked
 from wal.fs import LOCK_NAME, LockHeld, RealFs, crash_safe_order
 from wal.topics import TopicName
@@ -101,7 +102,7 @@ UNLOAD_SECONDS = Histogram("dnb_topic_unload_seconds", "Time to unload (seal) a 
 # -- errors ------------------------------------------------------------------------
 
 
-class LifecycleError(Exception):
+class LifecycleError(DnbError):
     """Base class of load/unload/produce errors; ``step`` names what failed."""
 
     def __init__(self, topic: TopicName, step: str, detail: str) -> None:
@@ -129,7 +130,7 @@ class LocalWalUnreadable(LoadError):
         self.path = path
 
 
-class WalRootOwnedByAnotherBroker(Exception):
+class WalRootOwnedByAnotherBroker(DnbError):
     """The WAL root was first used by another broker id (``<root>/.broker``). Retiring its
     WALs as stale under this id would throw that broker's unarchived history away, so
     the host refuses to start (Kafka refuses a ``broker.id`` that differs from its log

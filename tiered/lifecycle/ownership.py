@@ -28,7 +28,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tiered.errors import LeaseNotFound, MalformedRecord, MetadataError, StorageError
+from tiered.errors import (  # noqa: F401 - OwnershipError re-exported: callers import it from here
+    LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError,
+)
 from tiered.metadata import keys
 from tiered.metadata.base import (
     Compare,
@@ -95,10 +97,6 @@ def _decode_inherits(key: str, raw: object) -> tuple[tuple[str, int], ...]:
 # -- errors ------------------------------------------------------------------------
 
 
-class OwnershipError(MetadataError):
-    """Base class of ownership failures."""
-
-
 class TopicOwnedElsewhere(OwnershipError):
     """Another live broker holds the topic."""
 
@@ -118,13 +116,9 @@ class OwnershipConflict(OwnershipError):
         self.topic = topic
 
 
-class OwnershipLostError(OwnershipError):
-    """A fenced write failed: this broker's token is stale (a newer epoch exists)."""
-
-    def __init__(self, topic: TopicName, step: str) -> None:
-        super().__init__(f"topic {topic}: {step} refused, this broker no longer owns the topic")
-        self.topic = topic
-        self.step = step
+#: The one ownership-lost error (``tiered.errors.OwnershipLost``), under the name the
+#: lifecycle's callers (broker server, harness, tests) import.
+OwnershipLostError = OwnershipLost
 
 
 class BrokerIdInUse(OwnershipError):

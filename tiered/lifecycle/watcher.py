@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from native.errors import DnbError
 from tiered.errors import CompactedRevision, StorageError, WatchOverflow
 from tiered.lifecycle.host import BrokerHost, LifecycleError, TopicNotHosted
 from tiered.metadata import keys
@@ -184,7 +185,7 @@ class AssignmentWatcher:
 # -- operator helpers ------------------------------------------------------------------
 
 
-class NotAssigned(LookupError):
+class NotAssigned(DnbError, LookupError):
     def __init__(self, topic: TopicName, broker_id: str) -> None:
         super().__init__(f"topic {topic} is not assigned to broker {broker_id}")
 

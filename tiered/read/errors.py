@@ -4,8 +4,10 @@ Every error keeps its cause (``raise ... from e``). Offsets in messages are incl
 """
 from __future__ import annotations
 
+from native.errors import DnbError
 
-class ReadError(Exception):
+
+class ReadError(DnbError):
     """Base class of every error raised by the read side."""
 
 

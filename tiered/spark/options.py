@@ -10,6 +10,8 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from native.errors import DnbError
+
 ON_CORRUPT = ("fail", "skip")
 PUSHDOWN = ("auto", "true", "false")
 #: One task reads at most this many bytes: a large object's blocks are split into runs of
@@ -31,7 +33,7 @@ KNOWN = {
 }
 
 
-class OptionError(ValueError):
+class OptionError(DnbError, ValueError):
     """An option the source cannot use; the message names the option."""
 
 

@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from native.errors import CorruptObject
+from native.errors import CorruptObject, DnbError
 from tiered.spark import _dnb1io, metrics
 from tiered.spark._dnb1io import BlockRef, ObjectIndex
 from tiered.spark.options import Bounds, ReadOptions, datetime_to_ms
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 DESCRIPTOR_PAGE_KEYS = 1000
 
 
-class ArchiveInconsistent(RuntimeError):
+class ArchiveInconsistent(DnbError, RuntimeError):
     """The descriptors or objects do not form one contiguous, non-overlapping archive."""
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
+from native.errors import DnbError
+
 T = TypeVar("T")
 
 #: Exit codes: 0 ok, 1 the command ran but found a problem (verify not ok, harness
@@ -36,7 +38,7 @@ EXIT_RECORDED_LOSS = 6
 EXIT_INTERNAL = 70
 
 
-class CliError(Exception):
+class CliError(DnbError):
     """An error the CLI itself raises with a ready-to-print message and exit code."""
 
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from native.errors import DnbError
 from wal.topics import TopicName
 
 
-class HarnessCrash(Exception):
+class HarnessCrash(DnbError):
     """Raised by the uploader fault hook: the broker process 'dies' at that step."""
 
 

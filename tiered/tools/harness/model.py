@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from native.errors import DnbError
 
-class Violation(AssertionError):
+
+class Violation(DnbError, AssertionError):
     """The first invariant a scenario broke; ``invariant`` is its stable name."""
 
     def __init__(self, invariant: str, detail: str) -> None:
