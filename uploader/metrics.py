@@ -6,9 +6,9 @@ Object size and latency histograms are broker-wide to keep cardinality bounded.
 """
 from __future__ import annotations
 
-import threading
-
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from tiered.metrics import families_for
 
 _SIZE_BUCKETS_BYTES = tuple(float(1 << n) for n in range(10, 28, 2))  # 1 KiB .. 128 MiB
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -45,6 +45,13 @@ class UploaderMetrics:
         self.frame_bytes = Counter(
             "dnb_uploader_frame_bytes", "Frame bytes archived (before compression)", registry=registry)
 
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> "UploaderMetrics":
+        """The families in ``registry``, made once per registry and shared by every
+        uploader handed it (a second ``UploaderMetrics(registry)`` would be refused as
+        a duplicate)."""
+        return families_for(registry, cls)
+
     def forget_topic(self, topic: str) -> None:
         for gauge in (self.lag_offsets, self.lag_bytes):
             try:
@@ -53,14 +60,6 @@ class UploaderMetrics:
                 pass
 
 
-_default: UploaderMetrics | None = None
-_default_lock = threading.Lock()
-
-
 def default_metrics() -> UploaderMetrics:
     """The process-wide metrics in the default registry (created on first use)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = UploaderMetrics()
-        return _default
+    return UploaderMetrics.create(REGISTRY)

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from crc32c import crc32c
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from tiered.lifecycle.config import BrokerConfig
+from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Delete, MetadataStore, Put
@@ -65,6 +66,7 @@ from tiered.lifecycle.restore import (
     sealed_state,
     unarchived_by,
 )
+from tiered.read.metrics import ReadMetrics
 from tiered.read.subscriptions import clamp_cursors
 from native.errors import DnbError
 from wal.errors import WalLocked
@@ -82,21 +84,6 @@ OWNER_MARKER = ".owner"
 ROOT_IDENTITY = ".broker"
 T = TypeVar("T")
 
-UNARCHIVED_ON_FAILOVER = Gauge(
-    "dnb_failover_unarchived_offsets",
-    "At least this many offsets of a dead owner's WAL were never archived (last failover)",
-    ["topic"],
-)
-FAILOVERS = Counter("dnb_failovers_total", "Loads of a topic whose previous owner died without sealing")
-QUARANTINES = Counter("dnb_wal_quarantines_total",
-                      "Stale local WALs quarantined because they held offsets never archived", ["topic"])
-QUARANTINED_OFFSETS = Counter("dnb_wal_quarantined_offsets_total",
-                              "Offsets held only by quarantined stale WALs (exactly the lost failover tails)",
-                              ["topic"])
-FENCED_TOPICS = Counter("dnb_topics_fenced_total",
-                        "Hosted topics that learned a newer owner exists and stopped acknowledging")
-LOAD_SECONDS = Histogram("dnb_topic_load_seconds", "Time to load (restore) a topic")
-UNLOAD_SECONDS = Histogram("dnb_topic_unload_seconds", "Time to unload (seal) a topic")
 
 
 # -- errors ------------------------------------------------------------------------
@@ -329,7 +316,7 @@ class HostedTopic:
         ack not yet given whose offset is not archived. Only ``abandon`` remains."""
         if self._fenced is None:
             self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
-            FENCED_TOPICS.inc()
+            self.host.metrics.fenced_topics.inc()
             # What this WAL holds past the archive is not the topic's history any more.
             self._move_readers_away()
             log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
@@ -405,7 +392,7 @@ class HostedTopic:
         from tiered.read.reader import create_reader
 
         reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
-                               live=live, **options)
+                               live=live, metrics=self.host.read_metrics, **options)
         self._readers.add(reader)
         if self.state is not TopicState.OPEN:
             reader.move_away()  # created while the topic is leaving: nothing more is served
@@ -483,10 +470,13 @@ class BrokerHost:
 
     def __init__(self, broker_id: str, wal_root: str | os.PathLike[str], metadata: MetadataStore,
                  objects: ObjectStore, config: BrokerConfig | None = None, *, wal_fs: Any = None,
-                 retire_stale_wals: bool = True) -> None:
+                 retire_stale_wals: bool = True, metrics_registry: CollectorRegistry | None = None) -> None:
         """``wal_fs`` is the file layer every WAL of this host runs on (``wal.fs``; the
         real disk by default). ``retire_stale_wals`` scans the WAL root at start for
-        WALs of topics this broker no longer holds (see :meth:`retire_stale_wals`)."""
+        WALs of topics this broker no longer holds (see :meth:`retire_stale_wals`).
+        ``metrics_registry`` receives the host's, its readers' and its uploaders'
+        metrics; the host is a composition root, so it defaults to prometheus_client's
+        process-wide ``REGISTRY``."""
         keys.broker_assignments_prefix(broker_id)  # validates the id as a key segment
         self.broker_id = broker_id
         self.wal_root = os.fspath(wal_root)
@@ -494,6 +484,9 @@ class BrokerHost:
         self.objects = objects
         self.config = config or BrokerConfig()
         self.wal_fs = wal_fs
+        self.metrics_registry = metrics_registry if metrics_registry is not None else REGISTRY
+        self.metrics = LifecycleMetrics.create(self.metrics_registry)
+        self.read_metrics = ReadMetrics.create(self.metrics_registry)
         #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
         #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
         self.fs = wal_fs if wal_fs is not None else RealFs()
@@ -660,7 +653,8 @@ class BrokerHost:
             # loss took); sealed, a cursor past the seal can only be a damaged record. Either
             # way those offsets are about to name new messages the cursor would skip.
             clamped = _step(topic, "clamp subscription cursors", LoadError,
-                            lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing))
+                            lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing,
+                                                          self.read_metrics))
             uploader = _step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
             subs = _step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
@@ -672,7 +666,7 @@ class BrokerHost:
                                plan.previous_owner, unarchived,
                                time.monotonic() - started, clamped, retired_here)
         self._report_restore(topic, report, token)
-        LOAD_SECONDS.observe(report.load_s)
+        self.metrics.load_seconds.observe(report.load_s)
         hosted = HostedTopic(self, token, wal, uploader, subs, report, generation)
         uploader.on_fatal = lambda error: _fence_if_ownership(hosted, error, "uploader commit refused")
         subs.on_fenced = lambda: hosted.fence("cursor write refused")
@@ -852,7 +846,7 @@ class BrokerHost:
         if not self.metadata.txn([compare], [Put(key, lost.to_json())]).succeeded:
             raise StorageError(f"{key} changed while recording a discarded WAL; kept for a retry")
         self._quarantine(topic, self._local_wal_path(topic), leaf)
-        QUARANTINES.labels(str(topic)).inc()
+        self.metrics.quarantines.labels(str(topic)).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
                   "offsets from %d on that it held are lost (range unknown, recorded at %s)",
                   topic, qpath, start, key)
@@ -956,8 +950,8 @@ class BrokerHost:
             # a move without a record would be a silent loss if this broker died next.
             self._write_lost(topic, start, epoch, tip, qpath)
             self._quarantine(topic, path, leaf)
-            QUARANTINES.labels(str(topic)).inc()
-            QUARANTINED_OFFSETS.labels(str(topic)).inc(tip - lost_start + 1)
+            self.metrics.quarantines.labels(str(topic)).inc()
+            self.metrics.quarantined_offsets.labels(str(topic)).inc(tip - lost_start + 1)
             log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
                         "here but never archived, and the topic's numbering restarted at %d, so they are lost "
                         "(recorded at %s)", topic, epoch, qpath, lost_start, tip, start,
@@ -1109,10 +1103,12 @@ class BrokerHost:
 
     def _start_uploader(self, token: OwnerToken, wal: Any, plan: RestorePlan) -> Any:
         from uploader import Uploader
+        from uploader.metrics import UploaderMetrics
 
         uploader = Uploader(token.topic, wal, self.metadata, self.objects, broker_id=self.broker_id,
                             fencing=token.fencing, config=self.config.uploader,
-                            committed_through=plan.committed_through)
+                            committed_through=plan.committed_through,
+                            metrics=UploaderMetrics.create(self.metrics_registry))
         uploader.start()
         return uploader
 
@@ -1121,12 +1117,13 @@ class BrokerHost:
 
         return SubscriptionManager(token.topic, self.metadata, fencing=token.fencing, wal=wal,
                                    flush_every_acks=self.config.cursor_flush_every_acks,
-                                   flush_interval_s=self.config.cursor_flush_interval_s)
+                                   flush_interval_s=self.config.cursor_flush_interval_s,
+                                   metrics=self.read_metrics)
 
     def _report_restore(self, topic: TopicName, report: RestoreReport, token: OwnerToken) -> None:
         if report.unarchived_at_least > 0:
-            FAILOVERS.inc()
-            UNARCHIVED_ON_FAILOVER.labels(str(topic)).set(report.unarchived_at_least)
+            self.metrics.failovers.inc()
+            self.metrics.unarchived_on_failover.labels(str(topic)).set(report.unarchived_at_least)
             log.warning("topic %s: failover from %s (died unsealed): at least %d offsets of its WAL were "
                         "never archived and are lost; continuing at %d (epoch %d)", topic,
                         report.previous_owner, report.unarchived_at_least, report.start_offset, token.epoch)
@@ -1149,7 +1146,7 @@ class BrokerHost:
             self._cleanup(hosted)
             with self._lock:
                 self._topics.pop(topic, None)
-        UNLOAD_SECONDS.observe(time.monotonic() - started)
+        self.metrics.unload_seconds.observe(time.monotonic() - started)
         log.info("topic %s: unloaded, sealed at %s (%.3fs)", topic, last, time.monotonic() - started)
         self._notify(1, topic, "sealed")
         return last

@@ -40,8 +40,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import Counter
-
 from native import object_format
 from native.errors import CodecError, CorruptObject
 from native.object_format import Block, Footer
@@ -51,12 +49,11 @@ from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
 from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed, ReadTimeout
+from tiered.read.metrics import ReadMetrics
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-CLOUD_GETS = Counter("dnb_cloud_gets_total", "Object-store GETs made by cloud readers", ["kind"])
-CLOUD_BYTES = Counter("dnb_cloud_bytes_total", "Bytes fetched from the object store by cloud readers")
 
 MEMORY_BYTES_MAX_DEFAULT = 64 << 20
 FOOTER_GUESS_BYTES_DEFAULT = 64 << 10
@@ -96,10 +93,11 @@ class CloudReader:
                  start: int, end_inclusive: int, *, prefetch_objects: int = 1,
                  memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT,
                  footer_guess_bytes: int = FOOTER_GUESS_BYTES_DEFAULT,
-                 fetch_timeout_s: float = FETCH_TIMEOUT_S_DEFAULT) -> None:
+                 fetch_timeout_s: float = FETCH_TIMEOUT_S_DEFAULT, metrics: ReadMetrics | None = None) -> None:
         if start < 0 or prefetch_objects < 0 or memory_bytes_max <= 0 or footer_guess_bytes < 64:
             raise ValueError("need start >= 0, prefetch_objects >= 0, positive memory and footer guess")
         self.topic = TopicName.parse(topic)
+        self.metrics = metrics if metrics is not None else ReadMetrics.create()
         self.metadata = metadata
         self.objects = objects
         self.start = start
@@ -315,8 +313,8 @@ class CloudReader:
             else:
                 self.block_gets += 1
                 self.blocks_fetched += amount
-        CLOUD_GETS.labels(kind).inc()
-        CLOUD_BYTES.inc(len(data))
+        self.metrics.cloud_gets.labels(kind).inc()
+        self.metrics.cloud_bytes.inc(len(data))
 
     def _object_messages(self, prepared: _Prepared, expected: int) -> Iterator[Message]:
         for index, run in enumerate(prepared.runs):

@@ -37,10 +37,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from prometheus_client import Counter, Gauge
-
 from tiered.read.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
 from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
+from tiered.read.metrics import ReadMetrics
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
@@ -50,10 +49,6 @@ from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-READS = Counter("dnb_reader_messages_total", "Messages served by tiered readers, by tier", ["tier"])
-_READS = {tier: READS.labels(tier) for tier in (TIER_CLOUD, TIER_WAL, TIER_LIVE)}
-LAG = Gauge("dnb_reader_lag_offsets", "Offsets between a reader's position and the topic's next offset "
-            "(sampled)", ["topic"])
 
 Start = int | Literal["earliest", "latest"]
 
@@ -72,12 +67,13 @@ _PHASE_CLOUD, _PHASE_WAL, _PHASE_DONE = "cloud", "wal", "done"
 
 def create_reader(topic: TopicName | str, wal: Any, metadata: MetadataStore, objects: ObjectStore,
                   start: Start, *, live: bool = True, prefetch_objects: int = 1,
-                  memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT) -> "TieredReader":
+                  memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT,
+                  metrics: ReadMetrics | None = None) -> "TieredReader":
     """A reader of ``topic`` from ``start``; see the module docstring for the tier choice."""
     topic = TopicName.parse(topic)
     offset = resolve_start(topic, wal, metadata, start)
     return TieredReader(topic, wal, metadata, objects, offset, live=live,
-                        prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max)
+                        prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max, metrics=metrics)
 
 
 def resolve_start(topic: TopicName, wal: Any, metadata: MetadataStore, start: Start) -> int:
@@ -112,8 +108,10 @@ class TieredReader:
 
     def __init__(self, topic: TopicName | str, wal: Any, metadata: MetadataStore, objects: ObjectStore,
                  start_offset: int, *, live: bool = True, prefetch_objects: int = 1,
-                 memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT) -> None:
+                 memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT, metrics: ReadMetrics | None = None) -> None:
         self.topic = TopicName.parse(topic)
+        self.metrics = metrics if metrics is not None else ReadMetrics.create()
+        self._reads = {tier: self.metrics.reads.labels(tier) for tier in (TIER_CLOUD, TIER_WAL, TIER_LIVE)}
         self.wal = wal
         self.metadata = metadata
         self.objects = objects
@@ -239,7 +237,7 @@ class TieredReader:
     def _start_cloud(self, end_inclusive: int) -> str:
         self._cloud = CloudReader(self.topic, self.metadata, self.objects, self._position, end_inclusive,
                                   prefetch_objects=self.prefetch_objects,
-                                  memory_bytes_max=self.memory_bytes_max)
+                                  memory_bytes_max=self.memory_bytes_max, metrics=self.metrics)
         self._cloud_readers.append(self._cloud)
         log.debug("reader of %s: cloud %d..%d", self.topic, self._position, end_inclusive)
         return _PHASE_CLOUD
@@ -370,10 +368,10 @@ class TieredReader:
                 raise DataGap(self._position, offset - 1, f"{message.tier} tier jumped to {offset}")
             raise OffsetOutOfOrder(self._position, offset, message.tier)
         self._position = offset + 1
-        _READS[message.tier].inc()
+        self._reads[message.tier].inc()
         self._served += 1
         if self._served % LAG_SAMPLE_MESSAGES == 0 and self.wal is not None:
-            LAG.labels(str(self.topic)).set(max(0, int(self.wal.next_offset) - self._position))
+            self.metrics.lag.labels(str(self.topic)).set(max(0, int(self.wal.next_offset) - self._position))
         return message
 
     def _check_open(self) -> None:

@@ -26,21 +26,16 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from prometheus_client import Counter
 
 from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
+from tiered.read.metrics import ReadMetrics
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
-
-CURSOR_CLAMPS = Counter("dnb_cursor_clamps_total",
-                        "Cursors moved back at load because they pointed past where offsets continue")
-CURSOR_FLUSHES = Counter("dnb_cursor_flushes_total", "Cursor writes by outcome", ["outcome"])
-ACKS = Counter("dnb_subscription_acks_total", "Acks that advanced a cursor")
 
 Fencing = Callable[[], Sequence[Compare]] | Sequence[Compare]
 Initial = Literal["latest", "earliest"]
@@ -162,7 +157,7 @@ class Subscription:
             self._cursor = offset
             self._acks_since_flush += 1
             due = self._acks_since_flush >= self._manager.flush_every_acks
-        ACKS.inc()
+        self._manager.metrics.acks.inc()
         if due:
             self._manager._wake_flusher()
         return True
@@ -218,10 +213,11 @@ class SubscriptionManager:
     def __init__(self, topic: TopicName | str, metadata: MetadataStore, *, fencing: Fencing = (),
                  flush_every_acks: int = 1000, flush_interval_s: float = 5.0, wal: Any = None,
                  earliest_offset: Callable[[], int] | None = None,
-                 next_offset: Callable[[], int] | None = None) -> None:
+                 next_offset: Callable[[], int] | None = None, metrics: ReadMetrics | None = None) -> None:
         if flush_every_acks < 1 or flush_interval_s <= 0:
             raise ValueError("flush_every_acks must be >= 1 and flush_interval_s > 0")
         self.topic = TopicName.parse(topic)
+        self.metrics = metrics if metrics is not None else ReadMetrics.create()
         self.metadata = metadata
         self.flush_every_acks = flush_every_acks
         self.flush_interval_s = flush_interval_s
@@ -347,19 +343,19 @@ class SubscriptionManager:
         try:
             sub._record.write(keys.Cursor(cursor).to_json(), fencing, covers)
         except RecordFenced:
-            CURSOR_FLUSHES.labels("fenced").inc()
+            self.metrics.cursor_flushes.labels("fenced").inc()
             raise CursorFenced(sub.name, cursor) from None
         except StorageError as e:
-            CURSOR_FLUSHES.labels("error").inc()
+            self.metrics.cursor_flushes.labels("error").inc()
             raise CursorWriteFailed(f"writing {key!r} failed (re-read before the next write): {e}") from e
-        CURSOR_FLUSHES.labels("ok").inc()
+        self.metrics.cursor_flushes.labels("ok").inc()
 
     def _txn(self, compares: list[Compare], key: str, value: bytes):
         fencing = self._fencing() if callable(self._fencing) else self._fencing
         try:
             return self.metadata.txn(list(fencing) + compares, [Put(key, value)], [])
         except StorageError as e:
-            CURSOR_FLUSHES.labels("error").inc()
+            self.metrics.cursor_flushes.labels("error").inc()
             raise CursorWriteFailed(f"writing {key!r} failed: {e}") from e
 
     def _notify_fenced(self) -> None:
@@ -403,7 +399,7 @@ CLAMP_PAGE_KEYS = 1000
 
 
 def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: int,
-                  fencing: Sequence[Compare]) -> dict[str, int]:
+                  fencing: Sequence[Compare], metrics: ReadMetrics | None = None) -> dict[str, int]:
     """Move every cursor at or past ``next_offset`` back to ``next_offset - 1``.
 
     The one deliberate backward move of a cursor (docs/LIFECYCLE.md, "Cursors after a
@@ -415,8 +411,10 @@ def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: 
 
     Each clamp is its own transaction with ``fencing`` plus ``value == what we read``, so
     a stale owner changes nothing. Returns ``{subscription: old cursor}`` of the clamped
-    ones; raises CursorFenced when ownership was lost meanwhile.
+    ones; raises CursorFenced when ownership was lost meanwhile. Each clamp is counted in
+    ``metrics`` (a fresh registry's when None).
     """
+    metrics = metrics if metrics is not None else ReadMetrics.create()
     topic = TopicName.parse(topic)
     prefix = keys.subscriptions_prefix(topic)
     clamped: dict[str, int] = {}
@@ -434,7 +432,7 @@ def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: 
             result = metadata.txn([*fencing, value_is(kv.key, kv.value)], [op], [])
             if not result.succeeded:
                 raise CursorFenced(name, old)
-            CURSOR_CLAMPS.inc()
+            metrics.cursor_clamps.inc()
             log.warning("topic %s: subscription %s cursor clamped from %d to %s: offsets past %s were never "
                         "archived and are reassigned to new messages", topic, name, old,
                         next_offset - 1, next_offset - 1)

@@ -1,0 +1,29 @@
+"""Metric families created once per registry, never at import time.
+
+Every ``tiered`` metrics object is built from a ``CollectorRegistry`` its owner passes
+in (a fresh one when none is given); only a composition root (``BrokerHost``, the broker
+process) chooses prometheus_client's process-wide ``REGISTRY``. Many owners may share one
+registry: the families are made on the first request for that registry and reused after,
+so a second owner does not hit prometheus_client's "Duplicated timeseries" error.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+_lock = threading.Lock()
+_made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[..., Any], Any]]" = weakref.WeakKeyDictionary()
+
+
+def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry], Any]) -> Any:
+    """``make(registry)``'s result, made once per (registry, make) pair."""
+    with _lock:
+        per_registry = _made.setdefault(registry, {})
+        families = per_registry.get(make)
+        if families is None:
+            families = per_registry[make] = make(registry)
+        return families
