@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import native
+from tiered.backoff import Backoff
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.metadata.base import Compare, MetadataStore
 from tiered.objects.base import ObjectInfo, ObjectStore
@@ -221,7 +222,7 @@ class Uploader:
         try:
             self._report_drain(None)
             self._wait_durable(tip, deadline_s)
-            backoff_s = self.config.retry_backoff_s
+            backoff = Backoff(self.config.retry_backoff_s, self.config.retry_backoff_max_s)
             while self._committed_through is None or self._committed_through < tip:
                 try:
                     self._pass_with_retries(deadline_s, retention=False, force=True)
@@ -233,8 +234,7 @@ class Uploader:
                         raise
                     if remaining_s <= 0:
                         raise DrainTimeout(f"topic {self.topic}: storage unavailable: {e}") from e
-                    time.sleep(min(backoff_s, remaining_s))
-                    backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
+                    time.sleep(backoff.next_s(remaining_s))
                     continue
                 if self._committed_through is None or self._committed_through < tip:
                     if time.monotonic() >= deadline_s:
@@ -279,7 +279,7 @@ class Uploader:
 
         ``force``: cut objects up to the pass bound whatever their size and age."""
         self._raise_if_fatal()
-        backoff_s = self.config.retry_backoff_s
+        backoff = Backoff(self.config.retry_backoff_s, self.config.retry_backoff_max_s)
         conflicts = 0
         for attempt in range(1, self.config.retry_attempts_max + 1):
             try:
@@ -307,8 +307,7 @@ class Uploader:
                 if remaining_s <= 0:
                     raise DrainTimeout(f"topic {self.topic}: storage unavailable: {e}") from e
                 log.warning("topic %s: upload attempt %d failed (%s); retrying", self.topic, attempt, e)
-                time.sleep(min(backoff_s, remaining_s))
-                backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_s)
+                time.sleep(backoff.next_s(remaining_s))
 
     def _pass(self, retention: bool, force: bool) -> None:
         # Bounded to the durable tip seen when the pass starts: chasing a tip that keeps

@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from native.errors import DnbError
+from tiered.backoff import Backoff
 from wal.topics import TopicName
 
 
@@ -178,7 +179,7 @@ class BrokerClient:
         name = TopicName.parse(topic)
         path = f"/topics/{name.namespace}/{name.name}/{tail}"
         deadline = time.monotonic() + self.timeout_s
-        backoff_s = self.backoff_s
+        backoff = Backoff(self.backoff_s, self.backoff_max_s)
         attempt = 0
         session = self._session_or_new()
         while True:
@@ -211,10 +212,10 @@ class BrokerClient:
                         raise  # the request may have reached the broker: not ours to repeat
                     break
             attempt += 1
-            if time.monotonic() + backoff_s >= deadline:
+            delay_s = backoff.next_s()
+            if time.monotonic() + delay_s >= deadline:
                 raise BrokerUnavailable(f"no broker served {name} within {self.timeout_s}s")
-            await asyncio.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, self.backoff_max_s)
+            await asyncio.sleep(delay_s)
 
     def _session_or_new(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from native.errors import DnbError
+from tiered.backoff import Backoff
 from tiered.errors import CompactedRevision, StorageError, WatchOverflow
 from tiered.lifecycle.host import BrokerHost, LifecycleError, TopicNotHosted
 from tiered.metadata import keys
@@ -145,7 +146,7 @@ class AssignmentWatcher:
     def _handle(self, topic: TopicName, action: str, previous: concurrent.futures.Future | None) -> None:
         if previous is not None:
             concurrent.futures.wait([previous])  # keep one topic's events in order
-        delay_s = self.config.retry_backoff_s
+        backoff = Backoff(self.config.retry_backoff_s, self.config.retry_backoff_max_s)
         for attempt in range(1, self.config.retry_attempts_max + 1):
             if self._stop.is_set():
                 return
@@ -159,9 +160,9 @@ class AssignmentWatcher:
                 if attempt == self.config.retry_attempts_max:
                     self._report(topic, action, e)
                     return
+                delay_s = backoff.next_s()
                 log.info("topic %s: %s attempt %d failed (%s); retrying in %.2fs", topic, action, attempt, e, delay_s)
                 self._stop.wait(delay_s)
-                delay_s = min(delay_s * 2, self.config.retry_backoff_max_s)
             except Exception as e:  # noqa: BLE001 - e.g. RestoreMismatch: retrying will not help
                 self._report(topic, action, e)
                 return
