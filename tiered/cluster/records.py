@@ -27,7 +27,6 @@ naming the key. Unknown fields are ignored so newer writers stay readable.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
@@ -71,18 +70,13 @@ R = TypeVar("R")
 
 
 def encode(record: Any) -> bytes:
-    return json.dumps(asdict(record), sort_keys=True, separators=(",", ":")).encode()
+    return keys.encode_json(asdict(record))
 
 
 def decode(cls: type[R], key: str, raw: bytes) -> R:
     """Build ``cls`` from JSON, keeping only known fields; missing required fields and
     wrong basic types are :class:`MalformedRecord`."""
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MalformedRecord(key, f"not JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise MalformedRecord(key, f"expected a JSON object, got {type(data).__name__}")
+    data = keys.decode_json_object(key, raw)
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     try:
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -162,8 +162,7 @@ class OwnerRecord:
         extra: dict = {"released_at": self.released_at, "previous_broker_id": self.previous_broker_id}
         if self.inherits:
             extra["inherits"] = [list(pair) for pair in self.inherits]
-        merged = {**json.loads(body), **extra}
-        return json.dumps(merged, sort_keys=True, separators=(",", ":")).encode()
+        return keys.encode_json({**json.loads(body), **extra})
 
     @classmethod
     def decode(cls, key: str, raw: bytes) -> "OwnerRecord":

@@ -85,7 +85,7 @@ class Progress:
     def encode(self) -> bytes:
         body = {"broker_id": self.broker_id, "epoch": self.epoch,
                 "durable_offset": self.durable_offset, "timestamp": self.timestamp}
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        return keys.encode_json(body)
 
     @classmethod
     def decode(cls, key: str, raw: bytes) -> "Progress":

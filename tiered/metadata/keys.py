@@ -208,6 +208,23 @@ _CHECKS = {
 }
 
 
+def encode_json(body: dict) -> bytes:
+    """The stored bytes of a JSON record: sorted keys, no spaces (every record written
+    through here has one byte form, so a value compare can match it)."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_json_object(key: str, raw: bytes) -> dict:
+    """``raw`` parsed as a JSON object; anything else is :class:`MalformedRecord` naming ``key``."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MalformedRecord(key, f"not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise MalformedRecord(key, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 class _Record:
     """JSON (de)serialisation with per-field type checks and an invariant hook."""
 
@@ -218,16 +235,11 @@ class _Record:
         problem = self._problem()
         if problem:
             raise ValueError(f"refusing to write invalid {type(self).__name__}: {problem}")
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()  # type: ignore[call-overload]
+        return encode_json(asdict(self))  # type: ignore[call-overload]
 
     @classmethod
     def from_json(cls: type[R], key: str, raw: bytes) -> R:
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise MalformedRecord(key, f"not JSON: {e}") from e
-        if not isinstance(data, dict):
-            raise MalformedRecord(key, f"expected a JSON object, got {type(data).__name__}")
+        data = decode_json_object(key, raw)
         values = {}
         for f in fields(cls):  # type: ignore[arg-type]
             if f.name not in data:
