@@ -3,9 +3,9 @@
 How a range ``[start, end]`` is read (``end`` inclusive):
 
 1. The committed descriptors are paged in offset order (``tiered.archive.chain``) and the
-   ones overlapping the range are picked. A hole
-   between them, or before/after them inside the range, is a :class:`DataGap` naming the
-   missing offsets, raised when the reader reaches it (everything before it is served).
+   ones overlapping the range are picked. A hole between them, or before/after them
+   inside the range, is a :class:`DataGap` naming the missing offsets, raised when the
+   reader reaches it (everything before it is served).
 2. For each object, ONE suffix-range GET fetches the trailer and footer (a second ranged
    GET only when the footer is larger than ``footer_guess_bytes``). The footer's block
    index says which byte range holds which offsets.
@@ -22,8 +22,9 @@ Before a byte is served the object is checked against its descriptor
 (``tiered.archive.fetch``): the footer GET also returns the object's total size, which
 must equal the descriptor's ``size``; the footer's CRC32C must be the descriptor's
 ``footer_crc32c``, and every fetched block's CRC32C the descriptor's entry for it in
-``block_crc32c`` (the codec then checks each CRC against the bytes). So an object replaced after its commit, by whatever writer, is a
-:class:`CorruptArchive` naming its key, never data. Every record is checked too: offsets
+``block_crc32c`` (the codec then checks each CRC against the bytes). So an object
+replaced after its commit, by whatever writer, is a :class:`CorruptArchive` naming its
+key, never data. Every record is checked too: offsets
 are contiguous across blocks and objects, each block holds exactly the offsets its footer
 entry names, and each object exactly the offsets its descriptor names. Damage is a :class:`CorruptArchive` (with the codec's
 ``CorruptObject`` as cause); nothing from a damaged block is served.
