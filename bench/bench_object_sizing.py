@@ -44,7 +44,8 @@ from tiered.metadata import keys  # noqa: E402
 from tiered.metadata.base import value_is  # noqa: E402
 from tiered.metadata.sqlite import SqliteMetadataStore  # noqa: E402
 from tiered.objects.local import LocalObjectStore  # noqa: E402
-from uploader import Uploader, UploaderMetrics, list_descriptors  # noqa: E402
+from tiered.archive import list_descriptors  # noqa: E402
+from uploader import Uploader, UploaderMetrics  # noqa: E402
 from uploader.config import RetentionConfig, UploaderConfig  # noqa: E402
 from wal.config import WalConfig  # noqa: E402
 from wal.log import WriteAheadLog  # noqa: E402

@@ -43,6 +43,7 @@ BASE_TIME_MS = 1_700_000_000_000
 def build_archive(root: str, messages: int, object_messages: int, payload_bytes: int, block_bytes: int) -> dict:
     import native
     from native import object_format
+    from tiered.archive.naming import object_key
     from tiered.metadata import keys, open_metadata
     from tiered.objects import open_objects
 
@@ -61,7 +62,7 @@ def build_archive(root: str, messages: int, object_messages: int, payload_bytes:
             data = object_format.write_object(frames, topic=TOPIC, block_bytes=block_bytes, zstd_level=3,
                                               first_offset=start)
             object_id = f"data-{start}-{end}"
-            info = objects.put(keys.object_key(TOPIC, start, object_id), data)
+            info = objects.put(object_key(TOPIC, start, object_id), data)
             meta.put(keys.descriptor_key(TOPIC, start), keys.ObjectDescriptor(
                 start, end, object_id, len(data), info.etag, time.time(), "bench", 1, *object_format.object_digest(data),
                 compression="zstd").to_json())

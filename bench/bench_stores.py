@@ -25,7 +25,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from tests.fixtures.servers import EtcdServer, MotoServer, set_fake_aws_credentials  # noqa: E402
 from tiered.metadata import MetadataStore, Put, absent, open_metadata  # noqa: E402
-from tiered.objects import ObjectStore, open_objects  # noqa: E402
+from tiered.objects import ObjectStore, RangeByteRequest, open_objects  # noqa: E402
 
 SIZES = [("64KiB", 64 << 10), ("8MiB", 8 << 20), ("64MiB", 64 << 20)]
 RANGE_BYTES = 1 << 20
@@ -66,7 +66,7 @@ def bench_objects(store: ObjectStore) -> dict:
         get = timed(lambda i: store.get(f"bench/{label}/{i}"), reps)
         rng = min(RANGE_BYTES, size)
         mid = (size - rng) // 2
-        ranged = timed(lambda i: store.get_range(f"bench/{label}/{i}", mid, mid + rng - 1), reps)
+        ranged = timed(lambda i: store.get_range(f"bench/{label}/{i}", RangeByteRequest(mid, mid + rng)), reps)
         out[label] = {
             "put_MiB_s": put["ops_per_s"] * mib,
             "get_MiB_s": get["ops_per_s"] * mib,

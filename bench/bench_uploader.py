@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from tiered.metadata import keys  # noqa: E402
 from tiered.metadata.base import value_is  # noqa: E402
 from tiered.metadata.sqlite import SqliteMetadataStore  # noqa: E402
+from tiered.objects import RangeByteRequest  # noqa: E402
 from tiered.objects.local import LocalObjectStore  # noqa: E402
 from uploader import Uploader, UploaderConfig, UploaderMetrics  # noqa: E402
 
@@ -122,9 +123,9 @@ def read_latency(target: str, tmp: str, moto_url: str | None, samples: int) -> d
     for _ in range(samples):
         offset = rng.randrange(source.next_offset)
         started = time.perf_counter()
-        footer = object_format.read_footer(lambda s, e: objects.get_range(key, s, e - 1), size, key)
+        footer = object_format.read_footer(lambda s, e: objects.get_range(key, RangeByteRequest(s, e)), size, key)
         (block,) = object_format.select_blocks(footer, offset, offset)
-        raw = objects.get_range(key, block.position, block.end - 1)
+        raw = objects.get_range(key, RangeByteRequest(block.position, block.end))
         records = object_format.decode_block(raw, block, key, first_offset=offset, last_offset=offset)
         latencies_ms.append((time.perf_counter() - started) * 1000)
         assert records[0].offset == offset

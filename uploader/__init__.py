@@ -4,11 +4,14 @@ See docs/UPLOADER.md. Public API::
 
     Uploader, UploaderConfig, RetentionConfig, UploaderPool, UploaderMetrics
     UploadError, OwnershipLost, ArchiveGap, CommitConflict, DrainTimeout, UploaderStopped
-    list_descriptors, last_committed_offset, find_orphans, collect_garbage, Orphan
+    collect_garbage
+
+It is the archive's only writer; how the archive sits in the stores (object keys, the
+descriptor chain, the object format) lives in :mod:`tiered.archive`, which this package
+and every reader share.
 """
 from __future__ import annotations
 
-from uploader.commit import last_committed_offset, list_descriptors
 from uploader.config import RetentionConfig, UploaderConfig
 from uploader.errors import (
     ArchiveGap,
@@ -18,13 +21,13 @@ from uploader.errors import (
     UploaderStopped,
     UploadError,
 )
-from uploader.gc import Orphan, collect_garbage, find_orphans
+from uploader.gc import collect_garbage
 from uploader.metrics import UploaderMetrics
 from uploader.pool import UploaderPool
 from uploader.uploader import Uploader
 
 __all__ = [
-    "ArchiveGap", "CommitConflict", "DrainTimeout", "Orphan", "OwnershipLost", "RetentionConfig",
+    "ArchiveGap", "CommitConflict", "DrainTimeout", "OwnershipLost", "RetentionConfig",
     "UploadError", "Uploader", "UploaderConfig", "UploaderMetrics", "UploaderPool", "UploaderStopped",
-    "collect_garbage", "find_orphans", "last_committed_offset", "list_descriptors",
+    "collect_garbage",
 ]  # fmt: skip

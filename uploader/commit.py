@@ -1,7 +1,7 @@
-"""The descriptor chain in metadata: read it, and extend it by one fenced transaction.
+"""The descriptor chain in metadata: extend it by one fenced transaction.
 
-A topic's descriptors form a chain: sorted by start offset, each starts exactly one
-past the previous end. :func:`commit_descriptor` is the only write the uploader makes to
+A topic's descriptors form a chain (read through :mod:`tiered.archive.chain`): sorted by
+start offset, each starts exactly one past the previous end. :func:`commit_descriptor` is the only write the uploader makes to
 metadata, and it keeps the chain contiguous and owner-fenced in one transaction:
 
 * contiguity: the new key is absent, and the previous tip descriptor is unchanged
@@ -18,63 +18,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from tiered.errors import MalformedRecord
+from tiered.archive.chain import ChainTip, DescriptorChain, decode_descriptor
 from tiered.metadata.base import Compare, Get, KeyValue, MetadataStore, Put, absent, mod_revision_is
 from uploader.errors import CommitConflict, OwnershipLost
-from uploader.records import (
-    ObjectDescriptor,
-    decode_descriptor,
-    descriptor_key,
-    encode_descriptor,
-    objects_prefix,
-)
+from uploader.records import ObjectDescriptor, descriptor_key, encode_descriptor
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ChainTip:
-    """The last committed descriptor (None when the topic has none) and its revision."""
-
-    descriptor: ObjectDescriptor | None
-    mod_revision: int = 0
-
-    @property
-    def end_offset(self) -> int | None:
-        return None if self.descriptor is None else self.descriptor.end_offset
-
-
-def list_descriptors(metadata: MetadataStore, topic: TopicName | str) -> list[ObjectDescriptor]:
-    """Every committed descriptor of ``topic`` in offset order."""
-    return [d for d, _ in _read_chain(metadata, TopicName.parse(topic))]
-
-
-def last_committed_offset(metadata: MetadataStore, topic: TopicName | str) -> int | None:
-    """End offset of the last committed descriptor; None when nothing is archived."""
-    return read_tip(metadata, TopicName.parse(topic)).end_offset
-
-
 def read_tip(metadata: MetadataStore, topic: TopicName) -> ChainTip:
-    chain = _read_chain(metadata, topic)
-    if not chain:
-        return ChainTip(None, 0)
-    descriptor, kv = chain[-1]
-    return ChainTip(descriptor, kv.mod_revision)
-
-
-def _read_chain(metadata: MetadataStore, topic: TopicName) -> list[tuple[ObjectDescriptor, KeyValue]]:
-    chain = []
-    for kv in metadata.range(objects_prefix(topic)):
-        try:
-            chain.append((decode_descriptor(kv.key, kv.value), kv))
-        except MalformedRecord:
-            # A descriptor we cannot parse must stop archiving rather than be skipped:
-            # skipping would let us commit over a range someone else already holds.
-            raise
-    return chain
+    """The chain's tip, every descriptor decoded on the way (one that does not parse stops
+    archiving rather than being skipped: skipping would let us commit over a range someone
+    else already holds)."""
+    return DescriptorChain(metadata, topic).tip()
 
 
 def commit_descriptor(metadata: MetadataStore, topic: TopicName, descriptor: ObjectDescriptor,

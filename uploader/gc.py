@@ -1,8 +1,8 @@
-"""Orphaned objects: find them, and delete them once they can never be adopted.
+"""Orphaned objects: delete them once they can never be adopted.
 
-An orphan is an object under the topic's prefix that no descriptor references: a crash
-between PUT and commit, a lost commit race, or a dead previous owner's upload of offsets
-that were later reassigned.
+An orphan (found by :func:`tiered.archive.orphans.find_orphans`) is an object under the
+topic's prefix that no descriptor references: a crash between PUT and commit, a lost
+commit race, or a dead previous owner's upload of offsets that were later reassigned.
 
 :func:`collect_garbage` deletes an orphan only when all of these hold:
 
@@ -15,51 +15,15 @@ that were later reassigned.
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
 
+from tiered.archive.chain import list_descriptors
+from tiered.archive.naming import descriptor_object_key
+from tiered.archive.orphans import find_orphans
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
-from uploader.commit import list_descriptors
-from uploader.naming import key_start_offset, object_key, topic_objects_prefix
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Orphan:
-    """An object no descriptor references."""
-
-    key: str
-    start_offset: int | None  # None when the key does not follow the layout at all
-    size: int
-    age_s: float
-    collectable: bool  # at or below the chain end: it can never be adopted
-
-
-def find_orphans(metadata: MetadataStore, objects: ObjectStore, topic: TopicName | str,
-                 now_s: float | None = None) -> list[Orphan]:
-    """Objects of ``topic`` that no committed descriptor references."""
-    topic = TopicName.parse(topic)
-    now_s = time.time() if now_s is None else now_s
-    # Descriptors first: an object committed after this read shows up as an orphan (young,
-    # so protected by the grace period); never the other way round.
-    descriptors = list_descriptors(metadata, topic)
-    referenced = {object_key(topic, d.start_offset, d.object_id) for d in descriptors}
-    chain_end = descriptors[-1].end_offset if descriptors else -1
-    prefix = topic_objects_prefix(topic)
-    orphans = []
-    for info in objects.list(prefix):
-        if info.key in referenced:
-            continue
-        start = key_start_offset(topic, info.key)
-        orphans.append(Orphan(
-            key=info.key, start_offset=start, size=info.size,
-            age_s=max(0.0, now_s - info.last_modified),
-            collectable=start is not None and start <= chain_end,
-        ))  # fmt: skip
-    return orphans
 
 
 def collect_garbage(metadata: MetadataStore, objects: ObjectStore, topic: TopicName | str,
@@ -72,7 +36,7 @@ def collect_garbage(metadata: MetadataStore, objects: ObjectStore, topic: TopicN
     if not due:
         return []
     # Re-read right before deleting: never delete an object a descriptor references.
-    referenced = {object_key(topic, d.start_offset, d.object_id) for d in list_descriptors(metadata, topic)}
+    referenced = {descriptor_object_key(topic, d) for d in list_descriptors(metadata, topic)}
     deleted = []
     for orphan in due:
         if orphan.key in referenced:

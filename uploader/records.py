@@ -14,11 +14,6 @@ from tiered.metadata.keys import ObjectDescriptor, Ownership
 from wal.topics import TopicName
 
 
-def objects_prefix(topic: TopicName) -> str:
-    """``/storage/topics/<ns>/<topic>/objects/``."""
-    return keys.objects_prefix(topic)
-
-
 def descriptor_key(topic: TopicName, start_offset: int) -> str:
     """``/storage/topics/<ns>/<topic>/objects/<start, 20 digits>``."""
     return keys.descriptor_key(topic, start_offset)
@@ -26,10 +21,6 @@ def descriptor_key(topic: TopicName, start_offset: int) -> str:
 
 def encode_descriptor(descriptor: ObjectDescriptor) -> bytes:
     return descriptor.to_json()
-
-
-def decode_descriptor(key: str, value: bytes) -> ObjectDescriptor:
-    return ObjectDescriptor.from_json(key, value).check_key(key)
 
 
 def epoch_from_fencing(topic: TopicName, fencing: Sequence[Compare]) -> int | None:
@@ -45,6 +36,6 @@ def epoch_from_fencing(topic: TopicName, fencing: Sequence[Compare]) -> int | No
 
 
 __all__ = [
-    "ObjectDescriptor", "decode_descriptor", "descriptor_key", "encode_descriptor",
-    "epoch_from_fencing", "objects_prefix",
+    "ObjectDescriptor", "descriptor_key", "encode_descriptor",
+    "epoch_from_fencing",
 ]  # fmt: skip

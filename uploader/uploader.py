@@ -28,10 +28,11 @@ from typing import Any
 
 import native
 from tiered.backoff import Backoff
+from tiered.archive import fetch
+from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.metadata.base import Compare, MetadataStore
 from tiered.objects.base import ObjectInfo, ObjectStore
-from uploader import objfmt
 from uploader.commit import ChainTip, commit_descriptor, read_tip
 from uploader.config import UploaderConfig
 from uploader.errors import (
@@ -43,7 +44,6 @@ from uploader.errors import (
     UploadError,
 )
 from uploader.metrics import UploaderMetrics, default_metrics
-from uploader.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from uploader.records import ObjectDescriptor, epoch_from_fencing
 from uploader.retention import apply_retention
 from uploader.sizing import MARK_SLICES, DurableAges
@@ -471,7 +471,7 @@ class Uploader:
         return max(ends) if ends else None
 
     def _store_object(self, frames: bytes, start: int, last: int) -> tuple[ObjectDescriptor, str]:
-        data = objfmt.encode_object(self.topic, frames, self.config, first_offset=start)
+        data = encode_object(self.topic, frames, self.config, first_offset=start)
         # Our epoch is in every key: no other owner can ever write (or overwrite) these.
         epoch = self.epoch if self.epoch is not None else 0
         candidates = [object_id_for(start, last, epoch), object_id_for(start, last, epoch, secrets.token_hex(4))]
@@ -516,7 +516,7 @@ class Uploader:
         if existing == data:
             return existing
         try:
-            return existing if objfmt.object_frames(existing, key) == frames else None
+            return existing if fetch.object_frames(existing, key) == frames else None
         except native.CodecError:
             log.warning("topic %s: existing object %s is corrupt; leaving it", self.topic, key)
             return None
@@ -525,7 +525,7 @@ class Uploader:
                     stored: bytes) -> ObjectDescriptor:
         # Size and digest come from the bytes we wrote (or checked), not from the store's
         # answer: they are what every reader will hold the object to.
-        digest = objfmt.object_digest(stored, object_id)
+        digest = fetch.object_digest(stored, object_id)
         return ObjectDescriptor(
             start_offset=start, end_offset=last, object_id=object_id, size=len(stored),
             etag=info.etag, created_at=time.time(), broker_id=str(self.broker_id),
@@ -676,3 +676,10 @@ def _fraction(done: int | None, base: int, target: int) -> float:
     if done is None or target < base:
         return 0.0
     return min(1.0, max(0.0, (done - base + 1) / (target - base + 1)))
+
+
+def encode_object(topic: TopicName, frames: bytes, config: UploaderConfig, first_offset: int | None = None) -> bytes:
+    """The dnb1 object of ``frames`` with the configured block size and compression."""
+    level = config.zstd_level if config.compression == "zstd" else 0
+    return fetch.encode_object(topic, frames, block_bytes=config.block_bytes, zstd_level=level,
+                               first_offset=first_offset)

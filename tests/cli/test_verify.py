@@ -8,8 +8,8 @@ import pytest
 
 from tests.cli.helpers import broker, dnb
 from tiered.metadata import keys, open_metadata
-from uploader import list_descriptors
-from uploader.naming import object_key
+from tiered.archive import list_descriptors
+from tiered.archive.naming import object_key
 from wal.topics import TopicName
 
 TOPIC = "/default/t"

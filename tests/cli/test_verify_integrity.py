@@ -10,7 +10,7 @@ from tests.cli.test_verify import TOPIC, _kinds, _meta, _object_path, _verify, a
 from tiered.metadata import keys
 from tiered.objects import open_objects
 from tiered.tools.verify import verify_topic
-from uploader import list_descriptors
+from tiered.archive import list_descriptors
 
 
 def _descriptor(tmp_path, index: int):

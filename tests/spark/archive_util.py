@@ -1,6 +1,6 @@
 """Test archives written straight with the dnb1 writer plus descriptor puts.
 
-This mirrors what the uploader commits (object under ``keys.object_key``, descriptor under
+This mirrors what the uploader commits (object under ``naming.object_key``, descriptor under
 ``keys.descriptor_key``) without running brokers, so Spark tests stay fast and exact.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import native
 from native import object_format
+from tiered.archive import naming
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
@@ -51,7 +52,7 @@ def write_archive(objects: ObjectStore, metadata: MetadataStore | None, topic: s
         part = [by_offset[o] for o in range(start, end + 1)]
         data = object_bytes(topic, part, block_bytes, zstd_level)
         object_id = f"data-{start}-{end}"
-        key = keys.object_key(topic, start, object_id)
+        key = naming.object_key(topic, start, object_id)
         info = objects.put(key, data)
         if metadata is not None:
             d = keys.ObjectDescriptor(start, end, object_id, len(data), info.etag, time.time(), broker, epoch,

@@ -7,7 +7,7 @@ from native.columns import ColumnsTooLarge
 from native.errors import CorruptObject
 from tests.spark.archive_util import messages, write_archive
 from tiered.objects import open_objects
-from tiered.spark import _dnb1io, metrics, reading
+from tiered.spark import metrics, reading
 from tiered.spark.options import parse_options
 from tiered.spark.planning import plan
 
@@ -63,7 +63,7 @@ def test_windows_and_offset_in_are_exact(archive, produced):
 
 
 def test_a_group_too_large_for_int32_offsets_is_split(archive, produced, monkeypatch):
-    real = _dnb1io.decode_columns
+    real = reading.decode_columns
     calls = []
 
     def small(frames, lo, hi, tlo, thi):
@@ -72,14 +72,14 @@ def test_a_group_too_large_for_int32_offsets_is_split(archive, produced, monkeyp
             raise ColumnsTooLarge("payload_data", 999, 998)
         return real(frames, lo, hi, tlo, thi)
 
-    monkeypatch.setattr(_dnb1io, "decode_columns", small)
+    monkeypatch.setattr(reading, "decode_columns", small)
     _check(_read(archive), produced, range(COUNT))
     assert len(calls) > 5
 
 
 def test_a_bad_record_in_a_group_fails_or_is_skipped_alone(archive, produced, monkeypatch):
     """block_frames already rejects bad records, so a group-level failure is simulated."""
-    real = _dnb1io.decode_columns
+    real = reading.decode_columns
 
     def failing(frames, lo, hi, tlo, thi):
         if lo <= 450 <= hi:
@@ -87,7 +87,7 @@ def test_a_bad_record_in_a_group_fails_or_is_skipped_alone(archive, produced, mo
             raise ColumnsError(0, "simulated")
         return real(frames, lo, hi, tlo, thi)
 
-    monkeypatch.setattr(_dnb1io, "decode_columns", failing)
+    monkeypatch.setattr(reading, "decode_columns", failing)
     with pytest.raises(CorruptObject, match="simulated"):
         _read(archive)
     batches = _read(archive, onCorrupt="skip")

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tiered.errors import InvalidKey, InvalidRange, ObjectNotFound, PreconditionFailed
-from tiered.objects import ObjectStore
+from tiered.objects import ObjectStore, RangeByteRequest, SuffixByteRequest
 
 BIG_BYTES = 13 << 20  # above the S3 binding's multipart threshold: 3 parts of 5 MiB+
 
@@ -47,7 +47,7 @@ class ObjectsContract:
         path.write_bytes(data)
         objects.put("big/file", path, if_absent=True)
         assert objects.head("big/file").size == BIG_BYTES
-        assert objects.get_range("big/file", BIG_BYTES - 10, BIG_BYTES + 100) == data[-10:]
+        assert objects.get_range("big/file", RangeByteRequest(BIG_BYTES - 10, BIG_BYTES + 101)) == data[-10:]
         with pytest.raises(PreconditionFailed):
             objects.put("big/file", path, if_absent=True)
 
@@ -59,16 +59,21 @@ class ObjectsContract:
 
     def test_ranges_and_suffix(self, objects: ObjectStore) -> None:
         objects.put("r/x", bytes(range(100)))
-        assert objects.get_range("r/x", 10, 19) == bytes(range(10, 20))
-        assert objects.get_range("r/x", 95, 1000) == bytes(range(95, 100))  # clipped
-        assert objects.get_range("r/x", 0, 0) == b"\x00"
-        assert objects.get_suffix("r/x", 8) == bytes(range(92, 100))
-        assert objects.get_suffix("r/x", 1000) == bytes(range(100))
-        assert objects.get_suffix("r/x", 0) == b""
+        assert objects.get_range("r/x", RangeByteRequest(10, 20)) == bytes(range(10, 20))
+        assert objects.get_range("r/x", RangeByteRequest(95, 1001)) == bytes(range(95, 100))  # clipped
+        assert objects.get_range("r/x", RangeByteRequest(0, 1)) == b"\x00"
+        assert objects.get_range("r/x", SuffixByteRequest(8)) == bytes(range(92, 100))
+        assert objects.get_range("r/x", SuffixByteRequest(1000)) == bytes(range(100))
+        assert objects.get_range("r/x", SuffixByteRequest(0)) == b""
+        assert objects.get_tail("r/x", 8) == (bytes(range(92, 100)), 100)
         with pytest.raises(InvalidRange):
-            objects.get_range("r/x", 100, 200)
+            objects.get_range("r/x", RangeByteRequest(100, 201))
         with pytest.raises(ValueError):
-            objects.get_range("r/x", 5, 4)
+            objects.get_range("r/x", RangeByteRequest(5, 5))  # empty: end is exclusive
+        with pytest.raises(ValueError):
+            SuffixByteRequest(-1)
+        with pytest.raises(TypeError):
+            objects.get_range("r/x", (10, 20))  # type: ignore[arg-type]
 
     def test_list_in_key_order_under_prefix(self, objects: ObjectStore) -> None:
         for key in ["l/b", "l/a/2", "l/a/1", "l/c", "lz", "m/x"]:
@@ -81,7 +86,9 @@ class ObjectsContract:
         assert list(objects.list("nothing/")) == []
 
     def test_missing_objects(self, objects: ObjectStore) -> None:
-        for call in (objects.get, objects.head, lambda k: objects.get_range(k, 0, 1), lambda k: objects.get_suffix(k, 4)):
+        for call in (objects.get, objects.head, 
+                     lambda k: objects.get_range(k, RangeByteRequest(0, 2)),
+                     lambda k: objects.get_range(k, SuffixByteRequest(4))):
             with pytest.raises(ObjectNotFound) as info:
                 call("no/such")
             assert isinstance(info.value, FileNotFoundError)

@@ -19,6 +19,7 @@ from tiered.errors import (
     StorageUnavailable,
     UnknownScheme,
 )
+from tiered.archive.naming import object_key
 from tiered.metadata import Put, absent, open_metadata
 from tiered.metadata.faults import FaultyMetadataStore
 from tiered.metadata.keys import (
@@ -27,7 +28,6 @@ from tiered.metadata.keys import (
     assignment_key,
     cursor_key,
     descriptor_key,
-    object_key,
     state_key,
     unassigned_key,
 )

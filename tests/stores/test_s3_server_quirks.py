@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tiered.errors import PreconditionFailed, StorageError
-from tiered.objects import open_objects
+from tiered.objects import RangeByteRequest, SuffixByteRequest, open_objects
 from tiered.objects.s3 import PROBE_KEY_PREFIX
 
 pytestmark = pytest.mark.s3
@@ -87,16 +87,16 @@ def test_a_server_answering_suffix_ranges_with_the_first_bytes_is_worked_around(
     store.put("t/big", DATA)
     _on_send(store, "GetObject", _suffix_as_prefix)
     with caplog.at_level(logging.WARNING, logger="tiered.objects.s3"):
-        assert store.get_suffix("t/big", 16) == DATA[-16:]
+        assert store.get_range("t/big", SuffixByteRequest(16)) == DATA[-16:]
         assert store.get_tail("t/big", 70_000) == (DATA[-70_000:], len(DATA))
-        assert store.get_suffix("t/big", len(DATA) + 5) == DATA
+        assert store.get_range("t/big", SuffixByteRequest(len(DATA) + 5)) == DATA
     assert len([r for r in caplog.records if "suffix range" in r.getMessage()]) == 1
 
 
 def test_a_server_ignoring_the_range_is_sliced_locally(store):
     store.put("t/big", DATA)
     _on_send(store, "GetObject", lambda h: h.pop("Range", None))
-    assert store.get_range("t/big", 1000, 1099) == DATA[1000:1100]
+    assert store.get_range("t/big", RangeByteRequest(1000, 1100)) == DATA[1000:1100]
     assert store.get_tail("t/big", 16) == (DATA[-16:], len(DATA))
 
 
@@ -110,4 +110,4 @@ def test_a_wrong_range_answer_is_an_error_not_data(store):
             headers["Range"] = f"bytes={first + 1}-{last + 1}"
     _on_send(store, "GetObject", shift)
     with pytest.raises(StorageError, match="server answered"):
-        store.get_range("t/big", 10, 19)
+        store.get_range("t/big", RangeByteRequest(10, 20))

@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tiered.errors import InvalidRange, ObjectNotFound, PreconditionFailed
 from tiered.metadata.base import Compare, Delete, Get, KeyValue, Put
+from tiered.objects import RangeByteRequest, SuffixByteRequest
 
 # -- metadata model ----------------------------------------------------------------
 KEYS = ["/a", "/a/1", "/a/2", "/a/2/x", "/ab", "/b"]
@@ -232,16 +233,16 @@ class ObjectsMachine(RuleBasedStateMachine):
         end = data.draw(st.integers(start, size + 10))
         if start >= size:
             with pytest.raises(InvalidRange):
-                self.store.get_range(key, start, end)
+                self.store.get_range(key, RangeByteRequest(start, end + 1))
         else:
-            assert self.store.get_range(key, start, end) == self.model[key][start:end + 1]
+            assert self.store.get_range(key, RangeByteRequest(start, end + 1)) == self.model[key][start:end + 1]
 
     @precondition(lambda self: any(self.model.values()))
     @rule(data=st.data())
     def get_suffix(self, data):
         key = data.draw(st.sampled_from(sorted(k for k, v in self.model.items() if v)))
         n = data.draw(st.integers(0, len(self.model[key]) + 5))
-        assert self.store.get_suffix(key, n) == (self.model[key][-n:] if n else b"")
+        assert self.store.get_range(key, SuffixByteRequest(n)) == (self.model[key][-n:] if n else b"")
 
     @rule(key=st.sampled_from(OBJ_KEYS))
     def head(self, key):

@@ -161,6 +161,7 @@ class MemoryWalReader:
 import time as _time  # noqa: E402
 
 import native  # noqa: E402
+from tiered.archive.naming import object_key  # noqa: E402
 from tiered.metadata import keys  # noqa: E402
 
 
@@ -185,7 +186,7 @@ def archive(b: Backends, start: int, end: int, *, broker_id: str = "broker-a", e
     if mangle is not None:
         data = mangle(data)
     object_id = f"data-{start}-{end}"
-    key = keys.object_key(topic, start, object_id)
+    key = object_key(topic, start, object_id)
     info = b.objects.put(key, data)
     descriptor = keys.ObjectDescriptor(
         start_offset=start, end_offset=end if descriptor_end is None else descriptor_end,

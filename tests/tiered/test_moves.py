@@ -17,7 +17,7 @@ from tiered.metadata import keys
 from tiered.read.messages import TIER_CLOUD, TIER_WAL
 from tiered.lifecycle.ownership import OwnershipConflict, OwnershipError, OwnershipLostError, TopicOwnedElsewhere
 from tiered.lifecycle.restore import read_sealed_state
-from uploader import list_descriptors
+from tiered.archive import list_descriptors
 from uploader.config import UploaderConfig
 from wal.topics import TopicName
 

@@ -146,7 +146,7 @@ def child(root: str, rng: random.Random, kill_at: int) -> None:
 
 
 def check_chain(root: str) -> int | None:
-    from uploader import list_descriptors
+    from tiered.archive import list_descriptors
 
     metadata, objects = open_stores(root)
     try:
@@ -163,9 +163,11 @@ def check_chain(root: str) -> int | None:
 def verify(root: str) -> dict:
     from prometheus_client import CollectorRegistry
 
-    from uploader import Uploader, UploaderConfig, UploaderMetrics, collect_garbage, find_orphans, list_descriptors
-    from uploader.naming import object_key
-    from uploader.objfmt import object_frames
+    from tiered.archive import list_descriptors
+    from tiered.archive.fetch import object_frames
+    from tiered.archive.naming import object_key
+    from tiered.archive.orphans import find_orphans
+    from uploader import Uploader, UploaderConfig, UploaderMetrics, collect_garbage
     from wal import WriteAheadLog
 
     metadata, objects = open_stores(root)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from uploader import collect_garbage, find_orphans, list_descriptors
-from uploader.naming import object_key
-from uploader.objfmt import object_frames
+from tiered.archive import list_descriptors
+from tiered.archive.fetch import object_frames
+from tiered.archive.naming import object_key
+from tiered.archive.orphans import find_orphans
+from uploader import collect_garbage
 
 
 def assert_archive(env, expected_frames: Callable[[int, int], bytes], first_offset: int,

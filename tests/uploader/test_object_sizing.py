@@ -9,7 +9,7 @@ import asyncio
 import math
 import time
 
-from uploader import list_descriptors
+from tiered.archive import list_descriptors
 from uploader.sizing import DurableAges
 
 from .invariants import assert_archive

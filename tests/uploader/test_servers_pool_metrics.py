@@ -8,11 +8,12 @@ import time
 import pytest
 
 from tests.fixtures.servers import EtcdServer
+from tiered.archive import list_descriptors
 from tiered.errors import StorageError, StorageUnavailable
 from tiered.metadata.etcd import EtcdMetadataStore
 from tiered.metadata.sqlite import SqliteMetadataStore
 from tiered.objects.local import LocalObjectStore
-from uploader import DrainTimeout, UploaderPool, list_descriptors
+from uploader import DrainTimeout, UploaderPool
 from wal.topics import TopicName
 
 from .conftest import Env

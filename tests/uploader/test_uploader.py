@@ -6,6 +6,9 @@ import threading
 
 import pytest
 
+from tiered.archive import last_committed_offset, list_descriptors
+from tiered.archive.naming import object_id_for, object_key
+from tiered.archive.orphans import find_orphans
 from tiered.errors import OperationTimeout, StorageUnavailable
 from tiered.metadata import keys
 from tiered.metadata.base import value_is
@@ -16,13 +19,9 @@ from uploader import (
     OwnershipLost,
     UploadError,
     UploaderStopped,
-    find_orphans,
-    last_committed_offset,
-    list_descriptors,
 )
-from uploader.naming import object_id_for, object_key
-from uploader import objfmt
 from uploader.config import UploaderConfig
+from uploader.uploader import encode_object
 
 from .invariants import assert_archive
 from .memwal import MemWal, frame_for
@@ -79,7 +78,7 @@ def test_an_existing_identical_object_is_adopted_not_duplicated(env):
     wal = MemWal()
     wal.append_n(30)
     key = object_key(env.topic, 0, object_id_for(0, 19, env.owner.epoch))
-    env.raw_objects.put(key, objfmt.encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none")))
+    env.raw_objects.put(key, encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none")))
     up = env.uploader(wal)
     assert up.upload_once() == 29
     descriptors = assert_archive(env, wal.frames, 0, 29)
@@ -91,7 +90,7 @@ def test_another_epochs_object_is_neither_adopted_nor_touched(env):
     wal = MemWal()
     wal.append_n(30)
     theirs = object_key(env.topic, 0, object_id_for(0, 19, env.owner.epoch - 1))
-    data = objfmt.encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none"))
+    data = encode_object(env.topic, wal.frames(0, 19), UploaderConfig(compression="none"))
     env.raw_objects.put(theirs, data)
     up = env.uploader(wal)
     assert up.upload_once() == 29
@@ -105,7 +104,7 @@ def test_a_different_object_under_our_key_is_never_overwritten(env):
     wal = MemWal()
     wal.append_n(10)
     key = object_key(env.topic, 0, object_id_for(0, 9, env.owner.epoch))
-    foreign = objfmt.encode_object(env.topic, b"".join(frame_for(o, salt=5) for o in range(10)),
+    foreign = encode_object(env.topic, b"".join(frame_for(o, salt=5) for o in range(10)),
                                    UploaderConfig(compression="none"))
     env.raw_objects.put(key, foreign)
     up = env.uploader(wal)
@@ -127,11 +126,8 @@ class _IgnoresConditionalPut(ObjectStore):
     def get(self, key):
         return self.inner.get(key)
 
-    def get_range(self, key, start, end_inclusive):
-        return self.inner.get_range(key, start, end_inclusive)
-
-    def get_suffix(self, key, length):
-        return self.inner.get_suffix(key, length)
+    def get_range(self, key, byte_range):
+        return self.inner.get_range(key, byte_range)
 
     def head(self, key):
         return self.inner.head(key)

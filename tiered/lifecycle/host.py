@@ -975,7 +975,7 @@ class BrokerHost:
     def _first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
         this broker covers, and the newest epoch this broker archived under (0: none)."""
-        from uploader import list_descriptors
+        from tiered.archive import list_descriptors
 
         covered, epoch = first - 1, 0
         for d in list_descriptors(self.metadata, topic):

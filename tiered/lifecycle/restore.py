@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 
 from native.format import MAX_OFFSET
+from tiered.archive.chain import DescriptorChain
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
-from uploader.commit import list_descriptors
 from wal.topics import TopicName
 
 
@@ -59,7 +59,7 @@ def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
     """End offset of the descriptor chain after checking that it runs from 0 with no gap
     or overlap (the archive has no retention, so its first object starts at 0)."""
     expected = 0
-    for d in list_descriptors(metadata, topic):
+    for d in DescriptorChain(metadata, topic).all():  # every record decoded before any is judged
         if d.start_offset != expected:
             kind = "gap" if d.start_offset > expected else "overlap"
             raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows one "

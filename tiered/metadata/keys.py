@@ -20,10 +20,9 @@ key                                                    value
 Lost ranges (one per failover) live at
 ``/storage/topics/<ns>/<topic>/lost/<start:020d>-<epoch:020d>`` as :class:`LostRange`.
 
-Object keys (in the object store, relative to its prefix) are
-``topics/<ns>/<topic>/<start:020d>-<object_id>.dnb1``: the object id makes every
-upload a new key, so a retried upload never overwrites an object a descriptor
-already points at.
+Object keys (in the object store, not in metadata) are built and parsed in
+:mod:`tiered.archive.naming`: ``<ns>/<topic>/<object_id>.dnb1`` relative to the store's
+prefix, with the ``object_id`` a descriptor records (``data-<start>-<end>-e<epoch>``).
 
 Records are JSON objects. ``from_json(key, raw)`` validates types and invariants and
 raises :class:`~tiered.errors.MalformedRecord` naming the key and the problem;
@@ -44,7 +43,7 @@ from wal.topics import TopicName
 OFFSET_DIGITS = 20
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Long enough for ``data-<start>-<end>-e<epoch>-<nonce>`` with 20-digit numbers.
-_OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _BLOCK_CRCS_RE = re.compile(r"(?:[0-9a-f]{8})+")
 
 R = TypeVar("R", bound="_Record")
@@ -165,32 +164,6 @@ def topic_from_key(key: str, prefix: str) -> TopicName:
         raise MalformedRecord(key, f"bad topic in key: {e}") from e
 
 
-def object_key(topic: TopicName | str, start_offset: int, object_id: str) -> str:
-    """Object-store key of one archived dnb1 object: ``<ns>/<topic>/<object_id>.dnb1``.
-
-    The issue's layout (``<prefix>/<ns>/<topic>/data-<start>-<end>.dnb1``): the object id
-    carries the range, so the key is deterministic from it. ``start_offset`` is checked
-    against the id so a descriptor can never point at another range's object.
-    """
-    t = _topic(topic)
-    if not isinstance(object_id, str) or not _OBJECT_ID_RE.fullmatch(object_id):
-        raise ValueError(f"object id {object_id!r} must be 1-100 characters of [A-Za-z0-9_-]")
-    if object_id.startswith("data-") and not object_id.startswith(f"data-{_offset_int(start_offset)}-"):
-        raise ValueError(f"object id {object_id!r} does not start at offset {start_offset}")
-    return f"{t.namespace}/{t.name}/{object_id}.dnb1"
-
-
-def _offset_int(offset: int) -> int:
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
-    return offset
-
-
-def objects_key_prefix(topic: TopicName | str) -> str:
-    t = _topic(topic)
-    return f"{t.namespace}/{t.name}/"
-
-
 # -- records --------------------------------------------------------------
 def _is_int(v: Any) -> bool:
     """A JSON integer that a signed 64-bit store holds: offsets never pass MAX_OFFSET
@@ -296,7 +269,7 @@ class ObjectDescriptor(_Record):
             return f"end_offset {self.end_offset} < start_offset {self.start_offset}"
         if self.size <= 0:
             return f"size {self.size} is not positive"
-        if not _OBJECT_ID_RE.fullmatch(self.object_id):
+        if not OBJECT_ID_RE.fullmatch(self.object_id):
             return f"object_id {self.object_id!r} is not 1-100 of [A-Za-z0-9_-]"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"

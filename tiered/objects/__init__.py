@@ -5,7 +5,14 @@ import urllib.parse
 from typing import Any
 
 from tiered.errors import MissingDependency, UnknownScheme
-from tiered.objects.base import Capabilities, ObjectInfo, ObjectStore
+from tiered.objects.base import (
+    ByteRequest,
+    Capabilities,
+    ObjectInfo,
+    ObjectStore,
+    RangeByteRequest,
+    SuffixByteRequest,
+)
 
 _S3_QUERY_OPTIONS = {
     "endpoint": ("endpoint_url", str),
@@ -60,4 +67,7 @@ def _open_s3(parsed: urllib.parse.SplitResult, options: dict[str, Any]) -> Objec
     return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
 
 
-__all__ = ["Capabilities", "ObjectInfo", "ObjectStore", "open_objects"]
+__all__ = [
+    "ByteRequest", "Capabilities", "ObjectInfo", "ObjectStore", "RangeByteRequest", "SuffixByteRequest",
+    "open_objects",
+]  # fmt: skip

@@ -4,15 +4,17 @@ Semantics every backend follows (checked by the contract suite in ``tests/stores
 
 * Keys are relative ``/``-separated paths: no leading ``/``, no empty, ``.`` or
   ``..`` segments, no NUL, at most 1,024 UTF-8 bytes. Build them with
-  :func:`tiered.metadata.keys.object_key` from a validated ``TopicName``.
+  :func:`tiered.archive.naming.object_key` from a validated ``TopicName``.
 * ``put`` is atomic: readers see the whole old object or the whole new one, never a
   part. ``if_absent=True`` makes exactly one of several concurrent writers win; the
   others get :class:`~tiered.errors.PreconditionFailed`.
-* ``get_range(key, start, end_inclusive)`` clips ``end_inclusive`` to the object;
-  a ``start`` at or past the end raises :class:`~tiered.errors.InvalidRange`.
-  ``get_suffix(key, n)`` returns the last ``n`` bytes (the whole object if smaller);
-  ``get_tail(key, n)`` returns them with the object's total size, from the same response
-  where the backend can (a reader checks that size against the descriptor).
+* Byte ranges are one type, :data:`ByteRequest`: ``RangeByteRequest(start, end)`` is
+  bytes ``[start, end)`` (end exclusive, as a Python slice), ``SuffixByteRequest(n)`` the
+  last ``n`` bytes. ``get_range(key, RangeByteRequest(start, end))`` clips ``end`` to
+  the object; a ``start`` at or past the end raises :class:`~tiered.errors.InvalidRange`.
+  ``get_range(key, SuffixByteRequest(n))`` returns the last ``n`` bytes (the whole object
+  if smaller); ``get_tail(key, n)`` returns them with the object's total size, from the
+  same response where the backend can (a reader checks that size against the descriptor).
 * ``list(prefix)`` yields objects in key order (byte-wise). ``delete`` of a missing
   key is not an error (as in S3).
 """
@@ -26,6 +28,41 @@ from dataclasses import dataclass
 from tiered.errors import InvalidKey
 
 KEY_BYTES_MAX = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RangeByteRequest:
+    """Bytes ``[start, end)`` of an object (end exclusive; clipped to the object's size)."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not (_is_index(self.start) and _is_index(self.end)) or self.end <= self.start:
+            raise ValueError(f"bad byte range [{self.start}, {self.end})")
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class SuffixByteRequest:
+    """The last ``suffix`` bytes of an object (the whole object when it is smaller)."""
+
+    suffix: int
+
+    def __post_init__(self) -> None:
+        if not _is_index(self.suffix):
+            raise ValueError(f"suffix length must be an int >= 0, got {self.suffix!r}")
+
+
+#: What a ranged read asks for: the one byte-range type of every object store.
+ByteRequest = RangeByteRequest | SuffixByteRequest
+
+
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +124,8 @@ class ObjectStore(abc.ABC):
     def get(self, key: str) -> bytes: ...
 
     @abc.abstractmethod
-    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes: ...
-
-    @abc.abstractmethod
-    def get_suffix(self, key: str, length: int) -> bytes:
-        """The last ``length`` bytes (a footer), in one request."""
+    def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
+        """The bytes ``byte_range`` names, in one request (a suffix: a footer)."""
 
     def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         """(the last ``length`` bytes, the object's total size).
@@ -102,7 +136,7 @@ class ObjectStore(abc.ABC):
         size = self.head(key).size
         if length <= 0 or size == 0:
             return b"", size
-        return self.get_range(key, max(0, size - length), size - 1), size
+        return self.get_range(key, RangeByteRequest(max(0, size - length), size)), size
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo: ...
@@ -132,6 +166,9 @@ class ObjectStore(abc.ABC):
         self.close()
 
 
-def check_range(start: int, end_inclusive: int) -> None:
-    if start < 0 or end_inclusive < start:
-        raise ValueError(f"bad byte range {start}-{end_inclusive}")
+def check_byte_request(byte_range: object) -> ByteRequest:
+    """``byte_range`` if it is a :data:`ByteRequest`; TypeError otherwise (a bare tuple
+    would leave open whether its end is inclusive)."""
+    if not isinstance(byte_range, (RangeByteRequest, SuffixByteRequest)):
+        raise TypeError(f"byte_range must be a RangeByteRequest or SuffixByteRequest, got {byte_range!r}")
+    return byte_range

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from tiered.errors import StorageUnavailable
 from tiered.metadata.faults import FaultPlan
-from tiered.objects.base import Data, ObjectInfo, ObjectStore
+from tiered.objects.base import ByteRequest, Data, ObjectInfo, ObjectStore, SuffixByteRequest
 
 
 class FaultyObjectStore(ObjectStore):
@@ -40,11 +40,10 @@ class FaultyObjectStore(ObjectStore):
     def get(self, key: str) -> bytes:
         return self.faults.run("get", lambda: self.inner.get(key))
 
-    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
-        return self.faults.run("get_range", lambda: self.inner.get_range(key, start, end_inclusive))
-
-    def get_suffix(self, key: str, length: int) -> bytes:
-        return self.faults.run("get_suffix", lambda: self.inner.get_suffix(key, length))
+    def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
+        # A suffix is planned under "get_suffix", an explicit range under "get_range".
+        op = "get_suffix" if isinstance(byte_range, SuffixByteRequest) else "get_range"
+        return self.faults.run(op, lambda: self.inner.get_range(key, byte_range))
 
     def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         # Planned under "get_suffix": it is the same request for every backend that can.

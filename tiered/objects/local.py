@@ -27,7 +27,17 @@ from tiered.errors import (
     StorageError,
     StorageUnavailable,
 )
-from tiered.objects.base import Capabilities, Data, ObjectInfo, ObjectStore, check_key, check_prefix, check_range
+from tiered.objects.base import (
+    ByteRequest,
+    Capabilities,
+    Data,
+    ObjectInfo,
+    ObjectStore,
+    SuffixByteRequest,
+    check_byte_request,
+    check_key,
+    check_prefix,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,26 +145,18 @@ class LocalObjectStore(ObjectStore):
         with _mapped(key), open(path, "rb") as f:
             return f.read()
 
-    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
-        check_range(start, end_inclusive)
+    def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
+        check_byte_request(byte_range)
+        if isinstance(byte_range, SuffixByteRequest):
+            return self.get_tail(key, byte_range.suffix)[0]
+        start = byte_range.start
         path = self._path(key)
         with _mapped(key), open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if start >= size:
                 raise InvalidRange(f"range start {start} is past the end of {key!r} ({size} bytes)")
             f.seek(start)
-            return f.read(min(end_inclusive, size - 1) - start + 1)
-
-    def get_suffix(self, key: str, length: int) -> bytes:
-        if length < 0:
-            raise ValueError(f"suffix length must be >= 0, got {length}")
-        path = self._path(key)
-        with _mapped(key), open(path, "rb") as f:
-            if length == 0:
-                return b""
-            size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - length))
-            return f.read()
+            return f.read(min(byte_range.end, size) - start)
 
     def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         if length < 0:

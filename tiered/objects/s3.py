@@ -50,7 +50,18 @@ from tiered.errors import (
     StorageError,
     StorageUnavailable,
 )
-from tiered.objects.base import Capabilities, Data, ObjectInfo, ObjectStore, check_key, check_prefix, check_range
+from tiered.objects.base import (
+    ByteRequest,
+    Capabilities,
+    Data,
+    ObjectInfo,
+    ObjectStore,
+    RangeByteRequest,
+    SuffixByteRequest,
+    check_byte_request,
+    check_key,
+    check_prefix,
+)
 
 log = logging.getLogger(__name__)
 
@@ -213,20 +224,20 @@ class S3ObjectStore(ObjectStore):
         with self._mapped(key, "get"):
             return self._client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read()
 
-    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
-        check_range(start, end_inclusive)
+    def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
+        check_byte_request(byte_range)
+        if isinstance(byte_range, SuffixByteRequest):
+            return self.get_tail(key, byte_range.suffix)[0]
+        start, end_inclusive = byte_range.start, byte_range.end - 1  # HTTP ranges are inclusive
         data, first, total = self._ranged_get(key, "get_range", f"bytes={start}-{end_inclusive}")
         if first is None:  # the server sent the whole object
             if start >= total:
                 raise InvalidRange(f"get_range {self._where(key)}: start {start} is past the end ({total} bytes)")
-            return data[start:end_inclusive + 1]
+            return data[start:byte_range.end]
         if (first, first + len(data) - 1) != (start, min(end_inclusive, total - 1)):
             raise StorageError(f"get_range {self._where(key)}: asked for bytes {start}-{end_inclusive}, the "
                                f"server answered {first}-{first + len(data) - 1} of {total} ({self.endpoint})")
         return data
-
-    def get_suffix(self, key: str, length: int) -> bytes:
-        return self.get_tail(key, length)[0]
 
     def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         if length < 0:
@@ -247,7 +258,7 @@ class S3ObjectStore(ObjectStore):
             total = self.head(key).size
         if total == 0:
             return b"", 0
-        return self.get_range(key, max(0, total - length), total - 1), total
+        return self.get_range(key, RangeByteRequest(max(0, total - length), total)), total
 
     def _ranged_get(self, key: str, what: str, byte_range: str) -> tuple[bytes, int | None, int]:
         """(body, first byte position or None when the server sent the whole object, total size)."""

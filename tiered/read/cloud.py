@@ -2,10 +2,10 @@
 
 How a range ``[start, end]`` is read (``end`` inclusive):
 
-1. The committed descriptors under ``/storage/topics/<ns>/<topic>/objects/`` are paged in
-   key (= start offset) order and the ones overlapping the range are picked. A hole
-   between them, or before/after them inside the range, is a :class:`DataGap` naming the
-   missing offsets, raised when the reader reaches it (everything before it is served).
+1. The committed descriptors are paged in offset order (``tiered.archive.chain``) and the
+   ones overlapping the range are picked. A hole between them, or before/after them
+   inside the range, is a :class:`DataGap` naming the missing offsets, raised when the
+   reader reaches it (everything before it is served).
 2. For each object, ONE suffix-range GET fetches the trailer and footer (a second ranged
    GET only when the footer is larger than ``footer_guess_bytes``). The footer's block
    index says which byte range holds which offsets.
@@ -18,12 +18,13 @@ How a range ``[start, end]`` is read (``end`` inclusive):
    ``chunk_bytes_max = memory_bytes_max // (prefetch_objects + 1)`` (a single block larger
    than that is still fetched whole, because a block cannot be split).
 
-Before a byte is served the object is checked against its descriptor: the footer GET
-also returns the object's total size, which must equal the descriptor's ``size``; the
-footer's CRC32C must be the descriptor's ``footer_crc32c``, and every fetched block's
-CRC32C the descriptor's entry for it in ``block_crc32c`` (the codec then checks each CRC
-against the bytes). So an object replaced after its commit, by whatever writer, is a
-:class:`CorruptArchive` naming its key, never data. Every record is checked too: offsets
+Before a byte is served the object is checked against its descriptor
+(``tiered.archive.fetch``): the footer GET also returns the object's total size, which
+must equal the descriptor's ``size``; the footer's CRC32C must be the descriptor's
+``footer_crc32c``, and every fetched block's CRC32C the descriptor's entry for it in
+``block_crc32c`` (the codec then checks each CRC against the bytes). So an object
+replaced after its commit, by whatever writer, is a :class:`CorruptArchive` naming its
+key, never data. Every record is checked too: offsets
 are contiguous across blocks and objects, each block holds exactly the offsets its footer
 entry names, and each object exactly the offsets its descriptor names. Damage is a :class:`CorruptArchive` (with the codec's
 ``CorruptObject`` as cause); nothing from a damaged block is served.
@@ -40,14 +41,16 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from native import object_format
 from native.errors import CodecError, CorruptObject
-from native.object_format import Block, Footer
+from tiered.archive import fetch
+from tiered.archive.chain import DescriptorChain
+from tiered.archive.fetch import Block, Footer, ObjectPin
+from tiered.archive.naming import descriptor_object_key
 from tiered.errors import ObjectNotFound
 from tiered.read.messages import TIER_CLOUD, Message
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
-from tiered.objects.base import ObjectStore
+from tiered.objects.base import ByteRequest, ObjectStore, RangeByteRequest
 from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed, ReadTimeout
 from tiered.read.metrics import ReadMetrics
 from wal.topics import TopicName
@@ -76,6 +79,7 @@ class _Prepared:
     """One object ready to consume: its runs, and the bytes of the first one."""
 
     descriptor: keys.ObjectDescriptor
+    pin: ObjectPin
     key: str
     footer: Footer
     runs: list[_Run]
@@ -215,25 +219,16 @@ class CloudReader:
 
     def _covering(self) -> Iterator[keys.ObjectDescriptor]:
         """Descriptors overlapping [start, end] in offset order (paged, lazily)."""
-        prefix, after = keys.objects_prefix(self.topic), None
-        while True:
-            page = self.metadata.range(prefix, limit=_DESCRIPTOR_PAGE, start_after=after)
-            for kv in page:
-                descriptor = keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key)
-                if descriptor.start_offset > self.end:
-                    return
-                if descriptor.end_offset >= self.start:
-                    yield descriptor
-            if len(page) < _DESCRIPTOR_PAGE:
-                return
-            after = page[-1].key
+        return DescriptorChain(self.metadata, self.topic, page_keys=_DESCRIPTOR_PAGE).covering(self.start, self.end)
 
     # -- one object --------------------------------------------------------------
     def _prepare(self, descriptor: keys.ObjectDescriptor) -> _Prepared:
         """Footer + block plan + the first run's bytes (runs in the prefetch thread)."""
-        key = keys.object_key(self.topic, descriptor.start_offset, descriptor.object_id)
+        key = descriptor_object_key(self.topic, descriptor)
+        pin = ObjectPin.of(descriptor)
         try:
-            footer = self._fetch_footer(key, descriptor)
+            footer = fetch.read_footer(_Counted(self), key, descriptor.size, pin, guess_bytes=self.footer_guess_bytes)
+            fetch.check_footer(key, footer, self.topic, descriptor.start_offset, descriptor.end_offset)
             runs = self._plan_runs(key, descriptor, footer)
             first = self._fetch_run(key, runs[0]) if runs else None
         except ObjectNotFound as e:
@@ -245,27 +240,7 @@ class CloudReader:
             raise CorruptArchive(key, f"not a valid dnb1 object: {e}") from e
         with self._count_lock:
             self.objects_opened += 1
-        return _Prepared(descriptor, key, footer, runs, first)
-
-    def _fetch_footer(self, key: str, descriptor: keys.ObjectDescriptor) -> Footer:
-        tail, actual_size = self._get_tail(key, self.footer_guess_bytes)
-        size = descriptor.size
-        if actual_size != size:
-            raise CorruptArchive(key, f"object is {actual_size} bytes, its descriptor says {size} "
-                                 "(not the object that was committed)")
-        need = object_format.footer_bytes_needed(tail, key, size)
-        if need > len(tail):
-            if need > size:
-                raise CorruptArchive(key, f"trailer names a footer of {need} bytes in an object of {size}")
-            # The footer outgrew our guess: fetch the missing front part with one more GET.
-            tail = self._get(key, "footer", (size - need, size - len(tail) - 1), 0) + tail
-        footer = object_format.parse_footer(tail, key, size)
-        object_format.check_footer_digest(tail, footer, key, descriptor.footer_crc32c, descriptor.block_crc32c)
-        self._check_footer(key, descriptor, footer)
-        return footer
-
-    def _check_footer(self, key: str, descriptor: keys.ObjectDescriptor, footer: Footer) -> None:
-        _check_footer_matches(str(self.topic), key, descriptor, footer)
+        return _Prepared(descriptor, pin, key, footer, runs, first)
 
     def _plan_runs(self, key: str, descriptor: keys.ObjectDescriptor, footer: Footer) -> list[_Run]:
         lo, hi = max(self.start, descriptor.start_offset), min(self.end, descriptor.end_offset)
@@ -283,7 +258,7 @@ class CloudReader:
         return runs
 
     def _fetch_run(self, key: str, run: _Run) -> bytes:
-        data = self._get(key, "block", (run.position, run.end - 1), len(run.blocks))
+        data = self._get(key, "block", RangeByteRequest(run.position, run.end), len(run.blocks))
         if len(data) != run.end - run.position:
             raise CorruptArchive(key, f"ranged GET {run.position}-{run.end - 1} returned {len(data)} bytes")
         return data
@@ -296,11 +271,11 @@ class CloudReader:
         self._count(key, "footer", data, 0)
         return data, size
 
-    def _get(self, key: str, kind: str, byte_range: tuple[int, int], amount: int) -> bytes:
+    def _get(self, key: str, kind: str, byte_range: ByteRequest, amount: int) -> bytes:
         """One ranged GET; counted."""
         if self._closed:
             raise ReaderClosed(f"cloud reader of {self.topic} is closed")
-        data = self.objects.get_range(key, byte_range[0], byte_range[1])
+        data = self.objects.get_range(key, byte_range)
         self._count(key, kind, data, amount)
         return data
 
@@ -345,37 +320,25 @@ class CloudReader:
         key = prepared.key
         view = memoryview(data)[block.position - base:block.end - base]
         try:
-            object_format.check_block_digest(view, block, key, prepared.descriptor.block_crc32c)
-            records = object_format.decode_block(view, block, key)
+            return fetch.block_records(key, view, block, prepared.pin)
         except CorruptObject as e:
             raise CorruptArchive(key, f"block at byte {block.position}: {e.reason} (at byte {e.position})") from e
         except (CodecError, ValueError) as e:
             raise CorruptArchive(key, f"block at byte {block.position}: {e}") from e
-        _check_block(key, block, records)
-        return records
 
 
-def _check_footer_matches(topic: str, key: str, descriptor: keys.ObjectDescriptor, footer: Footer) -> None:
-    """The object must be this topic's and hold exactly the descriptor's offsets, in contiguous blocks."""
-    if footer.topic != topic:
-        raise CorruptArchive(key, f"footer names topic {footer.topic!r}, expected {topic!r}")
-    blocks = footer.blocks
-    if not blocks:
-        raise CorruptArchive(key, "footer lists no blocks")
-    if (blocks[0].first_offset, blocks[-1].last_offset) != (descriptor.start_offset, descriptor.end_offset):
-        raise CorruptArchive(key, f"holds {blocks[0].first_offset}..{blocks[-1].last_offset}, descriptor "
-                             f"says {descriptor.start_offset}..{descriptor.end_offset}")
-    for before, after in zip(blocks, blocks[1:]):
-        if after.first_offset != before.last_offset + 1 or after.position < before.end:
-            raise CorruptArchive(key, f"block index not contiguous after offset {before.last_offset}")
+class _Counted:
+    """The reader's object store as :func:`fetch.read_footer` sees it: every GET is counted
+    (a footer GET and, for a footer larger than the guess, its front part)."""
 
+    def __init__(self, reader: CloudReader) -> None:
+        self._reader = reader
 
-def _check_block(key: str, block: Block, records: list) -> None:
-    count = block.last_offset - block.first_offset + 1
-    if len(records) != count or records[0][0] != block.first_offset or records[-1][0] != block.last_offset:
-        first = records[0][0] if records else None
-        raise CorruptArchive(key, f"block at byte {block.position} decodes to {len(records)} records from "
-                             f"{first}, index says {block.first_offset}..{block.last_offset}")
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        return self._reader._get_tail(key, length)
+
+    def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
+        return self._reader._get(key, "footer", byte_range, 0)
 
 
 __all__ = ["CloudReader", "MEMORY_BYTES_MAX_DEFAULT"]

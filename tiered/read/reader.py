@@ -40,7 +40,7 @@ from typing import Any, Literal
 from tiered.read.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
 from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
 from tiered.read.metrics import ReadMetrics
-from tiered.metadata import keys
+from tiered.archive.chain import DescriptorChain
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
 from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, TopicMoved, UnknownOffset
@@ -81,9 +81,9 @@ def resolve_start(topic: TopicName, wal: Any, metadata: MetadataStore, start: St
     if start == "latest":
         return topic_next_offset(topic, wal, metadata)
     if start == "earliest":
-        first = metadata.range(keys.objects_prefix(topic), limit=1)
-        if first:
-            return keys.ObjectDescriptor.from_json(first[0].key, first[0].value).start_offset
+        first = DescriptorChain(metadata, topic).first()
+        if first is not None:
+            return first.start_offset
         return 0 if wal is None else int(wal.first_offset)
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise ValueError(f"start must be an offset >= 0, 'earliest' or 'latest', got {start!r}")
@@ -97,10 +97,7 @@ def topic_next_offset(topic: TopicName, wal: Any, metadata: MetadataStore) -> in
     """The WAL's next offset; without a WAL, one past the last committed descriptor."""
     if wal is not None:
         return int(wal.next_offset)
-    last, after, prefix = None, None, keys.objects_prefix(topic)
-    while page := metadata.range(prefix, limit=1000, start_after=after):
-        last, after = page[-1], page[-1].key
-    return 0 if last is None else keys.ObjectDescriptor.from_json(last.key, last.value).end_offset + 1
+    return DescriptorChain(metadata, topic).next_offset()
 
 
 class TieredReader:

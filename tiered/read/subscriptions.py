@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 
+from tiered.archive.chain import DescriptorChain
 from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
@@ -66,34 +67,17 @@ class TopicBounds:
             return self._next()
         if self._wal is not None:
             return int(self._wal.next_offset)
-        last = _last_descriptor(self._metadata, self._topic)
-        return 0 if last is None else last.end_offset + 1
+        return DescriptorChain(self._metadata, self._topic).next_offset()
 
     def earliest_offset(self) -> int:
         if self._earliest is not None:
             return self._earliest()
-        first = _first_descriptor(self._metadata, self._topic)
+        first = DescriptorChain(self._metadata, self._topic).first()
         if first is not None:
             return first.start_offset
         if self._wal is not None:
             return int(self._wal.first_offset)
         return 0
-
-
-def _first_descriptor(metadata: MetadataStore, topic: TopicName) -> keys.ObjectDescriptor | None:
-    kvs = metadata.range(keys.objects_prefix(topic), limit=1)
-    return keys.ObjectDescriptor.from_json(kvs[0].key, kvs[0].value) if kvs else None
-
-
-def _last_descriptor(metadata: MetadataStore, topic: TopicName) -> keys.ObjectDescriptor | None:
-    # The store has no reverse range; page forward (descriptors are few and small).
-    prefix, last, after = keys.objects_prefix(topic), None, None
-    while True:
-        page = metadata.range(prefix, limit=1000, start_after=after)
-        if not page:
-            break
-        last, after = page[-1], page[-1].key
-    return None if last is None else keys.ObjectDescriptor.from_json(last.key, last.value)
 
 
 class Subscription:

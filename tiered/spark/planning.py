@@ -40,15 +40,15 @@ from pyspark.sql.datasource import (
 )
 
 from native.errors import CorruptObject, DnbError
-from tiered.spark import _dnb1io, metrics
-from tiered.spark._dnb1io import BlockRef, ObjectIndex
+from tiered.archive.fetch import ObjectPin
+from tiered.archive.naming import OBJECT_SUFFIX
+from tiered.spark import index as object_index
+from tiered.spark import metrics
+from tiered.spark.index import BlockRef, ObjectIndex
+from tiered.objects.base import RangeByteRequest
 from tiered.spark.options import Bounds, ReadOptions, datetime_to_ms
 
 log = logging.getLogger(__name__)
-
-#: Descriptors are read from the metadata store in pages of this many keys.
-DESCRIPTOR_PAGE_KEYS = 1000
-
 
 class ArchiveInconsistent(DnbError, RuntimeError):
     """The descriptors or objects do not form one contiguous, non-overlapping archive."""
@@ -63,14 +63,13 @@ class ObjectRun:
     blocks: tuple[BlockRef, ...]
 
     @property
-    def byte_range(self) -> tuple[int, int]:
-        """Inclusive byte range covering every block of the run."""
-        return self.blocks[0].position, self.blocks[-1].position + self.blocks[-1].length - 1
+    def byte_range(self) -> RangeByteRequest:
+        """The bytes covering every block of the run (end exclusive)."""
+        return RangeByteRequest(self.blocks[0].position, self.blocks[-1].position + self.blocks[-1].length)
 
     @property
     def nbytes(self) -> int:
-        start, end = self.byte_range
-        return end - start + 1
+        return self.byte_range.length
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ class _Candidate:
     size: int
     first_offset: int | None  # None until the footer is read (by location)
     last_offset: int | None
-    digest: tuple[int, str] | None = None  # the descriptor's (footer_crc32c, block_crc32c)
+    pin: ObjectPin | None = None  # what the descriptor pins (None: read by location)
 
 
 # -- filter pushdown ------------------------------------------------------------------
@@ -165,7 +164,7 @@ def _time_filter(bounds: Bounds, f: Filter) -> Bounds:
 # -- planning -------------------------------------------------------------------------
 def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
     """Partitions for ``options`` narrowed by ``bounds`` (options + pushed filters)."""
-    store = _dnb1io.store_for(options.objects_url, tuple(sorted(options.store_options.items())))
+    store = object_index.store_for(options.objects_url, tuple(sorted(options.store_options.items())))
     report = metrics.PlanReport(topic=options.topic)
     if bounds.empty():
         metrics.write(options.metrics_dir, "plan", report.as_dict())
@@ -243,28 +242,22 @@ def pack(runs: Sequence[ObjectRun], bytes_max: int, open_cost_bytes: int) -> Ite
 
 
 def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:
-    from tiered.metadata import keys, open_metadata
+    from tiered.archive.chain import DescriptorChain
+    from tiered.archive.naming import descriptor_object_key
+    from tiered.metadata import open_metadata
 
     assert options.metadata_url is not None
-    prefix = keys.objects_prefix(options.topic)
     candidates: list[_Candidate] = []
     with open_metadata(options.metadata_url) as meta:
-        start_after: str | None = None
-        while True:
-            page = meta.range(prefix, limit=DESCRIPTOR_PAGE_KEYS, start_after=start_after)
-            for kv in page:
-                d = keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key)
-                if candidates and d.start_offset != candidates[-1].last_offset + 1:  # type: ignore[operator]
-                    raise ArchiveInconsistent(
-                        f"topic {options.topic}: descriptor {kv.key} starts at {d.start_offset} but the "
-                        f"previous one ends at {candidates[-1].last_offset}; the archive is not contiguous"
-                    )
-                key = keys.object_key(options.topic, d.start_offset, d.object_id)
-                candidates.append(_Candidate(key, d.size, d.start_offset, d.end_offset,
-                                             (d.footer_crc32c, d.block_crc32c)))
-            if len(page) < DESCRIPTOR_PAGE_KEYS:
-                break
-            start_after = page[-1].key
+        chain = DescriptorChain(meta, options.topic)
+        for d, kv in chain.entries():
+            if candidates and d.start_offset != candidates[-1].last_offset + 1:  # type: ignore[operator]
+                raise ArchiveInconsistent(
+                    f"topic {options.topic}: descriptor {kv.key} starts at {d.start_offset} but the "
+                    f"previous one ends at {candidates[-1].last_offset}; the archive is not contiguous"
+                )
+            candidates.append(_Candidate(descriptor_object_key(options.topic, d), d.size, d.start_offset,
+                                         d.end_offset, ObjectPin.of(d)))
     return candidates
 
 
@@ -272,7 +265,7 @@ def _listed_candidates(store: object) -> list[_Candidate]:
     return [
         _Candidate(info.key, info.size, None, None)
         for info in store.list("")  # type: ignore[attr-defined]
-        if info.key.endswith(_dnb1io.OBJECT_SUFFIX)
+        if info.key.endswith(OBJECT_SUFFIX)
     ]
 
 
@@ -281,8 +274,8 @@ def _read_footers(store: object, candidates: list[_Candidate], options: ReadOpti
     """Footers of every candidate, in candidate order; corrupt ones fail or are skipped."""
     def one(c: _Candidate) -> ObjectIndex | CorruptObject:
         try:
-            index = _dnb1io.read_index(store, c.key, c.size, options.topic if options.by_topic else None,
-                                       c.digest)
+            index = object_index.read_index(store, c.key, c.size, options.topic if options.by_topic else None,
+                                            c.pin)
         except CorruptObject as e:
             if options.on_corrupt == "skip":
                 return e

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from native.errors import CorruptObject
-from tiered.spark import _dnb1io, metrics
+from tiered.spark import index as object_index
+from tiered.spark import metrics
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tiered.spark._dnb1io import BlockRef
+    from tiered.spark.index import BlockRef
     from tiered.spark.planning import Dnb1Partition
 
 log = logging.getLogger(__name__)
@@ -50,16 +51,17 @@ _Entry = tuple[str, "BlockRef", bytes]
 
 
 def read_partition(p: "Dnb1Partition") -> Iterator["pa.RecordBatch"]:
-    store = _dnb1io.store_for(p.objects_url, p.store_options)
+    store = object_index.store_for(p.objects_url, p.store_options)
     tally = _Tally()
     group: list[_Entry] = []
     group_rows = 0
     for run in p.runs:
-        start, end = run.byte_range
-        data = _dnb1io.get_range(store, run.key, start, end)
-        if len(data) != end - start + 1:
+        byte_range = run.byte_range
+        start = byte_range.start
+        data = store.get_range(run.key, byte_range)
+        if len(data) != byte_range.length:
             raise CorruptObject(run.key, start + len(data),
-                                f"object is shorter than its footer says (wanted bytes {start}..{end})")
+                                f"object is shorter than its footer says (wanted bytes {start}..{byte_range.end - 1})")
         tally.bytes_read += len(data)
         view = memoryview(data)
         for block in run.blocks:
@@ -85,7 +87,7 @@ def read_partition(p: "Dnb1Partition") -> Iterator["pa.RecordBatch"]:
 def _validated_frames(p: "Dnb1Partition", key: str, block: "BlockRef", raw: memoryview) -> bytes | None:
     """The block's frames, or None when it is corrupt and ``onCorrupt=skip``."""
     try:
-        return _dnb1io.block_frames(key, raw, block)
+        return object_index.block_frames(key, raw, block)
     except CorruptObject as e:
         _skip_or_raise(p, key, [block], e)
         return None
@@ -139,7 +141,7 @@ def _decode_group(p: "Dnb1Partition", group: list[_Entry]) -> list["pa.RecordBat
             return batches
         w_lo, w_hi = windows.pop()
         try:
-            cols = _dnb1io.decode_columns(frames, w_lo, w_hi, b.time_lo_ms, b.time_hi_ms)
+            cols = decode_columns(frames, w_lo, w_hi, b.time_lo_ms, b.time_hi_ms)
         except ColumnsTooLarge:
             if w_hi <= w_lo:
                 raise
@@ -161,6 +163,14 @@ def _decode_group(p: "Dnb1Partition", group: list[_Entry]) -> list["pa.RecordBat
         if batch is not None:
             batches.append(batch)
     raise AssertionError(f"offset window {lo}..{hi} still too large after {SPLIT_WINDOWS_MAX} splits")
+
+
+def decode_columns(frames: bytes | memoryview, first_offset: int | None, last_offset: int | None,
+                   min_time_ms: int | None, max_time_ms: int | None) -> Any:
+    """Validated frames → ``native.columns.Columns`` for the rows inside the windows."""
+    from native import columns
+
+    return columns.decode_columns(frames, first_offset, last_offset, min_time_ms, max_time_ms)
 
 
 def _block_at(group: list[_Entry], position: int) -> tuple[str, "BlockRef", int]:

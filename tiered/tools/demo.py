@@ -189,7 +189,7 @@ def _describe_reads(messages: list[Any]) -> str:
 
 def _stored(metadata: Any, topic: str, start: int) -> str:
     """The committed object range starting at ``start`` (as descriptors say)."""
-    from uploader import list_descriptors
+    from tiered.archive import list_descriptors
 
     for d in list_descriptors(metadata, topic):
         if d.start_offset == start:

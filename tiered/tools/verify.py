@@ -39,6 +39,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from tiered.archive import fetch
+from tiered.archive.chain import decode_descriptor
+from tiered.archive.fetch import ObjectMismatch, ObjectPin
+from tiered.archive.naming import descriptor_object_key
+from tiered.archive.orphans import find_orphans
 from tiered.errors import MalformedRecord, ObjectNotFound
 from tiered.lifecycle.ownership import OwnerRecord
 from tiered.metadata import keys
@@ -135,7 +140,7 @@ def _load_descriptors(snapshot: _Snapshot, report: VerifyReport) -> list[keys.Ob
     found = []
     for kv in snapshot.descriptors:
         try:
-            descriptor = keys.ObjectDescriptor.from_json(kv.key, kv.value).check_key(kv.key)
+            descriptor = decode_descriptor(kv.key, kv.value)
         except MalformedRecord as e:
             report.add("malformed", str(e), key=kv.key)
             continue
@@ -187,31 +192,21 @@ def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], o
         _check_object_bytes(key, desc, data, report)
 
 
-def descriptor_object_key(topic: TopicName, desc: keys.ObjectDescriptor) -> str:
-    """The object-store key a descriptor points at (the uploader's naming is the truth)."""
-    from uploader.naming import object_key
-
-    return object_key(topic, desc.start_offset, desc.object_id)
-
-
 def _check_object_bytes(key: str, desc: keys.ObjectDescriptor, data: bytes, report: VerifyReport) -> None:
-    from native import object_format
-
-    if len(data) != desc.size:
-        report.add("size_mismatch", f"object {key} is {len(data)} bytes, its descriptor says {desc.size}: "
-                                    "not the object that was committed", key=key, size=len(data),
-                   descriptor_size=desc.size)
-        return
     try:
-        offsets = read_object_offsets(data, key)
-        digest = object_format.object_digest(data, key)
+        offsets = frame_offsets(fetch.read_whole_object(key, data, ObjectPin.of(desc)))
+    except ObjectMismatch as e:
+        if e.what == "size":
+            report.add("size_mismatch", f"object {key} is {len(data)} bytes, its descriptor says {desc.size}: "
+                                        "not the object that was committed", key=key, size=len(data),
+                       descriptor_size=desc.size)
+        else:
+            report.add("digest_mismatch", f"object {key} is a valid object but not the one its descriptor "
+                                          "pins (footer/block CRC32C differ): it was replaced after its commit",
+                       key=key)
+        return
     except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt object here
         report.add("corrupt_object", f"object {key}: {e}", key=key)
-        return
-    if (digest.footer_crc32c, digest.block_crc32c) != (desc.footer_crc32c, desc.block_crc32c):
-        report.add("digest_mismatch", f"object {key} is a valid object but not the one its descriptor "
-                                      "pins (footer/block CRC32C differ): it was replaced after its commit",
-                   key=key)
         return
     if not offsets:
         report.add("range_mismatch", f"object {key} holds no messages", key=key)
@@ -221,12 +216,10 @@ def _check_object_bytes(key: str, desc: keys.ObjectDescriptor, data: bytes, repo
                                      f"descriptor says {desc.start_offset}-{desc.end_offset}", key=key)
 
 
-def read_object_offsets(data: bytes, name: str = "object") -> list[int]:
-    """Every offset a dnb1 object holds, in order, after checking every block and frame CRC."""
+def frame_offsets(frames: bytes) -> list[int]:
+    """Every offset a run of validated WAL frames holds, in order (each frame's CRC checked)."""
     import native
-    from native import object_format
 
-    frames = object_format.read_all_frames(data, object_name=name)
     scan = native.scan_frames(frames, 0, None, None, False, True)
     if scan.error is not None:
         raise ValueError(f"frame {scan.error.reason} at byte {scan.error.position} of its frames "
@@ -407,8 +400,6 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport, sealed
 # -- 6. orphans -----------------------------------------------------------------------
 
 def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: VerifyReport) -> None:
-    from uploader import find_orphans
-
     try:
         orphans = find_orphans(metadata, objects, topic)
     except ValueError as e:  # a malformed descriptor (already reported) stops the orphan scan

@@ -239,8 +239,8 @@ def restore(settings: Settings, topic: str, takeover: bool = False, discard_loca
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     from tiered.metadata import keys
     from tiered.lifecycle.ownership import read_owner
+    from tiered.archive import list_descriptors
     from tiered.tools.verify import local_wal_range, lost_range_json
-    from uploader import list_descriptors
 
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, _objects):

@@ -241,7 +241,7 @@ class Scenario:
         self.model.forget_unsynced(nxt)
 
     def step_takeover(self, step: Step, index: int, keep_dead_running: bool = False) -> None:
-        from uploader import last_committed_offset
+        from tiered.archive import last_committed_offset
 
         dead, target = self.owner, self.other_broker(step.args["to"])
         dead_hosted = self.hosted()
@@ -417,17 +417,17 @@ class Scenario:
     def step_impostor(self, step: Step, index: int) -> None:
         """Replace one committed object with other bytes of the same size; nothing may
         serve them, and verify must say so. Then put the real object back."""
-        from tiered.metadata import keys
+        from tiered.archive import list_descriptors
+        from tiered.archive.naming import descriptor_object_key
         from tiered.read.cloud import CloudReader
         from tiered.read.errors import CorruptArchive
         from tiered.tools.verify import verify_topic
-        from uploader import list_descriptors
 
         descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
         if not descriptors:
             return
         d = descriptors[int(step.args["which"] * len(descriptors))]
-        key = keys.object_key(TOPIC, d.start_offset, d.object_id)
+        key = descriptor_object_key(TOPIC, d)
         real = self.cluster.inner_objects.get(key)
         self.cluster.inner_objects.put(key, _other_history(real, key, self.cluster.config.uploader))
         try:
@@ -588,7 +588,7 @@ class Scenario:
 
     # -- checks -------------------------------------------------------------------------
     def check_descriptors(self) -> None:
-        from uploader import list_descriptors
+        from tiered.archive import list_descriptors
 
         descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
         expected = 0
