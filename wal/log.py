@@ -22,6 +22,7 @@ from threading import Condition, Lock
 from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record
+from wal.api import DurableListener
 from wal.cache import FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
@@ -42,10 +43,10 @@ _IDLE_WAIT_S = 0.5  # bound on the writer's idle wait; it re-checks for close ea
 _FOREVER = 1 << 64
 _U32 = struct.Struct("<I")
 
-DurableListener = Callable[[int], None]
-
 
 class WriteAheadLog:
+    """The per-topic log; satisfies ``wal.api.Wal`` (what consumers type against)."""
+
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     def open(cls, root_dir: str, topic: "str | TopicName", config: WalConfig | None = None,
