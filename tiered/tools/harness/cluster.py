@@ -42,9 +42,9 @@ class CrashHook:
 class Cluster:
     def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str) -> None:
         from tiered.metadata import open_metadata
-        from tiered.metadata.faults import FaultPlan, FaultyMetadataStore
+        from tiered.metadata.testing.faults import FaultPlan, FaultyMetadataStore
         from tiered.objects import open_objects
-        from tiered.objects.faults import FaultyObjectStore
+        from tiered.objects.testing.faults import FaultyObjectStore
         from wal.testing import FaultFs
 
         self.root, self.topic, self.brokers = root, topic, brokers
