@@ -1,11 +1,14 @@
 """WriteAheadLog: the per-topic durable log (design: docs/WAL.md, format: native/format.py).
 
 Threads: any number of appenders, one group-commit writer (wal/writer.py), any number of
-readers (wal/reader.py). The writer and the readers reach this module's state only through
-the hooks it hands them (``CommitHooks``, ``ReadHooks``), so neither imports this module. Appends go through the append core (``native.AppendBuffer``): offset allocation,
-encoding and buffering are one atomic step there, without this module's lock. One lock
-guards the rest of the in-memory state; three conditions on it wake the writer (work),
-blocked appenders (room) and durability waiters/readers (durable).
+readers (wal/reader.py). Appends go through the append core (``native.AppendBuffer``):
+offset allocation, encoding and buffering are one atomic step there, without this
+module's lock. One lock guards the rest of the in-memory state; three conditions on it
+wake the writer (work), blocked appenders (room) and durability waiters/readers (durable).
+
+The writer and the readers reach that state only through the hooks this module hands
+them (``CommitHooks``, ``ReadHooks``: bound methods, as the append core gets its
+callbacks), so neither imports this module and no other module calls its private methods.
 """
 from __future__ import annotations
 

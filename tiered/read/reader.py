@@ -81,7 +81,7 @@ def create_reader(topic: TopicName | str, wal: WalTailSource | None, metadata: M
                         prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max)
 
 
-def resolve_start(topic: TopicName, wal: WalTailSource | None, metadata: MetadataStore, start: Start) -> int:
+def resolve_start(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore, start: Start) -> int:
     """``start`` as an offset; an offset beyond the topic's next offset is UnknownOffset."""
     if start == "latest":
         return topic_next_offset(topic, wal, metadata)
@@ -98,7 +98,7 @@ def resolve_start(topic: TopicName, wal: WalTailSource | None, metadata: Metadat
     return start
 
 
-def topic_next_offset(topic: TopicName, wal: WalTailSource | None, metadata: MetadataStore) -> int:
+def topic_next_offset(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore) -> int:
     """The WAL's next offset; without a WAL, one past the last committed descriptor."""
     if wal is not None:
         return int(wal.next_offset)
