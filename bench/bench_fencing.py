@@ -34,7 +34,7 @@ from tiered.lifecycle import BrokerHost  # noqa: E402
 from tiered.lifecycle.config import BrokerConfig  # noqa: E402
 from tiered.lifecycle.host import ProduceTimeout  # noqa: E402
 from tiered.lifecycle.ownership import OwnershipLostError, is_broker_registered  # noqa: E402
-from tiered.metadata.faults import FaultyMetadataStore  # noqa: E402
+from tiered.metadata.testing.faults import FaultyMetadataStore  # noqa: E402
 from tiered.metadata.sqlite import SqliteMetadataStore  # noqa: E402
 from tiered.objects.local import LocalObjectStore  # noqa: E402
 from uploader.config import UploaderConfig  # noqa: E402

@@ -48,6 +48,7 @@ from uploader.records import ObjectDescriptor, epoch_from_fencing
 from uploader.retention import apply_retention
 from uploader.sizing import MARK_SLICES, DurableAges
 from uploader.waiters import ArchivedWaiters
+from wal.api import WalFrameSource
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class Uploader:
     inject a fake one and drive passes with :meth:`run_background_pass`.
     """
 
-    def __init__(self, topic: TopicName | str, wal: Any, metadata: MetadataStore,
+    def __init__(self, topic: TopicName | str, wal: WalFrameSource, metadata: MetadataStore,
                  objects: ObjectStore, *, broker_id: int, fencing: Sequence[Compare],
                  config: UploaderConfig, committed_through: int | None,
                  epoch: int | None = None, metrics: UploaderMetrics | None = None,
@@ -612,7 +613,7 @@ class Uploader:
             log.exception("topic %s: unexpected error in upload pass", self.topic)
 
     def _listen_durable(self) -> None:
-        if self._listening or not hasattr(self.wal, "add_durable_listener"):
+        if self._listening:
             return
         self.wal.add_durable_listener(self._on_durable)
         self._listening = True

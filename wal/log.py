@@ -1,10 +1,14 @@
 """WriteAheadLog: the per-topic durable log (design: docs/WAL.md, format: native/format.py).
 
 Threads: any number of appenders, one group-commit writer (wal/writer.py), any number of
-readers. Appends go through the append core (``native.AppendBuffer``): offset allocation,
-encoding and buffering are one atomic step there, without this module's lock. One lock
-guards the rest of the in-memory state; three conditions on it wake the writer (work),
-blocked appenders (room) and durability waiters/readers (durable).
+readers (wal/reader.py). Appends go through the append core (``native.AppendBuffer``):
+offset allocation, encoding and buffering are one atomic step there, without this
+module's lock. One lock guards the rest of the in-memory state; three conditions on it
+wake the writer (work), blocked appenders (room) and durability waiters/readers (durable).
+
+The writer and the readers reach that state only through the hooks this module hands
+them (``CommitHooks``, ``ReadHooks``: bound methods, as the append core gets its
+callbacks), so neither imports this module and no other module calls its private methods.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from threading import Condition, Lock
 from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record
+from wal.api import DurableListener
 from wal.cache import FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
@@ -29,11 +34,11 @@ from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalCl
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, crash_safe_order
 from wal.message import as_tuple
 from wal.metrics import WalMetrics
-from wal.reader import WalReader
+from wal.reader import ReadHooks, WalReader
 from wal.recovery import recover
 from wal.segment import Segment, SegmentInfo
 from wal.topics import TopicName
-from wal.writer import Batch, GroupCommitWriter
+from wal.writer import Batch, CommitHooks, GroupCommitWriter
 
 _log = logging.getLogger(__name__)
 
@@ -41,10 +46,10 @@ _IDLE_WAIT_S = 0.5  # bound on the writer's idle wait; it re-checks for close ea
 _FOREVER = 1 << 64
 _U32 = struct.Struct("<I")
 
-DurableListener = Callable[[int], None]
-
 
 class WriteAheadLog:
+    """The per-topic log; satisfies ``wal.api.Wal`` (what consumers type against)."""
+
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     def open(cls, root_dir: str, topic: "str | TopicName", config: WalConfig | None = None,
@@ -124,7 +129,14 @@ class WriteAheadLog:
         self.metrics = WalMetrics(str(topic), metrics_registry)
         self.metrics.durable_offset.set(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
-        self._writer = GroupCommitWriter(self, fs, directory, config, segments[-1])
+        self._writer = GroupCommitWriter(
+            CommitHooks(take_batch=self._take_batch, on_durable=self._on_durable,
+                        on_rotate=self._on_rotate, fail=self._fail),
+            fs, directory, config, segments[-1])
+        self._read_hooks = ReadHooks(
+            read_records=self._read_records, cache_covers=self._cache_covers,
+            wait_durable=self._wait_durable_unlocked, wait_durable_async=self._wait_durable_async,
+            wake_waiters=self._wake_durable_waiters)
         self._dir_lock = None  # set by open(); released by close() once the writer stopped
 
     def close(self) -> None:
@@ -277,6 +289,16 @@ class WriteAheadLog:
             raise ValueError(f"offset {offset} was never appended (next is {next_offset})")
         return await self._wait_durable_async(offset, timeout_s)
 
+    def _wait_durable_unlocked(self, offset: int, timeout_s: float, give_up: Callable[[], bool]) -> bool:
+        """``_wait_durable_locked`` for a caller not holding the lock (a reader)."""
+        with self._lock:
+            return self._wait_durable_locked(offset, timeout_s, give_up)
+
+    def _wake_durable_waiters(self) -> None:
+        """Wakes every durability waiter so it re-checks its ``give_up`` (a reader closed)."""
+        with self._lock:
+            self._durable.notify_all()
+
     async def _wait_durable_async(self, offset: int, timeout_s: float | None) -> bool:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -314,7 +336,7 @@ class WriteAheadLog:
         with self._lock:
             self._listeners = [c for c in self._listeners if c is not callback]
 
-    # ------------------------------------------------------------------ writer hooks
+    # ------------------------------------------------------------------ writer hooks (CommitHooks)
     def _take_batch(self) -> Batch | None:
         """Writer thread: the next batch to commit, or None when closing and drained.
 
@@ -431,14 +453,14 @@ class WriteAheadLog:
             return [SegmentInfo(s.base_offset, s.last_offset, s.path, s.size_bytes, s.created_ms, s.sealed)
                     for s in self._segments]
 
-    # ------------------------------------------------------------------ reading
+    # ------------------------------------------------------------------ reading (and ReadHooks)
     def reader(self, from_offset: int, live: bool = True) -> WalReader:
         """A pull-based reader of durable records from ``from_offset`` (see wal/reader.py)."""
         with self._lock:
             if from_offset < self._segment_bases[0]:
                 raise OffsetBelowRetention(from_offset, self._segment_bases[0])
             stop = None if live else self._durable_next - 1
-        reader = WalReader(self, from_offset, stop)
+        reader = WalReader(self._read_hooks, from_offset, stop, self.config.read_chunk_bytes)
         self._readers.add(reader)
         return reader
 

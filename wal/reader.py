@@ -8,29 +8,50 @@ reader never overflows a channel: it simply reads older data from files later.
 ``for record in reader`` and ``async for record in reader`` both work; records are
 ``native.Record`` tuples (offset, publish_time, key, attributes, payload). A reader with
 ``live=False`` stops at the durable tip as it was when the reader was created.
+
+A reader knows nothing of ``WriteAheadLog``: the log gives each reader the same
+:class:`ReadHooks`, the calls a reader makes into the log's state.
 """
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from native.format import Record
-
-if TYPE_CHECKING:
-    from wal.log import WriteAheadLog
 
 _WAIT_SLICE_S = 0.25  # bound on one wait; the reader re-checks close() in between
 _FOREVER = 1 << 64
 
 
+class ReadHooks(NamedTuple):
+    """The log's side of a reader; safe to call from any thread (the async one from a loop)."""
+
+    #: ``(position, limit, max_bytes)``: decoded durable records from ``position`` up to
+    #: ``limit`` (inclusive, clamped to the durable tip), about ``max_bytes`` of them, from
+    #: the cache else the segment files; ``[]`` when none is durable yet. Raises
+    #: ``OffsetBelowRetention`` for a position retention removed.
+    read_records: Callable[[int, int, int], list[Record]]
+    #: ``(position)``: the in-memory cache holds it (so reading it does no disk I/O).
+    cache_covers: Callable[[int], bool]
+    #: ``(offset, timeout_s, give_up)``: blocks until ``offset`` is durable (True), the
+    #: timeout passes or ``give_up()`` is true on a wake-up (False); raises once the log
+    #: is closed or failed.
+    wait_durable: Callable[[int, float, Callable[[], bool]], bool]
+    #: ``(offset, timeout_s)``: the same without blocking the event loop (no give_up).
+    wait_durable_async: Callable[[int, float], Awaitable[bool]]
+    #: Wakes every blocked ``wait_durable`` so it re-checks its ``give_up``.
+    wake_waiters: Callable[[], None]
+
+
 class WalReader:
-    def __init__(self, wal: "WriteAheadLog", from_offset: int, stop_offset: int | None) -> None:
-        self._wal = wal
+    def __init__(self, hooks: ReadHooks, from_offset: int, stop_offset: int | None, batch_bytes: int) -> None:
+        self._hooks = hooks
         self._position = from_offset  # next offset to fetch from the WAL
         self._stop_offset = _FOREVER if stop_offset is None else stop_offset
         self._buffer: deque[Record] = deque()
-        self._batch_bytes = wal.config.read_chunk_bytes
+        self._batch_bytes = batch_bytes
         self.closed = False
 
     @property
@@ -43,8 +64,7 @@ class WalReader:
         once (StopIteration), not at the end of its wait slice."""
         self.closed = True
         self._buffer.clear()
-        with self._wal._lock:
-            self._wal._durable.notify_all()
+        self._hooks.wake_waiters()
 
     def __enter__(self) -> "WalReader":
         return self
@@ -64,8 +84,7 @@ class WalReader:
                 raise StopIteration
             if self._fill():
                 return self._buffer.popleft()
-            with self._wal._lock:
-                self._wal._wait_durable_locked(self._position, _WAIT_SLICE_S, lambda: self.closed)
+            self._hooks.wait_durable(self._position, _WAIT_SLICE_S, lambda: self.closed)
 
     # ---------------------------------------------------------------- async
     def __aiter__(self) -> "WalReader":
@@ -78,17 +97,17 @@ class WalReader:
             if self.closed or self._position > self._stop_offset:
                 raise StopAsyncIteration
             # Cache hits decode in memory; file reads go to a thread so the loop never blocks on disk.
-            if self._wal._cache_covers(self._position):
+            if self._hooks.cache_covers(self._position):
                 filled = self._fill()
             else:
                 filled = await asyncio.to_thread(self._fill)
             if filled:
                 return self._buffer.popleft()
-            await self._wal._wait_durable_async(self._position, _WAIT_SLICE_S)
+            await self._hooks.wait_durable_async(self._position, _WAIT_SLICE_S)
 
     # ---------------------------------------------------------------- shared
     def _fill(self) -> bool:
-        records = self._wal._read_records(self._position, self._stop_offset, self._batch_bytes)
+        records = self._hooks.read_records(self._position, self._stop_offset, self._batch_bytes)
         if not records:
             return False
         # Offsets reach a reader exactly once and in order: check it at the handoff.

@@ -1,5 +1,9 @@
 """The group-commit writer thread: one per WAL, the only code that writes segment data.
 
+The writer knows nothing of ``WriteAheadLog``: the log hands it a :class:`CommitHooks`
+(the four calls the loop makes back into the log's state) when it creates it, the same
+way it hands the append core its callbacks.
+
 Loop: take everything appended since the last round, at once (parking only when nothing
 is pending; appends made while a round's fsync is in flight form the next round), rotate
 the segment if it is full or old, write the round (its round marker, then the batch's
@@ -12,16 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from native import encode_round_marker
 from native.format import ROUND_MARKER_BYTES
 from wal.config import WalConfig
 from wal.fs import FileSystem
 from wal.segment import Segment, create_segment
-
-if TYPE_CHECKING:
-    from wal.log import WriteAheadLog
 
 _log = logging.getLogger(__name__)
 
@@ -35,10 +37,25 @@ class Batch(NamedTuple):
     tail_count: int  # how many frames that is (0: not even the last one fits)
 
 
+class CommitHooks(NamedTuple):
+    """The log's side of the writer loop; every call is made on the writer thread."""
+
+    #: The next batch to commit (blocks while nothing is pending), or None to stop.
+    take_batch: Callable[[], Batch | None]
+    #: After the batch's write + fsync: ``(batch, active segment, byte position of the
+    #: batch's first frame, segment size now, fsync seconds)``; publishes the durable
+    #: watermark. Only after this call may anyone see the batch's offsets as durable.
+    on_durable: Callable[[Batch, Segment, int, int, float], None]
+    #: After a new segment file was created: ``(old, new)``; the old one is sealed.
+    on_rotate: Callable[[Segment, Segment], None]
+    #: Any exception of the loop: the log fails closed for good.
+    fail: Callable[[BaseException], None]
+
+
 class GroupCommitWriter:
-    def __init__(self, wal: "WriteAheadLog", fs: FileSystem, directory: str, config: WalConfig,
+    def __init__(self, hooks: CommitHooks, fs: FileSystem, directory: str, config: WalConfig,
                  active: Segment) -> None:
-        self._wal = wal
+        self._hooks = hooks
         self._fs = fs
         self._directory = directory
         self._config = config
@@ -59,10 +76,11 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         try:
-            while (batch := self._wal._take_batch()) is not None:
+            take_batch = self._hooks.take_batch
+            while (batch := take_batch()) is not None:
                 self._commit(batch)
         except BaseException as exc:  # noqa: BLE001 - any failure must fail the WAL closed
-            self._wal._fail(exc)
+            self._hooks.fail(exc)
         finally:
             self._file.close()
 
@@ -79,7 +97,7 @@ class GroupCommitWriter:
         started = time.perf_counter()
         self._file.sync()
         seconds = time.perf_counter() - started
-        self._wal._on_durable(batch, self._active, position, self._file_bytes, seconds)
+        self._hooks.on_durable(batch, self._active, position, self._file_bytes, seconds)
         assert self._active.last_offset == batch.last_offset
 
     def _should_rotate(self) -> bool:
@@ -100,5 +118,5 @@ class GroupCommitWriter:
         self._file = self._fs.open_append(new.path)
         self._file_bytes = new.size_bytes
         old, self._active = self._active, new
-        self._wal._on_rotate(old, new)
+        self._hooks.on_rotate(old, new)
         _log.debug("rotated %s -> %s", old.path, new.path)

@@ -205,7 +205,7 @@ def test_a_write_delayed_past_the_term_never_lands(store_url):
     is applied after another leader won: its fence fails then, so nothing of the old
     term lands, even late."""
     from tiered.errors import OperationTimeout
-    from tiered.metadata.faults import FaultyMetadataStore
+    from tiered.metadata.testing.faults import FaultyMetadataStore
 
     a_store = FaultyMetadataStore(open_metadata(store_url))
     b_store = open_metadata(store_url)

@@ -11,7 +11,7 @@ from tiered.cluster.leader import LeaderElection, read_leader
 from tiered.errors import StorageUnavailable
 from tiered.metadata import open_metadata
 from tiered.metadata.base import Put
-from tiered.metadata.faults import FaultyMetadataStore
+from tiered.metadata.testing.faults import FaultyMetadataStore
 from tests.cluster.lm_fixtures import store_url, wait_for  # noqa: F401 - fixture
 
 TTL_S = 2.0

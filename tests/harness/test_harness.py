@@ -199,7 +199,7 @@ def test_catches_a_fenced_owner_that_keeps_acknowledging(monkeypatch):
 
 
 def test_catches_a_second_opener_let_in(monkeypatch):
-    from wal.fs import FaultFs
+    from wal.testing import FaultFs
 
     def no_lock(self, path):
         class Nothing:

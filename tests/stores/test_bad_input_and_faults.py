@@ -21,7 +21,7 @@ from tiered.errors import (
 )
 from tiered.archive.naming import object_key
 from tiered.metadata import Put, absent, open_metadata
-from tiered.metadata.faults import FaultyMetadataStore
+from tiered.metadata.testing.faults import FaultyMetadataStore
 from tiered.metadata.keys import (
     ObjectDescriptor,
     SealedState,
@@ -33,7 +33,7 @@ from tiered.metadata.keys import (
 )
 from tiered.metadata.sqlite import SqliteMetadataStore
 from tiered.objects import open_objects
-from tiered.objects.faults import FaultyObjectStore
+from tiered.objects.testing.faults import FaultyObjectStore
 from tiered.objects.local import LocalObjectStore
 
 DOWN_BOUND_S = 3.0

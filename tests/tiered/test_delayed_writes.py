@@ -13,7 +13,7 @@ from tiered.errors import OperationTimeout
 from tiered.lifecycle.ownership import acquire
 from tiered.lifecycle.restore import read_progress
 from tiered.metadata import keys
-from tiered.metadata.faults import FaultyMetadataStore
+from tiered.metadata.testing.faults import FaultyMetadataStore
 from tiered.metadata.sqlite import SqliteMetadataStore
 from tiered.read.errors import CursorWriteFailed
 from tiered.read.subscriptions import SubscriptionManager

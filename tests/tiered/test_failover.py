@@ -17,7 +17,7 @@ from tiered.lifecycle import BrokerHost
 from tiered.metadata import keys
 from tiered.lifecycle.restore import read_progress
 from tiered.tools.verify import VerifyReport, _scan_wal, verify_topic
-from wal.fs import FaultFs
+from wal.testing import FaultFs
 from wal.topics import TopicName
 
 from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures

@@ -17,7 +17,7 @@ import pytest
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.host import ProduceTimeout
 from tiered.lifecycle.ownership import OwnershipLostError, is_broker_registered
-from tiered.metadata.faults import FaultyMetadataStore
+from tiered.metadata.testing.faults import FaultyMetadataStore
 from tiered.read.errors import CursorFenced
 
 from tests.tiered.helpers_lifecycle import (  # noqa: F401

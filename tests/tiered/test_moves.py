@@ -248,8 +248,8 @@ def test_stale_owner_seal_is_refused_even_with_nothing_to_upload(local_cluster: 
 
 @pytest.mark.parametrize("store", ["metadata", "objects"])
 def test_store_down_during_unload_keeps_wal_and_retry_succeeds(tmp_path, store: str) -> None:
-    from tiered.metadata.faults import FaultyMetadataStore
-    from tiered.objects.faults import FaultyObjectStore
+    from tiered.metadata.testing.faults import FaultyMetadataStore
+    from tiered.objects.testing.faults import FaultyObjectStore
 
     from tests.tiered.helpers_lifecycle import local_stores
 
@@ -280,7 +280,7 @@ def test_store_down_during_unload_keeps_wal_and_retry_succeeds(tmp_path, store: 
 
 def test_seal_txn_that_landed_but_timed_out_is_recognised_on_retry(tmp_path) -> None:
     from tiered.errors import OperationTimeout
-    from tiered.metadata.faults import FaultyMetadataStore
+    from tiered.metadata.testing.faults import FaultyMetadataStore
 
     from tests.tiered.helpers_lifecycle import local_stores
 

@@ -141,7 +141,7 @@ def _b_dies_with_acked_tail(cluster: Cluster) -> int:
 
 
 def _faulty_host(cluster: Cluster, broker_id: str):
-    from tiered.metadata.faults import FaultyMetadataStore
+    from tiered.metadata.testing.faults import FaultyMetadataStore
 
     faulty = FaultyMetadataStore(cluster.metadata)
     host = BrokerHost(broker_id, cluster.wal_root(broker_id), faulty, cluster.objects, cluster.config)

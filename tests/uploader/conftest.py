@@ -13,9 +13,9 @@ import pytest
 
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore, value_is
-from tiered.metadata.faults import FaultyMetadataStore
+from tiered.metadata.testing.faults import FaultyMetadataStore
 from tiered.metadata.sqlite import SqliteMetadataStore
-from tiered.objects.faults import FaultyObjectStore
+from tiered.objects.testing.faults import FaultyObjectStore
 from tiered.objects.local import LocalObjectStore
 from uploader import Uploader, UploaderConfig, UploaderMetrics
 from wal.topics import TopicName

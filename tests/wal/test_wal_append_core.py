@@ -10,7 +10,8 @@ import pytest
 
 import native
 from tests.wal.helpers import read_all, small_config
-from wal import FaultFs, WalClosed, WalTimeout, WriteAheadLog
+from wal import WalClosed, WalTimeout, WriteAheadLog
+from wal.testing import FaultFs
 
 
 def test_append_resolves_to_the_core_bound_method(tmp_path):

@@ -10,7 +10,6 @@ import pytest
 
 from tests.wal.helpers import check_payload, payload_for, read_all, small_config
 from wal import (
-    FaultFs,
     InitialOffsetMismatch,
     InvalidTopicName,
     Message,
@@ -20,6 +19,7 @@ from wal import (
     WalConfig,
     WriteAheadLog,
 )
+from wal.testing import FaultFs
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ import pytest
 
 from wal import WriteAheadLog
 from wal.errors import WalLocked
-from wal.fs import FaultFs, RealFs
+from wal.fs import RealFs
+from wal.testing import FaultFs
 
 TOPIC = "/ns/locked"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

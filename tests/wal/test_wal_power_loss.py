@@ -1,4 +1,4 @@
-"""Power loss and fsync failure through the fault-injecting file layer (wal.fs.FaultFs)."""
+"""Power loss and fsync failure through the fault-injecting file layer (wal.testing.FaultFs)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +10,8 @@ import time
 import pytest
 
 from tests.wal.helpers import check_payload, payload_for, read_all, small_config
-from wal import FaultFs, WalFailed, WriteAheadLog
+from wal import WalFailed, WriteAheadLog
+from wal.testing import FaultFs
 
 ROOT = "/wal"
 

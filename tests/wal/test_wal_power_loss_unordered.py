@@ -17,8 +17,8 @@ import pytest
 from native import encode_segment_header, scan_frames
 from native.format import SEGMENT_HEADER_BYTES, segment_file_name
 from tests.wal.helpers import check_payload, payload_for, read_all, small_config
-from wal import CorruptLog, FaultFs, WriteAheadLog
-from wal.fs import PAGE_BYTES
+from wal import CorruptLog, WriteAheadLog
+from wal.testing import PAGE_BYTES, FaultFs
 from wal.segment import find_valid_frame_after
 
 ROOT = "/wal"

@@ -44,6 +44,7 @@ from tiered.archive.chain import DescriptorChain
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
 from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, TopicMoved, UnknownOffset
+from wal.api import WalOffsets, WalTailReader, WalTailSource
 from wal.errors import OffsetBelowRetention
 from wal.topics import TopicName
 
@@ -65,7 +66,7 @@ RETENTION_RETRIES_MAX = 8
 _PHASE_CLOUD, _PHASE_WAL, _PHASE_DONE = "cloud", "wal", "done"
 
 
-def create_reader(topic: TopicName | str, wal: Any, metadata: MetadataStore, objects: ObjectStore,
+def create_reader(topic: TopicName | str, wal: WalTailSource | None, metadata: MetadataStore, objects: ObjectStore,
                   start: Start, *, live: bool = True, prefetch_objects: int = 1,
                   memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT,
                   metrics: ReadMetrics | None = None) -> "TieredReader":
@@ -76,7 +77,7 @@ def create_reader(topic: TopicName | str, wal: Any, metadata: MetadataStore, obj
                         prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max, metrics=metrics)
 
 
-def resolve_start(topic: TopicName, wal: Any, metadata: MetadataStore, start: Start) -> int:
+def resolve_start(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore, start: Start) -> int:
     """``start`` as an offset; an offset beyond the topic's next offset is UnknownOffset."""
     if start == "latest":
         return topic_next_offset(topic, wal, metadata)
@@ -93,7 +94,7 @@ def resolve_start(topic: TopicName, wal: Any, metadata: MetadataStore, start: St
     return start
 
 
-def topic_next_offset(topic: TopicName, wal: Any, metadata: MetadataStore) -> int:
+def topic_next_offset(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore) -> int:
     """The WAL's next offset; without a WAL, one past the last committed descriptor."""
     if wal is not None:
         return int(wal.next_offset)
@@ -103,7 +104,7 @@ def topic_next_offset(topic: TopicName, wal: Any, metadata: MetadataStore) -> in
 class TieredReader:
     """A contiguous stream of :class:`Message` from ``start_offset``. See the module docstring."""
 
-    def __init__(self, topic: TopicName | str, wal: Any, metadata: MetadataStore, objects: ObjectStore,
+    def __init__(self, topic: TopicName | str, wal: WalTailSource | None, metadata: MetadataStore, objects: ObjectStore,
                  start_offset: int, *, live: bool = True, prefetch_objects: int = 1,
                  memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT, metrics: ReadMetrics | None = None) -> None:
         self.topic = TopicName.parse(topic)
@@ -120,7 +121,7 @@ class TieredReader:
         self._cloud: CloudReader | None = None
         self._cloud_readers: list[CloudReader] = []  # kept for counters after they finish
         self._pending: collections.deque[Message] = collections.deque()
-        self._wal_reader: Any = None
+        self._wal_reader: WalTailReader | None = None
         self._wal_iter: Any = None
         self._wal_served = False
         self._live_from: int | None = None
@@ -388,7 +389,7 @@ class TieredReader:
         return f"TieredReader({self.topic}, position={self._position}, phase={self._phase})"
 
 
-def durable_next(wal: Any) -> int:
+def durable_next(wal: WalOffsets) -> int:
     """One past the WAL's durable watermark (its last durable offset)."""
     durable = wal.durable_offset
     return int(wal.first_offset) if durable is None or durable < 0 else int(durable) + 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 
 from tiered.archive.chain import DescriptorChain
@@ -34,6 +34,7 @@ from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from tiered.read.metrics import ReadMetrics
+from wal.api import WalOffsets
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class TopicBounds:
     because the WAL only keeps the newest part of the topic.
     """
 
-    def __init__(self, topic: TopicName, metadata: MetadataStore, wal: Any = None,
+    def __init__(self, topic: TopicName, metadata: MetadataStore, wal: WalOffsets | None = None,
                  earliest: Callable[[], int] | None = None,
                  next_offset: Callable[[], int] | None = None) -> None:
         self._topic = topic
@@ -195,7 +196,7 @@ class SubscriptionManager:
     """
 
     def __init__(self, topic: TopicName | str, metadata: MetadataStore, *, fencing: Fencing = (),
-                 flush_every_acks: int = 1000, flush_interval_s: float = 5.0, wal: Any = None,
+                 flush_every_acks: int = 1000, flush_interval_s: float = 5.0, wal: WalOffsets | None = None,
                  earliest_offset: Callable[[], int] | None = None,
                  next_offset: Callable[[], int] | None = None, metrics: ReadMetrics | None = None) -> None:
         if flush_every_acks < 1 or flush_interval_s <= 0:

@@ -1,7 +1,7 @@
 """The brokers, stores and fault switches one scenario runs on.
 
 * N in-process :class:`~tiered.lifecycle.BrokerHost` brokers, each with its own WAL
-  root on its own fault-injecting file system (``wal.fs.FaultFs``), so a power loss is
+  root on its own fault-injecting file system (``wal.testing.FaultFs``), so a power loss is
   ``crash_image()``: unsynced bytes dropped, the last write torn.
 * One extra broker on the real disk, used by SIGKILLed subprocess brokers.
 * Shared metadata and object stores wrapped in fault injectors (``FaultPlan``).
@@ -43,10 +43,10 @@ class CrashHook:
 class Cluster:
     def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str) -> None:
         from tiered.metadata import open_metadata
-        from tiered.metadata.faults import FaultPlan, FaultyMetadataStore
+        from tiered.metadata.testing.faults import FaultPlan, FaultyMetadataStore
         from tiered.objects import open_objects
-        from tiered.objects.faults import FaultyObjectStore
-        from wal.fs import FaultFs
+        from tiered.objects.testing.faults import FaultyObjectStore
+        from wal.testing import FaultFs
 
         self.root, self.topic, self.brokers = root, topic, brokers
         self.metadata_url, self.objects_url = metadata_url, objects_url

@@ -1,4 +1,4 @@
-"""Fault injection for object stores; see :mod:`tiered.metadata.faults` for the plan API.
+"""Fault injection for object stores; see :mod:`tiered.metadata.testing.faults` for the plan API.
 
 Besides errors, timeouts and latency, ``faults.tear("put")`` makes a put store only
 the first half of the data under the final key and then raise
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tiered.errors import StorageUnavailable
-from tiered.metadata.faults import FaultPlan
+from tiered.metadata.testing.faults import FaultPlan
 from tiered.objects.base import ByteRequest, Data, ObjectInfo, ObjectStore, SuffixByteRequest
 
 
