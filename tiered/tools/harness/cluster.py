@@ -16,6 +16,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.config import BrokerConfig
+from tiered.metadata import open_metadata
+from tiered.metadata.faults import FaultPlan, FaultyMetadataStore
+from tiered.objects import open_objects
+from tiered.objects.faults import FaultyObjectStore
+from uploader.config import UploaderConfig
+from wal.config import WalConfig
+from wal.fs import FaultFs
 from wal.topics import TopicName
 
 
@@ -41,12 +50,6 @@ class CrashHook:
 
 class Cluster:
     def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str) -> None:
-        from tiered.metadata import open_metadata
-        from tiered.metadata.faults import FaultPlan, FaultyMetadataStore
-        from tiered.objects import open_objects
-        from tiered.objects.faults import FaultyObjectStore
-        from wal.fs import FaultFs
-
         self.root, self.topic, self.brokers = root, topic, brokers
         self.metadata_url, self.objects_url = metadata_url, objects_url
         self.metadata_faults, self.object_faults = FaultPlan(), FaultPlan()
@@ -68,8 +71,6 @@ class Cluster:
         return os.path.join(self.root, f"wal-{index}")
 
     def host(self, index: int) -> Any:
-        from tiered.lifecycle import BrokerHost
-
         if self.hosts[index] is None:
             self.hosts[index] = BrokerHost(self.broker_id(index), self.wal_root(index), self.metadata,
                                            self.objects, self.config, wal_fs=self.fs[index])
@@ -117,10 +118,6 @@ class Cluster:
 
 
 def _config(hook: CrashHook) -> Any:
-    from tiered.lifecycle.config import BrokerConfig
-    from uploader.config import UploaderConfig
-    from wal.config import WalConfig
-
     # Small bounds so faults resolve in milliseconds: a scenario must take ~0.3 s.
     uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
                               retry_backoff_max_s=0.005, drain_timeout_s=2.0, poll_interval_s=5.0,
