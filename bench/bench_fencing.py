@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tiered.lifecycle import BrokerHost  # noqa: E402
 from tiered.lifecycle.config import BrokerConfig  # noqa: E402
-from tiered.lifecycle.host import ProduceTimeout  # noqa: E402
+from tiered.lifecycle import ProduceTimeout  # noqa: E402
 from tiered.lifecycle.ownership import OwnershipLostError, is_broker_registered  # noqa: E402
 from tiered.metadata.testing.faults import FaultyMetadataStore  # noqa: E402
 from tiered.metadata.sqlite import SqliteMetadataStore  # noqa: E402

@@ -74,7 +74,7 @@ def test_builtin_bases_are_kept() -> None:
     from native.errors import CodecError
     from tiered.config.errors import ConfigError
     from tiered.errors import ObjectNotFound
-    from tiered.lifecycle.host import ProduceTimeout, TopicNotHosted
+    from tiered.lifecycle.errors import ProduceTimeout, TopicNotHosted
     from wal.errors import InvalidTopicName, WalTimeout
     from wal.fs import LockHeld
 

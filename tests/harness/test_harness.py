@@ -104,15 +104,15 @@ def test_catches_a_reader_that_drops_a_message(monkeypatch):
 
 
 def test_catches_a_seal_that_loses_the_last_message(monkeypatch):
-    from tiered.lifecycle import host as lifecycle
+    from tiered.lifecycle import seal
 
-    real_drain = lifecycle.BrokerHost._drain
+    real_drain = seal.drain
 
-    def short_drain(self, hosted):
-        last = real_drain(self, hosted)
+    def short_drain(hosted, config):
+        last = real_drain(hosted, config)
         return None if last in (None, 0) else last - 1
 
-    monkeypatch.setattr(lifecycle.BrokerHost, "_drain", short_drain)
+    monkeypatch.setattr(seal, "drain", short_drain)
     summary = _first_failure()
     assert summary["failure"]["violation"].split(":")[0] in ("seal-continuity", "unexpected-error")
 
@@ -150,13 +150,14 @@ def test_catches_a_takeover_that_leaves_cursors_past_the_restart_point(monkeypat
 
 
 def test_catches_a_returning_broker_that_deletes_its_wal_silently(monkeypatch):
-    from tiered.lifecycle import host as lifecycle
+    from tiered.lifecycle import RetiredWal
+    from tiered.lifecycle.retire import StaleWals
 
     def silent_delete(self, topic, start=None, epoch=None):
-        self._delete_local(topic)
-        return lifecycle.RetiredWal(topic, 0, None, None, None, 0, None)
+        self.delete(topic)
+        return RetiredWal(topic, 0, None, None, None, 0, None)
 
-    monkeypatch.setattr(lifecycle.BrokerHost, "_retire_local", silent_delete)
+    monkeypatch.setattr(StaleWals, "retire", silent_delete)
     summary = _first_failure()
     assert summary["failure"]["violation"].startswith("lost-range-exact")
 
@@ -191,9 +192,9 @@ def test_catches_a_cursor_write_without_its_revision_compare(monkeypatch):
 
 
 def test_catches_a_fenced_owner_that_keeps_acknowledging(monkeypatch):
-    from tiered.lifecycle import host as lifecycle
+    from tiered.lifecycle import HostedTopic
 
-    monkeypatch.setattr(lifecycle.HostedTopic, "fence", lambda self, step: None)
+    monkeypatch.setattr(HostedTopic, "fence", lambda self, step: None)
     summary = _first_failure()
     assert summary["failure"]["violation"].startswith("fenced-refuses")
 

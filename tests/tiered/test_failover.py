@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tiered.errors import MalformedRecord
-from tiered.lifecycle import BrokerHost
+from tiered.lifecycle import BrokerHost, seal
 from tiered.metadata import keys
 from tiered.lifecycle.restore import read_progress
 from tiered.tools.verify import VerifyReport, _scan_wal, verify_topic
@@ -126,11 +126,11 @@ def test_seal_publishes_the_flushed_tip_before_its_long_drain(local_cluster: Clu
     produce_range(hosted, 1, 6)  # inside the rate limit: not published by the loop
     seen = []
 
-    def drain_dies(_hosted):
+    def drain_dies(_hosted, _config):
         seen.append(read_progress(local_cluster.metadata, T).durable_offset)
         raise OSError("broker dies in the drain")
 
-    monkeypatch.setattr(a, "_drain", drain_dies)
+    monkeypatch.setattr(seal, "drain", drain_dies)
     with pytest.raises(Exception):
         a.unload(TOPIC)
     assert seen == [6]

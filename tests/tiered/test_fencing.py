@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from tiered.lifecycle import BrokerHost
-from tiered.lifecycle.host import ProduceTimeout
+from tiered.lifecycle import ProduceTimeout
 from tiered.lifecycle.ownership import OwnershipLostError, is_broker_registered
 from tiered.metadata.testing.faults import FaultyMetadataStore
 from tiered.read.errors import CursorFenced
@@ -163,7 +163,7 @@ def test_pending_durable_waiters_fail_when_the_topic_is_fenced(local_cluster: Cl
     """A waiter whose offset became durable after the fencing is not acknowledged."""
     a, b = local_cluster.broker("A"), local_cluster.broker("B")
     topic_a = a.load(TOPIC)
-    offset = topic_a._append(b"pending", None, None, None)  # appended, ack not yet given
+    offset = topic_a.append(b"pending")  # appended, ack not yet given
     b.load(TOPIC, force=True)
     topic_a.fence("test: told by a refused write")
     with pytest.raises(OwnershipLostError):

@@ -18,7 +18,8 @@ from tiered.lifecycle.ownership import (
     read_owner,
     release,
 )
-from tiered.lifecycle.restore import progress_key, read_progress, read_sealed_state
+from tiered.lifecycle.restore import read_progress, read_sealed_state
+from tiered.metadata.keys import progress_key
 from wal.topics import TopicName
 
 from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster, produce_range  # noqa: F401

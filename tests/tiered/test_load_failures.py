@@ -14,7 +14,7 @@ import os
 import pytest
 
 from tiered.lifecycle import LoadError
-from tiered.lifecycle.host import LocalWalUnreadable
+from tiered.lifecycle import LocalWalUnreadable
 from tiered.lifecycle.ownership import TopicOwnedElsewhere, read_owner
 from tiered.metadata import keys
 from wal.topics import TopicName

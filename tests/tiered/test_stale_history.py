@@ -216,7 +216,7 @@ def test_a_quarantine_never_overwrites_what_an_earlier_quarantine_holds(local_cl
         f.write(b"an earlier WAL's segment")
     before = sorted(os.listdir(wal_dir))
     with pytest.raises(StorageError, match="already holds"):
-        a._quarantine(T, wal_dir, "leaf")
+        a.stale.quarantine(T, wal_dir, "leaf")
     assert sorted(os.listdir(wal_dir)) == before
     with open(os.path.join(qpath, segment), "rb") as f:
         assert f.read() == b"an earlier WAL's segment"
@@ -298,7 +298,7 @@ def test_a_crash_at_any_point_of_a_quarantine_never_shrinks_the_exact_lost_range
 def test_a_host_started_with_another_broker_id_on_a_wal_root_is_refused(local_cluster: Cluster) -> None:
     import pytest
 
-    from tiered.lifecycle.host import WalRootOwnedByAnotherBroker
+    from tiered.lifecycle import WalRootOwnedByAnotherBroker
 
     a = local_cluster.broker("A")
     produce_range(a.load(TOPIC), 0, 4)  # durable on A only
@@ -344,7 +344,7 @@ def test_a_root_without_an_identity_file_is_not_claimed_by_another_broker(local_
     markers say whose it is (issue-10 re-attack, N2)."""
     import pytest
 
-    from tiered.lifecycle.host import WalRootOwnedByAnotherBroker
+    from tiered.lifecycle import WalRootOwnedByAnotherBroker
 
     a = local_cluster.broker("A")
     produce_range(a.load(TOPIC), 0, 4)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tiered.metadata import keys
-from tiered.lifecycle.ownership import registered_key
+from tiered.metadata.keys import registered_key
 from tiered.lifecycle.watcher import AssignmentWatcher, NotAssigned, assign, request_unload, wait_sealed
 
 from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures

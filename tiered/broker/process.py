@@ -24,6 +24,9 @@ from aiohttp import web
 
 from tiered.broker.config import BrokerProcessConfig
 from tiered.broker.server import BrokerServer
+from tiered.cluster.metrics import LoadManagerMetrics
+from tiered.cluster.reports import LoadReporter
+from tiered.cluster.runtime import LoadManager
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.watcher import AssignmentWatcher, WatcherConfig
@@ -87,7 +90,7 @@ async def serve(broker_id: str, wal_root: str, metadata, objects, config: Broker
         if watcher is not None:
             await watcher.stop_async()
         await runner.cleanup()
-        if not host._closed.is_set():
+        if not host.closed:
             await host.close_async(unload=False)
     return 1
 
@@ -107,10 +110,6 @@ class _ClusterRoles:
         self.manager = None
 
     def start(self) -> None:
-        from tiered.cluster.metrics import LoadManagerMetrics
-        from tiered.cluster.reports import LoadReporter
-        from tiered.cluster.runtime import LoadManager
-
         if self.load_report_interval_s is not None:
             self.reporter = LoadReporter(self.host, self.load_report_interval_s).start()
         if self.load_manager is not None:

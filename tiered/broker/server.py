@@ -41,8 +41,9 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 
-from tiered.lifecycle.host import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
+from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
 from tiered.metadata import keys
 from tiered.read.errors import InvalidAck, ReadError, TopicMoved, UnknownOffset
@@ -146,7 +147,7 @@ class BrokerServer:
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
             raise _unavailable(str(e)) from e
         except MessageTooLarge as e:
-            limit = hosted.wal.config.max_message_bytes
+            limit = hosted.max_message_bytes
             raise web.HTTPRequestEntityTooLarge(limit, request.content_length or 0,
                                                 text=_error_json("MessageTooLarge", str(e)),
                                                 content_type="application/json") from e
@@ -252,11 +253,9 @@ class _WalMetrics:
         self.host = host
 
     def collect(self):  # the prometheus_client collector protocol (used by generate_latest)
-        from prometheus_client.core import Metric
-
         merged: dict[str, Metric] = {}
         for hosted in self.host.topics():
-            registry = getattr(getattr(hosted.wal, "metrics", None), "registry", None)
+            registry = hosted.wal_metrics_registry
             if registry is None:
                 continue
             for family in registry.collect():
@@ -400,6 +399,4 @@ def _unavailable(message: str) -> web.HTTPException:
 
 
 def _error_json(error: str, message: str) -> str:
-    import json
-
     return json.dumps({"error": {"type": error, "message": message}})

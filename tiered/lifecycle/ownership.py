@@ -43,11 +43,11 @@ from tiered.metadata.base import (
     mod_revision_is,
     value_is,
 )
+from tiered.metadata.keys import REGISTERED_PREFIX, registered_key  # noqa: F401 - defined in keys.py; importable from here
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
 
-REGISTERED_PREFIX = "/cluster/registered/"
 SESSION_TTL_S_DEFAULT = 10.0
 
 
@@ -58,9 +58,12 @@ def owner_key(topic: TopicName | str) -> str:
     return keys.owner_key(topic)
 
 
-def registered_key(broker_id: str) -> str:
-    _check_broker_id(broker_id)
-    return f"{REGISTERED_PREFIX}{broker_id}"
+def unowned_fencing(metadata: MetadataStore, topic: TopicName) -> list[Compare]:
+    """Compares that hold while ``topic``'s owner record stays as it is now (absent, or
+    released): a writer that does not own the topic fences its writes on them, so they
+    fail once any broker takes the topic."""
+    kv = metadata.get(owner_key(topic))
+    return [absent(owner_key(topic))] if kv is None else [value_is(kv.key, kv.value)]
 
 
 def _check_broker_id(broker_id: str) -> None:

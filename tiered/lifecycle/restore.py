@@ -28,6 +28,7 @@ from tiered.archive.chain import DescriptorChain
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
+from tiered.metadata.keys import progress_key
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
 from wal.topics import TopicName
 
@@ -66,11 +67,6 @@ def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
                                      f"ending at {expected - 1}")
         expected = d.end_offset + 1
     return None if expected == 0 else expected - 1
-
-
-def progress_key(topic: TopicName | str) -> str:
-    """Owner's published durable tip (not in keys.py's table: only the lifecycle uses it)."""
-    return keys.storage_prefix(topic) + "progress"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +111,11 @@ class RestorePlan:
     previous_owner: str | None
     #: The last durable tip an owner published (None: none), read with the plan.
     progress: Progress | None = None
+
+    @property
+    def is_sealed(self) -> bool:
+        """The topic was sealed (cleanly unloaded) when the plan was read."""
+        return _is_sealed(self.sealed)
 
     @property
     def committed_through(self) -> int | None:

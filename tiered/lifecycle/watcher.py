@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from native.errors import DnbError
 from tiered.backoff import Backoff
 from tiered.errors import CompactedRevision, StorageError, WatchOverflow
-from tiered.lifecycle.host import BrokerHost, LifecycleError, TopicNotHosted
+from tiered.lifecycle.errors import LifecycleError, TopicNotHosted
+from tiered.lifecycle.host import BrokerHost
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent
 from tiered.lifecycle.ownership import OwnerRecord, OwnershipError, owner_key

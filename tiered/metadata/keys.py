@@ -11,10 +11,12 @@ key                                                    value
 /storage/topics/<ns>/<topic>/objects/<start:020d>      :class:`ObjectDescriptor`
 /storage/topics/<ns>/<topic>/state                     :class:`SealedState`
 /storage/topics/<ns>/<topic>/owner                     :class:`Ownership` (fencing)
+/storage/topics/<ns>/<topic>/progress                  the owner's durable tip (lifecycle)
 /topics/<ns>/<topic>/subscriptions/<name>/cursor       :class:`Cursor`
 /topics/<ns>/<topic>/delivery                          delivery settings (opaque here)
 /cluster/brokers/<broker_id>/<ns>/<topic>              :class:`Assignment`
 /cluster/unassigned/<ns>/<topic>                       :class:`Unassigned`
+/cluster/registered/<broker_id>                        a broker's registration (lifecycle)
 =====================================================  ==============================
 
 Lost ranges (one per failover) live at
@@ -95,6 +97,11 @@ def owner_key(topic: TopicName | str) -> str:
     return storage_prefix(topic) + "owner"
 
 
+def progress_key(topic: TopicName | str) -> str:
+    """The owner's published durable tip (a ``Progress`` record of the lifecycle)."""
+    return storage_prefix(topic) + "progress"
+
+
 def lost_prefix(topic: TopicName | str) -> str:
     return storage_prefix(topic) + "lost/"
 
@@ -144,6 +151,14 @@ def topic_assignments(metadata: Any, topic: TopicName | str) -> list[str]:
 def assignment_key(broker_id: str, topic: TopicName | str) -> str:
     t = _topic(topic)
     return broker_assignments_prefix(broker_id) + f"{t.namespace}/{t.name}"
+
+
+REGISTERED_PREFIX = "/cluster/registered/"
+
+
+def registered_key(broker_id: str) -> str:
+    """A live broker's registration (under its session lease; its advertised address)."""
+    return REGISTERED_PREFIX + _segment("broker id", broker_id)
 
 
 UNASSIGNED_PREFIX = "/cluster/unassigned/"

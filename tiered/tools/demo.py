@@ -20,8 +20,15 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from tiered.tools.cli.output import render_table
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.config import BrokerConfig
+from tiered.metadata import keys, open_metadata
+from tiered.objects import open_objects
 from tiered.read.reader import read_messages
+from tiered.tools.cli.output import render_table
+from tiered.tools.verify import verify_topic
+from tiered.archive import list_descriptors
+from uploader.config import UploaderConfig
 
 TOPIC = "/default/reliable_topic"
 SUBSCRIPTION = "subs_reliable"
@@ -49,10 +56,6 @@ def run_demo(metadata_url: str | None = None, objects_url: str | None = None, ke
 
 
 def _run(root: str, topic: str, metadata_url: str, objects_url: str) -> dict[str, Any]:
-    from tiered.metadata import open_metadata
-    from tiered.objects import open_objects
-    from tiered.tools.verify import verify_topic
-
     if objects_url.startswith("file://"):
         os.makedirs(objects_url[len("file://"):], exist_ok=True)
     metadata = open_metadata(metadata_url)
@@ -76,9 +79,6 @@ class _Scenario:
     """The steps of the seed, each recording one timeline row and checking the seed's numbers."""
 
     def __init__(self, root: str, topic: str, metadata: Any, objects: Any) -> None:
-        from tiered.lifecycle.config import BrokerConfig
-        from uploader.config import UploaderConfig
-
         self.root, self.topic, self.metadata, self.objects = root, topic, metadata, objects
         # No background upload timer: the seed's uploads happen at T2 and T7, not in between.
         self.config = BrokerConfig(uploader=UploaderConfig(interval_s=3600.0), session_ttl_s=5.0)
@@ -90,8 +90,6 @@ class _Scenario:
         return os.path.join(self.root, f"broker-{broker}", "wal")
 
     def host(self, broker: str) -> Any:
-        from tiered.lifecycle import BrokerHost
-
         if broker not in self.hosts:
             self.hosts[broker] = BrokerHost(f"demo-{broker}", self.wal_dir(broker), self.metadata,
                                             self.objects, self.config)
@@ -189,8 +187,6 @@ def _describe_reads(messages: list[Any]) -> str:
 
 def _stored(metadata: Any, topic: str, start: int) -> str:
     """The committed object range starting at ``start`` (as descriptors say)."""
-    from tiered.archive import list_descriptors
-
     for d in list_descriptors(metadata, topic):
         if d.start_offset == start:
             return f"{d.start_offset}-{d.end_offset}"
@@ -198,8 +194,6 @@ def _stored(metadata: Any, topic: str, start: int) -> str:
 
 
 def _cursor(scenario: _Scenario) -> int | None:
-    from tiered.metadata import keys
-
     kv = scenario.metadata.get(keys.cursor_key(scenario.topic, SUBSCRIPTION))
     return None if kv is None else keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
 

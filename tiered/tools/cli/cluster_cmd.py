@@ -14,10 +14,17 @@ topic), ``move TOPIC [--to B]`` (a manual transfer of a placed topic), ``drain B
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import signal
+import threading
 import time
 from typing import Any
 
+from tiered.cluster import admin
+from tiered.cluster.config import LoadManagerConfig
+from tiered.cluster.runtime import LoadManager, load_manager_settings
+from tiered.metadata import open_metadata
 from tiered.tools.cli.output import CliError, Output, render_mapping, render_table
 from tiered.tools.cli.settings import Settings
 
@@ -42,10 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings, out: Output) -> int | None:
-    from tiered.cluster import admin
-    from tiered.cluster.config import LoadManagerConfig
-    from tiered.metadata import open_metadata
-
     config = LoadManagerConfig() if args.strategy is None else LoadManagerConfig(assignment_strategy=args.strategy)
     action = args.action
     needs = {"assign": "topic", "move": "topic", "drain": "broker id", "undrain": "broker id"}
@@ -94,12 +97,6 @@ def _run_manager(metadata, settings: Settings, config_path: str | None) -> int:
     """A load-manager candidate without a broker: campaigns, and while leader places and
     moves topics; SIGTERM/SIGINT resigns and exits 0. Its id is ``--broker-id`` (any
     unique name: it is only the leader record's ``broker_id``)."""
-    import logging
-    import signal
-    import threading
-
-    from tiered.cluster.runtime import LoadManager, load_manager_settings
-
     logging.getLogger("tiered").setLevel(logging.INFO)
     config, runtime = load_manager_settings(config_path)
     stop = threading.Event()

@@ -7,15 +7,17 @@ contract (docs/CLI.md) and are pinned by tests/cli.
 from __future__ import annotations
 
 import argparse
-import os
 import base64
+import enum
+import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tiered.tools.cli.output import EXIT_PROBLEMS, EXIT_RECORDED_LOSS, CliError, Output, render_mapping, render_table
-from tiered.tools.cli.settings import Settings
+from tiered.tools.cli.settings import Settings, redact_url
 
 Handler = Callable[[argparse.Namespace, Settings, Output], "int | None"]
 
@@ -35,8 +37,8 @@ def _topic_arg(p: argparse.ArgumentParser) -> None:
 def _topic_name(raw: str) -> str:
     """The canonical ``/namespace/topic`` form only: an operator typing ``ns/t`` most
     likely meant something else, and a typo must not create or move a topic."""
-    from wal.errors import InvalidTopicName
-    from wal.topics import TopicName
+    from wal.errors import InvalidTopicName  # deferred: keeps `dnb --help` light
+    from wal.topics import TopicName  # deferred: keeps `dnb --help` light
 
     if not raw.startswith("/"):
         raise argparse.ArgumentTypeError(f"topic name {raw!r} must start with '/' (/namespace/topic)")
@@ -67,7 +69,7 @@ def _broker_url_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     payloads = ops.generated_payloads(args.count, args.size) if args.count is not None \
         else ops.stdin_payloads(sys.stdin)
@@ -82,7 +84,7 @@ def _produce(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 # -- upload -----------------------------------------------------------------------------
 
 def _upload(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     out.emit({"committed_through": ops.upload(settings, args.topic)})
 
@@ -103,7 +105,7 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
 
 
 def _consume(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     start = _parse_start(args.start)
     if args.broker:
@@ -152,7 +154,7 @@ def _parse_start(raw: str | None) -> str | int | None:
 # -- seal / restore ---------------------------------------------------------------------
 
 def _seal(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     out.emit({"last_committed_offset": ops.seal(settings, args.topic)})
 
@@ -167,7 +169,7 @@ def _restore_args(p: argparse.ArgumentParser) -> None:
 
 
 def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     out.emit({"next_offset": ops.restore(settings, args.topic, takeover=args.takeover,
                                          discard_local_wal=args.discard_local_wal)})
@@ -176,7 +178,7 @@ def _restore(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 # -- inspect ----------------------------------------------------------------------------
 
 def _inspect(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     out.emit(ops.inspect(settings, args.topic), render=_render_inspect)
 
@@ -209,7 +211,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 
 def _verify(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     report = ops.verify(settings, args.topic, progress=out.progress, check_objects=not args.skip_objects)
     out.emit(report.to_json(), render=lambda _r: render_verify(report))
@@ -227,7 +229,7 @@ def _gc_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     if not 0 <= args.grace_s < float("inf"):
         raise CliError("--grace-s must be a finite number >= 0")
@@ -263,7 +265,7 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.tools.demo import render_demo, run_demo
+    from tiered.tools.demo import render_demo, run_demo  # deferred: keeps `dnb --help` light
 
     result = run_demo(metadata_url=_explicit(args, "metadata"), objects_url=_explicit(args, "objects"),
                       keep=args.keep)
@@ -285,9 +287,7 @@ def _harness_args(p: argparse.ArgumentParser) -> None:
 
 
 def _harness(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    import logging
-
-    from tiered.tools.harness import render_summary, run_many
+    from tiered.tools.harness import render_summary, run_many  # deferred: keeps `dnb --help` light
 
     if not out.debug:
         # The harness injects faults on purpose; the library's warnings about them are noise.
@@ -315,7 +315,7 @@ def _query_args(p: argparse.ArgumentParser) -> None:
 
 
 def _query(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     result = ops.query(settings, args.topic, args.sql)
     out.emit(result, render=lambda r: render_table(r["columns"], r["rows"]) + f"\n{len(r['rows'])} row(s)")
@@ -360,7 +360,7 @@ def config_flags(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
 
 
 def _broker(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     return ops.run_broker(settings, args.load_manager, args.load_manager_config, args.load_report_interval_s)
 
@@ -370,8 +370,8 @@ def _config_args(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.config.loader import LoadedConfig
-    from tiered.config.schema import keys
+    from tiered.config.loader import LoadedConfig  # deferred: keeps `dnb --help` light
+    from tiered.config.schema import keys  # deferred: keeps `dnb --help` light
 
     loaded = settings.loaded
     assert isinstance(loaded, LoadedConfig)
@@ -390,10 +390,6 @@ def _config(args: argparse.Namespace, settings: Settings, out: Output) -> None:
 
 def _plain(value: Any) -> Any:
     """A config value as JSON: enums by value, tuples as lists, URLs without credentials."""
-    import enum
-
-    from tiered.tools.cli.settings import redact_url
-
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple):
@@ -418,19 +414,19 @@ def _move_args(p: argparse.ArgumentParser) -> None:
 
 
 def _move(args: argparse.Namespace, settings: Settings, out: Output) -> None:
-    from tiered.tools.cli import ops
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     out.emit(ops.move(settings, args.topic, args.to, args.timeout_s))
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
-    from tiered.tools.cli import cluster_cmd
+    from tiered.tools.cli import cluster_cmd  # deferred: keeps `dnb --help` light
 
     cluster_cmd.add_arguments(p)
 
 
 def _cluster(args: argparse.Namespace, settings: Settings, out: Output) -> int | None:
-    from tiered.tools.cli import cluster_cmd
+    from tiered.tools.cli import cluster_cmd  # deferred: keeps `dnb --help` light
 
     return cluster_cmd.run(args, settings, out)
 

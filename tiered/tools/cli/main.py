@@ -10,6 +10,7 @@ parses its arguments, calls one library function and prints the result through
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -72,7 +73,7 @@ _KEY_FLAGS = {"data_dir": ("data_dir", "--data-dir"), "wal_dir": ("wal_dir", "--
 def config_flags(args: argparse.Namespace) -> dict[str, tuple[object, str]]:
     """The config keys set on the command line: ``--set`` first, then the named flags
     (a named flag given together with ``--set`` of the same key wins)."""
-    from tiered.config.loader import parse_assignment
+    from tiered.config.loader import parse_assignment  # deferred: keeps `dnb --help` light
 
     flags: dict[str, tuple[object, str]] = {}
     for text in args.settings:
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.debug)
 
     def body() -> int | None:
-        from tiered.config import load_config
+        from tiered.config import load_config  # deferred: keeps `dnb --help` light
 
         loaded = load_config(args.config, os.environ, config_flags(args))
         settings = Settings.from_config(loaded)
@@ -110,8 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure_logging(debug: bool) -> None:
-    import logging
-
     # Library warnings (e.g. an unarchived tail after a takeover) are useful to an
     # operator even without --debug; INFO chatter is not.
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,

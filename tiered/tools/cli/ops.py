@@ -13,16 +13,34 @@ failover path, used when that broker is known to be dead).
 """
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
+import datetime as dt
 import logging
+import re
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any, TextIO
 
-from tiered.tools.cli.output import EXIT_REFUSED, CliError
+from tiered.cluster.runtime import RuntimeConfig, load_manager_settings
+from tiered.config import DnbConfig
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.ownership import read_owner, unowned_fencing
+from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
+from tiered.metadata import keys
+from tiered.read.errors import ReaderClosed
+from tiered.read.messages import Message
+from tiered.read.reader import create_reader
+from tiered.read.subscriptions import SubscriptionManager
+from tiered.tools.cli.output import CliError, EXIT_DATA, EXIT_INTERNAL, EXIT_REFUSED
 from tiered.tools.cli.settings import Settings, open_stores
+from tiered.tools.verify import local_wal_range, lost_range_json, verify_topic
+from tiered.archive import list_descriptors
+from uploader import collect_garbage
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -39,10 +57,6 @@ def broker_config(config: Any = None) -> Any:
     """The BrokerConfig of one short CLI process: the configured one (``config``, a
     DnbConfig; defaults if None) without a background upload timer to race and with a
     short session lease (the process is gone in seconds)."""
-    from dataclasses import replace
-
-    from tiered.config import DnbConfig
-
     base = (config or DnbConfig()).broker_config()
     ttl_s = min(base.session_ttl_s, CLI_SESSION_TTL_S)
     margin_s = base.ack_lease_margin_s
@@ -55,8 +69,6 @@ def broker_config(config: Any = None) -> Any:
 @contextlib.contextmanager
 def hosting(settings: Settings) -> Iterator[Any]:
     """A BrokerHost for this invocation; on exit topics are left owned, WAL on disk."""
-    from tiered.lifecycle import BrokerHost
-
     with open_stores(settings) as (metadata, objects):
         host = BrokerHost(settings.broker_id, settings.wal_dir, metadata, objects, broker_config(settings.config))
         try:
@@ -69,8 +81,6 @@ def hosting(settings: Settings) -> Iterator[Any]:
 
 def owner_of(metadata: Any, topic: TopicName) -> tuple[str | None, int | None]:
     """(holder, epoch): holder None when nobody holds the topic (never owned or released)."""
-    from tiered.lifecycle.ownership import read_owner
-
     record, _kv = read_owner(metadata, topic)
     if record is None:
         return None, None
@@ -154,13 +164,7 @@ def consume(settings: Settings, topic: str, subscription: str, start: str | int 
 
 def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str | int | None,
                      max_messages: int | None, ack: bool) -> list[Any]:
-    from tiered.metadata.base import absent, value_is
-    from tiered.lifecycle.ownership import owner_key
-    from tiered.read.reader import create_reader
-    from tiered.read.subscriptions import SubscriptionManager
-
-    kv = host.metadata.get(owner_key(topic))
-    fencing = [absent(owner_key(topic))] if kv is None else [value_is(kv.key, kv.value)]
+    fencing = unowned_fencing(host.metadata, topic)
     with SubscriptionManager(topic, host.metadata, fencing=fencing) as subs:
         sub = subs.subscribe(subscription, "earliest")
         reader = create_reader(topic, None, host.metadata, host.objects,
@@ -174,8 +178,6 @@ def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str 
 
 def _read(reader: Any, max_messages: int | None, idle_timeout_s: float | None) -> list[Any]:
     """Collect messages until the reader ends, ``max_messages``, idle timeout or Ctrl-C."""
-    from tiered.read.errors import ReaderClosed
-
     messages: list[Any] = []
     if max_messages == 0:
         reader.close()
@@ -237,11 +239,6 @@ def restore(settings: Settings, topic: str, takeover: bool = False, discard_loca
 # -- inspect / verify -------------------------------------------------------------------
 
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
-    from tiered.metadata import keys
-    from tiered.lifecycle.ownership import read_owner
-    from tiered.archive import list_descriptors
-    from tiered.tools.verify import local_wal_range, lost_range_json
-
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, _objects):
         record, _kv = read_owner(metadata, name)
@@ -266,8 +263,6 @@ def inspect(settings: Settings, topic: str) -> dict[str, Any]:
 
 
 def _cursors(metadata: Any, topic: TopicName) -> dict[str, int]:
-    from tiered.metadata import keys
-
     prefix = keys.subscriptions_prefix(topic)
     out = {}
     for kv in metadata.range(prefix):
@@ -282,8 +277,6 @@ def _descriptor_json(d: Any) -> dict[str, Any]:
 
 
 def verify(settings: Settings, topic: str, progress: Any = None, check_objects: bool = True) -> Any:
-    from tiered.tools.verify import verify_topic
-
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, objects):
         return verify_topic(name, metadata, objects, wal_dir=settings.wal_dir, progress=progress,
@@ -292,8 +285,6 @@ def verify(settings: Settings, topic: str, progress: Any = None, check_objects: 
 
 def gc(settings: Settings, topic: str, grace_s: float) -> dict[str, Any]:
     """Delete the topic's collectable orphans older than ``grace_s`` (see uploader.gc)."""
-    from uploader import collect_garbage
-
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, objects):
         return {"topic": str(name), "deleted": collect_garbage(metadata, objects, name, grace_s)}
@@ -304,7 +295,7 @@ def gc(settings: Settings, topic: str, grace_s: float) -> dict[str, Any]:
 def query(settings: Settings, topic: str, sql: str) -> dict[str, Any]:
     name = TopicName.parse(topic)
     try:
-        from tiered.spark.query import run_query
+        from tiered.spark.query import run_query  # deferred: pyspark is an optional extra
     except ImportError as e:
         raise CliError(f"query needs the Spark extra: pip install 'dnb-storage[spark]' ({e})") from e
     try:
@@ -325,10 +316,6 @@ _SPARK_DATA_ERRORS = ("CorruptObject", "CorruptArchive", "ArchiveInconsistent", 
 def _spark_failure(error: BaseException) -> CliError:
     """One line for the operator instead of a JVM/worker traceback (``--debug`` shows it):
     the innermost ``module.Error: message`` line, and exit 5 when it is a data error."""
-    import re
-
-    from tiered.tools.cli.output import EXIT_DATA, EXIT_INTERNAL
-
     text = str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     cause = next((line for line in reversed(lines)
@@ -345,9 +332,6 @@ def _query_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _json_safe(value: Any) -> Any:
-    import base64
-    import datetime as dt
-
     if isinstance(value, (bytes, bytearray)):
         try:
             return bytes(value).decode("utf-8")
@@ -369,11 +353,7 @@ def run_broker(settings: Settings, load_manager: bool = False, load_manager_conf
     """``dnb broker run``: serve until SIGTERM, configured by ``settings.config`` (the load
     manager by ``--load-manager-config FILE`` when given, else the [load_manager] section);
     the process's exit code."""
-    import asyncio
-    import logging
-
-    from tiered.broker.process import serve
-    from tiered.cluster.runtime import RuntimeConfig, load_manager_settings
+    from tiered.broker.process import serve  # deferred: aiohttp loads only for the HTTP commands
 
     logging.getLogger("tiered").setLevel(logging.INFO)  # a long-lived process logs its transitions
     config = settings.config
@@ -392,9 +372,6 @@ def run_broker(settings: Settings, load_manager: bool = False, load_manager_conf
 def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> dict[str, Any]:
     """Request the unload where the topic is assigned, wait for the seal, assign it to
     ``to_broker``: the seed's move, driven through metadata (running brokers act on it)."""
-    from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
-    from tiered.metadata import keys
-
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, _objects):
         current = keys.topic_assignments(metadata, name)
@@ -421,7 +398,7 @@ def produce_remote(broker_url: str, topic: str, payloads: Iterable[bytes], key: 
                    ack: str = "durable") -> tuple[int | None, int | None]:
     """``dnb produce --broker URL``: append through a running broker (redirects and moves
     handled by the client); returns (first_offset, last_offset)."""
-    from tiered.broker.client import SyncBrokerClient
+    from tiered.broker.client import SyncBrokerClient  # deferred: aiohttp loads only for the HTTP commands
 
     first = last = None
     batch: list[bytes] = []
@@ -446,8 +423,7 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int, m
                    ack: bool) -> list[Any]:
     """``dnb consume --broker URL``: read from ``start`` until caught up (or ``max``),
     following the topic across moves; ``ack`` acknowledges the last one read."""
-    from tiered.broker.client import HistoryDiverged, SyncBrokerClient
-    from tiered.read.messages import Message
+    from tiered.broker.client import HistoryDiverged, SyncBrokerClient  # deferred: aiohttp, as above
 
     name = str(TopicName.parse(topic))
     messages: list[Any] = []

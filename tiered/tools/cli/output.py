@@ -12,7 +12,8 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from tiered.errors import MalformedRecord, StorageError, StorageUnavailable
 from typing import Any, TextIO, TypeVar
 
 from native.errors import DnbError
@@ -129,8 +130,6 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "_asdict"):
         return value._asdict()
     if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
         return asdict(value)
     return str(value)
 
@@ -174,7 +173,6 @@ def classify(error: BaseException) -> tuple[int, str]:
         return error.exit_code, str(error)
     name = type(error).__name__
     message = str(error) or name
-    from tiered.errors import StorageError, StorageUnavailable
 
     if _is_refusal(error):
         return EXIT_REFUSED, f"refused: {message}"
@@ -200,12 +198,11 @@ _REFUSAL_NAMES = ("Owner", "Owned", "Ownership", "Fenced", "NotOwner", "Sealed",
 
 def _data_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean the stored bytes or records are damaged, whatever layer found them."""
-    from native.errors import CodecError
-    from tiered.errors import MalformedRecord
-    from tiered.lifecycle.host import LocalWalUnreadable
-    from tiered.lifecycle.restore import BrokenChain, RestoreMismatch
-    from tiered.read.errors import CorruptArchive, DataGap
-    from wal.errors import CorruptLog
+    from native.errors import CodecError  # deferred: keeps `dnb --help` light
+    from tiered.lifecycle.errors import LocalWalUnreadable  # deferred: keeps `dnb --help` light
+    from tiered.lifecycle.restore import BrokenChain, RestoreMismatch  # deferred: keeps `dnb --help` light
+    from tiered.read.errors import CorruptArchive, DataGap  # deferred: keeps `dnb --help` light
+    from wal.errors import CorruptLog  # deferred: keeps `dnb --help` light
 
     return (CorruptArchive, DataGap, CodecError, CorruptLog, LocalWalUnreadable, BrokenChain, RestoreMismatch,
             MalformedRecord)

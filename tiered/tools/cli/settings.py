@@ -26,7 +26,7 @@ class Settings:
     @property
     def config(self) -> Any:
         """The :class:`tiered.config.DnbConfig` in effect (defaults if none was loaded)."""
-        from tiered.config import DnbConfig
+        from tiered.config import DnbConfig  # deferred: keeps `dnb --help` light
 
         return self.loaded.config if self.loaded is not None else DnbConfig()
 
@@ -89,8 +89,8 @@ def redact_url(url: str) -> str:
 @contextlib.contextmanager
 def open_stores(settings: Settings) -> Iterator[tuple[object, object]]:
     """Open (metadata, objects) for one command and always close them again."""
-    from tiered.metadata import open_metadata
-    from tiered.objects import open_objects
+    from tiered.metadata import open_metadata  # deferred: keeps `dnb --help` light
+    from tiered.objects import open_objects  # deferred: keeps `dnb --help` light
 
     if settings.metadata_url.startswith("sqlite:") or settings.objects_url.startswith("file:"):
         os.makedirs(settings.data_dir, exist_ok=True)

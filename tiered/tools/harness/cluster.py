@@ -17,6 +17,15 @@ import os
 from typing import Any
 
 from native.errors import DnbError
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.config import BrokerConfig
+from tiered.metadata import open_metadata
+from tiered.metadata.testing.faults import FaultPlan, FaultyMetadataStore
+from tiered.objects import open_objects
+from tiered.objects.testing.faults import FaultyObjectStore
+from uploader.config import UploaderConfig
+from wal.config import WalConfig
+from wal.testing import FaultFs
 from wal.topics import TopicName
 
 
@@ -42,12 +51,6 @@ class CrashHook:
 
 class Cluster:
     def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str) -> None:
-        from tiered.metadata import open_metadata
-        from tiered.metadata.testing.faults import FaultPlan, FaultyMetadataStore
-        from tiered.objects import open_objects
-        from tiered.objects.testing.faults import FaultyObjectStore
-        from wal.testing import FaultFs
-
         self.root, self.topic, self.brokers = root, topic, brokers
         self.metadata_url, self.objects_url = metadata_url, objects_url
         self.metadata_faults, self.object_faults = FaultPlan(), FaultPlan()
@@ -69,8 +72,6 @@ class Cluster:
         return os.path.join(self.root, f"wal-{index}")
 
     def host(self, index: int) -> Any:
-        from tiered.lifecycle import BrokerHost
-
         if self.hosts[index] is None:
             self.hosts[index] = BrokerHost(self.broker_id(index), self.wal_root(index), self.metadata,
                                            self.objects, self.config, wal_fs=self.fs[index])
@@ -118,10 +119,6 @@ class Cluster:
 
 
 def _config(hook: CrashHook) -> Any:
-    from tiered.lifecycle.config import BrokerConfig
-    from uploader.config import UploaderConfig
-    from wal.config import WalConfig
-
     # Small bounds so faults resolve in milliseconds: a scenario must take ~0.3 s.
     uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
                               retry_backoff_max_s=0.005, drain_timeout_s=2.0, poll_interval_s=5.0,

@@ -46,10 +46,25 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiered.tools.harness.cluster import Cluster, HarnessCrash
-from tiered.tools.harness.model import TopicModel, Violation, check
-from tiered.tools.harness.schedule import Step, make_schedule
+import native
+from native import object_format
+from tiered.lifecycle import BrokerHost, LoadError, TopicState
+from tiered.lifecycle import host as host_module
+from tiered.lifecycle.ownership import OwnershipLostError
+from tiered.metadata import keys
+from tiered.read.cloud import CloudReader
+from tiered.read.errors import CorruptArchive, UnknownOffset
 from tiered.read.reader import read_messages
+from tiered.tools.harness.cluster import Cluster, HarnessCrash
+from tiered.tools.harness.model import SubscriptionModel, TopicModel, Violation, check
+from tiered.tools.harness.schedule import Step, make_schedule
+from tiered.tools.harness.subproc import kill_broker_mid_produce
+from tiered.tools.verify import verify_topic
+from tiered.archive import last_committed_offset, list_descriptors
+from tiered.archive.naming import descriptor_object_key
+from uploader import collect_garbage
+from wal import WriteAheadLog
+from wal.errors import WalLocked
 from wal.topics import TopicName
 
 TOPIC = TopicName.parse("/harness/topic")
@@ -162,7 +177,7 @@ class Scenario:
         hosted = self.hosted()
         for _ in range(step.args["count"]):
             payload = self.model.next_payload(self.seed)
-            self.model.appended(hosted.wal.append(payload), payload)
+            self.model.appended(hosted.append(payload), payload)
 
     # -- upload / consume ---------------------------------------------------------------
     def step_upload(self, step: Step, index: int) -> None:
@@ -170,8 +185,6 @@ class Scenario:
         self.check_descriptors()
 
     def step_consume(self, step: Step, index: int) -> None:
-        from tiered.read.errors import UnknownOffset
-
         name = step.args["subscription"]
         sub_model = self.model.subscriptions.setdefault(name, _new_sub())
         hosted = self.hosted()
@@ -241,8 +254,6 @@ class Scenario:
         self.model.forget_unsynced(nxt)
 
     def step_takeover(self, step: Step, index: int, keep_dead_running: bool = False) -> None:
-        from tiered.archive import last_committed_offset
-
         dead, target = self.owner, self.other_broker(step.args["to"])
         dead_hosted = self.hosted()
         # The process dies unsealed; its disk stays (the broker comes back later). Closing
@@ -273,15 +284,12 @@ class Scenario:
 
     # -- the single-fault kinds of the loss paths (docs/SAFETY.md) ---------------------
     def step_failed_load(self, step: Step, index: int) -> None:
-        from tiered.lifecycle import LoadError
-
         self.cluster.crash(self.owner)
         host = self.cluster.host(self.owner)
         target = {"open WAL": "_open_wal", "mark topic open": "_mark_open",
                   "clamp subscription cursors": None, "start uploader": "_start_uploader",
                   "open subscriptions": "_open_subscriptions"}[step.args["step"]]
         if target is None:
-            import tiered.lifecycle.host as host_module
             original = host_module.clamp_cursors
             host_module.clamp_cursors = _raising(OSError("injected failure while clamping"))
         else:
@@ -321,10 +329,6 @@ class Scenario:
         self.reload_same_broker("disk full at load")
 
     def step_second_opener(self, step: Step, index: int) -> None:
-        from tiered.lifecycle import BrokerHost
-        from wal import WriteAheadLog
-        from wal.errors import WalLocked
-
         fs = self.cluster.fs[self.owner]
         for who, open_it in (
             ("a second broker host", lambda: BrokerHost(self.cluster.broker_id(self.owner), self.cluster.wal_root(self.owner),
@@ -345,8 +349,6 @@ class Scenario:
         """Another broker takes over while the owner still runs (its lease lapsed while it
         was paused, or an operator forced it). Once the old owner learns it from one
         refused write, it must refuse to acknowledge anything."""
-        from tiered.lifecycle.ownership import OwnershipLostError
-
         old = self.owner
         old_hosted = self.hosted()
         self.step_takeover(Step("takeover", {"to": step.args["to"]}), index, keep_dead_running=True)
@@ -382,8 +384,6 @@ class Scenario:
         self.cluster.crash(old)
 
     def step_delayed_write(self, step: Step, index: int) -> None:
-        from tiered.metadata import keys
-
         name = step.args["subscription"]
         sub_model = self.model.subscriptions.setdefault(name, _new_sub())
         hosted = self.hosted()
@@ -417,12 +417,6 @@ class Scenario:
     def step_impostor(self, step: Step, index: int) -> None:
         """Replace one committed object with other bytes of the same size; nothing may
         serve them, and verify must say so. Then put the real object back."""
-        from tiered.archive import list_descriptors
-        from tiered.archive.naming import descriptor_object_key
-        from tiered.read.cloud import CloudReader
-        from tiered.read.errors import CorruptArchive
-        from tiered.tools.verify import verify_topic
-
         descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
         if not descriptors:
             return
@@ -446,8 +440,6 @@ class Scenario:
             self.cluster.inner_objects.put(key, real)
 
     def check_cursors_clamped(self, hosted: Any, start: int, before: dict[str, int]) -> None:
-        from tiered.metadata import keys
-
         expected = {n: c for n, c in before.items() if c >= start}
         check(hosted.report.clamped_cursors == expected, "cursor-clamp",
               f"load at {start} reported clamps {hosted.report.clamped_cursors}, expected {expected}")
@@ -461,8 +453,6 @@ class Scenario:
     def check_lost_ranges(self) -> None:
         """Bring every dead broker back (its host retires its stale WAL), then the lost
         ranges must be exactly the takeovers' tails: reported, exact, nothing else."""
-        from tiered.metadata import keys
-
         for takeover in self.takeovers:
             self.cluster.host(takeover.dead)
         records = {(r.start_offset, r.epoch): r for r in keys.read_lost_ranges(self.cluster.inner_metadata, TOPIC)}
@@ -529,8 +519,6 @@ class Scenario:
         self.check_descriptors()
 
     def faulted_seal(self, index: int) -> None:
-        from tiered.lifecycle import TopicState
-
         host, hosted = self.cluster.host(self.owner), self.hosted()
         tip = hosted.next_offset - 1
         try:
@@ -548,8 +536,6 @@ class Scenario:
               f"sealed at {last}, reloaded at {hosted.next_offset}")
 
     def check_unload_left_safe(self, hosted: Any, topic_state: Any) -> None:
-        from tiered.metadata import keys
-
         state_kv = self.cluster.inner_metadata.get(keys.state_key(TOPIC))
         sealed = state_kv is not None and keys.SealedState.from_json(state_kv.key, state_kv.value).sealed
         if hosted.state is topic_state.SEALED:
@@ -558,8 +544,6 @@ class Scenario:
         check(not hosted.wal.closed, "unload-failure-safe", "a failed unload closed the WAL")
 
     def step_sigkill(self, step: Step, index: int) -> None:
-        from tiered.tools.harness.subproc import kill_broker_mid_produce
-
         target = self.cluster.brokers  # the real-disk broker
         last = self.cluster.host(self.owner).unload(TOPIC)
         self.promote_pending(-1 if last is None else last)
@@ -588,8 +572,6 @@ class Scenario:
 
     # -- checks -------------------------------------------------------------------------
     def check_descriptors(self) -> None:
-        from tiered.archive import list_descriptors
-
         descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
         expected = 0
         for d in descriptors:
@@ -598,9 +580,6 @@ class Scenario:
             expected = d.end_offset + 1
 
     def final_checks(self) -> None:
-        from tiered.tools.verify import verify_topic
-        from uploader import collect_garbage
-
         self.cluster.clear_faults()
         hosted = self.hosted()
         # Unacknowledged appends of the last steps become readable once fsynced: readers
@@ -628,9 +607,6 @@ def _other_history(real: bytes, key: str, config: Any) -> bytes:
     """A valid object of the same topic, offsets, publish times and sizes as ``real``,
     but other payload bytes: what a stale owner's upload of the same range looks like.
     Only the descriptor's digest tells the two apart (format CRCs all hold)."""
-    import native
-    from native import object_format
-
     records = object_format.read_records(real, key)
     batch = [(r.publish_time, r.key, r.attributes, bytes(b ^ 0x20 for b in r.payload)) for r in records]
     first = records[0].offset
@@ -646,8 +622,6 @@ def _raising(error: BaseException) -> Any:
 
 
 def _new_sub() -> Any:
-    from tiered.tools.harness.model import SubscriptionModel
-
     return SubscriptionModel()
 
 

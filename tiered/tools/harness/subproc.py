@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import time
+from tiered.lifecycle import BrokerHost
+from tiered.metadata import open_metadata
+from tiered.objects import open_objects
+from tiered.tools.harness.cluster import CrashHook, _config
 from typing import Any
 
 #: Bound on how long the parent waits for the worker to load the topic and start.
@@ -42,8 +47,6 @@ def kill_broker_mid_produce(scenario: Any, index: int, count: int, after_s: floa
 
 
 def _collect_until_kill(proc: subprocess.Popen, after_s: float) -> list[tuple[int, bytes]]:
-    import selectors
-
     reported: list[tuple[int, bytes]] = []
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
@@ -90,11 +93,6 @@ def _worker(argv: list[str] | None = None) -> int:
         parser.add_argument(name, required=True)
     parser.add_argument("--count", type=int, required=True)
     args = parser.parse_args(argv)
-    from tiered.tools.harness.cluster import _config
-    from tiered.tools.harness.cluster import CrashHook
-    from tiered.lifecycle import BrokerHost
-    from tiered.metadata import open_metadata
-    from tiered.objects import open_objects
 
     host = BrokerHost(args.broker_id, args.wal_root, open_metadata(args.metadata), open_objects(args.objects),
                       _config(CrashHook()))

@@ -1,0 +1,343 @@
+"""A topic this broker hosts: :class:`HostedTopic`, the producing path with its acks,
+fencing, readers and the published durable tip.
+
+Acks:
+
+* ``durable`` — the message is fsynced in this broker's WAL and this broker still owns
+  the topic (see the fencing rules below), so it keeps its offset.
+* ``archived`` — the message is in an object the descriptor chain names.
+
+A produce appends under the topic's append lock (so unload's "refuse appends" is a
+clean cut, and a batch is contiguous and all or nothing), then waits for its ack
+outside the lock.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+
+from tiered.errors import MalformedRecord, StorageError
+from tiered.metadata.keys import progress_key
+from tiered.metadata.owned import OwnedRecord, RecordFenced
+from tiered.lifecycle.errors import ProduceTimeout, TopicUnloading
+from tiered.lifecycle.losses import RetiredWal
+from tiered.lifecycle.ownership import OwnershipLostError, OwnerToken
+from tiered.lifecycle.restore import Progress
+from tiered.lifecycle.wal_root import durable_tip
+from tiered.read.reader import create_reader
+
+if TYPE_CHECKING:  # the hint only: host.py builds HostedTopic objects
+    from tiered.lifecycle.host import BrokerHost
+
+log = logging.getLogger(__name__)
+
+Ack = Literal["durable", "archived"]
+
+
+
+class TopicState(enum.Enum):
+    OPEN = "open"
+    UNLOADING = "unloading"  # appends refused; unload may be retried
+    SEALED = "sealed"  # seal txn landed; only local cleanup may remain
+    CLOSED = "closed"  # unloaded, abandoned or fenced: nothing works any more
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    start_offset: int
+    recovered_local_wal: bool
+    previous_owner: str | None
+    #: >0 only on failover: offsets of the dead owner's WAL never archived (lower bound).
+    unarchived_at_least: int
+    load_s: float
+    #: Cursors moved back to ``start_offset - 1`` at this load: {subscription: old cursor}.
+    clamped_cursors: dict[str, int] = field(default_factory=dict)
+    #: This broker's own stale WAL of the topic, retired during this load.
+    retired_local_wal: RetiredWal | None = None
+
+
+class HostedTopic:
+    """A topic this broker owns. Thread-safe."""
+
+    def __init__(self, host: "BrokerHost", token: OwnerToken, wal: Any, uploader: Any,
+                 subscriptions: Any, report: RestoreReport, owner_checked_generation: int = 0) -> None:
+        self.host = host
+        self.topic = token.topic
+        self.token = token
+        self.wal = wal
+        self.uploader = uploader
+        self.subscriptions = subscriptions
+        self.report = report
+        self.state = TopicState.OPEN
+        self.last_committed_offset: int | None = None
+        self._append_lock = threading.Lock()
+        self._readers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._progress_lock = threading.Lock()
+        self._progress_published: int | None = -1
+        #: Set once this broker learns a newer owner exists; appends and acks refuse.
+        self._fenced: OwnershipLostError | None = None
+        #: The session lease generation under which the owner record was last seen ours:
+        #: the one current BEFORE the acquire (a lease that lapsed and was replaced while
+        #: the topic loaded must make the first ack re-read the owner record).
+        self._owner_checked_generation = owner_checked_generation
+        # Compared on its revision: a delayed older tip never lands after a newer one.
+        self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
+
+    # -- producing ---------------------------------------------------------------
+    def produce(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
+                publish_time: int | None = None, *, ack: Ack = "durable",
+                timeout_s: float | None = None) -> int:
+        """Append one message and wait for ``ack``; returns its offset."""
+        _check_ack(ack)
+        offset = self.append(payload, key, attributes, publish_time)
+        self._wait_ack(offset, ack, self._timeout(timeout_s))
+        return offset
+
+    def produce_many(self, payloads: "Iterable[bytes]", key: bytes | None = None, *, ack: Ack = "durable",
+                     timeout_s: float | None = None) -> tuple[int | None, int | None]:
+        """Append every payload as ONE batch, then wait once for ``ack`` of the last one
+        (the WAL is in order, so that covers them all; one fsync can cover the batch).
+        Returns (first offset, last offset), (None, None) for no payload.
+
+        The batch is all or nothing and its offsets are contiguous: no other producer's
+        message lands between them (however long backpressure blocks), and a bad or
+        oversized message appends none of the batch, so a retry cannot duplicate part
+        of it."""
+        _check_ack(ack)
+        batch = list(payloads) if key is None else [(payload, key) for payload in payloads]
+        if not batch:
+            return None, None
+        with self._append_lock:
+            self._check_appendable()
+            first = self.wal.append_batch(batch)
+        last = first + len(batch) - 1
+        self._wait_ack(last, ack, self._timeout(timeout_s))
+        return first, last
+
+    async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
+                            publish_time: int | None = None, *, ack: Ack = "durable",
+                            timeout_s: float | None = None) -> int:
+        """``produce`` for asyncio: the append (which may block on WAL backpressure) runs
+        in a thread; the waits are awaited futures, not threads."""
+        _check_ack(ack)
+        offset = await asyncio.to_thread(self.append, payload, key, attributes, publish_time)
+        timeout_s = self._timeout(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        if not await self.wal.wait_durable_async(offset, timeout_s):
+            raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
+        if ack == "durable" and not self._ownership_certain():
+            await asyncio.to_thread(self._confirm_ownership, offset, deadline)
+        if ack == "archived":
+            self.uploader.request_upload()
+            remaining_s = max(0.0, deadline - time.monotonic())
+            if not await self.uploader.wait_archived_async(offset, remaining_s):
+                raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
+        return offset
+
+    def append(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
+               publish_time: int | None = None) -> int:
+        """Append one message WITHOUT waiting for any ack; returns its offset, which may
+        not be durable yet (``produce`` waits). Refused once fenced or leaving."""
+        # The lock makes "refuse appends" a clean cut: once unload set the state no
+        # append is in flight, so the flush that follows covers every offset handed out.
+        with self._append_lock:
+            self._check_appendable()
+            return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+
+    def refuse_appends(self) -> None:
+        """Stop taking appends (the topic is leaving: unload or abandon). Under the append
+        lock, so once this returns no append is in flight and a flush after it covers
+        every offset handed out."""
+        with self._append_lock:
+            self.state = TopicState.UNLOADING
+
+    def _check_appendable(self) -> None:
+        if self._fenced is not None:
+            raise self._fenced
+        if self.state is not TopicState.OPEN:
+            raise TopicUnloading(self.topic, "append", f"topic is {self.state.value}")
+
+    def _wait_ack(self, offset: int, ack: Ack, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        if self.wal.wait_durable(offset, timeout_s) is False:
+            raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
+        if ack == "durable" and not self._ownership_certain():
+            self._confirm_ownership(offset, deadline)
+        if ack == "archived":
+            # Ask for an upload now: an archived waiter should not sit out a whole interval.
+            self.uploader.request_upload()
+            remaining_s = max(0.0, deadline - time.monotonic())
+            if self.uploader.wait_archived(offset, remaining_s) is False:
+                raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
+
+    # -- fencing -----------------------------------------------------------------
+    # A ``durable`` ack promises the message keeps its offset. That holds only while no
+    # other broker can own the topic: after a takeover the new owner numbers from the
+    # end of the archive and this WAL's tail becomes a recorded loss. So a durable ack
+    # is given only (a) while the session lease is certain for more than the margin
+    # (a paused or cut-off broker stops acking before its lease can lapse and anyone
+    # can take over), (b) after a lapsed lease, once the owner record was re-read and
+    # is still ours, and (c) never once this broker learned it is fenced (a fenced
+    # write was refused) unless the offset is already archived under our epoch.
+    # docs/SAFETY.md states what remains (a forced takeover of a live broker).
+
+    def fence(self, step: str) -> None:
+        """Record that a newer owner exists (``step`` names how this broker learned it):
+        appends refuse at once with OwnershipLostError, and so does every ``durable``
+        ack not yet given whose offset is not archived. Only ``abandon`` remains."""
+        if self._fenced is None:
+            self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
+            self.host.metrics.fenced_topics.inc()
+            # What this WAL holds past the archive is not the topic's history any more.
+            self.move_readers_away()
+            log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
+                      self.topic, self.token.epoch, step)
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
+
+    def check_ownership(self) -> bool:
+        """Re-read the owner record now; fence the topic if it is no longer ours.
+
+        Fenced writes tell the owner within one upload, cursor or progress round; an
+        embedding broker that learns of a move another way (a watch on the owner key,
+        an operator, a client redirected to it) calls this to stop acknowledging at
+        once. Returns True while the topic is still ours."""
+        kv = self.host.metadata.get(self.token.key)
+        if kv is None or kv.value != self.token.held_bytes:
+            self.fence("owner record no longer ours")
+        return self._fenced is None
+
+    def _ownership_certain(self) -> bool:
+        """The fast path of every durable ack: no metadata access, no lock."""
+        if self._fenced is not None:
+            return False
+        session = self.host.session
+        return session is None or (session.generation == self._owner_checked_generation
+                                   and session.remaining_s() > self.host.config.ack_margin_s)
+
+    def _confirm_ownership(self, offset: int, deadline: float) -> None:
+        """The slow path: wait (bounded) for a certain lease, re-check the owner record
+        after a lapsed one, and refuse when fenced."""
+        margin_s = self.host.config.ack_margin_s
+        while True:
+            if self._fenced is not None:
+                committed = self.uploader.committed_through
+                if committed is not None and committed >= offset:
+                    return  # archived under our epoch before the fencing: the ack is true
+                raise self._fenced
+            session = self.host.session
+            if session is None:
+                return
+            if session.remaining_s() > margin_s:
+                generation = session.generation
+                if generation == self._owner_checked_generation:
+                    return
+                self._recheck_owner(generation)
+                continue
+            if not session.wait_remaining(margin_s, max(0.0, deadline - time.monotonic())):
+                raise ProduceTimeout(self.topic, "confirm ownership",
+                                     f"offset {offset} is durable here, but this broker's session lease is not "
+                                     f"certain ({session.remaining_s():.2f}s left, margin {margin_s:.2f}s): not "
+                                     "acknowledged, since another broker may take the topic over")
+
+    def _recheck_owner(self, generation: int) -> None:
+        try:
+            kv = self.host.metadata.get(self.token.key)
+        except StorageError as e:
+            raise ProduceTimeout(self.topic, "confirm ownership",
+                                 f"re-reading the owner record after a lapsed lease failed: {e}") from e
+        if kv is None or kv.value != self.token.held_bytes:
+            self.fence("owner record changed while the session lease had lapsed")
+        else:
+            self._owner_checked_generation = generation
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.host.config.produce_timeout_s if timeout_s is None else timeout_s
+
+    # -- reading -----------------------------------------------------------------
+    def create_reader(self, start: int | Literal["earliest", "latest"], live: bool = True, **options: Any) -> Any:
+        """A tiered reader (cloud → WAL → live) starting at ``start``; ``options`` go to
+        :func:`tiered.read.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
+        reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
+                               live=live, metrics=self.host.read_metrics, **options)
+        self._readers.add(reader)
+        if self.state is not TopicState.OPEN:
+            reader.move_away()  # created while the topic is leaving: nothing more is served
+        return reader
+
+    def move_readers_away(self) -> None:
+        """Every reader of this topic ends with TopicMoved (carrying its next offset) now:
+        once appends are refused the topic is leaving this broker, and acks of what a
+        reader would still serve could no longer be written here."""
+        for reader in list(self._readers):
+            reader.move_away()
+
+    def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
+        return self.subscriptions.subscribe(name, initial)
+
+    async def subscribe_async(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
+        """``subscribe`` for asyncio (it may read and write a cursor in the metadata store)."""
+        return await asyncio.to_thread(self.subscribe, name, initial)
+
+    @property
+    def next_offset(self) -> int:
+        return self.wal.next_offset
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message the topic's WAL takes (a larger one raises MessageTooLarge)."""
+        return self.wal.config.max_message_bytes
+
+    @property
+    def wal_metrics_registry(self) -> Any:
+        """The prometheus registry of the topic's WAL metrics (None when it keeps none)."""
+        return getattr(getattr(self.wal, "metrics", None), "registry", None)
+
+    # -- progress ----------------------------------------------------------------
+    def publish_progress(self) -> bool:
+        """Publish the durable tip (fenced) if it moved; True when written.
+
+        Also while unloading: a seal that fails after its flush leaves the topic to a
+        failover, which reports from this record."""
+        # One writer at a time, so an older tip can never overwrite a newer one.
+        with self._progress_lock:
+            durable = durable_tip(self.wal)
+            if self.state not in (TopicState.OPEN, TopicState.UNLOADING) or durable == self._progress_published:
+                return False
+            record = Progress(self.token.broker_id, self.token.epoch, durable, time.time())
+            try:
+                self._progress_record.write(record.encode(), self.token.fencing, self._progress_covers(durable))
+            except RecordFenced:
+                self.fence("progress write refused")
+                return False
+            self._progress_published = durable
+            return True
+
+    def _progress_covers(self, durable: int | None) -> Callable[[bytes], bool]:
+        def covers(stored: bytes) -> bool:
+            try:
+                found = Progress.decode(self._progress_record.key, stored)
+            except MalformedRecord:
+                return False
+            return ((found.broker_id, found.epoch) == (self.token.broker_id, self.token.epoch)
+                    and (found.durable_offset if found.durable_offset is not None else -1)
+                    >= (durable if durable is not None else -1))
+        return covers
+
+    def __repr__(self) -> str:
+        return f"HostedTopic({self.topic}, epoch={self.token.epoch}, state={self.state.value})"
+
+
+def _check_ack(ack: str) -> None:
+    if ack not in ("durable", "archived"):
+        raise ValueError(f"ack must be 'durable' or 'archived', got {ack!r}")

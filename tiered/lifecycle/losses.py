@@ -1,0 +1,155 @@
+"""Loss records: the ``LostRange`` entries that make every renumbering visible.
+
+When a topic's numbering restarts past offsets some WAL held that were never archived
+(a failover from a dead owner, a stale WAL of this broker, a WAL the operator
+discarded), those offsets are lost. They are never lost silently: a ``LostRange`` under
+``keys.lost_key(topic, start, epoch)`` is written BEFORE the numbering restarts or the
+WAL moves, so a crash in between cannot hide the loss.
+
+* the takeover's own account (``exact: false``, at least what the previous owner's
+  last published tip says), in the same fenced transaction as the open marker
+  (:meth:`LossRecords.unrecorded_histories` picks the histories still unaccounted for);
+* the exact account of a stale WAL this broker retires (``exact: true``, end = the
+  WAL's tip, with the quarantine path), by compare-and-swap (:meth:`LossRecords.write_lost`);
+* the account of an unreadable WAL the operator discarded (``exact: false``, end
+  unknown) (:meth:`LossRecords.record_discarded`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tiered.errors import StorageError
+from tiered.metadata import keys
+from tiered.metadata.base import MetadataStore, Put, absent, value_is
+from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
+from tiered.lifecycle.restore import RestorePlan, unarchived_by
+from tiered.archive import list_descriptors
+from wal.topics import TopicName
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredWal:
+    """A stale local WAL this broker let go of: deleted when everything it held was
+    archived (``lost_start is None``), else quarantined at ``quarantine_path`` with the
+    exact never-archived offsets ``lost_start..lost_end`` recorded as a LostRange."""
+
+    topic: TopicName
+    first_offset: int
+    last_offset: int | None
+    lost_start: int | None
+    lost_end: int | None
+    epoch: int
+    quarantine_path: str | None
+    #: It was the history of the owner record this load took over (not an older WAL of
+    #: this broker whose history had already been taken over and recorded).
+    current: bool = False
+
+
+class LossRecords:
+    """The loss records one broker writes and reads about its own histories."""
+
+    def __init__(self, metadata: MetadataStore, broker_id: str) -> None:
+        self.metadata = metadata
+        self.broker_id = broker_id
+
+    def own_lost_record(self, topic: TopicName, wal_epoch: int | None = None) -> keys.LostRange | None:
+        """The failover away from this broker that ended the history of the WAL opened at
+        ``wal_epoch`` (its ``.owner`` marker): the first takeover record naming this broker
+        at or after that epoch (failed loads of our own bump the epoch without a new WAL,
+        so the taker-over's record may name a later one). A record of an earlier epoch
+        belongs to an older WAL of this broker and says nothing about this one. Without a
+        marker (a WAL from before markers existed): the newest record."""
+        mine = [r for r in keys.read_lost_ranges(self.metadata, topic) if r.broker_id == self.broker_id]
+        if wal_epoch is None:
+            return max(mine, key=lambda r: r.epoch, default=None)
+        return min((r for r in mine if r.epoch >= wal_epoch), key=lambda r: r.epoch, default=None)
+
+    def first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
+        """Without a LostRange: the first offset from ``first`` on that no descriptor of
+        this broker covers, and the newest epoch this broker archived under (0: none)."""
+        covered, epoch = first - 1, 0
+        for d in list_descriptors(self.metadata, topic):
+            if d.broker_id != self.broker_id:
+                continue
+            epoch = max(epoch, d.epoch)
+            if d.start_offset <= covered + 1 <= d.end_offset:
+                covered = d.end_offset
+        return covered + 1, epoch
+
+    def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None) -> None:
+        """Write this broker's exact LostRange: compare-and-swap against the current record
+        (this broker does not own the topic, so ownership cannot fence this write)."""
+        key = keys.lost_key(topic, start, epoch)
+        kv = self.metadata.get(key)
+        if kv is not None:
+            earlier = keys.LostRange.from_json(kv.key, kv.value)
+            if earlier.exact and earlier.quarantine_path:
+                # A retry after a quarantine that moved part of the WAL: what is left here
+                # is a prefix, so its tip says less than the first attempt knew. The exact
+                # record only grows, and keeps the directory the first part went to.
+                if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
+                    end = earlier.end_offset
+                qpath = earlier.quarantine_path
+        record = keys.LostRange(start, end, self.broker_id, epoch, True, qpath, self.broker_id, time.time())
+        compare = absent(key) if kv is None else value_is(key, kv.value)
+        if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
+            raise StorageError(f"{key} changed while broker {self.broker_id} was recording its lost range; "
+                               "the stale WAL is kept for a retry")
+
+    def record_discarded(self, topic: TopicName, start: int, end: int | None, epoch: int, qpath: str) -> str:
+        """Record that an unreadable WAL of ``epoch`` is given up from ``start`` on (its
+        range is unknown: ``exact: false``), before its files move to ``qpath``; returns
+        the record's key. Compare-and-swap against the record read."""
+        key = keys.lost_key(topic, start, epoch)
+        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time())
+        kv = self.metadata.get(key)
+        compare = absent(key) if kv is None else value_is(key, kv.value)
+        if not self.metadata.txn([compare], [Put(key, lost.to_json())]).succeeded:
+            raise StorageError(f"{key} changed while recording a discarded WAL; kept for a retry")
+        return key
+
+    def takeover_records(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
+                         retired: RetiredWal | None) -> tuple[list[Put], int]:
+        """The LostRange writes of a load, for the fenced txn that marks the topic open,
+        and how many offsets those records know were lost."""
+        ops: list[Put] = []
+        unarchived = 0
+        for broker_id, epoch in self.unrecorded_histories(token, plan, recovered, retired):
+            # The takeover's own account, in the same fenced txn as the open marker: where
+            # numbering restarts and how much that owner is known to have lost (its last
+            # published tip). Its WAL, if it comes back, makes the record exact.
+            start = plan.start_offset
+            at_least = unarchived_by(plan.progress, broker_id, epoch, start)
+            unarchived += at_least
+            record = keys.LostRange(start, start + at_least - 1 if at_least > 0 else None,
+                                    broker_id, epoch, False, None, token.broker_id, time.time())
+            ops.append(Put(keys.lost_key(token.topic, start, epoch), record.to_json()))
+        return ops, unarchived
+
+    def unrecorded_histories(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
+                              retired: RetiredWal | None) -> list[tuple[str, int]]:
+        """The unsealed histories this load continues after without having their WAL,
+        that no LostRange accounts for yet.
+
+        * Every history the owner record says we inherited (taken from another holder by
+          this acquire, or by an earlier attempt of ours that failed before recording it:
+          :func:`tiered.lifecycle.ownership.inherited_histories`).
+        * Our own previous epoch, when this load neither recovered its WAL nor retired it
+          here as that epoch's history: it ran elsewhere (another data dir of this broker
+          id) or left nothing on this disk. A stale WAL of ours retired here is an OLDER
+          history, already recorded by whoever took it over."""
+        previous = token.previous
+        held = OwnerRecord.decode(token.key, token.held_bytes)
+        wanted = list(held.inherits)
+        if (not recovered and not plan.is_sealed and previous is not None
+                and previous.holder == token.broker_id
+                and not (retired is not None and (retired.epoch == previous.epoch or retired.current))):
+            wanted.append((previous.broker_id, previous.epoch))
+        if not wanted:
+            return []
+        recorded = {(r.broker_id, r.epoch) for r in keys.read_lost_ranges(self.metadata, token.topic)}
+        if retired is not None and retired.current and previous is not None:
+            recorded.add((token.broker_id, previous.epoch))  # its retire wrote the exact record
+        return [pair for pair in dict.fromkeys(wanted) if pair not in recorded]
+

@@ -1,0 +1,206 @@
+"""Stale local WALs: which WAL is this broker's current history, and letting go of the
+others without ever losing silently.
+
+A local WAL is stale when the topic's history moved on without it: the topic was taken
+over from this broker (a failover), or numbering restarted past it. A stale WAL is
+
+* **deleted** when every offset it holds is archived (nothing to keep, nothing lost);
+* **quarantined** under ``<wal root>/.quarantine/<ns>/<topic>/<epoch>/`` otherwise, the
+  exact never-archived range recorded as a ``LostRange`` FIRST (compare-and-swap), so a
+  crash between the record and the move can never make the loss silent;
+* **kept** when it does not open: its range is unknown, so nothing could record what
+  it held (``LocalWalUnreadable``); only an operator's explicit discard quarantines it
+  (:meth:`StaleWals.discard_unreadable`), recording "from here, end unknown" first.
+
+Files move and are deleted in ``wal.fs.crash_safe_order`` (checkpoint first, segments
+oldest first, ``.owner`` last): a crash part-way leaves a suffix that opens with the
+same tip and is moved on by the retry, never a prefix that looks like a shorter history.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from tiered.errors import StorageError
+from tiered.metadata import keys
+from tiered.metadata.base import MetadataStore
+from tiered.lifecycle.losses import LossRecords, RetiredWal
+from tiered.lifecycle.metrics import LifecycleMetrics
+from tiered.lifecycle.ownership import OwnerToken
+from tiered.lifecycle.restore import RestorePlan
+from tiered.lifecycle.wal_root import WalRoot, durable_tip
+from wal.fs import LOCK_NAME, crash_safe_order
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+#: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
+QUARANTINE_DIR = ".quarantine"
+
+
+class StaleWals:
+    """Decides whether this broker's local WAL of a topic is current, and retires the
+    stale ones (delete or quarantine, loss recorded first)."""
+
+    def __init__(self, root: WalRoot, metadata: MetadataStore, losses: LossRecords,
+                 metrics: LifecycleMetrics) -> None:
+        self.root = root
+        self.metadata = metadata
+        self.losses = losses
+        self.metrics = metrics
+        self.broker_id = root.broker_id
+        self.wal_root = root.wal_root
+        self.fs = root.fs
+        #: Stale WALs retired (deleted or quarantined), oldest first.
+        self.retired: list[RetiredWal] = []
+
+    # The epoch that last opened a local WAL is kept beside it (``.owner``): the owner
+    # record alone cannot tell, because a load that fails keeps ownership and bumps the
+    # epoch without touching the WAL, and a takeover from us may have happened in between.
+
+    def is_current(self, token: OwnerToken) -> tuple[bool, int]:
+        """(is the local WAL this broker's current history, the epoch that wrote it)."""
+        previous = token.previous
+        if previous is None or previous.holder != self.broker_id:
+            marker = self.root.read_owner_marker(token.topic)
+            return False, marker if marker is not None else -1
+        marker = self.root.read_owner_marker(token.topic)
+        if marker is None or marker == previous.epoch:
+            return True, previous.epoch
+        taken = [r for r in keys.read_lost_ranges(self.metadata, token.topic)
+                 if r.broker_id == self.broker_id and r.epoch >= marker]
+        # Epochs moved on since the WAL was opened: by our own failed loads only (still
+        # current), or by a takeover from us and back (stale: its loss is recorded).
+        return (not taken), marker
+
+    def retire(self, topic: TopicName, start: int | None = None, epoch: int | None = None) -> RetiredWal:
+        """Delete or quarantine this broker's stale WAL of ``topic``; never lose silently.
+
+        ``start``/``epoch``: where the topic's numbering restarted after this broker's
+        epoch ``epoch``. When a broker comes back they are unknown (None): the LostRange
+        the taker-over wrote naming this broker says them; without one (a stale WAL left
+        by a crash between seal and delete), the first offset of this WAL that no
+        descriptor of this broker archived.
+        """
+        path = self.root.path(topic)
+        # A WAL that does not open is never moved or deleted here: its range is unknown,
+        # so nothing could record what it held (LocalWalUnreadable; the operator decides).
+        wal = self.root.open_local(topic)
+        try:
+            first, tip = wal.first_offset, durable_tip(wal)
+        finally:
+            wal.close()
+        record = None
+        if start is None or epoch is None:
+            wal_epoch = self.root.read_owner_marker(topic)
+            record = self.losses.own_lost_record(topic, wal_epoch)
+            if record is not None and wal_epoch is not None and record.epoch != wal_epoch:
+                # A LATER epoch's record (failed loads of ours in between, or a history of
+                # this broker id on another data dir): it says where numbering restarted,
+                # but this WAL can neither confirm nor complete another epoch's account (it
+                # would erase a real loss); this WAL's own account gets its own record.
+                start, epoch, record = record.start_offset, wal_epoch, None
+            elif record is not None:
+                start, epoch = record.start_offset, record.epoch
+            else:
+                start, epoch = self.losses.first_unarchived_by_us(topic, first)
+        lost_start = max(start, first)
+        if tip is None or tip < lost_start:
+            # Everything this WAL held is archived: nothing to keep, nothing lost.
+            if record is not None and not record.exact:
+                self.losses.write_lost(topic, start, epoch, None, None)  # confirm: nothing was lost
+            self.delete(topic)
+            log.info("topic %s: deleted stale local WAL %d..%s: every offset it held is archived",
+                     topic, first, tip)
+            retired = RetiredWal(topic, first, tip, None, None, epoch, None)
+        else:
+            leaf = f"{epoch:0{keys.OFFSET_DIGITS}d}"
+            qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+            # Record first: if the move then fails, a retry finds the same range and path;
+            # a move without a record would be a silent loss if this broker died next.
+            self.losses.write_lost(topic, start, epoch, tip, qpath)
+            self.quarantine(topic, path, leaf)
+            self.metrics.quarantines.labels(str(topic)).inc()
+            self.metrics.quarantined_offsets.labels(str(topic)).inc(tip - lost_start + 1)
+            log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
+                        "here but never archived, and the topic's numbering restarted at %d, so they are lost "
+                        "(recorded at %s)", topic, epoch, qpath, lost_start, tip, start,
+                        keys.lost_key(topic, start, epoch))
+            retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath)
+        self.retired.append(retired)
+        return retired
+
+    def discard_unreadable(self, topic: TopicName, plan: RestorePlan, epoch: int | None) -> RetiredWal:
+        """The operator chose to give up a WAL that does not open: record, then quarantine.
+
+        The range it held is unknown; what is known is where numbering restarts
+        (``plan.start_offset``), so the record says "from there, end unknown" (``exact:
+        false``), written before the files move so a crash in between cannot make the
+        loss silent."""
+        start, end = plan.start_offset, None
+        if epoch is None:
+            # A stale WAL of an earlier epoch: its loss began where the topic's numbering
+            # restarted after it (the taker-over's record), not where it continues now.
+            record = self.losses.own_lost_record(topic, self.root.read_owner_marker(topic))
+            if record is not None:
+                start, end, epoch = record.start_offset, record.end_offset, record.epoch
+            else:
+                start, epoch = self.losses.first_unarchived_by_us(topic, 0)
+        leaf = f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}"
+        qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+        key = self.losses.record_discarded(topic, start, end, epoch, qpath)
+        self.quarantine(topic, self.root.path(topic), leaf)
+        self.metrics.quarantines.labels(str(topic)).inc()
+        log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
+                  "offsets from %d on that it held are lost (range unknown, recorded at %s)",
+                  topic, qpath, start, key)
+        retired = RetiredWal(topic, -1, None, start, end, epoch, qpath)
+        self.retired.append(retired)
+        return retired
+
+    def quarantine(self, topic: TopicName, path: str, leaf: str) -> str:
+        """Move the WAL's files to ``<root>/.quarantine/<ns>/<topic>/<leaf>/`` through the
+        WAL's file layer, durably: every new directory's parent and both ends are fsynced."""
+        fs = self.fs
+        qroot = os.path.join(self.wal_root, QUARANTINE_DIR)
+        qpath = os.path.join(qroot, topic.namespace, topic.name, leaf)
+        fs.makedirs(qpath)
+        for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
+            fs.fsync_dir(directory)
+        # A crash in between leaves here a suffix of the WAL without a checkpoint, which
+        # opens with the same tip and is moved on by the retry; never a prefix that would
+        # look like a shorter history (wal.fs.crash_safe_order).
+        names = crash_safe_order(fs.listdir(path))
+        # A quarantined WAL may be the only copy of lost messages: never overwrite one. (A
+        # retry after a partial move finds only the files not moved yet still here.)
+        if "wal.ckpt" in names and fs.exists(os.path.join(qpath, "wal.ckpt")):
+            # A retry: the checkpoint moved first describes the whole WAL; the one here was
+            # rewritten when the retry opened the rest (derived data, dropped).
+            names.remove("wal.ckpt")
+            fs.remove(os.path.join(path, "wal.ckpt"))
+        clashes = [n for n in names if fs.exists(os.path.join(qpath, n))]
+        if clashes:
+            raise StorageError(f"quarantine {qpath} already holds {', '.join(sorted(clashes))} from another "
+                               f"WAL; {path} is kept in place")
+        for name in names:
+            fs.rename(os.path.join(path, name), os.path.join(qpath, name))
+        if fs.exists(os.path.join(path, LOCK_NAME)):
+            fs.remove(os.path.join(path, LOCK_NAME))
+        fs.fsync_dir(qpath)
+        fs.fsync_dir(path)
+        fs.rmdir(path)
+        fs.fsync_dir(os.path.dirname(path))
+        return qpath
+
+    def delete(self, topic: TopicName) -> None:
+        """Remove a closed stale WAL whose every offset is archived (durably: dir fsynced)."""
+        path = self.root.path(topic)
+        # The .owner marker goes last: a crash part-way leaves a WAL that opens and still
+        # says which epoch wrote it, so the retry decides the same way (wal.fs.crash_safe_order).
+        for name in [*crash_safe_order(self.fs.listdir(path)), LOCK_NAME]:
+            if name == LOCK_NAME and not self.fs.exists(os.path.join(path, name)):
+                continue
+            self.fs.remove(os.path.join(path, name))
+        self.fs.rmdir(path)
+        self.fs.fsync_dir(os.path.dirname(path))
+

@@ -1,0 +1,194 @@
+"""One broker's WAL root on disk: who it belongs to and what each WAL in it is.
+
+* ``<root>/.lock`` — held while a host uses the root: one host per root, whatever its
+  broker id (the kernel drops it if the process dies, so a restart is never refused).
+* ``<root>/.broker`` — the broker id that first used the root; another id is refused
+  (:class:`~tiered.lifecycle.errors.WalRootOwnedByAnotherBroker`).
+* ``<root>/<namespace>/<topic>/.owner`` — which of this broker's epochs last opened
+  that WAL (the owner record alone cannot tell: a load that fails keeps ownership and
+  bumps the epoch without touching the WAL, and a takeover from us may have happened
+  in between).
+
+Markers are small checksummed JSON files written durably (temp, fsync, rename, fsync
+dir). Every lookup goes through the WAL's own file layer: a WAL on a fault-injecting
+(or any non-OS) file system does not exist on the real disk.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from typing import Any
+
+from crc32c import crc32c
+
+from tiered.lifecycle.errors import LoadError, LocalWalUnreadable, WalRootOwnedByAnotherBroker
+from tiered.lifecycle.ownership import OwnerToken
+from wal import WriteAheadLog
+from wal.errors import WalLocked
+from wal.fs import LOCK_NAME, LockHeld, RealFs
+from wal.topics import TopicName
+
+#: In a local WAL directory: which of this broker's epochs last opened the WAL.
+OWNER_MARKER = ".owner"
+#: In a WAL root: the broker id that first used it.
+ROOT_IDENTITY = ".broker"
+
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+class WalRoot:
+    """The WAL root of one broker id, locked and claimed for it while this object lives
+    (until :meth:`release`)."""
+
+    def __init__(self, broker_id: str, wal_root: str, wal_fs: Any, wal_config: Any) -> None:
+        """``wal_fs`` is the file layer every WAL of this root runs on (``wal.fs``; the
+        real disk when None); ``wal_config`` the configuration WALs are opened with."""
+        self.broker_id = broker_id
+        self.wal_root = wal_root
+        self.wal_fs = wal_fs
+        self.wal_config = wal_config
+        #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
+        #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
+        self.fs = wal_fs if wal_fs is not None else RealFs()
+        # One host per WAL root: a second process with the same root (whatever its broker
+        # id) would recover, retire or append to the same WALs. Held until release(); the
+        # kernel drops it if the process dies, so a restart after a crash is never refused.
+        self.fs.makedirs(self.wal_root)
+        try:
+            self._root_lock = self.fs.lock(os.path.join(self.wal_root, LOCK_NAME))
+        except LockHeld as e:
+            raise WalLocked(self.wal_root, "another broker host uses this WAL root") from e
+        try:
+            self.claim()
+        except BaseException:
+            self._root_lock.release()
+            raise
+
+    def release(self) -> None:
+        """Let go of the root's lock (another host may use the root from now on)."""
+        self._root_lock.release()
+
+    def claim(self) -> None:
+        """Write ``<root>/.broker`` (this broker id) on first use; refuse another id."""
+        path = os.path.join(self.wal_root, ROOT_IDENTITY)
+        if self.fs.exists(path):
+            found = decode_marker(self.fs.read_all(path))
+            found_id = found.get("broker_id") if found is not None else None
+            if found_id == self.broker_id:
+                return
+            raise WalRootOwnedByAnotherBroker(self.wal_root, str(found_id if found_id else "<unreadable>"),
+                                              self.broker_id)
+        # No identity yet (a new root, or one from before identities): its WALs' own
+        # .owner markers say whose they are. Claiming another broker's WALs would retire
+        # them as stale.
+        for other in self.marker_broker_ids():
+            if other != self.broker_id:
+                raise WalRootOwnedByAnotherBroker(self.wal_root, other, self.broker_id)
+        self.write_marker(path, {"broker_id": self.broker_id})
+
+    def marker_broker_ids(self) -> set[str]:
+        """Broker ids named by the (valid) .owner markers of the WALs under the root."""
+        found: set[str] = set()
+        for namespace in self.fs.listdir(self.wal_root):
+            if namespace.startswith("."):
+                continue
+            try:
+                names = self.fs.listdir(os.path.join(self.wal_root, namespace))
+            except (NotADirectoryError, FileNotFoundError):
+                continue
+            for name in names:
+                marker = os.path.join(self.wal_root, namespace, name, OWNER_MARKER)
+                try:
+                    body = decode_marker(self.fs.read_all(marker)) if self.fs.exists(marker) else None
+                except OSError:
+                    body = None
+                if body is not None and isinstance(body.get("broker_id"), str):
+                    found.add(body["broker_id"])
+        return found
+
+    def write_marker(self, path: str, body: dict) -> None:
+        """Durably write a small checksummed JSON marker (temp, fsync, rename, fsync dir)."""
+        temp = path + ".tmp"
+        handle = self.fs.open_append(temp)
+        try:
+            handle.write([encode_marker(body)])
+            handle.sync()
+        finally:
+            handle.close()
+        self.fs.rename(temp, path)
+        self.fs.fsync_dir(os.path.dirname(path))
+
+    # -- one topic's WAL ---------------------------------------------------------------
+    def path(self, topic: TopicName) -> str:
+        """``<root>/<namespace>/<topic>``: where this broker keeps the topic's WAL."""
+        return os.path.join(self.wal_root, topic.namespace, topic.name)
+
+    def exists(self, topic: TopicName) -> bool:
+        """Whether this broker has a WAL of ``topic`` holding any file besides bookkeeping."""
+        path = self.path(topic)
+        # Dot files (.lock, .owner) are the host's and the WAL's bookkeeping, not data.
+        return self.fs.exists(path) and any(not n.startswith(".") for n in self.fs.listdir(path))
+
+    def owner_marker_path(self, topic: TopicName) -> str:
+        return os.path.join(self.path(topic), OWNER_MARKER)
+
+    def read_owner_marker(self, topic: TopicName) -> int | None:
+        """The epoch of this broker that last opened its WAL of ``topic`` (None: unknown)."""
+        path = self.owner_marker_path(topic)
+        try:
+            if not self.fs.exists(path):
+                return None
+            body = decode_marker(self.fs.read_all(path))
+        except OSError:
+            return None
+        if body is None:
+            return None  # damaged (checksum): unknown, the owner record decides, as before markers
+        epoch = body.get("epoch") if body.get("broker_id") == self.broker_id else None
+        return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+    def write_owner_marker(self, token: OwnerToken) -> None:
+        """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename)."""
+        self.write_marker(self.owner_marker_path(token.topic),
+                          {"broker_id": self.broker_id, "epoch": token.epoch})
+
+    def open_local(self, topic: TopicName) -> Any:
+        """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
+        try:
+            return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, fs=self.wal_fs)
+        except WalLocked:
+            raise  # someone else has it open: not unreadable, and nothing to decide here
+        except OSError as e:
+            if e.errno in _ENVIRONMENT_ERRNOS:
+                # Disk full, quota, read-only or permissions: nothing says the WAL is damaged,
+                # so no "discard it" advice; the operator frees space (or fixes) and retries.
+                raise LoadError(topic, "open WAL", f"local WAL {self.path(topic)} cannot be opened "
+                                f"now ({e.strerror}); it is kept as it is: fix that and retry") from e
+            raise LocalWalUnreadable(topic, self.path(topic), e) from e
+        except Exception as e:  # noqa: BLE001 - whatever the reason, the WAL is kept as it is
+            raise LocalWalUnreadable(topic, self.path(topic), e) from e
+
+
+
+def encode_marker(body: dict) -> bytes:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return json.dumps({**body, "crc32c": crc32c(text.encode())}, sort_keys=True).encode()
+
+
+def decode_marker(raw: bytes) -> dict | None:
+    """The marker's fields, or None when it does not parse or its checksum is wrong (a
+    flipped digit in an epoch must not decide which history a WAL is)."""
+    try:
+        body = json.loads(raw)
+        crc = body.pop("crc32c")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return None
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return body if crc == crc32c(text.encode()) else None
+
+
+
+def durable_tip(wal: Any) -> int | None:
+    """Highest fsynced offset of ``wal`` (None when nothing is durable)."""
+    durable = wal.durable_offset
+    return durable if durable is None or durable >= 0 else None
