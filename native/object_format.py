@@ -126,7 +126,6 @@ from typing import NamedTuple
 
 OBJECT_MAGIC = b"DNB1"
 OBJECT_VERSION = 1
-OBJECT_SUFFIX = ".dnb1"
 
 HEADER_FIXED = struct.Struct("<4sHHH")  # magic, version, flags, topic length
 HEADER_FIXED_BYTES = HEADER_FIXED.size  # 10
@@ -208,12 +207,6 @@ def _codec(codec):
         return codec
     from native import codec as selected  # late: native/__init__ imports this module
     return selected
-
-
-def object_name_for(prefix: str, topic_path: str, first_offset: int, last_offset: int) -> str:
-    """``<prefix>/<topic path>/data-<first>-<last>.dnb1``: deterministic, so a retried upload
-    writes the same key."""
-    return f"{prefix.rstrip('/')}/{topic_path}/data-{first_offset}-{last_offset}{OBJECT_SUFFIX}"
 
 
 def write_object(frames, *, topic: str, block_bytes: int = DEFAULT_BLOCK_BYTES,
