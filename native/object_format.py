@@ -202,6 +202,16 @@ class ObjectHeader(NamedTuple):
     header_bytes: int
 
 
+def zstd_compressor(level: int):
+    """The zstd compressor of block bodies, every knob explicit (content size on, checksum and
+    dictionary id off, no worker threads), so both codec twins, and later versions of the
+    zstandard package, write the bytes this specification describes."""
+    import zstandard  # late: only writers need it
+
+    return zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True,
+                                    write_dict_id=False, threads=0)
+
+
 def _codec(codec):
     if codec is not None:
         return codec
