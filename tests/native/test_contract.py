@@ -3,6 +3,7 @@ other, and the selection switch works: forced, all compiled, or (loudly) all pur
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -43,6 +44,17 @@ def test_every_pyx_has_its_pure_python_twin_and_stub():
         assert (NATIVE_DIR / f"{stem}.pyi").exists(), stem
 
 
+@pytest.mark.parametrize("stem", sorted(p.stem for p in NATIVE_DIR.glob("_*.pyx")))
+def test_compiled_and_pure_python_twins_export_the_same_names(stem):
+    python_twin = importlib.import_module(f"native.{stem}_py")
+    try:
+        compiled = importlib.import_module(f"native.{stem}")
+    except ImportError:
+        pytest.skip(f"native.{stem} is not built here")
+    assert sorted(compiled.__all__) == sorted(python_twin.__all__)
+    assert (compiled.IMPLEMENTATION, python_twin.IMPLEMENTATION) == ("cython", "python")
+
+
 def _imported_modules(path: Path) -> set[str]:
     if path.suffix == ".py":
         found = set()
@@ -69,8 +81,9 @@ def _imported_modules(path: Path) -> set[str]:
 def test_twins_never_import_each_other():
     """A compiled module imports no pure-Python twin and a pure-Python twin no compiled module;
     within an implementation, modules may build on each other (objects and append on frames)."""
-    python_twins = {name.rsplit(".", 1)[1] for name in native.PYTHON_MODULES.values()}
-    compiled = {name.rsplit(".", 1)[1] for name in native.CYTHON_MODULES.values()}
+    python_twins = {p.stem for p in NATIVE_DIR.glob("_*_py.py")}
+    compiled = {p.stem for p in NATIVE_DIR.glob("_*.pyx")}
+    assert {f"{stem}_py" for stem in compiled} == python_twins
     for stem in compiled:
         imports = _imported_modules(NATIVE_DIR / f"{stem}.pyx")
         assert not {f"native.{t}" for t in python_twins} & imports, stem
