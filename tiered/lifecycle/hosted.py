@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 
 from tiered.errors import MalformedRecord, StorageError
@@ -29,13 +29,28 @@ from tiered.metadata.keys import progress_key
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.lifecycle.errors import ProduceTimeout, TopicUnloading
 from tiered.lifecycle.losses import RetiredWal
-from tiered.lifecycle.ownership import OwnershipLostError, OwnerToken
+from tiered.lifecycle.config import BrokerConfig
+from tiered.lifecycle.metrics import LifecycleMetrics
+from tiered.lifecycle.ownership import BrokerSession, OwnershipLostError, OwnerToken
 from tiered.lifecycle.restore import Progress
 from tiered.lifecycle.wal_root import durable_tip
+from tiered.metadata.base import MetadataStore
+from tiered.objects.base import ObjectStore
+from tiered.read.metrics import ReadMetrics
 from tiered.read.reader import create_reader
 
-if TYPE_CHECKING:  # the hint only: host.py builds HostedTopic objects
-    from tiered.lifecycle.host import BrokerHost
+
+class TopicHost(Protocol):
+    """What a hosted topic uses of the host that loaded it (:class:`BrokerHost` is one):
+    the stores, the broker's config and session lease, and where metrics go. Typed as
+    this interface so the topic does not import the host that composes it."""
+
+    metadata: MetadataStore
+    objects: ObjectStore
+    config: BrokerConfig
+    session: BrokerSession | None
+    metrics: LifecycleMetrics
+    read_metrics: ReadMetrics
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +82,7 @@ class RestoreReport:
 class HostedTopic:
     """A topic this broker owns. Thread-safe."""
 
-    def __init__(self, host: "BrokerHost", token: OwnerToken, wal: Any, uploader: Any,
+    def __init__(self, host: TopicHost, token: OwnerToken, wal: Any, uploader: Any,
                  subscriptions: Any, report: RestoreReport, owner_checked_generation: int = 0) -> None:
         self.host = host
         self.topic = token.topic
