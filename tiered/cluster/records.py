@@ -1,6 +1,8 @@
 """The load manager's keys and stored records (the runtime's side; the decision core
 never sees these, only the :class:`~tiered.cluster.view.ClusterView` built from them).
 
+The keys are built in :mod:`tiered.metadata.keys`:
+
 ==================================================  ===========================================
 key                                                 value
 ==================================================  ===========================================
@@ -33,38 +35,21 @@ from typing import Any, TypeVar
 
 from tiered.errors import MalformedRecord
 from tiered.metadata import keys
-from wal.topics import TopicName
-
-LEADER_KEY = "/cluster/leader"
-PLACEMENT_PREFIX = "/cluster/placement/"
-BROKER_STATE_PREFIX = "/cluster/broker_state/"
-LOAD_PREFIX = "/cluster/load/"
-HISTORY_PREFIX = "/cluster/rebalancing_history/"
-LM_CONFIG_KEY = "/cluster/lm/config"
-
-
-def placement_key(topic: TopicName | str) -> str:
-    t = TopicName.parse(topic)
-    return f"{PLACEMENT_PREFIX}{t.namespace}/{t.name}"
-
-
-def broker_state_key(broker_id: str) -> str:
-    return BROKER_STATE_PREFIX + keys._segment("broker id", broker_id)
-
-
-def load_key(broker_id: str) -> str:
-    return LOAD_PREFIX + keys._segment("broker id", broker_id)
-
-
-def history_key(started_at: float, move_id: str) -> str:
-    return f"{HISTORY_PREFIX}{int(started_at * 1000):020d}-{keys._segment('move id', move_id)}"
-
-
-def broker_from_key(key: str, prefix: str) -> str:
-    if not key.startswith(prefix):
-        raise MalformedRecord(key, f"key is not under {prefix!r}")
-    return key[len(prefix):]
-
+# Spelled in tiered.metadata.keys with every other key; re-exported as the load
+# manager's vocabulary.
+from tiered.metadata.keys import (
+    BROKER_STATE_PREFIX,
+    HISTORY_PREFIX,
+    LEADER_KEY,
+    LM_CONFIG_KEY,
+    LOAD_PREFIX,
+    PLACEMENT_PREFIX,
+    broker_from_key,
+    broker_state_key,
+    history_key,
+    load_key,
+    placement_key,
+)
 
 R = TypeVar("R")
 

@@ -525,7 +525,7 @@ class LoadManager:
     # -- the loop ------------------------------------------------------------------------
     def start(self) -> "LoadManager":
         self.election.start()
-        for prefix in ("/cluster/", "/storage/topics/"):
+        for prefix in (keys.CLUSTER_PREFIX, keys.STORAGE_TOPICS_PREFIX):
             t = threading.Thread(target=self._watch_loop, args=(prefix,), daemon=True,
                                  name=f"dnb-lm-watch-{self.node_id}")
             t.start()
@@ -585,8 +585,8 @@ class LoadManager:
 
     @staticmethod
     def _interesting(key: str) -> bool:
-        if key.startswith("/storage/"):
-            return key.endswith("/owner") or key.endswith("/state")
+        if key.startswith(keys.STORAGE_TOPICS_PREFIX):
+            return key.endswith("/owner") or key.endswith("/state")  # keys.owner_key, keys.state_key
         return not key.startswith(records.LOAD_PREFIX) and not key.startswith(records.HISTORY_PREFIX)
 
 

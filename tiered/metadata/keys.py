@@ -17,7 +17,15 @@ key                                                    value
 /cluster/brokers/<broker_id>/<ns>/<topic>              :class:`Assignment`
 /cluster/unassigned/<ns>/<topic>                       :class:`Unassigned`
 /cluster/registered/<broker_id>                        a broker's registration (lifecycle)
+/cluster/leader                                        the load manager leader's lease
+/cluster/placement/<ns>/<topic>                        where a topic lives (load manager)
+/cluster/broker_state/<broker_id>                      a broker's operator mode (load manager)
+/cluster/load/<broker_id>                              a broker's load report (load manager)
+/cluster/rebalancing_history/<ms:020d>-<move_id>       one move's history (load manager)
+/cluster/lm/config                                     load manager overrides (pause/resume)
 =====================================================  ==============================
+
+The load manager's records are typed in :mod:`tiered.cluster.records`.
 
 Lost ranges (one per failover) live at
 ``/storage/topics/<ns>/<topic>/lost/<start:020d>-<epoch:020d>`` as :class:`LostRange`.
@@ -68,9 +76,15 @@ def _offset(offset: int) -> str:
 
 
 # -- keys -----------------------------------------------------------------
+#: Every topic's storage records (descriptors, state, owner, progress, lost ranges).
+STORAGE_TOPICS_PREFIX = "/storage/topics/"
+#: Everything about brokers and placement (assignments, registrations, the load manager).
+CLUSTER_PREFIX = "/cluster/"
+
+
 def storage_prefix(topic: TopicName | str) -> str:
     t = _topic(topic)
-    return f"/storage/topics/{t.namespace}/{t.name}/"
+    return f"{STORAGE_TOPICS_PREFIX}{t.namespace}/{t.name}/"
 
 
 def objects_prefix(topic: TopicName | str) -> str:
@@ -167,6 +181,38 @@ UNASSIGNED_PREFIX = "/cluster/unassigned/"
 def unassigned_key(topic: TopicName | str) -> str:
     t = _topic(topic)
     return UNASSIGNED_PREFIX + f"{t.namespace}/{t.name}"
+
+
+LEADER_KEY = "/cluster/leader"
+PLACEMENT_PREFIX = "/cluster/placement/"
+BROKER_STATE_PREFIX = "/cluster/broker_state/"
+LOAD_PREFIX = "/cluster/load/"
+HISTORY_PREFIX = "/cluster/rebalancing_history/"
+LM_CONFIG_KEY = "/cluster/lm/config"
+
+
+def placement_key(topic: TopicName | str) -> str:
+    t = _topic(topic)
+    return f"{PLACEMENT_PREFIX}{t.namespace}/{t.name}"
+
+
+def broker_state_key(broker_id: str) -> str:
+    return BROKER_STATE_PREFIX + _segment("broker id", broker_id)
+
+
+def load_key(broker_id: str) -> str:
+    return LOAD_PREFIX + _segment("broker id", broker_id)
+
+
+def history_key(started_at: float, move_id: str) -> str:
+    return f"{HISTORY_PREFIX}{int(started_at * 1000):020d}-{_segment('move id', move_id)}"
+
+
+def broker_from_key(key: str, prefix: str) -> str:
+    """The broker id a key under ``prefix`` names (MalformedRecord if it is not under it)."""
+    if not key.startswith(prefix):
+        raise MalformedRecord(key, f"key is not under {prefix!r}")
+    return key[len(prefix):]
 
 
 def topic_from_key(key: str, prefix: str) -> TopicName:
