@@ -147,10 +147,10 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         bounds=_bounds(opts),
         on_corrupt=on_corrupt,
         metrics_dir=opts.get("metricsdir") or None,
-        partition_bytes_max=_positive_int(opts, "partitionbytesmax", DEFAULT_PARTITION_BYTES_MAX),
-        open_cost_bytes=_non_negative_int(opts, "opencostbytes", DEFAULT_OPEN_COST_BYTES),
+        partition_bytes_max=_int_option(opts, "partitionbytesmax", DEFAULT_PARTITION_BYTES_MAX, 1),
+        open_cost_bytes=_int_option(opts, "opencostbytes", DEFAULT_OPEN_COST_BYTES, 0),
         pushdown=pushdown,
-        footer_threads=_positive_int(opts, "footerthreads", DEFAULT_FOOTER_THREADS),
+        footer_threads=_int_option(opts, "footerthreads", DEFAULT_FOOTER_THREADS, 1),
     )
 
 
@@ -184,27 +184,15 @@ def _topic_from_location(url: str) -> str:
     return url
 
 
-def _positive_int(opts: Mapping[str, str], name: str, default: int) -> int:
+def _int_option(opts: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     if name not in opts:
         return default
     try:
         value = int(opts[name])
     except ValueError as e:
         raise OptionError(f"option {name} must be an integer, got {opts[name]!r}") from e
-    if value <= 0:
-        raise OptionError(f"option {name} must be > 0, got {value}")
-    return value
-
-
-def _non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int:
-    if name not in opts:
-        return default
-    try:
-        value = int(opts[name])
-    except ValueError as e:
-        raise OptionError(f"option {name} must be an integer, got {opts[name]!r}") from e
-    if value < 0:
-        raise OptionError(f"option {name} must be >= 0, got {value}")
+    if value < minimum:
+        raise OptionError(f"option {name} must be >= {minimum}, got {value}")
     return value
 
 
