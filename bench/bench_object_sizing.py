@@ -5,7 +5,7 @@ WAL (``append_batch`` + ``flush`` every ``--step-s`` of *simulated* time) and th
 runs its passes against a fake clock injected into it, so an hour of traffic takes seconds
 and every policy sees exactly the same workload. Same run, same process, three policies:
 
-* ``main@2s``  — main's behaviour (issue 15's setup): every pass uploads everything durable
+* ``main@2s``  — the old behaviour: every pass uploads everything durable
   up to its bound; a pass every ``interval_s=2`` (forced here with ``request_upload``).
 * ``main@30s`` — the same at main's default ``interval_s=30``.
 * ``sized``    — this branch's defaults: passes whenever ``is_due()`` says so (checked every

@@ -144,7 +144,7 @@ def test_wal_tail_rule_is_recoverys(tmp_path):
 
 
 def test_verify_reports_a_local_wal_whose_segments_are_gone(tmp_path) -> None:
-    """Re-attack L1 (atk1 F11): with every segment deleted but the checkpoint kept, each
+    """With every segment deleted but the checkpoint kept, each
     load refuses the WAL (the checkpoint recorded durable offsets), yet verify said OK."""
     import os as _os
 

@@ -98,7 +98,7 @@ def test_a_lease_that_lapsed_without_a_takeover_resumes_acknowledging(tmp_path) 
 def test_a_lease_that_lapses_while_the_topic_loads_is_rechecked_before_the_first_ack(tmp_path) -> None:
     """The session generation the first ack compares with is the one from before the
     acquire: a lease lost and replaced during the load (while another broker took the
-    topic over) must not count as already checked. Found by the issue-10 attack pass."""
+    topic over) must not count as already checked."""
     inner, objects = local_stores(str(tmp_path))
     flaky = FaultyMetadataStore(inner)
     config = replace(FAST_BROKER, session_ttl_s=1.0)

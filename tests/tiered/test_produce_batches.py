@@ -1,6 +1,6 @@
 """A produced batch is one contiguous, all-or-nothing run of offsets.
 
-Found by the issue-10 attack pass (atk3 F11, F4): produce_many appended message by
+Before, produce_many appended message by
 message, so while one batch waited on backpressure another batch's messages landed
 between its offsets, and the HTTP answer ``range(first, last + 1)`` acknowledged offsets
 holding other producers' messages (the same offset to two producers); and a batch that

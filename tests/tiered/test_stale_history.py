@@ -341,7 +341,7 @@ def test_a_damaged_owner_marker_does_not_make_a_broker_retire_its_own_wal(local_
 
 def test_a_root_without_an_identity_file_is_not_claimed_by_another_broker(local_cluster: Cluster) -> None:
     """A root from before identity files (or whose .broker was lost): the WALs' own .owner
-    markers say whose it is (issue-10 re-attack, N2)."""
+    markers say whose it is."""
     import pytest
 
     from tiered.lifecycle import WalRootOwnedByAnotherBroker
@@ -356,7 +356,7 @@ def test_a_root_without_an_identity_file_is_not_claimed_by_another_broker(local_
 
 
 def test_a_crash_at_any_point_of_deleting_a_stale_archived_wal_leaves_it_deletable(tmp_path) -> None:
-    """Re-attack N3/N4: the stale-WAL delete removed files in listing order (the checkpoint
+    """The stale-WAL delete used to remove files in listing order (the checkpoint
     last, .owner first): a crash left a WAL that never opened again, or one without its
     marker that was matched to an old loss record."""
     k = 0
@@ -392,7 +392,7 @@ def test_a_crash_at_any_point_of_deleting_a_stale_archived_wal_leaves_it_deletab
 
 
 def test_an_older_wal_never_confirms_away_a_later_epochs_recorded_loss(local_cluster: Cluster) -> None:
-    """Re-attack N6: a stale, fully archived WAL of epoch 1 was matched to the takeover
+    """A stale, fully archived WAL of epoch 1 was matched to the takeover
     record of a later epoch of this broker (that ran on another disk and lost 5-7) and
     'confirmed nothing was lost', erasing the record."""
     disk_a = os.path.join(local_cluster.root, "disk-a")
@@ -420,3 +420,59 @@ def test_an_older_wal_never_confirms_away_a_later_epochs_recorded_loss(local_clu
     assert (after.start_offset, after.end_offset, after.exact) == (5, 7, False), "a recorded loss was erased"
     report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
     assert any(p["kind"] == "lost_range" for p in report.problems)
+
+
+def test_a_stale_wal_whose_marker_is_damaged_after_a_failed_takeover_is_not_recovered(
+        local_cluster: Cluster) -> None:
+    """Two faults: a takeover load that fails after its acquire (it keeps ownership, so
+    the owner record names this broker again), then a damaged ``.owner`` beside the stale
+    WAL. The owner record alone then says "ours", but the archive says otherwise: another
+    broker archived offsets inside this WAL's range. Recovering it would serve this WAL's
+    payloads for offsets another broker acknowledged as archived, and bring back messages
+    recorded as lost. It must be retired against its own takeover record instead."""
+    import json
+
+    import pytest
+
+    from tiered.lifecycle import LoadError
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    produce_range(a.topic(TOPIC), 5, 9)  # durable on A only (epoch 1)
+    _die(a)
+    b = local_cluster.broker("B")
+    hosted_b = b.load(TOPIC)  # takeover: A's 5-9 recorded lost, numbering restarts at 5
+    assert hosted_b.next_offset == 5
+    for i in (5, 6):
+        assert hosted_b.produce(f"b{i}".encode(), ack="archived") == i
+    _die(b)
+    assert [r[:4] for r in _lost(local_cluster)] == [(5, 9, "A", 1)]
+
+    root_a = local_cluster.wal_root("A")
+    blocker = os.path.join(root_a, ".quarantine")
+    with open(blocker, "w"):
+        pass  # fault 1: the quarantine directory cannot be created, so the takeover's load fails
+    a = _host(local_cluster, "A", root_a)
+    with pytest.raises(LoadError):
+        a.load(TOPIC, force=True)
+    os.remove(blocker)
+    lost = _lost(local_cluster)
+    assert (5, 9, "A", 1, True) in lost  # recorded exactly before the quarantine failed
+    marker = os.path.join(root_a, "default", "reliable_topic", ".owner")
+    with open(marker) as f:
+        body = json.load(f)
+    body["epoch"] = 99  # fault 2: damaged at rest, its checksum no longer matches
+    with open(marker, "w") as f:
+        json.dump(body, f)
+
+    hosted = a.load(TOPIC)
+    assert not hosted.report.recovered_local_wal
+    assert hosted.next_offset == 7
+    assert [m.payload for m in read_all(hosted, 5, 6)] == [b"b5", b"b6"]
+    assert hosted.produce(b"a-new", ack="archived") == 7
+    # A's own takeover record already said 5-9 exactly and stays as it was. What is added
+    # are the "at least from 7" accounts of the two owners that never sealed (B at epoch 2,
+    # A's failed load at epoch 3): the loads that followed them cannot know their tails.
+    after = _lost(local_cluster)
+    assert set(lost) <= set(after)
+    assert all(r[0] == 7 and r[1] is None and not r[4] for r in set(after) - set(lost))

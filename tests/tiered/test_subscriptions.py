@@ -171,7 +171,7 @@ def test_concurrent_flushes_never_move_the_stored_cursor_backward(backends: Back
 
 
 def test_an_ack_racing_the_final_flush_of_close_is_refused_not_dropped(backends: Backends) -> None:
-    """The interleaving the issue-10 attack pass found (atk1 F15): an ack passed the
+    """The interleaving an outside attacker found: an ack passed the
     'closed?' check, then close() flushed, then the ack moved the cursor in memory only;
     the seal released the topic and the next owner redelivered what had been acked. Here
     close() runs exactly in that gap (inside the bounds read the ack makes)."""

@@ -40,6 +40,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from tiered.archive.chain import DescriptorChain
 from tiered.lifecycle import seal as sealing
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.errors import LoadError, LocalWalUnreadable, TopicNotHosted
@@ -271,9 +272,13 @@ class BrokerHost:
             ours, wal_epoch = self.stale.is_current(token)
             try:
                 if ours and plan.may_recover_local:
-                    wal = self._recover_local(topic, plan)
+                    wal, foreign = self._recover_local(topic, plan)
                     if wal is not None:
                         return wal, True
+                    # Another broker archived offsets inside this WAL's range: the topic
+                    # was taken over since it was written, whatever the owner record and
+                    # a damaged marker say. Retired as stale, against its takeover record.
+                    ours = not foreign
                 if ours:
                     # Our own unsealed WAL that does not join the archive: numbering restarts
                     # at the planned offset, so whatever it holds from there on is lost here
@@ -296,18 +301,35 @@ class BrokerHost:
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
 
-    def _recover_local(self, topic: TopicName, plan: RestorePlan) -> Any | None:
-        """Our own unsealed WAL, if it still joins the archive without a gap."""
+    def _recover_local(self, topic: TopicName, plan: RestorePlan) -> tuple[Any | None, bool]:
+        """(our own unsealed WAL if it still joins the archive without a gap, whether
+        another broker archived offsets inside its range).
+
+        A WAL that is this broker's current history has every offset it holds archived, if
+        at all, by this broker: it was opened where the topic continued under our epoch and
+        nobody else wrote since. A descriptor of another broker overlapping it means a
+        takeover happened after it was written (the owner record can name us again after a
+        failed load of ours, and a damaged ``.owner`` cannot tell the epochs apart)."""
         wal = self.root.open_local(topic)
         first, tip_next = wal.first_offset, wal.next_offset
+        if tip_next > first:
+            foreign = next((d for d in DescriptorChain(self.metadata, topic).covering(first, tip_next - 1)
+                            if d.broker_id != self.broker_id), None)
+            if foreign is not None:
+                log.warning("topic %s: local WAL %d..%d overlaps %s's archived %d..%d (epoch %d): "
+                            "the topic was taken over since it was written; retiring it as stale",
+                            topic, first, tip_next - 1, foreign.broker_id, foreign.start_offset,
+                            foreign.end_offset, foreign.epoch)
+                wal.close()
+                return None, True
         if first <= plan.start_offset <= tip_next:
             log.info("topic %s: recovered local WAL %d..%d (archive continues at %d)",
                      topic, first, tip_next - 1, plan.start_offset)
-            return wal
+            return wal, False
         log.warning("topic %s: local WAL %d..%d does not join the archive at %d; retiring it",
                     topic, first, tip_next - 1, plan.start_offset)
         wal.close()
-        return None
+        return None, False
 
     # -- stale local WALs --------------------------------------------------------
     def retire_stale_wals(self) -> list[RetiredWal]:
