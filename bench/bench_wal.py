@@ -27,7 +27,6 @@ from collections import deque
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import native  # noqa: E402
-from native import _codec_py  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "wal.json")

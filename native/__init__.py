@@ -1,23 +1,41 @@
-"""The hot path: frame/record codec, CRC32C and dnb1 object blocks.
+"""The hot path: frame/record codec, CRC32C, the WAL append core and dnb1 object blocks.
 
-The twin is picked here, by the one rule in ``native/_select.py``: ``DNB_FORCE_PYTHON=1``
-selects the pure-Python twin on purpose; otherwise the Cython extension is imported, and if
-it is missing we fall back with a loud warning (the test suite turns that into a failure).
-Everything else imports codec functions from here, never from a twin directly
+The codec is three pairs of twins, one pair per concept, each a Cython module that mirrors a
+pure-Python reference module with the same public names:
+
+* ``_frames`` / ``_frames_py`` — CRC32C, records, frames, frame scanning, segment headers and
+  round markers (spec: ``native/format.py``);
+* ``_append`` / ``_append_py`` — ``AppendBuffer``, the WAL's append core;
+* ``_objects`` / ``_objects_py`` — the dnb1 object primitives behind ``native.object_format``
+  (spec and API: ``native/object_format.py``).
+
+The implementation is picked here, by the one rule in ``native/_select.py``:
+``DNB_FORCE_PYTHON=1`` selects the pure-Python twins on purpose; otherwise all three Cython
+extensions are imported, and if any is missing we fall back to the whole pure-Python set with
+a loud warning (the test suite turns that into a failure). :data:`codec` is the chosen set as
+one namespace. Everything else imports codec functions from here, never from a twin directly
 (``native.columns`` does the same for the columnar decoder).
 """
 from __future__ import annotations
 
-import logging
-
-from native import _codec_py
-from native._select import FORCE_PYTHON_ENV, FORCED_PYTHON, both_twins, select_twin
+from native._select import (
+    FORCE_PYTHON_ENV,
+    FORCED_PYTHON,
+    TwinSet,
+    both_twin_sets,
+    select_twin_set,
+)
 from native.errors import CodecError, CorruptObject, CorruptSegmentHeader
 from native.format import Record, ScanResult, ScanStop
 
-_log = logging.getLogger(__name__)
+#: Part name -> module, for each implementation of the codec.
+PYTHON_MODULES = {"frames": "native._frames_py", "append": "native._append_py",
+                  "objects": "native._objects_py"}
+CYTHON_MODULES = {"frames": "native._frames", "append": "native._append",
+                  "objects": "native._objects"}
 
-codec, NATIVE_IMPORT_ERROR = select_twin(_codec_py, "native._codec")
+codec: TwinSet
+codec, NATIVE_IMPORT_ERROR = select_twin_set(PYTHON_MODULES, CYTHON_MODULES)
 
 IMPLEMENTATION: str = codec.IMPLEMENTATION
 
@@ -54,9 +72,10 @@ from native.object_format import (  # noqa: E402
 )
 
 
-def available_codecs() -> list:
-    """Every twin that can run here (the pure-Python one always can)."""
-    return both_twins(_codec_py, "native._codec")
+def available_codecs() -> list[TwinSet]:
+    """Every implementation of the codec that can run here (the pure-Python one always can,
+    and comes first)."""
+    return both_twin_sets(PYTHON_MODULES, CYTHON_MODULES)
 
 
 __all__ = [

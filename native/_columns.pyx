@@ -12,17 +12,16 @@ from libc.stdint cimport INT64_MAX, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
 
-from native._columns_py import Columns, ColumnsError, ColumnsTooLarge, buffer_limit, window
+from native.dnb_fast cimport dnb_ld16, dnb_ld32, dnb_ld64, dnb_st32, dnb_st64, dnb_utf8_valid
+
+from native.errors import ColumnsError, ColumnsTooLarge
+from native.format import COLUMN_BUFFER_BYTES_MAX, Columns
 
 IMPLEMENTATION = "cython"
 
-cdef extern from "dnb_fast.h":
-    uint16_t dnb_ld16(const uint8_t *p) nogil
-    uint32_t dnb_ld32(const uint8_t *p) nogil
-    uint64_t dnb_ld64(const uint8_t *p) nogil
-    void dnb_st32(uint8_t *p, uint32_t v) nogil
-    void dnb_st64(uint8_t *p, uint64_t v) nogil
-    int dnb_utf8_valid(const uint8_t *p, size_t n) nogil
+__all__ = ["decode_columns"]
+
+_U64_MAX = 2**64 - 1
 
 # Values of native/format.py, repeated as C constants; test_columns pins them to format.py.
 cdef enum:
@@ -330,6 +329,21 @@ cdef bytes _alloc(Py_ssize_t size, uint8_t **ptr):
     return out
 
 
+cdef tuple _window(lo, hi):
+    """An inclusive window clamped to u64, and whether it is empty."""
+    lo_v = 0 if lo is None else max(int(lo), 0)
+    hi_v = _U64_MAX if hi is None else min(int(hi), _U64_MAX)
+    return min(lo_v, _U64_MAX), max(hi_v, 0), lo_v > hi_v
+
+
+cdef object _buffer_limit(buffer_bytes_max):
+    if buffer_bytes_max is None:
+        return COLUMN_BUFFER_BYTES_MAX
+    if not 0 <= buffer_bytes_max <= COLUMN_BUFFER_BYTES_MAX:
+        raise ValueError(f"buffer_bytes_max {buffer_bytes_max} outside 0..{COLUMN_BUFFER_BYTES_MAX}")
+    return buffer_bytes_max
+
+
 def decode_columns(frames, first_offset=None, last_offset=None, min_publish_time=None,
                    max_publish_time=None, buffer_bytes_max=None):
     cdef Py_buffer view
@@ -338,9 +352,9 @@ def decode_columns(frames, first_offset=None, last_offset=None, min_publish_time
     cdef Failure f
     cdef Out o
     cdef int status
-    cdef Py_ssize_t limit = buffer_limit(buffer_bytes_max)
-    olo, ohi, o_empty = window(first_offset, last_offset)
-    tlo, thi, t_empty = window(min_publish_time, max_publish_time)
+    cdef Py_ssize_t limit = _buffer_limit(buffer_bytes_max)
+    olo, ohi, o_empty = _window(first_offset, last_offset)
+    tlo, thi, t_empty = _window(min_publish_time, max_publish_time)
     w.olo, w.ohi, w.tlo, w.thi = olo, ohi, tlo, thi
     w.keep_any = not (o_empty or t_empty)
     PyObject_GetBuffer(frames, &view, PyBUF_SIMPLE)

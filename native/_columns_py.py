@@ -1,17 +1,17 @@
 """Pure-Python twin of ``native/_columns.pyx``; the specification is ``native/columns.py``.
 
-Also home of the types both twins return and raise (:class:`Columns`, :class:`ColumnsError`,
-:class:`ColumnsTooLarge`) and of :func:`window`, so the twins share them instead of
-describing them twice. Import through ``native.columns``, never from a twin directly.
+The types both twins return and raise are shared: :class:`~native.format.Columns` lives in
+``native/format.py``, :class:`~native.errors.ColumnsError` and ``ColumnsTooLarge`` in
+``native/errors.py``. Import through ``native.columns``, never from a twin directly.
 """
 from __future__ import annotations
 
 import sys
 from array import array
-from typing import NamedTuple
 
-from native.errors import CodecError, DnbError
+from native.errors import ColumnsError, ColumnsTooLarge, DnbError
 from native.format import (
+    COLUMN_BUFFER_BYTES_MAX,
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
     MAX_RECORD_BYTES,
@@ -21,12 +21,13 @@ from native.format import (
     RECORD_FLAG_KEY,
     RECORD_FLAGS_KNOWN,
     RECORD_VERSION,
+    Columns,
 )
 
 IMPLEMENTATION = "python"
 
-#: Arrow ``binary``/``string`` arrays have int32 offsets: no buffer may pass this.
-BUFFER_BYTES_MAX = 2**31 - 1
+__all__ = ["decode_columns"]
+
 INT64_MAX = 2**63 - 1
 U64_MAX = 2**64 - 1
 
@@ -37,60 +38,18 @@ _SWAP = sys.byteorder == "big"
 assert array("i").itemsize == 4 and array("q").itemsize == 8
 
 
-class ColumnsError(CodecError):
-    """A frame or record that is not well formed; ``position`` is the frame's byte position."""
-
-    def __init__(self, position: int, reason: str) -> None:
-        super().__init__(f"frame at byte {position}: {reason}")
-        self.position = position
-        self.reason = reason
-
-
-class ColumnsTooLarge(CodecError):
-    """The kept rows would not fit one Arrow array with int32 offsets; narrow the range."""
-
-    def __init__(self, buffer: str, size: int, limit: int) -> None:
-        super().__init__(f"{buffer} would hold {size} bytes, more than {limit}")
-        self.buffer = buffer
-        self.size = size
-        self.limit = limit
-
-
-class Columns(NamedTuple):
-    """The kept rows as Arrow-layout buffers (layout in ``native/columns.py``)."""
-
-    count: int
-    offsets: bytes
-    publish_times_ms: bytes
-    key_validity: bytes
-    key_null_count: int
-    key_offsets: bytes
-    key_data: bytes
-    payload_offsets: bytes
-    payload_data: bytes
-    attribute_count: int
-    attribute_offsets: bytes
-    attribute_names_offsets: bytes
-    attribute_names_data: bytes
-    attribute_values_offsets: bytes
-    attribute_values_data: bytes
-    frame_count: int
-    first_frame_offset: int | None
-    last_frame_offset: int | None
-
-
-def window(lo: int | None, hi: int | None) -> tuple[int, int, bool]:
-    """An inclusive window clamped to u64, and whether it is empty (shared by both twins)."""
+def _window(lo: int | None, hi: int | None) -> tuple[int, int, bool]:
+    """An inclusive window clamped to u64, and whether it is empty."""
     lo_v = 0 if lo is None else max(int(lo), 0)
     hi_v = U64_MAX if hi is None else min(int(hi), U64_MAX)
     return min(lo_v, U64_MAX), max(hi_v, 0), lo_v > hi_v
 
 
-def buffer_limit(buffer_bytes_max: int | None) -> int:
+def _buffer_limit(buffer_bytes_max: int | None) -> int:
     if buffer_bytes_max is None:
-        return BUFFER_BYTES_MAX
-    if not 0 <= buffer_bytes_max <= BUFFER_BYTES_MAX:
-        raise ValueError(f"buffer_bytes_max {buffer_bytes_max} outside 0..{BUFFER_BYTES_MAX}")
+        return COLUMN_BUFFER_BYTES_MAX
+    if not 0 <= buffer_bytes_max <= COLUMN_BUFFER_BYTES_MAX:
+        raise ValueError(f"buffer_bytes_max {buffer_bytes_max} outside 0..{COLUMN_BUFFER_BYTES_MAX}")
     return buffer_bytes_max
 
 
@@ -98,9 +57,9 @@ def decode_columns(frames, first_offset: int | None = None, last_offset: int | N
                    min_publish_time: int | None = None, max_publish_time: int | None = None,
                    buffer_bytes_max: int | None = None) -> Columns:
     view = memoryview(frames).cast("B")
-    limit = buffer_limit(buffer_bytes_max)
-    olo, ohi, o_empty = window(first_offset, last_offset)
-    tlo, thi, t_empty = window(min_publish_time, max_publish_time)
+    limit = _buffer_limit(buffer_bytes_max)
+    olo, ohi, o_empty = _window(first_offset, last_offset)
+    tlo, thi, t_empty = _window(min_publish_time, max_publish_time)
     keep_any = not (o_empty or t_empty)
     size = len(view)
     # Every frame takes at least a header and a fixed record part: the loop's hard bound.

@@ -1,7 +1,13 @@
-"""The contract both codec twins satisfy (``native._codec_py`` and the compiled ``native._codec``).
+"""The contract the codec twins satisfy, one protocol per pair of twin modules.
 
-A type checker checks each twin against :class:`CodecTwin`; ``tests/native`` checks at run
-time that both expose every name. Signatures mirror ``native/_codec.pyi``.
+Each pure-Python module and its compiled twin implement the same protocol:
+:class:`FramesTwin` (``native._frames_py`` / ``native._frames``), :class:`AppendTwin`
+(``native._append_py`` / ``native._append``) and :class:`ObjectsTwin` (``native._objects_py``
+/ ``native._objects``). :class:`CodecTwin` is all three, which is what ``native.codec`` and
+each entry of ``native.available_codecs()`` provide. A type checker checks the twins against
+these; ``tests/native/test_contract.py`` checks at run time that every module exposes the names
+of :data:`PART_NAMES`. Signatures mirror the stubs ``native/_frames.pyi``, ``_append.pyi`` and
+``_objects.pyi``.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ Message = tuple[int, "bytes | None", "Mapping[str, str] | None", bytes]
 
 
 class AppendCore(Protocol):
-    """The WAL append core (``AppendBuffer`` in each twin); see its docstring in _codec.pyx.
+    """The WAL append core (``AppendBuffer`` in each twin); see its docstring in _append.pyx.
 
     Construct with ``AppendBuffer(next_offset, *, max_message_bytes, pending_bytes_max,
     batch_bytes, tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
@@ -49,8 +55,11 @@ class AppendCore(Protocol):
 
 
 @runtime_checkable
-class CodecTwin(Protocol):
+class FramesTwin(Protocol):
+    """CRC32C, records, frames, frame scanning, segment headers, round markers."""
+
     IMPLEMENTATION: str
+    CRC32C_HARDWARE: bool
 
     def crc32c(self, data: Buffer, value: int = 0) -> int: ...
     def encode_record(self, publish_time: int, key: bytes | None,
@@ -66,9 +75,20 @@ class CodecTwin(Protocol):
     def encode_segment_header(self, base_offset: int, created_ms: int, version: int = ...) -> bytes: ...
     def encode_round_marker(self, first_offset: int) -> bytes: ...
     def decode_segment_header(self, buf: Buffer) -> tuple[int, int]: ...
+
+
+@runtime_checkable
+class AppendTwin(Protocol):
+    IMPLEMENTATION: str
     AppendBuffer: Callable[..., AppendCore]
 
-    # dnb1 objects: the primitives behind native.object_format (use that module's API).
+
+@runtime_checkable
+class ObjectsTwin(Protocol):
+    """dnb1 objects: the primitives behind native.object_format (use that module's API)."""
+
+    IMPLEMENTATION: str
+
     def object_encode(self, frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
                       first_offset: int | None) -> bytes: ...
     def object_footer_bytes_needed(self, tail: Buffer, object_name: str,
@@ -81,10 +101,19 @@ class CodecTwin(Protocol):
                             want_records: bool) -> list[Record] | bytes: ...
 
 
-TWIN_NAMES = (
-    "IMPLEMENTATION", "crc32c", "encode_record", "encode_frame", "encode_batch", "decode_record",
-    "scan_frames", "encode_segment_header", "decode_segment_header", "encode_round_marker", "AppendBuffer",
-    "object_encode",
-    "object_footer_bytes_needed", "object_parse_footer", "object_parse_header",
-    "object_decode_block",
-)
+@runtime_checkable
+class CodecTwin(FramesTwin, AppendTwin, ObjectsTwin, Protocol):
+    """One whole implementation of the codec (``native.codec``)."""
+
+
+#: Each part's public names (its modules' ``__all__``), by the part names native/__init__ uses.
+PART_NAMES = {
+    "frames": ("CRC32C_HARDWARE", "crc32c", "encode_record", "encode_frame", "encode_batch",
+               "decode_record", "scan_frames", "encode_round_marker", "encode_segment_header",
+               "decode_segment_header"),
+    "append": ("AppendBuffer",),
+    "objects": ("object_encode", "object_footer_bytes_needed", "object_parse_footer",
+                "object_parse_header", "object_decode_block"),
+}
+PART_PROTOCOLS = {"frames": FramesTwin, "append": AppendTwin, "objects": ObjectsTwin}
+TWIN_NAMES = ("IMPLEMENTATION",) + tuple(name for names in PART_NAMES.values() for name in names)

@@ -56,8 +56,10 @@ caller narrows the offset range and retries.
 from __future__ import annotations
 
 from native import _columns_py
-from native._columns_py import BUFFER_BYTES_MAX, Columns, ColumnsError, ColumnsTooLarge
 from native._select import FORCED_PYTHON, both_twins, select_twin
+from native.errors import ColumnsError, ColumnsTooLarge
+from native.format import COLUMN_BUFFER_BYTES_MAX as BUFFER_BYTES_MAX
+from native.format import Columns
 
 twin, NATIVE_IMPORT_ERROR = select_twin(_columns_py, "native._columns")
 

@@ -1,6 +1,8 @@
 /*
  * CRC32C (Castagnoli, reflected polynomial 0x82F63B78, init 0, final xor 0xFFFFFFFF) for the
- * Cython hot path in native/_codec.pyx.
+ * Cython hot path. Included by native/_frames.pyx only: the tables and the implementation
+ * choice are static state set up by dnb_crc32c_init(), so other compiled modules call
+ * _frames' crc32c_update() (native/_frames.pxd) rather than include a second copy.
  *
  * Why our own instead of calling the `crc32c` package: the codec computes one CRC per frame,
  * and a Python-level call per frame costs more than the CRC itself for small frames.

@@ -1,6 +1,7 @@
 /*
- * Small C helpers for native/_codec.pyx: little-endian loads/stores, strict UTF-8 validation
- * and a fast constructor for NamedTuple instances.
+ * Small C helpers for the compiled twins in native/ (declared for Cython in dnb_fast.pxd):
+ * little-endian loads/stores, strict UTF-8 validation and a fast constructor for NamedTuple
+ * instances. Stateless, so every module that includes it gets a private copy.
  */
 #ifndef DNB_FAST_H
 #define DNB_FAST_H
@@ -8,6 +9,13 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+/* Not every including module calls every helper; that is expected, not worth a warning. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DNB_MAYBE_UNUSED __attribute__((unused))
+#else
+#define DNB_MAYBE_UNUSED
+#endif
 
 /* The format is little-endian on every platform; memcpy keeps unaligned access legal. */
 static inline uint16_t dnb_ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2);
@@ -46,6 +54,7 @@ static inline void dnb_st64(uint8_t *p, uint64_t v) {
  * surrogates, nothing above U+10FFFF); used where the codec validates records without
  * creating str objects. The loop advances at least one byte per round, so it is bounded by n.
  */
+DNB_MAYBE_UNUSED
 static int dnb_utf8_valid(const uint8_t *p, size_t n)
 {
     size_t i = 0;
@@ -79,10 +88,11 @@ static int dnb_utf8_valid(const uint8_t *p, size_t n)
 /*
  * A NamedTuple instance built the way tuple.__new__(cls, items) does it (tp_alloc of the
  * subclass, then fill the slots), minus the temporary tuple and the argument parsing of
- * cls.__new__. Only valid for tuple subclasses without extra instance fields; _codec.pyx
- * asserts that at import. References are taken (not stolen) so Cython's own refcounting stays
- * straightforward.
+ * cls.__new__. Only valid for tuple subclasses without extra instance fields; the modules that
+ * use it assert that at import. References are taken (not stolen) so Cython's own refcounting
+ * stays straightforward.
  */
+DNB_MAYBE_UNUSED
 static PyObject *dnb_tuple5(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d,
                             PyObject *e)
 {
@@ -103,6 +113,7 @@ static PyObject *dnb_tuple5(PyTypeObject *type, PyObject *a, PyObject *b, PyObje
  * a tuple at its first pass anyway (_PyTuple_MaybeUntrack); doing it now spares every young
  * collection from walking the freshly decoded records, which doubled the decode cost.
  */
+DNB_MAYBE_UNUSED
 static PyObject *dnb_record_untracked(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c,
                                       PyObject *d, PyObject *e)
 {
@@ -113,6 +124,7 @@ static PyObject *dnb_record_untracked(PyTypeObject *type, PyObject *a, PyObject 
     return t;
 }
 
+DNB_MAYBE_UNUSED
 static PyObject *dnb_tuple8(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c, PyObject *d,
                             PyObject *e, PyObject *f, PyObject *g, PyObject *h)
 {
@@ -134,6 +146,7 @@ static PyObject *dnb_tuple8(PyTypeObject *type, PyObject *a, PyObject *b, PyObje
  * Exact ints in [0, 2**64) converted without a Python-level call; returns 0 on success, 1 for
  * anything else (the caller then takes the slow path, which also builds the error message).
  */
+DNB_MAYBE_UNUSED
 static int dnb_as_u64(PyObject *o, uint64_t *out)
 {
     if (!PyLong_CheckExact(o)) return 1;

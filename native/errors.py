@@ -38,3 +38,23 @@ class CorruptObject(CodecError):
 class OffsetOverflow(CodecError):
     """An offset past ``native.format.MAX_OFFSET`` (2**63 - 1) was asked for: the topic is
     full. Nothing was appended; offsets are never wrapped or reused."""
+
+
+class ColumnsError(CodecError):
+    """A frame or record the columnar decoder (``native.columns``) refuses; ``position`` is the
+    frame's byte position."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(f"frame at byte {position}: {reason}")
+        self.position = position
+        self.reason = reason
+
+
+class ColumnsTooLarge(CodecError):
+    """The kept rows would not fit one Arrow array with int32 offsets; narrow the range."""
+
+    def __init__(self, buffer: str, size: int, limit: int) -> None:
+        super().__init__(f"{buffer} would hold {size} bytes, more than {limit}")
+        self.buffer = buffer
+        self.size = size
+        self.limit = limit

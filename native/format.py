@@ -187,6 +187,34 @@ class ScanResult(NamedTuple):
     markers: list
 
 
+#: Arrow ``binary``/``string`` arrays have int32 offsets: no buffer of :class:`Columns` may pass this.
+COLUMN_BUFFER_BYTES_MAX = 2**31 - 1
+
+
+class Columns(NamedTuple):
+    """What ``native.columns.decode_columns`` returns: the kept rows as Arrow-layout buffers
+    (layout in ``native/columns.py``)."""
+
+    count: int
+    offsets: bytes
+    publish_times_ms: bytes
+    key_validity: bytes
+    key_null_count: int
+    key_offsets: bytes
+    key_data: bytes
+    payload_offsets: bytes
+    payload_data: bytes
+    attribute_count: int
+    attribute_offsets: bytes
+    attribute_names_offsets: bytes
+    attribute_names_data: bytes
+    attribute_values_offsets: bytes
+    attribute_values_data: bytes
+    frame_count: int
+    first_frame_offset: int | None
+    last_frame_offset: int | None
+
+
 def segment_version(header) -> int:
     """The format version of a segment header that ``decode_segment_header`` accepted."""
     return SEGMENT_HEADER.unpack_from(header, 0)[1]

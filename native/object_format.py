@@ -126,7 +126,6 @@ from typing import NamedTuple
 
 OBJECT_MAGIC = b"DNB1"
 OBJECT_VERSION = 1
-OBJECT_SUFFIX = ".dnb1"
 
 HEADER_FIXED = struct.Struct("<4sHHH")  # magic, version, flags, topic length
 HEADER_FIXED_BYTES = HEADER_FIXED.size  # 10
@@ -203,17 +202,21 @@ class ObjectHeader(NamedTuple):
     header_bytes: int
 
 
+def zstd_compressor(level: int):
+    """The zstd compressor of block bodies, every knob explicit (content size on, checksum and
+    dictionary id off, no worker threads), so both codec twins, and later versions of the
+    zstandard package, write the bytes this specification describes."""
+    import zstandard  # late: only writers need it
+
+    return zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True,
+                                    write_dict_id=False, threads=0)
+
+
 def _codec(codec):
     if codec is not None:
         return codec
     from native import codec as selected  # late: native/__init__ imports this module
     return selected
-
-
-def object_name_for(prefix: str, topic_path: str, first_offset: int, last_offset: int) -> str:
-    """``<prefix>/<topic path>/data-<first>-<last>.dnb1``: deterministic, so a retried upload
-    writes the same key."""
-    return f"{prefix.rstrip('/')}/{topic_path}/data-{first_offset}-{last_offset}{OBJECT_SUFFIX}"
 
 
 def write_object(frames, *, topic: str, block_bytes: int = DEFAULT_BLOCK_BYTES,

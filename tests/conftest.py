@@ -24,11 +24,12 @@ if importlib.util.find_spec("tests.fixtures.servers") is not None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if native.FORCED_PYTHON:
         return
-    for name, module in (("native._codec", native), ("native._columns", native.columns)):
+    codec_modules = ", ".join(native.CYTHON_MODULES.values())
+    for name, module in ((codec_modules, native), ("native._columns", native.columns)):
         if module.NATIVE_IMPORT_ERROR is not None or module.IMPLEMENTATION != "cython":
             raise pytest.UsageError(
-                f"{name} (a Cython extension) did not load: {module.NATIVE_IMPORT_ERROR!r}. "
-                "Build it with `pip install -e . --no-build-isolation` "
+                f"Cython extension(s) {name} did not load: {module.NATIVE_IMPORT_ERROR!r}. "
+                "Build with `pip install -e . --no-build-isolation` "
                 f"or set {native.FORCE_PYTHON_ENV}=1 to test the pure-Python twins on purpose."
             )
 

@@ -6,10 +6,11 @@ One pass repeats, up to the durable tip seen when it starts, while an object is 
 
 1. read whole, validated frames from the next unarchived offset, never past the WAL's
    durable watermark (the WAL guarantees it; we re-validate with ``scan_frames`` so a
-   partial frame can never reach an object — trap 5);
+   partial frame can never reach an object, nor a checkpoint that would start the next
+   pass mid-frame and stall the topic's uploads);
 2. build the object and ``put(if_absent=True)`` it under the key the range determines;
    if the key exists, adopt it when it holds byte-identical frames, else write the
-   epoch-qualified name (never overwrite — trap 6);
+   epoch-qualified name (an object a descriptor may name is never overwritten);
 3. commit the descriptor in one fenced, contiguity-checked transaction;
 4. advance ``committed_through`` (waking "archived" waiters) and apply WAL retention to
    segments wholly at or below it.

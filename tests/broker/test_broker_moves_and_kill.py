@@ -231,7 +231,7 @@ def test_moves_and_a_sigkilled_owner_under_live_producers_and_consumers(tmp_path
     # restarted broker owns the topic under a new epoch, so it archives that range under
     # a new key and never adopts the old one: an orphan below the chain end, which verify
     # reports as garbage to collect. Nothing in the broker process runs GC yet, so collect
-    # it here, as the harness does before its verify (see the report of issue 13).
+    # it here, as the harness does before its verify.
     print("orphans collected:", collect_orphans(stores))
     mark("orphans collected")
     verify = dnb(*argv, "--json", "verify", TOPIC)

@@ -1,6 +1,6 @@
 """A client that read a history a failover replaced is told so, instead of skipping.
 
-Issue-10 attack pass (atk2 F5, atk3 F8): a consumer read 0-39 from A (durable, not
+The failure this prevents: a consumer read 0-39 from A (durable, not
 archived), A died, B took over at 0 and acknowledged new messages at 0-59. The consumer's
 late ack of 39 landed on B and moved the subscription past B's 0-39, and a position
 consumer continued at 40: both skipped acknowledged messages silently. Read answers now

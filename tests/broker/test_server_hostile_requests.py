@@ -1,4 +1,4 @@
-"""Requests an outsider sent the broker (issue-10 attack pass, atk3): every one gets a
+"""Hostile requests an outside attacker sent the broker: every one gets a
 typed 4xx, and idle long polls never take the threads produce and shutdown need."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from tiered.config import ConfigError, DnbConfig, load_config
+from tiered.config import ConfigError, DnbConfig, from_toml, load_config
 from tiered.config.model import DnbConfig as Model
 from tiered.lifecycle.config import BrokerConfig
 from uploader.config import UploaderConfig
@@ -51,7 +51,7 @@ blacklist_topics = ["/internal/*"]
     assert loaded.sources["wal.fsync_batch_bytes"] == "default"
     host_config = c.broker_config()
     assert host_config.wal_config is c.wal and host_config.uploader is c.uploader
-    assert DnbConfig.from_toml(path) == c
+    assert from_toml(path) == c
 
 
 def test_precedence_flags_over_env_over_file_over_defaults(tmp_path):
@@ -158,7 +158,7 @@ def test_sections_are_not_duplicated_inside_broker():
 
 
 def test_the_example_file_loads():
-    config = DnbConfig.from_toml(os.path.join(REPO, "examples", "dnb.toml"))
+    config = from_toml(os.path.join(REPO, "examples", "dnb.toml"))
     assert config.uploader.retention.age_max_s == 86_400.0
 
 

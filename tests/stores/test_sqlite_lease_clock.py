@@ -2,7 +2,7 @@
 
 A wall-clock step forward (NTP, a VM clock correction) used to expire a live broker's
 session lease in the embedded store, so another broker could take its topics over while
-it kept acknowledging (found by the issue-10 attack pass). And a lease can outlive
+it kept acknowledging. And a lease can outlive
 nothing across a reboot: its holders died with the boot, so it is revoked at open.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_a_wall_clock_step_forward_does_not_expire_a_live_lease(tmp_path, monkey
 def test_leases_stamped_by_another_boot_are_re_armed_for_one_ttl_not_revoked(tmp_path, monkeypatch) -> None:
     """Their deadlines were on another boot's clock. Revoking them at open took live
     brokers' leases whenever a process read another boot id (an unreadable /proc gives
-    "unknown"; issue-10 re-attack N7): re-armed for one TTL instead, they lapse only if
+    "unknown"): re-armed for one TTL instead, they lapse only if
     nobody refreshes them."""
     path = tmp_path / "m.db"
     store = SqliteMetadataStore(path)
@@ -53,7 +53,7 @@ def test_leases_stamped_by_another_boot_are_re_armed_for_one_ttl_not_revoked(tmp
 def test_a_suspend_makes_the_brokers_lease_uncertain(tmp_path, monkeypatch) -> None:
     """A suspend stops the monotonic clock but not the store's lease countdown (nor etcd's,
     on another machine): the broker measures its lease on the boot clock, which counts the
-    suspend (issue-10 re-attack N5)."""
+    suspend."""
     from tiered.lifecycle import ownership
     from tiered.lifecycle.ownership import BrokerSession
 

@@ -1,7 +1,6 @@
 """Topic moves between brokers: the seed's scenario and the ways a move can go wrong.
 
-Every test here would fail on one of the reference implementation's traps (FACTS.md
-3, 7, 9): offsets restarting after a move, an empty topic continuing at 1, a seal
+Every test here would fail on one of the known ways a move goes wrong: offsets restarting after a move, an empty topic continuing at 1, a seal
 written before the uploader finished, or a stale owner still writing.
 """
 from __future__ import annotations
@@ -87,7 +86,7 @@ def test_empty_topic_moves_and_next_owner_starts_at_zero(local_cluster: Cluster)
     state = read_sealed_state(local_cluster.metadata, TopicName.parse(TOPIC))
     assert state.sealed and state.last_committed_offset is None
     hosted = b.load(TOPIC)
-    assert hosted.next_offset == 0  # trap 7: not 1
+    assert hosted.next_offset == 0  # an empty topic continues at 0, not 1
     assert hosted.produce(b"first") == 0
 
 

@@ -107,8 +107,7 @@ def test_async_for_with_the_real_wal(two_brokers) -> None:
 
 
 def test_a_lagging_live_reader_never_drops_messages(backends: Backends, tmp_path) -> None:
-    """FACTS trap 8: the reference drops messages when a tail reader lags past a channel or
-    cache. Here a live reader that stalls while 3,000 messages pass a 16-message cache
+    """A tail reader that lags past its channel or the cache must not drop messages. Here a live reader that stalls while 3,000 messages pass a 16-message cache
     still gets every one of them, in order."""
     from wal.config import WalConfig
 

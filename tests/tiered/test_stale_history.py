@@ -1,6 +1,6 @@
 """A broker id whose history ran on more than one disk, and cursors past a seal.
 
-Found by the outside attack pass of issue 10 (each test fails on the code before its fix):
+Each test fails on the code before its fix:
 
 * a stale WAL of ours is matched to the takeover record of ITS epoch (its ``.owner``
   marker), not to the newest record naming this broker: otherwise a WAL whose every offset

@@ -51,7 +51,7 @@ def test_never_reads_past_the_durable_watermark(local_env):
 
 
 def test_partial_frame_is_never_uploaded_and_does_not_stall(local_env):
-    """Trap 5: a read ending inside a frame must not become an object or a checkpoint."""
+    """A read ending inside a frame must not become an object or a checkpoint."""
     wal = MemWal()
     wal.append_n(20)
     wal.read_hook = lambda data: data + frame_for(20)[:7]  # a torn frame after the valid ones

@@ -1,6 +1,6 @@
 """Deleting a sealed WAL is crash-safe: a crash after any file's removal leaves a log
 that still opens (a suffix, as after retention), never a checkpoint that names missing
-segments. Found by the issue-10 attack pass (atk3 F12): a broker killed during the delete
+segments. Before, a broker killed during the delete
 after a seal could never load the topic again (CorruptLog, then LocalWalUnreadable)."""
 from __future__ import annotations
 

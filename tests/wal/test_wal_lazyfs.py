@@ -10,8 +10,9 @@ open as a WAL with every acknowledged offset intact and every offset holding its
 one commit round's writev to FUSE as several page-sized writes, so ``persist=2`` keeps the
 round's second page and loses its first, the other way to reach the same state.
 
-Skipped unless LazyFS is built (``DNB_LAZYFS=/path/to/lazyfs`` or ``lazyfs`` on PATH; build
-notes in the project's shared FACTS), ``/dev/fuse`` exists and ``fusermount3`` is installed.
+Skipped unless LazyFS is built (``DNB_LAZYFS=/path/to/lazyfs`` or ``lazyfs`` on PATH; LazyFS is
+Jepsen's FUSE file system that keeps writes in its own page cache until fsync, built from
+dsrhaslab/lazyfs), ``/dev/fuse`` exists and ``fusermount3`` is installed.
 """
 from __future__ import annotations
 

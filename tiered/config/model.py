@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from tiered.broker.config import BrokerProcessConfig
 from tiered.cluster.config import LoadManagerConfig
@@ -64,20 +63,6 @@ class DnbConfig:
             raise ValueError("set the WAL through the wal section, not broker.wal_config")
         if self.broker.uploader != UploaderConfig():
             raise ValueError("set the uploader through the uploader section, not broker.uploader")
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike[str]) -> "DnbConfig":
-        """The config a TOML file describes (defaults for the rest; env vars not read)."""
-        from tiered.config.loader import from_toml
-
-        return from_toml(path)
-
-    @classmethod
-    def load(cls, file: str | os.PathLike[str] | None = None, **kwargs: Any) -> "DnbConfig":
-        """:func:`tiered.config.load_config` (file < ``DNB_…`` env < flags), config only."""
-        from tiered.config.loader import load_config
-
-        return load_config(file, **kwargs).config
 
     def broker_config(self) -> BrokerConfig:
         """The :class:`BrokerConfig` a :class:`~tiered.lifecycle.BrokerHost` takes."""

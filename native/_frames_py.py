@@ -1,24 +1,24 @@
-"""Pure-Python twin of ``native/_codec.pyx``: the reference implementation.
+"""Pure-Python twin of ``native/_frames.pyx``: CRC32C, records, frames, frame scanning,
+segment headers and round markers; the reference implementation of ``native/format.py``.
 
-It implements the format in ``native/format.py`` and must produce identical bytes to the
-Cython twin. It is slow on purpose-free grounds (one Python call per field); use it to
-read the format, and to run anywhere the extension cannot be built.
+It must produce identical bytes, results and errors to the Cython twin. It is slow on
+purpose-free grounds (one Python call per field); use it to read the format, and to run
+anywhere the extension cannot be built. ``native/_append_py.py`` and
+``native/_objects_py.py`` build on the helpers marked as shared below, as their compiled
+twins build on the C declarations in ``native/_frames.pxd``.
 """
 from __future__ import annotations
 
 import operator
 import struct
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import crc32c as _crc32c_mod
 
-from native.errors import CodecError, CorruptSegmentHeader, OffsetOverflow
+from native.errors import CodecError, CorruptSegmentHeader
 from native.format import (
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
-    MAX_OFFSET,
     MAX_RECORD_BYTES,
     RECORD_FIXED,
     RECORD_FIXED_BYTES,
@@ -45,6 +45,15 @@ from native.format import (
 )
 
 IMPLEMENTATION = "python"
+# Whether the ``crc32c`` package computes with CPU instructions (the compiled twin reports its
+# own C implementation under the same name).
+CRC32C_HARDWARE: bool = bool(_crc32c_mod.hardware_based)
+
+__all__ = [
+    "CRC32C_HARDWARE", "crc32c", "encode_record", "encode_frame", "encode_batch",
+    "decode_record", "scan_frames", "encode_round_marker", "encode_segment_header",
+    "decode_segment_header",
+]
 
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -59,8 +68,9 @@ def crc32c(data, value: int = 0) -> int:
     return _crc32c_mod.crc32c(data, value)
 
 
-def _u64(value, what: str) -> int:
-    """The value as a u64; anything else (bool aside, which is an int) is a CodecError."""
+def as_u64(value, what: str) -> int:
+    """The value as a u64; anything else (bool aside, which is an int) is a CodecError.
+    Shared with the other pure-Python twins."""
     try:
         value = operator.index(value)
     except TypeError as exc:
@@ -92,7 +102,7 @@ def _utf8(text, what: str) -> bytes:
 
 def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str, str] | None,
                   payload: bytes) -> bytes:
-    publish_time = _u64(publish_time, "publish_time")
+    publish_time = as_u64(publish_time, "publish_time")
     flags = 0
     parts = [b""]
     if key is not None:
@@ -125,8 +135,9 @@ def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str,
     return b"".join(parts)
 
 
-def _frame(offset: int, record: bytes) -> bytes:
-    offset = _u64(offset, "offset")
+def frame_record(offset: int, record: bytes) -> bytes:
+    """The frame (header + CRC) around an encoded record. Shared with ``_append_py``."""
+    offset = as_u64(offset, "offset")
     if len(record) > MAX_RECORD_BYTES:
         raise CodecError(f"record of {len(record)} bytes exceeds the format limit {MAX_RECORD_BYTES}")
     body = _U32.pack(len(record)) + _U64.pack(offset) + record
@@ -136,12 +147,12 @@ def _frame(offset: int, record: bytes) -> bytes:
 def encode_frame(offset: int, publish_time: int, key: bytes | None,
                  attributes: Mapping[str, str] | None, payload: bytes) -> bytes:
     """One frame (header + record) for one message."""
-    return _frame(offset, encode_record(publish_time, key, attributes, payload))
+    return frame_record(offset, encode_record(publish_time, key, attributes, payload))
 
 
 def encode_batch(first_offset: int, messages: Iterable[tuple]) -> bytes:
     """Frames for ``(publish_time, key, attributes, payload)`` tuples at first_offset, +1, …"""
-    first_offset = _u64(first_offset, "first_offset")
+    first_offset = as_u64(first_offset, "first_offset")
     out = []
     for index, message in enumerate(list(messages)):  # a snapshot, as the compiled twin takes
         if not isinstance(message, (tuple, list)) or len(message) != 4:
@@ -207,7 +218,7 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
     if pos < 0 or (end is not None and end < 0):
         raise CodecError(f"scan window [{pos}, {end}) is negative")
     if expected_offset is not None:
-        expected_offset = _u64(expected_offset, "expected_offset")
+        expected_offset = as_u64(expected_offset, "expected_offset")
     if max_frames is not None and max_frames < 0:
         raise CodecError(f"max_frames {max_frames} is negative")
     end = len(view) if end is None else min(end, len(view))
@@ -279,14 +290,14 @@ def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | No
 
 def encode_round_marker(first_offset: int) -> bytes:
     """The 16-byte marker that starts a commit round (format version 2)."""
-    first_offset = _u64(first_offset, "first_offset")
+    first_offset = as_u64(first_offset, "first_offset")
     body = ROUND_MARKER.pack(0, ROUND_MARKER_TAG, first_offset)[4:]
     return _U32.pack(crc32c(body)) + body
 
 
 def encode_segment_header(base_offset: int, created_ms: int, version: int = SEGMENT_VERSION) -> bytes:
-    base_offset = _u64(base_offset, "base_offset")
-    created_ms = _u64(created_ms, "created_ms")
+    base_offset = as_u64(base_offset, "base_offset")
+    created_ms = as_u64(created_ms, "created_ms")
     if version not in SEGMENT_VERSIONS_READABLE:
         raise CodecError(f"segment format version {version} is not one of {SEGMENT_VERSIONS_READABLE}")
     head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, version, 0, base_offset, created_ms, 0, 0)[:28]
@@ -309,188 +320,3 @@ def decode_segment_header(buf) -> tuple[int, int]:
     if flags != 0:
         raise CorruptSegmentHeader(f"unknown segment flags {flags:#x}")
     return base, created_ms
-
-
-class AppendBuffer:
-    """Reference twin of the compiled ``AppendBuffer`` (see its docstring in _codec.pyx).
-
-    Same API, same bytes, same errors. Where the compiled class gets its atomicity from
-    running one C step under the GIL, this twin takes ``_lock`` around the step: check the
-    refusal, allocate the offset, encode the frame, count it. Validation, and every callback
-    (wait_for_room, wake, refusal, too_large, normalize), runs outside the lock, so a callback
-    that takes the WAL lock cannot deadlock with a writer holding the WAL lock in take().
-    """
-
-    def __init__(self, next_offset: int, *, max_message_bytes: int, pending_bytes_max: int,
-                 batch_bytes: int, tail_messages_max: int, tail_bytes_max: int,
-                 wake: Callable[[], None], wait_for_room: Callable[[], None],
-                 too_large: Callable[[str], BaseException],
-                 normalize: Callable[[object], tuple]) -> None:
-        self._next = self._first = _u64(next_offset, "next_offset")
-        if self._next > MAX_OFFSET + 1:
-            raise OffsetOverflow(f"next_offset {self._next} is past MAX_OFFSET {MAX_OFFSET} + 1")
-        if not 1 <= max_message_bytes <= MAX_RECORD_BYTES:
-            raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
-        if pending_bytes_max < max_message_bytes or batch_bytes <= 0:
-            raise ValueError("pending_bytes_max must hold one maximal message, batch_bytes > 0")
-        if tail_messages_max <= 0 or tail_bytes_max <= 0:
-            raise ValueError("tail_messages_max and tail_bytes_max must be positive")
-        self.max_message_bytes = max_message_bytes
-        self.pending_bytes_max = pending_bytes_max
-        self.batch_bytes = batch_bytes
-        self._tail_messages_max = tail_messages_max
-        self._tail_bytes_max = tail_bytes_max
-        self._wake = wake
-        self._wait_for_room = wait_for_room
-        self._too_large = too_large
-        self._normalize = normalize
-        self._lock = threading.Lock()
-        self._frames: list[bytes] = []  # one per record, in offset order
-        self._bytes = 0
-        self._idle = False
-        self._refusal: Callable[[], BaseException] | None = None
-
-    # -------------------------------------------------------------- appends
-    def append(self, payload, key=None, attributes=None, publish_time=None) -> int:
-        """Appends one message; returns its offset."""
-        if self._bytes >= self.pending_bytes_max:
-            self._wait_for_room()
-        publish_time = _now_ms() if publish_time is None else _u64(publish_time, "publish_time")
-        record = self._record(publish_time, key, attributes, payload)
-        return self._add([record])
-
-    def append_batch(self, messages, publish_time=None) -> int:
-        """Appends messages (see the compiled twin); returns the first offset. All or nothing."""
-        items = list(messages)  # a snapshot, as the compiled twin takes (callbacks may edit the caller's)
-        if not items:
-            raise ValueError("append_batch needs at least one message")
-        default_time = _now_ms() if publish_time is None else _u64(publish_time, "publish_time")
-        if self._bytes >= self.pending_bytes_max:
-            self._wait_for_room()
-        records = []
-        for message in items:
-            if type(message) in (bytes, bytearray, memoryview):
-                message = (message,)
-            elif type(message) is not tuple:
-                message = self._normalize(message)
-                if type(message) is not tuple:
-                    raise CodecError("normalize must return a tuple")
-            if not 1 <= len(message) <= 4:
-                raise CodecError("each message must be payload or a (payload, key, attributes, "
-                                 "publish_time) tuple")
-            payload, key, attributes, when = message + (None,) * (4 - len(message))
-            when = default_time if when is None else _u64(when, "publish_time")
-            records.append(self._record(when, key, attributes, payload))
-        return self._add(records)
-
-    def _record(self, publish_time: int, key, attributes, payload) -> bytes:
-        record = encode_record(publish_time, key, attributes, payload)
-        if len(record) > self.max_message_bytes:
-            raise self._too_large(f"record of {len(record)} bytes exceeds max_message_bytes "
-                                  f"{self.max_message_bytes}")
-        return record
-
-    def _add(self, records: list[bytes]) -> int:
-        """The atomic step, under the lock; then wakes the writer outside it if needed."""
-        with self._lock:
-            if self._refusal is not None:
-                raise self._refusal()
-            first = self._next
-            if first + len(records) - 1 > MAX_OFFSET:
-                raise OffsetOverflow(f"offset {first + len(records) - 1} would pass MAX_OFFSET {MAX_OFFSET}: "
-                                     "the topic is full")
-            frames = [_frame(first + i, record) for i, record in enumerate(records)]
-            added = sum(map(len, frames))
-            self._frames.extend(frames)
-            self._bytes += added
-            self._next = first + len(frames)
-            assert self._first + len(self._frames) == self._next
-            wake = self._idle or self._bytes - added < self.batch_bytes <= self._bytes
-            if wake:
-                self._idle = False
-        if wake:
-            self._wake()
-        return first
-
-    # -------------------------------------------------------------- the writer's side
-    def take(self) -> tuple:
-        """``(chunks, first_offset, last_offset, count, tail_position, tail_count)``."""
-        with self._lock:
-            frames, first, last = self._frames, self._first, self._next - 1
-            data = b"".join(frames)
-            assert len(data) == self._bytes and first + len(frames) == last + 1
-            tail_count, tail_bytes = 0, 0
-            for frame in reversed(frames):
-                if (tail_count + 1 > self._tail_messages_max
-                        or tail_bytes + len(frame) > self._tail_bytes_max):
-                    break
-                tail_count += 1
-                tail_bytes += len(frame)
-            self._frames = []
-            self._bytes = 0
-            self._first = self._next
-        # One chunk: how frames are split into chunks is not part of the contract.
-        return [data] if data else [], first, last, len(frames), len(data) - tail_bytes, tail_count
-
-    def park(self) -> bool:
-        with self._lock:
-            if self._frames:
-                return False
-            self._idle = True
-            return True
-
-    def unpark(self) -> None:
-        with self._lock:
-            self._idle = False
-
-    # -------------------------------------------------------------- state
-    @property
-    def refusal(self) -> Callable[[], BaseException] | None:
-        return self._refusal
-
-    @refusal.setter
-    def refusal(self, factory: Callable[[], BaseException] | None) -> None:
-        if factory is not None and not callable(factory):
-            raise TypeError("refusal must be None or a callable returning an exception")
-        with self._lock:  # serialised with in-flight appends, like the GIL does for the C twin
-            self._refusal = factory
-
-    @property
-    def next_offset(self) -> int:
-        return self._next
-
-    @property
-    def pending_first(self) -> int:
-        return self._first
-
-    @property
-    def pending_count(self) -> int:
-        return len(self._frames)
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._bytes
-
-    @property
-    def writer_idle(self) -> bool:
-        return self._idle
-
-    @property
-    def busy(self) -> bool:
-        return self._lock.locked()
-
-
-def _now_ms() -> int:
-    """Wall clock in ms since the epoch (the compiled twin reads the same clock in C)."""
-    return time.time_ns() // 1_000_000
-
-
-# The dnb1 object codec (spec: native/object_format.py) lives in its own module to keep this
-# one about frames; imported last because it builds on the functions above.
-from native._object_py import (  # noqa: E402
-    object_decode_block,
-    object_encode,
-    object_footer_bytes_needed,
-    object_parse_footer,
-    object_parse_header,
-)

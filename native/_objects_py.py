@@ -1,15 +1,18 @@
-"""Pure-Python twin of the dnb1 object codec (the reference; spec in native/object_format.py).
+"""Pure-Python twin of ``native/_objects.pyx``: the dnb1 object codec (the reference).
 
-Re-exported by ``native._codec_py``; the Cython twin implements the same four functions in
-``native/_codec.pyx`` and must produce identical bytes, results and errors.
+The format is specified in ``native/object_format.py``, whose functions (``write_object``,
+``parse_footer``, ``decode_block``, ...) are the API; they call the primitives here. The
+Cython twin implements the same functions and must produce identical bytes, results and
+errors. Frames inside blocks are validated with ``native/_frames_py.py``.
 """
 from __future__ import annotations
 
 import operator
+import struct
 
 import zstandard
 
-from native import _codec_py as _frames
+from native._frames_py import crc32c, scan_frames
 from native.errors import CodecError, CorruptObject
 from native.object_format import (
     BLOCK_CODEC_NONE,
@@ -37,19 +40,22 @@ from native.object_format import (
     Block,
     Footer,
     ObjectHeader,
+    zstd_compressor,
 )
 
+IMPLEMENTATION = "python"
+
+__all__ = [
+    "object_encode", "object_footer_bytes_needed", "object_parse_footer", "object_parse_header",
+    "object_decode_block",
+]
+
+_U32 = struct.Struct("<I")
 _U16_MAX = 0xFFFF
 
 
-def zstd_compressor(level: int) -> zstandard.ZstdCompressor:
-    """Every knob explicit, so both twins (and future versions) write the same bytes."""
-    return zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True,
-                                    write_dict_id=False, threads=0)
-
-
-def check_object_args(topic, block_bytes, zstd_level) -> bytes:
-    """Validates writer arguments; returns the topic's UTF-8 (shared by both twins)."""
+def _check_object_args(topic, block_bytes, zstd_level) -> bytes:
+    """Validates writer arguments; returns the topic's UTF-8."""
     if not isinstance(topic, str):
         raise CodecError(f"topic must be str, not {type(topic).__name__}")
     try:
@@ -69,24 +75,24 @@ def check_object_args(topic, block_bytes, zstd_level) -> bytes:
     return topic_b
 
 
-def encode_header(topic_b: bytes) -> bytes:
+def _encode_header(topic_b: bytes) -> bytes:
     head = HEADER_FIXED.pack(OBJECT_MAGIC, OBJECT_VERSION, 0, len(topic_b)) + topic_b
-    return head + _frames._U32.pack(_frames.crc32c(head))
+    return head + _U32.pack(crc32c(head))
 
 
 def object_encode(frames, topic, block_bytes, zstd_level, first_offset) -> bytes:
-    topic_b = check_object_args(topic, block_bytes, zstd_level)
+    topic_b = _check_object_args(topic, block_bytes, zstd_level)
     view = memoryview(frames).cast("B")
     if len(view) == 0:
         raise CodecError("no frames to archive")
-    scan = _frames.scan_frames(view, 0, None, first_offset, True, True, None)
+    scan = scan_frames(view, 0, None, first_offset, True, True, None)
     if scan.error is not None:
         raise CodecError(f"frames invalid at byte {scan.error.position}: {scan.error.reason}: "
                          f"{scan.error.detail}")
     # Pair with the scan: everything consumed, offsets contiguous from the first.
     assert scan.end == len(view) and scan.last_offset - scan.first_offset + 1 == scan.count
     compressor = zstd_compressor(zstd_level) if zstd_level else None
-    header = encode_header(topic_b)
+    header = _encode_header(topic_b)
     parts = [header]
     entries = []
     position = len(header)
@@ -112,9 +118,9 @@ def object_encode(frames, topic, block_bytes, zstd_level, first_offset) -> bytes
                                scan.count, times_min, times_max, len(header), len(entries),
                                len(topic_b)) + topic_b
     footer += b"".join(FOOTER_ENTRY.pack(*e) for e in entries)
-    footer += _frames._U32.pack(_frames.crc32c(footer))
+    footer += _U32.pack(crc32c(footer))
     parts.append(footer)
-    parts.append(encode_trailer(len(footer)))
+    parts.append(_encode_trailer(len(footer)))
     return b"".join(parts)
 
 
@@ -125,13 +131,13 @@ def _encode_block(raw: memoryview, compressor) -> bytes:
         if len(packed) < len(raw):
             codec, body = BLOCK_CODEC_ZSTD, packed
     fields = BLOCK_HEADER.pack(0, codec, 0, 0, len(body), len(raw))[4:]
-    crc = _frames.crc32c(body, _frames.crc32c(fields))
-    return _frames._U32.pack(crc) + fields + bytes(body)
+    crc = crc32c(body, crc32c(fields))
+    return _U32.pack(crc) + fields + bytes(body)
 
 
-def encode_trailer(footer_bytes: int) -> bytes:
+def _encode_trailer(footer_bytes: int) -> bytes:
     head = TRAILER.pack(footer_bytes, OBJECT_VERSION, 0, 0, OBJECT_MAGIC)[:8]
-    return head + _frames._U32.pack(_frames.crc32c(head)) + OBJECT_MAGIC
+    return head + _U32.pack(crc32c(head)) + OBJECT_MAGIC
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +157,7 @@ def object_footer_bytes_needed(tail, object_name, object_size) -> int:
     footer_bytes, version, reserved, crc, magic = TRAILER.unpack_from(view, at)
     if magic != OBJECT_MAGIC:
         raise CorruptObject(object_name, base + at + 12, f"bad trailer magic {bytes(magic)!r}")
-    if _frames.crc32c(view[at:at + 8]) != crc:
+    if crc32c(view[at:at + 8]) != crc:
         raise CorruptObject(object_name, base + at, "trailer CRC mismatch")
     if version != OBJECT_VERSION:
         raise CorruptObject(object_name, base + at + 4, f"unsupported object format version {version}")
@@ -176,7 +182,7 @@ def object_parse_footer(tail, object_name, object_size) -> Footer:
     f = view[len(view) - need:len(view) - TRAILER_BYTES]
     at = footer_position
     crc_at = len(f) - FOOTER_CRC_BYTES
-    if _frames.crc32c(f[:crc_at]) != int.from_bytes(f[crc_at:], "little"):
+    if crc32c(f[:crc_at]) != int.from_bytes(f[crc_at:], "little"):
         raise CorruptObject(object_name, at, "footer CRC mismatch")
     (magic, version, flags, first, last, count, tmin, tmax, header_bytes, block_count,
      topic_len) = FOOTER_FIXED.unpack_from(f, 0)
@@ -236,7 +242,7 @@ def object_parse_header(data, object_name) -> ObjectHeader:
     if topic_len == 0 or len(view) < end + HEADER_CRC_BYTES:
         raise CorruptObject(object_name, 8, f"header with a topic of {topic_len} bytes does not fit "
                                             f"in {len(view)} bytes")
-    if _frames.crc32c(view[:end]) != int.from_bytes(view[end:end + HEADER_CRC_BYTES], "little"):
+    if crc32c(view[:end]) != int.from_bytes(view[end:end + HEADER_CRC_BYTES], "little"):
         raise CorruptObject(object_name, 0, "header CRC mismatch")
     if version != OBJECT_VERSION:
         raise CorruptObject(object_name, 4, f"unsupported object format version {version}")
@@ -251,14 +257,14 @@ def object_parse_header(data, object_name) -> ObjectHeader:
 
 def object_decode_block(data, block, object_name, first_offset, last_offset, min_publish_time,
                         max_publish_time, want_records):
-    raw, stored_as_is = block_raw(data, block, object_name)
-    scan = _frames.scan_frames(raw, 0, None, block.first_offset, True, False, None)
+    raw, stored_as_is = _block_raw(data, block, object_name)
+    scan = scan_frames(raw, 0, None, block.first_offset, True, False, None)
     if scan.error is not None:
-        raise CorruptObject(object_name, frame_position(block, stored_as_is, scan.error.position),
+        raise CorruptObject(object_name, _frame_position(block, stored_as_is, scan.error.position),
                             f"frame at byte {scan.error.position} of block {block.index}: "
                             f"{scan.error.reason}: {scan.error.detail}")
     times = [r.publish_time for r in scan.records]
-    check_block_scan(object_name, block, scan.count, scan.last_offset,
+    _check_block_scan(object_name, block, scan.count, scan.last_offset,
                      min(times, default=0), max(times, default=0))
     if not want_records:
         return bytes(raw)
@@ -270,14 +276,14 @@ def object_decode_block(data, block, object_name, first_offset, last_offset, min
             if lo <= r.offset <= hi and tmin <= r.publish_time <= tmax]
 
 
-def frame_position(block, stored_as_is: bool, position_in_raw: int) -> int:
+def _frame_position(block, stored_as_is: bool, position_in_raw: int) -> int:
     """Absolute position of a frame error: exact in a stored block, the block start otherwise."""
     if stored_as_is:
         return block.position + BLOCK_HEADER_BYTES + position_in_raw
     return block.position
 
 
-def check_block_scan(object_name, block, count, last_offset, time_min, time_max) -> None:
+def _check_block_scan(object_name, block, count, last_offset, time_min, time_max) -> None:
     """Pairs the decoded frames with the index entry that promised them."""
     if count != block.last_offset - block.first_offset + 1 or last_offset != block.last_offset:
         raise CorruptObject(object_name, block.position,
@@ -289,7 +295,7 @@ def check_block_scan(object_name, block, count, last_offset, time_min, time_max)
                             f"its index range {block.min_publish_time}..{block.max_publish_time}")
 
 
-def block_raw(data, block, object_name) -> tuple[memoryview, bool]:
+def _block_raw(data, block, object_name) -> tuple[memoryview, bool]:
     """The validated, decompressed frame bytes of one block and whether it was stored as is."""
     view = memoryview(data).cast("B")
     at = block.position
@@ -297,7 +303,7 @@ def block_raw(data, block, object_name) -> tuple[memoryview, bool]:
         raise CorruptObject(object_name, at, f"block {block.index} is {len(view)} bytes, index says "
                                              f"{block.stored_bytes}")
     crc, codec, reserved8, reserved16, stored, raw_bytes = BLOCK_HEADER.unpack_from(view, 0)
-    if _frames.crc32c(view[4:]) != crc:
+    if crc32c(view[4:]) != crc:
         raise CorruptObject(object_name, at, f"block {block.index} CRC mismatch")
     if reserved8 or reserved16 or codec not in (BLOCK_CODEC_NONE, BLOCK_CODEC_ZSTD):
         raise CorruptObject(object_name, at + 4, f"block {block.index} codec {codec} / reserved "

@@ -1,0 +1,192 @@
+"""Pure-Python twin of ``native/_append.pyx``: ``AppendBuffer``, the WAL's append core.
+
+The reference for the compiled class: same API, same bytes, same errors. The frames it
+produces are ``native/format.py`` frames, encoded by ``native/_frames_py.py``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from native._frames_py import as_u64, encode_record, frame_record
+from native.errors import CodecError, OffsetOverflow
+from native.format import MAX_OFFSET, MAX_RECORD_BYTES
+
+IMPLEMENTATION = "python"
+
+__all__ = ["AppendBuffer"]
+
+
+class AppendBuffer:
+    """Reference twin of the compiled ``AppendBuffer`` (see its docstring in _append.pyx).
+
+    Same API, same bytes, same errors. Where the compiled class gets its atomicity from
+    running one C step under the GIL, this twin takes ``_lock`` around the step: check the
+    refusal, allocate the offset, encode the frame, count it. Validation, and every callback
+    (wait_for_room, wake, refusal, too_large, normalize), runs outside the lock, so a callback
+    that takes the WAL lock cannot deadlock with a writer holding the WAL lock in take().
+    """
+
+    def __init__(self, next_offset: int, *, max_message_bytes: int, pending_bytes_max: int,
+                 batch_bytes: int, tail_messages_max: int, tail_bytes_max: int,
+                 wake: Callable[[], None], wait_for_room: Callable[[], None],
+                 too_large: Callable[[str], BaseException],
+                 normalize: Callable[[object], tuple]) -> None:
+        self._next = self._first = as_u64(next_offset, "next_offset")
+        if self._next > MAX_OFFSET + 1:
+            raise OffsetOverflow(f"next_offset {self._next} is past MAX_OFFSET {MAX_OFFSET} + 1")
+        if not 1 <= max_message_bytes <= MAX_RECORD_BYTES:
+            raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
+        if pending_bytes_max < max_message_bytes or batch_bytes <= 0:
+            raise ValueError("pending_bytes_max must hold one maximal message, batch_bytes > 0")
+        if tail_messages_max <= 0 or tail_bytes_max <= 0:
+            raise ValueError("tail_messages_max and tail_bytes_max must be positive")
+        self.max_message_bytes = max_message_bytes
+        self.pending_bytes_max = pending_bytes_max
+        self.batch_bytes = batch_bytes
+        self._tail_messages_max = tail_messages_max
+        self._tail_bytes_max = tail_bytes_max
+        self._wake = wake
+        self._wait_for_room = wait_for_room
+        self._too_large = too_large
+        self._normalize = normalize
+        self._lock = threading.Lock()
+        self._frames: list[bytes] = []  # one per record, in offset order
+        self._bytes = 0
+        self._idle = False
+        self._refusal: Callable[[], BaseException] | None = None
+
+    # -------------------------------------------------------------- appends
+    def append(self, payload, key=None, attributes=None, publish_time=None) -> int:
+        """Appends one message; returns its offset."""
+        if self._bytes >= self.pending_bytes_max:
+            self._wait_for_room()
+        publish_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
+        record = self._record(publish_time, key, attributes, payload)
+        return self._add([record])
+
+    def append_batch(self, messages, publish_time=None) -> int:
+        """Appends messages (see the compiled twin); returns the first offset. All or nothing."""
+        items = list(messages)  # a snapshot, as the compiled twin takes (callbacks may edit the caller's)
+        if not items:
+            raise ValueError("append_batch needs at least one message")
+        default_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
+        if self._bytes >= self.pending_bytes_max:
+            self._wait_for_room()
+        records = []
+        for message in items:
+            if type(message) in (bytes, bytearray, memoryview):
+                message = (message,)
+            elif type(message) is not tuple:
+                message = self._normalize(message)
+                if type(message) is not tuple:
+                    raise CodecError("normalize must return a tuple")
+            if not 1 <= len(message) <= 4:
+                raise CodecError("each message must be payload or a (payload, key, attributes, "
+                                 "publish_time) tuple")
+            payload, key, attributes, when = message + (None,) * (4 - len(message))
+            when = default_time if when is None else as_u64(when, "publish_time")
+            records.append(self._record(when, key, attributes, payload))
+        return self._add(records)
+
+    def _record(self, publish_time: int, key, attributes, payload) -> bytes:
+        record = encode_record(publish_time, key, attributes, payload)
+        if len(record) > self.max_message_bytes:
+            raise self._too_large(f"record of {len(record)} bytes exceeds max_message_bytes "
+                                  f"{self.max_message_bytes}")
+        return record
+
+    def _add(self, records: list[bytes]) -> int:
+        """The atomic step, under the lock; then wakes the writer outside it if needed."""
+        with self._lock:
+            if self._refusal is not None:
+                raise self._refusal()
+            first = self._next
+            if first + len(records) - 1 > MAX_OFFSET:
+                raise OffsetOverflow(f"offset {first + len(records) - 1} would pass MAX_OFFSET {MAX_OFFSET}: "
+                                     "the topic is full")
+            frames = [frame_record(first + i, record) for i, record in enumerate(records)]
+            added = sum(map(len, frames))
+            self._frames.extend(frames)
+            self._bytes += added
+            self._next = first + len(frames)
+            assert self._first + len(self._frames) == self._next
+            wake = self._idle or self._bytes - added < self.batch_bytes <= self._bytes
+            if wake:
+                self._idle = False
+        if wake:
+            self._wake()
+        return first
+
+    # -------------------------------------------------------------- the writer's side
+    def take(self) -> tuple:
+        """``(chunks, first_offset, last_offset, count, tail_position, tail_count)``."""
+        with self._lock:
+            frames, first, last = self._frames, self._first, self._next - 1
+            data = b"".join(frames)
+            assert len(data) == self._bytes and first + len(frames) == last + 1
+            tail_count, tail_bytes = 0, 0
+            for frame in reversed(frames):
+                if (tail_count + 1 > self._tail_messages_max
+                        or tail_bytes + len(frame) > self._tail_bytes_max):
+                    break
+                tail_count += 1
+                tail_bytes += len(frame)
+            self._frames = []
+            self._bytes = 0
+            self._first = self._next
+        # One chunk: how frames are split into chunks is not part of the contract.
+        return [data] if data else [], first, last, len(frames), len(data) - tail_bytes, tail_count
+
+    def park(self) -> bool:
+        with self._lock:
+            if self._frames:
+                return False
+            self._idle = True
+            return True
+
+    def unpark(self) -> None:
+        with self._lock:
+            self._idle = False
+
+    # -------------------------------------------------------------- state
+    @property
+    def refusal(self) -> Callable[[], BaseException] | None:
+        return self._refusal
+
+    @refusal.setter
+    def refusal(self, factory: Callable[[], BaseException] | None) -> None:
+        if factory is not None and not callable(factory):
+            raise TypeError("refusal must be None or a callable returning an exception")
+        with self._lock:  # serialised with in-flight appends, like the GIL does for the C twin
+            self._refusal = factory
+
+    @property
+    def next_offset(self) -> int:
+        return self._next
+
+    @property
+    def pending_first(self) -> int:
+        return self._first
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._frames)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def writer_idle(self) -> bool:
+        return self._idle
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+
+def _now_ms() -> int:
+    """Wall clock in ms since the epoch (the compiled twin reads the same clock in C)."""
+    return time.time_ns() // 1_000_000
