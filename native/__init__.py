@@ -18,6 +18,8 @@ one namespace. Everything else imports codec functions from here, never from a t
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from native._select import (
     FORCE_PYTHON_ENV,
     FORCED_PYTHON,
@@ -34,8 +36,14 @@ PYTHON_MODULES = {"frames": "native._frames_py", "append": "native._append_py",
 CYTHON_MODULES = {"frames": "native._frames", "append": "native._append",
                   "objects": "native._objects"}
 
-codec: TwinSet
-codec, NATIVE_IMPORT_ERROR = select_twin_set(PYTHON_MODULES, CYTHON_MODULES)
+if TYPE_CHECKING:
+    from native._protocols import CodecTwin
+
+_selected, NATIVE_IMPORT_ERROR = select_twin_set(PYTHON_MODULES, CYTHON_MODULES)
+#: The chosen implementation. A TwinSet takes its names from its modules at run time, which a
+#: type checker cannot follow: it sees the set through the contract every twin is checked
+#: against (native/_twin_check.py statically, tests/native/test_contract.py at run time).
+codec = cast("CodecTwin", _selected)
 
 IMPLEMENTATION: str = codec.IMPLEMENTATION
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from native._frames_py import as_u64, encode_record, frame_record
 from native.errors import CodecError, OffsetOverflow
@@ -32,7 +32,7 @@ class AppendBuffer:
                  batch_bytes: int, tail_messages_max: int, tail_bytes_max: int,
                  wake: Callable[[], None], wait_for_room: Callable[[], None],
                  too_large: Callable[[str], BaseException],
-                 normalize: Callable[[object], tuple]) -> None:
+                 normalize: Callable[[object], tuple[object, ...]]) -> None:
         self._next = self._first = as_u64(next_offset, "next_offset")
         if self._next > MAX_OFFSET + 1:
             raise OffsetOverflow(f"next_offset {self._next} is past MAX_OFFSET {MAX_OFFSET} + 1")
@@ -58,7 +58,8 @@ class AppendBuffer:
         self._refusal: Callable[[], BaseException] | None = None
 
     # -------------------------------------------------------------- appends
-    def append(self, payload, key=None, attributes=None, publish_time=None) -> int:
+    def append(self, payload: bytes, key: bytes | None = None, attributes: Mapping[str, str] | None = None,
+               publish_time: int | None = None) -> int:
         """Appends one message; returns its offset."""
         if self._bytes >= self.pending_bytes_max:
             self._wait_for_room()
@@ -66,7 +67,7 @@ class AppendBuffer:
         record = self._record(publish_time, key, attributes, payload)
         return self._add([record])
 
-    def append_batch(self, messages, publish_time=None) -> int:
+    def append_batch(self, messages: Sequence[object], publish_time: int | None = None) -> int:
         """Appends messages (see the compiled twin); returns the first offset. All or nothing."""
         items = list(messages)  # a snapshot, as the compiled twin takes (callbacks may edit the caller's)
         if not items:
@@ -76,22 +77,26 @@ class AppendBuffer:
             self._wait_for_room()
         records = []
         for message in items:
+            fields: tuple[object, ...]
             if type(message) in (bytes, bytearray, memoryview):
-                message = (message,)
-            elif type(message) is not tuple:
-                message = self._normalize(message)
-                if type(message) is not tuple:
+                fields = (message,)
+            elif isinstance(message, tuple) and type(message) is tuple:
+                fields = message
+            else:
+                fields = self._normalize(message)
+                if type(fields) is not tuple:
                     raise CodecError("normalize must return a tuple")
-            if not 1 <= len(message) <= 4:
+            if not 1 <= len(fields) <= 4:
                 raise CodecError("each message must be payload or a (payload, key, attributes, "
                                  "publish_time) tuple")
-            payload, key, attributes, when = message + (None,) * (4 - len(message))
+            payload, key, attributes, when = fields + (None,) * (4 - len(fields))
             when = default_time if when is None else as_u64(when, "publish_time")
             records.append(self._record(when, key, attributes, payload))
         return self._add(records)
 
-    def _record(self, publish_time: int, key, attributes, payload) -> bytes:
-        record = encode_record(publish_time, key, attributes, payload)
+    def _record(self, publish_time: int, key: object, attributes: object, payload: object) -> bytes:
+        # encode_record checks each field's type (CodecError), as the compiled twin does.
+        record = encode_record(publish_time, key, attributes, payload)  # type: ignore[arg-type]
         if len(record) > self.max_message_bytes:
             raise self._too_large(f"record of {len(record)} bytes exceeds max_message_bytes "
                                   f"{self.max_message_bytes}")
@@ -120,7 +125,7 @@ class AppendBuffer:
         return first
 
     # -------------------------------------------------------------- the writer's side
-    def take(self) -> tuple:
+    def take(self) -> tuple[list[bytes], int, int, int, int, int]:
         """``(chunks, first_offset, last_offset, count, tail_position, tail_count)``."""
         with self._lock:
             frames, first, last = self._frames, self._first, self._next - 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Iterable
 
 from native.errors import ColumnsError, ColumnsTooLarge, DnbError
 from native.format import (
@@ -38,6 +39,12 @@ _SWAP = sys.byteorder == "big"
 assert array("i").itemsize == 4 and array("q").itemsize == 8
 
 
+#: A record's attributes as stored: (name, value) UTF-8 pairs, in order.
+_Attributes = list[tuple[bytes, bytes]]
+#: One kept row: offset, publish time, key, attributes, payload.
+_Row = tuple[int, int, "bytes | None", _Attributes, bytes]
+
+
 def _window(lo: int | None, hi: int | None) -> tuple[int, int, bool]:
     """An inclusive window clamped to u64, and whether it is empty."""
     lo_v = 0 if lo is None else max(int(lo), 0)
@@ -53,7 +60,7 @@ def _buffer_limit(buffer_bytes_max: int | None) -> int:
     return buffer_bytes_max
 
 
-def decode_columns(frames, first_offset: int | None = None, last_offset: int | None = None,
+def decode_columns(frames: bytes | bytearray | memoryview, first_offset: int | None = None, last_offset: int | None = None,
                    min_publish_time: int | None = None, max_publish_time: int | None = None,
                    buffer_bytes_max: int | None = None) -> Columns:
     view = memoryview(frames).cast("B")
@@ -64,7 +71,7 @@ def decode_columns(frames, first_offset: int | None = None, last_offset: int | N
     size = len(view)
     # Every frame takes at least a header and a fixed record part: the loop's hard bound.
     frames_max = size // (FRAME_HEADER_BYTES + RECORD_FIXED_BYTES) + 1
-    kept: list[tuple] = []
+    kept: list[_Row] = []
     pos = frame_count = 0
     first = last = None
     while pos < size and frame_count < frames_max:
@@ -79,7 +86,7 @@ def decode_columns(frames, first_offset: int | None = None, last_offset: int | N
     return _build(kept, limit, frame_count, first, last)
 
 
-def _frame(view: memoryview, pos: int, previous: int | None) -> tuple:
+def _frame(view: memoryview, pos: int, previous: int | None) -> tuple[int, int, bytes | None, _Attributes, bytes, int]:
     """One validated frame at ``pos``: its fields and the position just past it."""
     size = len(view)
     if size - pos < FRAME_HEADER_BYTES:
@@ -106,7 +113,7 @@ class _RecordError(DnbError):
     pass
 
 
-def _record(r: memoryview) -> tuple:
+def _record(r: memoryview) -> tuple[int, bytes | None, _Attributes, bytes]:
     n = len(r)
     version, flags, time_ms = RECORD_FIXED.unpack_from(r, 0)
     if version != RECORD_VERSION:
@@ -116,7 +123,7 @@ def _record(r: memoryview) -> tuple:
     if time_ms > INT64_MAX:
         raise _RecordError(f"publish time {time_ms} exceeds int64")
     pos = RECORD_FIXED_BYTES
-    key = None
+    key: bytes | None = None
     if flags & RECORD_FLAG_KEY:
         key_len, pos = _length(r, pos, _U32)
         key, pos = _span(r, pos, key_len)
@@ -155,7 +162,7 @@ def _span(r: memoryview, pos: int, length: int) -> tuple[bytes, int]:
     return bytes(r[pos:pos + length]), pos + length
 
 
-def _build(kept: list[tuple], limit: int, frame_count: int, first: int | None,
+def _build(kept: list[_Row], limit: int, frame_count: int, first: int | None,
            last: int | None) -> Columns:
     keys = [k for _, _, k, _, _ in kept]
     payloads = [p for *_, p in kept]
@@ -195,14 +202,14 @@ def _build(kept: list[tuple], limit: int, frame_count: int, first: int | None,
     )
 
 
-def _int64s(values) -> bytes:
+def _int64s(values: Iterable[int]) -> bytes:
     a = array("q", values)
     if _SWAP:
         a.byteswap()
     return a.tobytes()
 
 
-def _running(lengths) -> bytes:
+def _running(lengths: Iterable[int]) -> bytes:
     """int32 offsets from 0: one more than there are lengths."""
     a = array("i", [0])
     total = 0

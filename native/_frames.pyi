@@ -7,7 +7,12 @@ _Buffer = bytes | bytearray | memoryview
 
 IMPLEMENTATION: str
 CRC32C_HARDWARE: bool
-__all__: list[str]
+# As in _frames.pyx: a type checker exports only these names, so the Protocol check sees them.
+__all__ = [
+    "CRC32C_HARDWARE", "crc32c", "encode_record", "encode_frame", "encode_batch",
+    "decode_record", "scan_frames", "encode_round_marker", "encode_segment_header",
+    "decode_segment_header",
+]
 
 def crc32c(data: _Buffer, value: int = 0) -> int: ...
 def _crc32c_software(data: _Buffer, value: int = 0) -> int: ...

@@ -12,8 +12,12 @@ from __future__ import annotations
 import operator
 import struct
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import crc32c as _crc32c_mod
+
+if TYPE_CHECKING:
+    from native._protocols import Buffer, Message
 
 from native.errors import CodecError, CorruptSegmentHeader
 from native.format import (
@@ -63,35 +67,36 @@ _U32_MAX = 0xFFFFFFFF
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 
-def crc32c(data, value: int = 0) -> int:
+def crc32c(data: Buffer, value: int = 0) -> int:
     """CRC32C of ``data``, continuing from ``value``."""
-    return _crc32c_mod.crc32c(data, value)
+    result: int = _crc32c_mod.crc32c(data, value)
+    return result
 
 
-def as_u64(value, what: str) -> int:
+def as_u64(value: object, what: str) -> int:
     """The value as a u64; anything else (bool aside, which is an int) is a CodecError.
     Shared with the other pure-Python twins."""
     try:
-        value = operator.index(value)
+        number = operator.index(value)  # type: ignore[arg-type]  # TypeError is the check
     except TypeError as exc:
         raise CodecError(f"{what} must be an int, not {type(value).__name__}") from exc
-    if not 0 <= value <= _U64_MAX:
-        raise CodecError(f"{what} {value} is not a u64")
-    return value
+    if not 0 <= number <= _U64_MAX:
+        raise CodecError(f"{what} {number} is not a u64")
+    return number
 
 
-def _as_bytes(value, what: str) -> bytes:
+def _as_bytes(value: object, what: str) -> bytes:
     """A bytes-like value as bytes. ``bytes(5)`` would silently give five zero bytes, so ints
     (and str, which has no single byte encoding here) are refused rather than converted."""
     if type(value) is bytes:
         return value
     try:
-        return bytes(memoryview(value))
+        return bytes(memoryview(value))  # type: ignore[arg-type]  # TypeError is the check
     except TypeError as exc:
         raise CodecError(f"{what} must be bytes-like, not {type(value).__name__}") from exc
 
 
-def _utf8(text, what: str) -> bytes:
+def _utf8(text: object, what: str) -> bytes:
     if not isinstance(text, str):
         raise CodecError("attribute names and values must be str")
     try:
@@ -150,7 +155,7 @@ def encode_frame(offset: int, publish_time: int, key: bytes | None,
     return frame_record(offset, encode_record(publish_time, key, attributes, payload))
 
 
-def encode_batch(first_offset: int, messages: Iterable[tuple]) -> bytes:
+def encode_batch(first_offset: int, messages: Iterable[Message]) -> bytes:
     """Frames for ``(publish_time, key, attributes, payload)`` tuples at first_offset, +1, …"""
     first_offset = as_u64(first_offset, "first_offset")
     out = []
@@ -162,9 +167,9 @@ def encode_batch(first_offset: int, messages: Iterable[tuple]) -> bytes:
     return b"".join(out)
 
 
-def decode_record(offset: int, record) -> Record:
+def decode_record(offset: int, record_buffer: Buffer) -> Record:
     """Parse one record body; raises CodecError when it is malformed."""
-    record = memoryview(record)
+    record = memoryview(record_buffer)
     size = len(record)
     if size < RECORD_FIXED_BYTES:
         raise CodecError(f"record of {size} bytes is shorter than its fixed part")
@@ -198,7 +203,8 @@ def decode_record(offset: int, record) -> Record:
 def _read_len(buf: memoryview, pos: int, fmt: struct.Struct) -> tuple[int, int]:
     if pos + fmt.size > len(buf):
         raise CodecError(f"record truncated at field position {pos}")
-    return fmt.unpack_from(buf, pos)[0], pos + fmt.size
+    length: int = fmt.unpack_from(buf, pos)[0]
+    return length, pos + fmt.size
 
 
 def _take(buf: memoryview, pos: int, length: int) -> bytes:
@@ -207,7 +213,7 @@ def _take(buf: memoryview, pos: int, length: int) -> bytes:
     return bytes(buf[pos:pos + length])
 
 
-def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int | None = None,
+def scan_frames(buf: Buffer, pos: int = 0, end: int | None = None, expected_offset: int | None = None,
                 decode: bool = True, positions: bool = False,
                 max_frames: int | None = None, rounds: bool = False) -> ScanResult:
     """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py).
@@ -222,9 +228,9 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
     if max_frames is not None and max_frames < 0:
         raise CodecError(f"max_frames {max_frames} is negative")
     end = len(view) if end is None else min(end, len(view))
-    records: list = []
-    starts: list = []
-    markers: list = []
+    records: list[Record] = []
+    starts: list[int] = []
+    markers: list[int] = []
     count = 0
     first = last = -1
     error = None
@@ -239,11 +245,11 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
             expected_offset = stop
             pos += ROUND_MARKER_BYTES
             continue
-        stop = _check_frame(view, pos, end, expected_offset)
-        if isinstance(stop, ScanStop):
-            error = stop
+        frame = _check_frame(view, pos, end, expected_offset)
+        if isinstance(frame, ScanStop):
+            error = frame
             break
-        offset, length = stop
+        offset, length = frame
         body_start = pos + FRAME_HEADER_BYTES
         if decode:
             try:
@@ -262,17 +268,18 @@ def scan_frames(buf, pos: int = 0, end: int | None = None, expected_offset: int 
     return ScanResult(records, starts, count, first, last, pos, error, markers)
 
 
-def _check_marker(view: memoryview, pos: int, expected_offset: int | None):
+def _check_marker(view: memoryview, pos: int, expected_offset: int | None) -> int | ScanStop:
     """Returns the first offset of a valid round marker at pos (whole, tag checked), else the ScanStop."""
     crc, _tag, offset = ROUND_MARKER.unpack_from(view, pos)
     if crc32c(view[pos + 4:pos + ROUND_MARKER_BYTES]) != crc:
         return ScanStop(pos, STOP_CRC, f"CRC mismatch in round marker claiming offset {offset}")
     if expected_offset is not None and offset != expected_offset:
         return ScanStop(pos, STOP_OFFSET, f"round marker offset {offset}, expected {expected_offset}")
-    return offset
+    first_offset: int = offset
+    return first_offset
 
 
-def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | None):
+def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | None) -> tuple[int, int] | ScanStop:
     """Returns (offset, length) of a valid frame at pos, else the ScanStop."""
     if end - pos < FRAME_HEADER_BYTES:
         return ScanStop(pos, STOP_TORN, f"{end - pos} bytes left, frame header needs {FRAME_HEADER_BYTES}")
@@ -304,7 +311,7 @@ def encode_segment_header(base_offset: int, created_ms: int, version: int = SEGM
     return head + _U32.pack(crc32c(head))
 
 
-def decode_segment_header(buf) -> tuple[int, int]:
+def decode_segment_header(buf: Buffer) -> tuple[int, int]:
     """Returns ``(base_offset, created_ms)``; raises CorruptSegmentHeader. Any readable
     version is accepted; ``native.format.segment_version`` says which one it is."""
     view = memoryview(buf).cast("B")

@@ -5,7 +5,10 @@ from native.object_format import Block, Footer, ObjectHeader
 _Buffer = bytes | bytearray | memoryview
 
 IMPLEMENTATION: str
-__all__: list[str]
+__all__ = [  # as in _objects.pyx
+    "object_encode", "object_footer_bytes_needed", "object_parse_footer", "object_parse_header",
+    "object_decode_block",
+]
 
 def object_encode(frames: _Buffer, topic: str, block_bytes: int, zstd_level: int,
                   first_offset: int | None) -> bytes: ...

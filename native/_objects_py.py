@@ -11,6 +11,7 @@ import operator
 import struct
 
 import zstandard
+from typing import TYPE_CHECKING
 
 from native._frames_py import crc32c, scan_frames
 from native.errors import CodecError, CorruptObject
@@ -42,6 +43,10 @@ from native.object_format import (
     ObjectHeader,
     zstd_compressor,
 )
+from native.format import Record
+
+if TYPE_CHECKING:
+    from native._protocols import Buffer
 
 IMPLEMENTATION = "python"
 
@@ -54,7 +59,7 @@ _U32 = struct.Struct("<I")
 _U16_MAX = 0xFFFF
 
 
-def _check_object_args(topic, block_bytes, zstd_level) -> bytes:
+def _check_object_args(topic: object, block_bytes: object, zstd_level: object) -> bytes:
     """Validates writer arguments; returns the topic's UTF-8."""
     if not isinstance(topic, str):
         raise CodecError(f"topic must be str, not {type(topic).__name__}")
@@ -67,11 +72,11 @@ def _check_object_args(topic, block_bytes, zstd_level) -> bytes:
     for value, what, low, high in ((block_bytes, "block_bytes", 1, MAX_BLOCK_BYTES),
                                    (zstd_level, "zstd_level", 0, ZSTD_LEVEL_MAX)):
         try:
-            value = operator.index(value)
+            number = operator.index(value)  # type: ignore[arg-type]  # TypeError is the check
         except TypeError as exc:
             raise CodecError(f"{what} must be an int, not {type(value).__name__}") from exc
-        if not low <= value <= high:
-            raise CodecError(f"{what} {value} outside {low}..{high}")
+        if not low <= number <= high:
+            raise CodecError(f"{what} {number} outside {low}..{high}")
     return topic_b
 
 
@@ -80,7 +85,8 @@ def _encode_header(topic_b: bytes) -> bytes:
     return head + _U32.pack(crc32c(head))
 
 
-def object_encode(frames, topic, block_bytes, zstd_level, first_offset) -> bytes:
+def object_encode(frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
+                  first_offset: int | None) -> bytes:
     topic_b = _check_object_args(topic, block_bytes, zstd_level)
     view = memoryview(frames).cast("B")
     if len(view) == 0:
@@ -124,8 +130,9 @@ def object_encode(frames, topic, block_bytes, zstd_level, first_offset) -> bytes
     return b"".join(parts)
 
 
-def _encode_block(raw: memoryview, compressor) -> bytes:
-    codec, body = BLOCK_CODEC_NONE, raw
+def _encode_block(raw: memoryview, compressor: zstandard.ZstdCompressor | None) -> bytes:
+    codec = BLOCK_CODEC_NONE
+    body: bytes | memoryview = raw
     if compressor is not None:
         packed = compressor.compress(raw)
         if len(packed) < len(raw):
@@ -148,7 +155,7 @@ def _base(tail_len: int, object_size: int | None) -> int:
     return 0 if object_size is None else object_size - tail_len
 
 
-def object_footer_bytes_needed(tail, object_name, object_size) -> int:
+def object_footer_bytes_needed(tail: Buffer, object_name: str, object_size: int | None) -> int:
     view = memoryview(tail).cast("B")
     base = _base(len(view), object_size)
     if len(view) < TRAILER_BYTES:
@@ -165,10 +172,11 @@ def object_footer_bytes_needed(tail, object_name, object_size) -> int:
         raise CorruptObject(object_name, base + at + 6, f"trailer reserved field {reserved:#x}")
     if footer_bytes < FOOTER_BYTES_MIN:
         raise CorruptObject(object_name, base + at, f"footer length {footer_bytes} is impossible")
-    return footer_bytes + TRAILER_BYTES
+    needed: int = footer_bytes + TRAILER_BYTES
+    return needed
 
 
-def object_parse_footer(tail, object_name, object_size) -> Footer:
+def object_parse_footer(tail: Buffer, object_name: str, object_size: int) -> Footer:
     view = memoryview(tail).cast("B")
     need = object_footer_bytes_needed(view, object_name, object_size)
     if need > object_size:
@@ -231,7 +239,7 @@ def object_parse_footer(tail, object_name, object_size) -> Footer:
                   tuple(blocks))
 
 
-def object_parse_header(data, object_name) -> ObjectHeader:
+def object_parse_header(data: Buffer, object_name: str) -> ObjectHeader:
     view = memoryview(data).cast("B")
     if len(view) < HEADER_FIXED_BYTES:
         raise CorruptObject(object_name, 0, f"header truncated: {len(view)} bytes")
@@ -255,8 +263,9 @@ def object_parse_header(data, object_name) -> ObjectHeader:
     return ObjectHeader(topic, end + HEADER_CRC_BYTES)
 
 
-def object_decode_block(data, block, object_name, first_offset, last_offset, min_publish_time,
-                        max_publish_time, want_records):
+def object_decode_block(data: Buffer, block: Block, object_name: str, first_offset: int | None,
+                        last_offset: int | None, min_publish_time: int | None,
+                        max_publish_time: int | None, want_records: bool) -> list[Record] | bytes:
     raw, stored_as_is = _block_raw(data, block, object_name)
     scan = scan_frames(raw, 0, None, block.first_offset, True, False, None)
     if scan.error is not None:
@@ -276,14 +285,15 @@ def object_decode_block(data, block, object_name, first_offset, last_offset, min
             if lo <= r.offset <= hi and tmin <= r.publish_time <= tmax]
 
 
-def _frame_position(block, stored_as_is: bool, position_in_raw: int) -> int:
+def _frame_position(block: Block, stored_as_is: bool, position_in_raw: int) -> int:
     """Absolute position of a frame error: exact in a stored block, the block start otherwise."""
     if stored_as_is:
         return block.position + BLOCK_HEADER_BYTES + position_in_raw
     return block.position
 
 
-def _check_block_scan(object_name, block, count, last_offset, time_min, time_max) -> None:
+def _check_block_scan(object_name: str, block: Block, count: int, last_offset: int, time_min: int,
+                      time_max: int) -> None:
     """Pairs the decoded frames with the index entry that promised them."""
     if count != block.last_offset - block.first_offset + 1 or last_offset != block.last_offset:
         raise CorruptObject(object_name, block.position,
@@ -295,7 +305,7 @@ def _check_block_scan(object_name, block, count, last_offset, time_min, time_max
                             f"its index range {block.min_publish_time}..{block.max_publish_time}")
 
 
-def _block_raw(data, block, object_name) -> tuple[memoryview, bool]:
+def _block_raw(data: Buffer, block: Block, object_name: str) -> tuple[memoryview, bool]:
     """The validated, decompressed frame bytes of one block and whether it was stored as is."""
     view = memoryview(data).cast("B")
     at = block.position

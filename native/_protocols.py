@@ -4,8 +4,9 @@ Each pure-Python module and its compiled twin implement the same protocol:
 :class:`FramesTwin` (``native._frames_py`` / ``native._frames``), :class:`AppendTwin`
 (``native._append_py`` / ``native._append``) and :class:`ObjectsTwin` (``native._objects_py``
 / ``native._objects``). :class:`CodecTwin` is all three, which is what ``native.codec`` and
-each entry of ``native.available_codecs()`` provide. A type checker checks the twins against
-these; ``tests/native/test_contract.py`` checks at run time that every module exposes the names
+each entry of ``native.available_codecs()`` provide. The type checker holds each twin module
+(the compiled ones through their ``.pyi`` stubs) to these in ``native/_twin_check.py``;
+``tests/native/test_contract.py`` checks at run time that every module exposes the names
 of :data:`PART_NAMES`. Signatures mirror the stubs ``native/_frames.pyi``, ``_append.pyi`` and
 ``_objects.pyi``.
 """
@@ -36,7 +37,7 @@ class AppendCore(Protocol):
 
     def append(self, payload: bytes, key: bytes | None = None,
                attributes: Mapping[str, str] | None = None, publish_time: int | None = None) -> int: ...
-    def append_batch(self, messages: Sequence, publish_time: int | None = None) -> int: ...
+    def append_batch(self, messages: Sequence[object], publish_time: int | None = None) -> int: ...
     def take(self) -> tuple[list[bytes], int, int, int, int, int]: ...
     def park(self) -> bool: ...
     def unpark(self) -> None: ...
@@ -58,7 +59,6 @@ class AppendCore(Protocol):
 class FramesTwin(Protocol):
     """CRC32C, records, frames, frame scanning, segment headers, round markers."""
 
-    IMPLEMENTATION: str
     CRC32C_HARDWARE: bool
 
     def crc32c(self, data: Buffer, value: int = 0) -> int: ...
@@ -79,15 +79,16 @@ class FramesTwin(Protocol):
 
 @runtime_checkable
 class AppendTwin(Protocol):
-    IMPLEMENTATION: str
-    AppendBuffer: Callable[..., AppendCore]
+    @property
+    def AppendBuffer(self) -> Callable[..., AppendCore]:  # noqa: N802 - the class each twin exports
+        """Builds the append core (a class in each twin)."""
+        ...
 
 
 @runtime_checkable
 class ObjectsTwin(Protocol):
     """dnb1 objects: the primitives behind native.object_format (use that module's API)."""
 
-    IMPLEMENTATION: str
 
     def object_encode(self, frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
                       first_offset: int | None) -> bytes: ...
@@ -103,7 +104,10 @@ class ObjectsTwin(Protocol):
 
 @runtime_checkable
 class CodecTwin(FramesTwin, AppendTwin, ObjectsTwin, Protocol):
-    """One whole implementation of the codec (``native.codec``)."""
+    """One whole implementation of the codec (``native.codec``). Each twin module has its
+    ``IMPLEMENTATION`` too, outside its ``__all__`` (a set holds it once, not per part)."""
+
+    IMPLEMENTATION: str
 
 
 #: Each part's public names (its modules' ``__all__``), by the part names native/__init__ uses.

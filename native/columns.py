@@ -55,6 +55,8 @@ caller narrows the offset range and retries.
 """
 from __future__ import annotations
 
+from types import ModuleType
+
 from native import _columns_py
 from native._select import FORCED_PYTHON, both_twins, select_twin
 from native.errors import ColumnsError, ColumnsTooLarge
@@ -67,7 +69,7 @@ IMPLEMENTATION: str = twin.IMPLEMENTATION
 decode_columns = twin.decode_columns
 
 
-def available_twins() -> list:
+def available_twins() -> list[ModuleType]:
     """Every twin that can run here (the pure-Python one always can)."""
     return both_twins(_columns_py, "native._columns")
 

@@ -177,14 +177,15 @@ class ScanResult(NamedTuple):
     when the scan consumed the buffer up to its end exactly.
     """
 
-    records: list
-    positions: list
-    count: int
+    records: list[Record]
+    positions: list[int]
+    # A field named like the tuple method ``count``; the field is what callers read.
+    count: int  # type: ignore[assignment]
     first_offset: int
     last_offset: int
     end: int
     error: ScanStop | None
-    markers: list
+    markers: list[int]
 
 
 #: Arrow ``binary``/``string`` arrays have int32 offsets: no buffer of :class:`Columns` may pass this.
@@ -195,7 +196,7 @@ class Columns(NamedTuple):
     """What ``native.columns.decode_columns`` returns: the kept rows as Arrow-layout buffers
     (layout in ``native/columns.py``)."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # the row count (shadows tuple.count, as above)
     offsets: bytes
     publish_times_ms: bytes
     key_validity: bytes
@@ -215,9 +216,10 @@ class Columns(NamedTuple):
     last_frame_offset: int | None
 
 
-def segment_version(header) -> int:
+def segment_version(header: bytes | bytearray | memoryview) -> int:
     """The format version of a segment header that ``decode_segment_header`` accepted."""
-    return SEGMENT_HEADER.unpack_from(header, 0)[1]
+    version: int = SEGMENT_HEADER.unpack_from(header, 0)[1]
+    return version
 
 
 def segment_file_name(base_offset: int) -> str:

@@ -122,7 +122,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
+
+if TYPE_CHECKING:  # native._protocols imports this module's NamedTuples
+    import zstandard
+
+    from native._protocols import Buffer, ObjectsTwin
+    from native.errors import CorruptObject
+    from native.format import Record
 
 OBJECT_MAGIC = b"DNB1"
 OBJECT_VERSION = 1
@@ -167,7 +174,8 @@ FOOTER_GUESS_BYTES = 64 * 1024
 class Block(NamedTuple):
     """One entry of the footer's block index."""
 
-    index: int
+    # A field named like the tuple method ``index``; the field is what callers read.
+    index: int  # type: ignore[assignment]
     position: int
     stored_bytes: int
     raw_bytes: int
@@ -194,7 +202,7 @@ class Footer(NamedTuple):
     header_bytes: int
     footer_position: int
     object_size: int
-    blocks: tuple
+    blocks: tuple[Block, ...]
 
 
 class ObjectHeader(NamedTuple):
@@ -202,7 +210,7 @@ class ObjectHeader(NamedTuple):
     header_bytes: int
 
 
-def zstd_compressor(level: int):
+def zstd_compressor(level: int) -> zstandard.ZstdCompressor:
     """The zstd compressor of block bodies, every knob explicit (content size on, checksum and
     dictionary id off, no worker threads), so both codec twins, and later versions of the
     zstandard package, write the bytes this specification describes."""
@@ -212,16 +220,16 @@ def zstd_compressor(level: int):
                                     write_dict_id=False, threads=0)
 
 
-def _codec(codec):
+def _codec(codec: ObjectsTwin | None) -> ObjectsTwin:
     if codec is not None:
         return codec
     from native import codec as selected  # late: native/__init__ imports this module
     return selected
 
 
-def write_object(frames, *, topic: str, block_bytes: int = DEFAULT_BLOCK_BYTES,
+def write_object(frames: Buffer, *, topic: str, block_bytes: int = DEFAULT_BLOCK_BYTES,
                  zstd_level: int = DEFAULT_ZSTD_LEVEL, first_offset: int | None = None,
-                 codec=None) -> bytes:
+                 codec: ObjectsTwin | None = None) -> bytes:
     """The dnb1 object holding ``frames`` (whole WAL frames, bytes-like) verbatim.
 
     Frames are validated (CRC, length, record) and their offsets must be contiguous, starting
@@ -231,21 +239,22 @@ def write_object(frames, *, topic: str, block_bytes: int = DEFAULT_BLOCK_BYTES,
     return _codec(codec).object_encode(frames, topic, block_bytes, zstd_level, first_offset)
 
 
-def footer_bytes_needed(tail, object_name: str, object_size: int | None = None, *,
-                        codec=None) -> int:
+def footer_bytes_needed(tail: Buffer, object_name: str, object_size: int | None = None, *,
+                        codec: ObjectsTwin | None = None) -> int:
     """How many bytes from the end of the object hold footer + trailer, from a suffix of at
     least ``TRAILER_BYTES``. Positions in errors are absolute when ``object_size`` is given."""
     return _codec(codec).object_footer_bytes_needed(tail, object_name, object_size)
 
 
-def parse_footer(tail, object_name: str, object_size: int, *, codec=None) -> Footer:
+def parse_footer(tail: Buffer, object_name: str, object_size: int, *,
+                 codec: ObjectsTwin | None = None) -> Footer:
     """The validated footer from a suffix of the object (``tail``) that holds at least
     ``footer_bytes_needed`` bytes; ``object_size`` is the object's total size."""
     return _codec(codec).object_parse_footer(tail, object_name, object_size)
 
 
 def read_footer(get_range: Callable[[int, int], bytes], object_size: int, object_name: str, *,
-                guess_bytes: int = FOOTER_GUESS_BYTES, codec=None) -> Footer:
+                guess_bytes: int = FOOTER_GUESS_BYTES, codec: ObjectsTwin | None = None) -> Footer:
     """Fetches and validates the footer through ``get_range(start, end)`` (bytes ``[start,
     end)``): one call, or two when the footer is longer than ``guess_bytes``."""
     twin = _codec(codec)
@@ -274,55 +283,70 @@ def select_blocks(footer: Footer, first_offset: int | None = None, last_offset: 
             and b.max_publish_time >= tmin and b.min_publish_time <= tmax]
 
 
-def decode_block(data, block: Block, object_name: str, *, first_offset: int | None = None,
+def decode_block(data: Buffer, block: Block, object_name: str, *, first_offset: int | None = None,
                  last_offset: int | None = None, min_publish_time: int | None = None,
-                 max_publish_time: int | None = None, codec=None) -> list:
+                 max_publish_time: int | None = None, codec: ObjectsTwin | None = None) -> list[Record]:
     """Records of one block (``data`` = exactly its stored bytes), validated in full, then
     filtered to the inclusive offset and publish-time ranges given."""
-    return _codec(codec).object_decode_block(data, block, object_name, first_offset, last_offset,
-                                             min_publish_time, max_publish_time, True)
+    return _block_records(_codec(codec), data, block, object_name, first_offset, last_offset,
+                          min_publish_time, max_publish_time)
 
 
-def block_frames(data, block: Block, object_name: str, *, codec=None) -> bytes:
+def block_frames(data: Buffer, block: Block, object_name: str, *,
+                 codec: ObjectsTwin | None = None) -> bytes:
     """The raw WAL frames of one block, validated exactly as :func:`decode_block` does."""
-    return _codec(codec).object_decode_block(data, block, object_name, None, None, None, None,
-                                             False)
+    return _block_frames(_codec(codec), data, block, object_name)
 
 
-def parse_header(data, object_name: str, *, codec=None) -> ObjectHeader:
+def _block_records(twin: ObjectsTwin, data: Buffer, block: Block, object_name: str,
+                   first_offset: int | None, last_offset: int | None, min_publish_time: int | None,
+                   max_publish_time: int | None) -> list[Record]:
+    # want_records=True: the twin returns the records (False: the frames' bytes).
+    return cast("list[Record]", twin.object_decode_block(data, block, object_name, first_offset, last_offset,
+                                                         min_publish_time, max_publish_time, True))
+
+
+def _block_frames(twin: ObjectsTwin, data: Buffer, block: Block, object_name: str) -> bytes:
+    return cast(bytes, twin.object_decode_block(data, block, object_name, None, None, None, None, False))
+
+
+def parse_header(data: Buffer, object_name: str, *, codec: ObjectsTwin | None = None) -> ObjectHeader:
     """The validated header from the object's first bytes."""
     return _codec(codec).object_parse_header(data, object_name)
 
 
-def iter_records(data, object_name: str = "<memory>", *, first_offset: int | None = None,
+def iter_records(data: Buffer, object_name: str = "<memory>", *, first_offset: int | None = None,
                  last_offset: int | None = None, min_publish_time: int | None = None,
-                 max_publish_time: int | None = None, codec=None) -> Iterator:
+                 max_publish_time: int | None = None, codec: ObjectsTwin | None = None) -> Iterator[Record]:
     """Every record of a whole object held in memory, block by block (all checks applied)."""
     twin = _codec(codec)
     footer = _whole_footer(twin, data, object_name)
     view = memoryview(data)
     blocks = select_blocks(footer, first_offset, last_offset, min_publish_time, max_publish_time)
     for block in blocks:
-        yield from twin.object_decode_block(view[block.position:block.end], block, object_name,
-                                            first_offset, last_offset, min_publish_time,
-                                            max_publish_time, True)
+        yield from _block_records(twin, view[block.position:block.end], block, object_name,
+                                  first_offset, last_offset, min_publish_time, max_publish_time)
 
 
-def read_records(data, object_name: str = "<memory>", **ranges) -> list:
+def read_records(data: Buffer, object_name: str = "<memory>", *, first_offset: int | None = None,
+                 last_offset: int | None = None, min_publish_time: int | None = None,
+                 max_publish_time: int | None = None, codec: ObjectsTwin | None = None) -> list[Record]:
     """:func:`iter_records` as a list."""
-    return list(iter_records(data, object_name, **ranges))
+    return list(iter_records(data, object_name, first_offset=first_offset, last_offset=last_offset,
+                             min_publish_time=min_publish_time, max_publish_time=max_publish_time,
+                             codec=codec))
 
 
-def read_all_frames(data, object_name: str = "<memory>", *, codec=None) -> bytes:
+def read_all_frames(data: Buffer, object_name: str = "<memory>", *,
+                    codec: ObjectsTwin | None = None) -> bytes:
     """The object's frames, concatenated (what the writer was given), all checks applied."""
     twin = _codec(codec)
     footer = _whole_footer(twin, data, object_name)
     view = memoryview(data)
-    return b"".join(twin.object_decode_block(view[b.position:b.end], b, object_name, None, None,
-                                             None, None, False) for b in footer.blocks)
+    return b"".join(_block_frames(twin, view[b.position:b.end], b, object_name) for b in footer.blocks)
 
 
-def _whole_footer(twin, data, object_name: str) -> Footer:
+def _whole_footer(twin: ObjectsTwin, data: Buffer, object_name: str) -> Footer:
     size = len(data)
     footer = twin.object_parse_footer(data, object_name, size)
     header = twin.object_parse_header(data, object_name)
@@ -336,7 +360,7 @@ def _whole_footer(twin, data, object_name: str) -> Footer:
     return footer
 
 
-def _corrupt(object_name: str, position: int, reason: str):
+def _corrupt(object_name: str, position: int, reason: str) -> CorruptObject:
     from native.errors import CorruptObject
     return CorruptObject(object_name, position, reason)
 
@@ -349,7 +373,8 @@ class ObjectDigest(NamedTuple):
     block_crc32c: str
 
 
-def object_digest(data, object_name: str = "<memory>", *, codec=None) -> ObjectDigest:
+def object_digest(data: Buffer, object_name: str = "<memory>", *,
+                  codec: ObjectsTwin | None = None) -> ObjectDigest:
     """The digest of a whole, valid object held in memory (the uploader's view at commit)."""
     twin = _codec(codec)
     footer = _whole_footer(twin, data, object_name)
@@ -359,7 +384,7 @@ def object_digest(data, object_name: str = "<memory>", *, codec=None) -> ObjectD
                                 for b in footer.blocks))
 
 
-def check_footer_digest(tail, footer: Footer, object_name: str, footer_crc32c: int,
+def check_footer_digest(tail: Buffer, footer: Footer, object_name: str, footer_crc32c: int,
                         block_crc32c: str) -> None:
     """Raise CorruptObject unless the footer (``tail`` ends with footer + trailer, already
     validated by :func:`parse_footer`) is the one the digest names."""
@@ -374,14 +399,14 @@ def check_footer_digest(tail, footer: Footer, object_name: str, footer_crc32c: i
                        f"{len(block_crc32c) // 8}")
 
 
-def check_block_digest(data, block: Block, object_name: str, block_crc32c: str) -> None:
+def check_block_digest(data: Buffer, block: Block, object_name: str, block_crc32c: str) -> None:
     """Raise CorruptObject unless ``data`` (the block's stored bytes) carries the CRC32C the
     digest records for it; the codec then checks that CRC against the bytes."""
     expected = block_crc32c[8 * block.index:8 * block.index + 8]
     check_block_crc32c(data, block, object_name, int(expected, 16) if len(expected) == 8 else None)
 
 
-def check_block_crc32c(data, block: Block, object_name: str, expected: int | None) -> None:
+def check_block_crc32c(data: Buffer, block: Block, object_name: str, expected: int | None) -> None:
     """:func:`check_block_digest` for one block's recorded CRC32C (None: none recorded)."""
     stored = _stored_block_crc(memoryview(data), block, object_name)
     if expected is None or stored != expected:
@@ -395,11 +420,13 @@ def _stored_footer_crc(tail: memoryview, object_name: str) -> int:
     at = len(tail) - TRAILER_BYTES - FOOTER_CRC_BYTES
     if at < 0:
         raise _corrupt(object_name, 0, f"{len(tail)} bytes cannot hold a footer")
-    return struct.unpack_from("<I", tail, at)[0]
+    crc: int = struct.unpack_from("<I", tail, at)[0]
+    return crc
 
 
 def _stored_block_crc(data: memoryview, block: Block, object_name: str) -> int:
     if len(data) < BLOCK_HEADER_BYTES:
         raise _corrupt(object_name, block.position, f"block {block.index} is {len(data)} bytes")
-    return struct.unpack_from("<I", data, 0)[0]
+    crc: int = struct.unpack_from("<I", data, 0)[0]
+    return crc
 

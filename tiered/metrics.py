@@ -11,19 +11,23 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 
 _lock = threading.Lock()
-_made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[..., Any], Any]]" = weakref.WeakKeyDictionary()
+#: registry -> {make: make(registry)}; each value is of the type its ``make`` returns.
+_made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[[CollectorRegistry], object], object]]" = (
+    weakref.WeakKeyDictionary())
+
+F = TypeVar("F")
 
 
-def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry], Any]) -> Any:
+def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry], F]) -> F:
     """``make(registry)``'s result, made once per (registry, make) pair."""
     with _lock:
         per_registry = _made.setdefault(registry, {})
         families = per_registry.get(make)
         if families is None:
             families = per_registry[make] = make(registry)
-        return families
+        return cast(F, families)  # stored under its own ``make``, so of the type it returns

@@ -17,7 +17,7 @@ anything else → :class:`CommitConflict` and the caller re-reads the chain.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tiered.archive.chain import ChainTip, DescriptorChain, decode_descriptor
 from tiered.metadata.base import Compare, Get, KeyValue, MetadataStore, Put, absent, mod_revision_is
@@ -65,7 +65,7 @@ def commit_descriptor(metadata: MetadataStore, topic: TopicName, descriptor: Obj
 
 
 def _explain_failure(topic: TopicName, descriptor: ObjectDescriptor, key: str,
-                     fencing: Sequence[Compare], current: dict[str, object]) -> ChainTip:
+                     fencing: Sequence[Compare], current: Mapping[str, object]) -> ChainTip:
     for compare in fencing:
         kv = current.get(compare.key)
         if not compare.holds(kv if isinstance(kv, KeyValue) else None):

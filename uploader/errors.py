@@ -9,7 +9,7 @@ from native.errors import DnbError
 # error of the storage layer (the lifecycle raises the same class); the uploader then
 # stops for good and the lifecycle code must drop the topic. Re-exported here because
 # the uploader's callers import it from this module.
-from tiered.errors import OwnershipLost  # noqa: F401
+from tiered.errors import OwnershipLost as OwnershipLost
 
 
 class UploadError(DnbError):

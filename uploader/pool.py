@@ -11,9 +11,17 @@ import collections
 import logging
 import threading
 import time
-from typing import Any
+from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Pooled(Protocol):
+    """What the pool drives (``uploader.Uploader``)."""
+
+    def is_due(self) -> bool: ...
+
+    def run_background_pass(self) -> None: ...
 
 
 class UploaderPool:
@@ -22,9 +30,9 @@ class UploaderPool:
             raise ValueError("workers must be >= 1 and tick_s > 0")
         self.tick_s = tick_s
         self._cond = threading.Condition()
-        self._registered: dict[int, Any] = {}
+        self._registered: dict[int, Pooled] = {}
         self._queued: set[int] = set()
-        self._queue: collections.deque[Any] = collections.deque()
+        self._queue: collections.deque[Pooled] = collections.deque()
         self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"uploader-pool-{i}", daemon=True)
                          for i in range(workers)]
@@ -32,22 +40,22 @@ class UploaderPool:
         for thread in self._threads:
             thread.start()
 
-    def register(self, uploader: Any) -> None:
+    def register(self, uploader: Pooled) -> None:
         with self._cond:
             if self._closed:
                 raise RuntimeError("uploader pool is closed")
             self._registered[id(uploader)] = uploader
 
-    def unregister(self, uploader: Any) -> None:
+    def unregister(self, uploader: Pooled) -> None:
         with self._cond:
             self._registered.pop(id(uploader), None)
 
-    def notify(self, uploader: Any) -> None:
+    def notify(self, uploader: Pooled) -> None:
         """Queue ``uploader`` now (a request or a waiter), not at the next tick."""
         with self._cond:
             self._enqueue(uploader)
 
-    def _enqueue(self, uploader: Any) -> None:
+    def _enqueue(self, uploader: Pooled) -> None:
         key = id(uploader)
         if key in self._registered and key not in self._queued:
             self._queued.add(key)
@@ -95,7 +103,7 @@ class UploaderPool:
             return len(self._registered)
 
 
-def _safe_is_due(uploader: Any) -> bool:
+def _safe_is_due(uploader: Pooled) -> bool:
     try:
         return bool(uploader.is_due())
     except Exception:  # noqa: BLE001 - one broken topic must not stop the scheduler

@@ -29,7 +29,7 @@ def epoch_from_fencing(topic: TopicName, fencing: Sequence[Compare]) -> int | No
     for compare in fencing:
         if compare.key == owner and compare.target == "value" and compare.op == "==":
             try:
-                return Ownership.from_json(owner, bytes(compare.operand)).epoch  # type: ignore[arg-type]
+                return Ownership.from_json(owner, bytes(compare.operand)).epoch
             except MalformedRecord:
                 return None
     return None

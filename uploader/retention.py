@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Sequence
 
 from uploader.config import RetentionConfig
+from wal.api import WalFrameSource
+from wal.segment import SegmentInfo
 
 log = logging.getLogger(__name__)
 
 
-def retention_cut(segments: list[Any], committed_through: int, policy: RetentionConfig,
+def retention_cut(segments: Sequence[SegmentInfo], committed_through: int, policy: RetentionConfig,
                   now_ms: int) -> int | None:
     """The offset to ``truncate_before`` (None: delete nothing)."""
     ordered = sorted(segments, key=lambda s: s.base_offset)
@@ -35,7 +37,7 @@ def retention_cut(segments: list[Any], committed_through: int, policy: Retention
     return cut
 
 
-def apply_retention(wal: Any, committed_through: int, policy: RetentionConfig, topic: str) -> int | None:
+def apply_retention(wal: WalFrameSource, committed_through: int, policy: RetentionConfig, topic: str) -> int | None:
     """Delete committed segments per ``policy``; returns the cut offset, if any."""
     cut = retention_cut(list(wal.segments()), committed_through, policy, time.time_ns() // 1_000_000)
     if cut is None:

@@ -25,16 +25,16 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import native
 from tiered.backoff import Backoff
 from tiered.archive import fetch
+from tiered.archive.chain import ChainTip
 from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.metadata.base import Compare, MetadataStore
 from tiered.objects.base import ObjectInfo, ObjectStore
-from uploader.commit import ChainTip, commit_descriptor, read_tip
+from uploader.commit import commit_descriptor, read_tip
 from uploader.config import UploaderConfig
 from uploader.errors import (
     ArchiveGap,
@@ -45,6 +45,7 @@ from uploader.errors import (
     UploadError,
 )
 from uploader.metrics import UploaderMetrics, default_metrics
+from uploader.pool import UploaderPool
 from uploader.records import ObjectDescriptor, epoch_from_fencing
 from uploader.retention import apply_retention
 from uploader.sizing import MARK_SLICES, DurableAges
@@ -72,7 +73,7 @@ class Uploader:
     """
 
     def __init__(self, topic: TopicName | str, wal: WalFrameSource, metadata: MetadataStore,
-                 objects: ObjectStore, *, broker_id: int, fencing: Sequence[Compare],
+                 objects: ObjectStore, *, broker_id: str, fencing: Sequence[Compare],
                  config: UploaderConfig, committed_through: int | None,
                  epoch: int | None = None, metrics: UploaderMetrics | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -94,7 +95,7 @@ class Uploader:
         self._requested = False
         self._fatal: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._pool: Any = None
+        self._pool: UploaderPool | None = None
         self._clock = clock
         self._next_due_s = clock() + config.interval_s
         self._frame_bytes_avg = 256.0  # learned from every batch; seeds the lag estimate
@@ -124,7 +125,7 @@ class Uploader:
         return (self._thread is not None or self._pool is not None) and not self._stopping.is_set()
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self, pool: Any = None) -> None:
+    def start(self, pool: UploaderPool | None = None) -> None:
         """Start archiving in the background: on an own thread, or in ``pool``."""
         self._raise_if_fatal()
         if self.running:
@@ -320,8 +321,8 @@ class Uploader:
         bound = self.wal.durable_offset
         self._ages.note(bound, self._clock())
         try:
-            for _ in range(OBJECTS_PER_PASS_MAX if bound is not None else 0):
-                if not self._upload_next(bound, force):
+            for _ in range(OBJECTS_PER_PASS_MAX):
+                if bound is None or not self._upload_next(bound, force):
                     break
         finally:
             self._update_lag()  # also when the pass fails: that is when the lag grows
@@ -619,7 +620,7 @@ class Uploader:
         self.wal.add_durable_listener(self._on_durable)
         self._listening = True
 
-    def _on_durable(self, durable: int | None = None, *_args: Any) -> None:
+    def _on_durable(self, durable: int | None = None, *_args: object) -> None:
         # Runs on the WAL's fsync thread: must be cheap and never raise.
         try:
             self._ages.note(durable if durable is not None else self.wal.durable_offset, self._clock())

@@ -19,7 +19,7 @@ class ArchivedWaiters:
         self._cond = threading.Condition()
         self._committed: int | None = None
         self._sync_waiting = 0
-        self._futures: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._futures: list[tuple[int, asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
         self._error: BaseException | None = None
 
     @property
@@ -69,7 +69,7 @@ class ArchivedWaiters:
             if self._archived(offset):
                 return True
             self._raise_if_failed()
-            future: asyncio.Future = loop.create_future()
+            future: asyncio.Future[None] = loop.create_future()
             entry = (offset, loop, future)
             self._futures.append(entry)
         try:
@@ -89,7 +89,7 @@ class ArchivedWaiters:
             raise UploaderStopped(f"topic {self._topic}: uploader failed") from self._error
 
 
-def _resolve(future: asyncio.Future, error: BaseException | None) -> None:
+def _resolve(future: "asyncio.Future[None]", error: BaseException | None) -> None:
     if future.done():
         return
     if error is None:

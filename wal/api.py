@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from native.format import Record
+from wal.config import WalConfig
 from wal.segment import SegmentInfo
 
 #: ``callback(durable_offset)``, run on the WAL's writer thread after each fsync.
@@ -100,12 +101,17 @@ class Wal(WalTailSource, WalFrameSource, Protocol):
     def closed(self) -> bool: ...
 
     @property
+    def config(self) -> WalConfig:
+        """The configuration the log was opened with."""
+        ...
+
+    @property
     def failed(self) -> bool: ...
 
     def append(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                publish_time: int | None = None) -> int: ...
 
-    def append_batch(self, messages: Sequence, publish_time: int | None = None) -> int: ...
+    def append_batch(self, messages: Sequence[object], publish_time: int | None = None) -> int: ...
 
     async def wait_durable_async(self, offset: int, timeout_s: float | None = None) -> bool: ...
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from typing import Any
 
 from native import crc32c
 from wal.fs import FileSystem
@@ -25,8 +26,12 @@ CHECKPOINT_NAME = "wal.ckpt"
 _TEMP_SUFFIX = ".tmp"
 _VERSION = 1
 
+#: A checkpoint as JSON decodes it: ``topic`` (str) and offsets (int) by name; readers
+#: convert each value they use (an older or damaged file may hold anything).
+CheckpointState = dict[str, Any]
 
-def write_checkpoint(fs: FileSystem, directory: str, state: dict) -> None:
+
+def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState) -> None:
     body = json.dumps({"version": _VERSION, **state}, sort_keys=True).encode()
     blob = json.dumps({"crc32c": crc32c(body), "body": body.decode()}).encode()
     final = os.path.join(directory, CHECKPOINT_NAME)
@@ -43,7 +48,7 @@ def write_checkpoint(fs: FileSystem, directory: str, state: dict) -> None:
     fs.fsync_dir(directory)
 
 
-def read_checkpoint(fs: FileSystem, directory: str) -> dict | None:
+def read_checkpoint(fs: FileSystem, directory: str) -> CheckpointState | None:
     """The last checkpoint, or None when there is none or it is unreadable (it is advisory)."""
     path = os.path.join(directory, CHECKPOINT_NAME)
     if not fs.exists(path):
@@ -53,7 +58,7 @@ def read_checkpoint(fs: FileSystem, directory: str) -> dict | None:
         body = outer["body"].encode()
         if crc32c(body) != outer["crc32c"]:
             raise ValueError("checkpoint CRC mismatch")
-        state = json.loads(body)
+        state: CheckpointState = json.loads(body)
         if state.get("version") != _VERSION:
             raise ValueError(f"unknown checkpoint version {state.get('version')}")
         return state

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Sequence
 from typing import Protocol
 
 from wal.errors import WalError
@@ -31,7 +32,7 @@ _IOV_MAX = 1024  # Linux IOV_MAX; writev with more buffers fails with EINVAL.
 
 
 class AppendFile(Protocol):
-    def write(self, chunks: list) -> None: ...
+    def write(self, chunks: Sequence[bytes]) -> None: ...
     def sync(self) -> None: ...
     def close(self) -> None: ...
 
@@ -67,7 +68,7 @@ class _RealAppendFile:
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
-    def write(self, chunks: list) -> None:
+    def write(self, chunks: Sequence[bytes]) -> None:
         """Writes every chunk, in order; one syscall per 1,024 chunks, no joining copy."""
         for start in range(0, len(chunks), _IOV_MAX):
             _writev_all(self._fd, chunks[start:start + _IOV_MAX])
@@ -81,7 +82,7 @@ class _RealAppendFile:
             self._fd = -1
 
 
-def _writev_all(fd: int, chunks: list) -> None:
+def _writev_all(fd: int, chunks: Sequence[bytes]) -> None:
     """writev until every byte is out: a short write (e.g. a signal) must not lose data."""
     total = sum(len(c) for c in chunks)
     written = os.writev(fd, chunks)

@@ -22,16 +22,20 @@ import weakref
 from collections.abc import Callable, Sequence
 from threading import Condition, Lock
 
+from prometheus_client import CollectorRegistry
+
 from native import AppendBuffer, scan_frames
 from native.errors import OffsetOverflow
-from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record
+from native._protocols import AppendCore
+from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record, ScanResult
 from wal.api import DurableListener
-from wal.cache import FrameCache
+from wal.cache import CacheChunk, FrameCache
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
                         WalLocked, WalTimeout)
-from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, crash_safe_order
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, ReadFile, RealFs, crash_safe_order
+from wal.fs import Lock as DirLock
 from wal.message import as_tuple
 from wal.metrics import WalMetrics
 from wal.reader import ReadHooks, WalReader
@@ -46,6 +50,9 @@ _IDLE_WAIT_S = 0.5  # bound on the writer's idle wait; it re-checks for close ea
 _FOREVER = 1 << 64
 _U32 = struct.Struct("<I")
 
+#: An ``await wait_durable_async(offset)`` in progress: (offset, its loop, the future to resolve).
+_AsyncWaiter = tuple[int, asyncio.AbstractEventLoop, "asyncio.Future[bool]"]
+
 
 class WriteAheadLog:
     """The per-topic log; satisfies ``wal.api.Wal`` (what consumers type against)."""
@@ -54,7 +61,7 @@ class WriteAheadLog:
     @classmethod
     def open(cls, root_dir: str, topic: "str | TopicName", config: WalConfig | None = None,
              initial_offset: int | None = None, fs: FileSystem | None = None,
-             metrics_registry=None) -> "WriteAheadLog":
+             metrics_registry: CollectorRegistry | None = None) -> "WriteAheadLog":
         """Opens (recovering) or creates the WAL of ``topic`` under ``root_dir/<ns>/<topic>``."""
         name = TopicName.parse(topic)
         if initial_offset is not None and not (
@@ -88,7 +95,7 @@ class WriteAheadLog:
         return wal
 
     def __init__(self, topic: TopicName, directory: str, config: WalConfig, fs: FileSystem,
-                 segments: list[Segment], next_offset: int, metrics_registry) -> None:
+                 segments: list[Segment], next_offset: int, metrics_registry: CollectorRegistry | None) -> None:
         assert segments and segments[-1].last_offset + 1 == next_offset
         self.topic = topic
         self.directory = directory
@@ -107,7 +114,7 @@ class WriteAheadLog:
         self._closed = False
         self._failure: BaseException | None = None
         self._listeners: list[DurableListener] = []
-        self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._async_waiters: list[_AsyncWaiter] = []
         self._readers: "weakref.WeakSet[WalReader]" = weakref.WeakSet()
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
         self._checkpoint_lock = Lock()
@@ -115,7 +122,7 @@ class WriteAheadLog:
         # The append core owns next_offset and the frames not yet taken by the writer. It
         # calls back only on rare paths: backpressure, waking a parked writer (or one a full
         # batch is waiting for), a refused append, an oversized record, a rare batch form.
-        self._core = AppendBuffer(
+        self._core: AppendCore = AppendBuffer(
             next_offset, max_message_bytes=config.max_message_bytes,
             pending_bytes_max=config.pending_bytes_max, batch_bytes=config.fsync_batch_bytes,
             tail_messages_max=config.cache_messages_max, tail_bytes_max=config.cache_bytes_max,
@@ -124,8 +131,8 @@ class WriteAheadLog:
         # wal.append / wal.append_batch resolve straight to the core's bound methods (C in the
         # compiled twin): a Python wrapper would cost more than the append itself. The class
         # methods below document the signatures and delegate for calls through the class.
-        self.append = self._core.append
-        self.append_batch = self._core.append_batch
+        self.append = self._core.append  # type: ignore[method-assign]  # same signature, see above
+        self.append_batch = self._core.append_batch  # type: ignore[method-assign]
         self.metrics = WalMetrics(str(topic), metrics_registry)
         self.metrics.durable_offset.set(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
@@ -137,7 +144,7 @@ class WriteAheadLog:
             read_records=self._read_records, cache_covers=self._cache_covers,
             wait_durable=self._wait_durable_unlocked, wait_durable_async=self._wait_durable_async,
             wake_waiters=self._wake_durable_waiters)
-        self._dir_lock = None  # set by open(); released by close() once the writer stopped
+        self._dir_lock: DirLock | None = None  # set by open(); released by close() once the writer stopped
 
     def close(self) -> None:
         """Drains and fsyncs everything appended, stops the writer; idempotent."""
@@ -184,7 +191,7 @@ class WriteAheadLog:
     def __enter__(self) -> "WriteAheadLog":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ properties
@@ -220,7 +227,7 @@ class WriteAheadLog:
         """
         return self._core.append(payload, key, attributes, publish_time)
 
-    def append_batch(self, messages: Sequence, publish_time: int | None = None) -> int:
+    def append_batch(self, messages: Sequence[object], publish_time: int | None = None) -> int:
         """Appends messages (see wal/message.py for accepted forms); returns the first offset.
 
         All or nothing: one bad or oversized message appends none. ``publish_time`` is the
@@ -432,7 +439,7 @@ class WriteAheadLog:
     def truncate_before(self, offset: int) -> int:
         """Deletes whole sealed segments whose offsets are all < ``offset``; returns how many."""
         with self._lock:
-            doomed = []
+            doomed: list[Segment] = []
             while len(self._segments) - len(doomed) > 1 and self._segments[len(doomed)].last_offset < offset:
                 doomed.append(self._segments[len(doomed)])
             if not doomed:
@@ -503,7 +510,8 @@ class WriteAheadLog:
         with self._lock:
             return bool(self._cache.find(position))
 
-    def _read_segment(self, position: int, limit: int, max_bytes: int, decode: bool):
+    def _read_segment(self, position: int, limit: int, max_bytes: int,
+                      decode: bool) -> tuple[bytes, ScanResult, int] | None:
         """Reads the segment holding ``position``: (data, scan result, limit) or None."""
         with self._lock:
             if position < self._segment_bases[0]:
@@ -536,8 +544,8 @@ class WriteAheadLog:
                 f"durable={self.durable_offset})")
 
 
-def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos: int, max_bytes: int,
-                decode: bool, rounds: bool) -> tuple:
+def _scan_until(handle: ReadFile, path: str, position: int, offset: int, pos: int, end_pos: int,
+                max_bytes: int, decode: bool, rounds: bool) -> tuple[bytes, ScanResult]:
     """Scans forward from an index point until a chunk holds ``position``; (data, result)."""
     want_bytes = max_bytes
     while pos < end_pos:
@@ -561,7 +569,7 @@ def _scan_until(handle, path: str, position: int, offset: int, pos: int, end_pos
     raise CorruptLog(path, end_pos, f"offset {position} not found before the durable end of the segment")
 
 
-def _without_markers(data: bytes, start: int, end: int, markers: list) -> bytes:
+def _without_markers(data: bytes, start: int, end: int, markers: list[int]) -> bytes:
     """The frames in ``data[start:end]`` with the commit-round markers among them left out:
     callers get frames only, as archives hold them."""
     view = memoryview(data)
@@ -576,7 +584,7 @@ def _without_markers(data: bytes, start: int, end: int, markers: list) -> bytes:
     return b"".join(parts)
 
 
-def _decode_chunks(chunks: list, position: int, limit: int, max_bytes: int) -> list[Record]:
+def _decode_chunks(chunks: list[CacheChunk], position: int, limit: int, max_bytes: int) -> list[Record]:
     records: list[Record] = []
     budget = max_bytes
     for chunk in chunks:
@@ -610,14 +618,14 @@ def _cache_tail(batch: Batch) -> tuple[int, int, bytes] | None:
     return batch.last_offset - batch.tail_count + 1, batch.last_offset, tail
 
 
-def _split_ready(waiters: list, durable_next: int) -> tuple[list, list]:
+def _split_ready(waiters: list[_AsyncWaiter], durable_next: int) -> tuple[list[_AsyncWaiter], list[_AsyncWaiter]]:
     ready = [w for w in waiters if w[0] < durable_next]
     if not ready:
         return [], waiters
     return ready, [w for w in waiters if w[0] >= durable_next]
 
 
-def _resolve_all(waiters: list, error: BaseException | None) -> None:
+def _resolve_all(waiters: list[_AsyncWaiter], error: BaseException | None) -> None:
     for _offset, loop, future in waiters:
         try:
             loop.call_soon_threadsafe(_resolve, future, error)
@@ -625,7 +633,7 @@ def _resolve_all(waiters: list, error: BaseException | None) -> None:
             pass
 
 
-def _resolve(future: asyncio.Future, error: BaseException | None) -> None:
+def _resolve(future: "asyncio.Future[bool]", error: BaseException | None) -> None:
     if future.done():
         return
     if error is None:
@@ -641,7 +649,7 @@ def _lag_function(wal_ref: "weakref.ref[WriteAheadLog]") -> Callable[[], float]:
     return lag
 
 
-def _take_lock(fs: FileSystem, directory: str):
+def _take_lock(fs: FileSystem, directory: str) -> DirLock:
     path = os.path.join(directory, LOCK_NAME)
     try:
         return fs.lock(path)

@@ -10,8 +10,9 @@ Size limits are checked by the core on the exact encoded record length.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from native.format import RECORD_FIXED_BYTES
 
@@ -24,7 +25,7 @@ class Message:
     publish_time: int | None = None  # ms since the epoch; None: the time of the append
 
 
-def record_bytes(payload, key, attributes) -> int:
+def record_bytes(payload: bytes, key: bytes | None, attributes: Mapping[str, str] | None) -> int:
     """Encoded record length, exactly as native/format.py lays it out."""
     size = RECORD_FIXED_BYTES + len(payload)
     if key is not None:
@@ -34,7 +35,7 @@ def record_bytes(payload, key, attributes) -> int:
     return size
 
 
-def as_tuple(message) -> tuple:
+def as_tuple(message: object) -> tuple[object, ...]:
     """``(payload, key, attributes, publish_time)`` of a batch element that is neither bytes
     nor a tuple; the core validates the fields and the length."""
     if isinstance(message, Message):
@@ -42,4 +43,4 @@ def as_tuple(message) -> tuple:
     if isinstance(message, (str, bytes, bytearray, memoryview)) or not hasattr(message, "__len__"):
         # A bytes subclass or a str would otherwise be split into characters.
         return (message,)
-    return tuple(message)
+    return tuple(cast(Iterable[object], message))  # any other sized sequence; the core checks it

@@ -69,7 +69,7 @@ class WalReader:
     def __enter__(self) -> "WalReader":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- sync

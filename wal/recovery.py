@@ -9,21 +9,23 @@ import logging
 import os
 from dataclasses import dataclass
 
+from native.format import ScanStop
+from wal.checkpoint import CheckpointState
 from wal.errors import CorruptLog, InitialOffsetMismatch
 from wal.fs import FileSystem
-from wal.segment import Segment, _check_tear, create_segment, is_temp_name, parse_segment_name, scan_segment
+from wal.segment import ScannedSegment, Segment, _check_tear, create_segment, is_temp_name, parse_segment_name, scan_segment
 
 _log = logging.getLogger(__name__)
 
 
 @dataclass
 class Recovered:
-    segments: list  # list[Segment], ascending, contiguous; the last one is active
+    segments: list[Segment]  # ascending, contiguous; the last one is active
     next_offset: int
     repaired_bytes: int  # bytes of torn tail cut from the last segment
 
 
-def recover(fs: FileSystem, directory: str, checkpoint: dict | None, initial_offset: int | None,
+def recover(fs: FileSystem, directory: str, checkpoint: CheckpointState | None, initial_offset: int | None,
             index_interval_bytes: int) -> Recovered:
     _remove_temp_files(fs, directory)
     names = _segment_names(fs, directory)
@@ -45,7 +47,7 @@ def recover(fs: FileSystem, directory: str, checkpoint: dict | None, initial_off
     return Recovered(segments, next_offset, repaired)
 
 
-def check_torn_tail(data: bytes, path: str, stop, is_last: bool, rounds: bool = False,
+def check_torn_tail(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: bool = False,
                     expected_offset: int | None = None) -> None:
     """The one rule for where a segment scan stopped (``scan_frames(...).error``): returns
     when recovery would repair it as a torn tail (the last segment, a tear-like stop, and
@@ -80,14 +82,14 @@ def _check_contiguous(segments: list[Segment]) -> None:
                              f"one ends at {previous.last_offset}: offsets are not contiguous")
 
 
-def _checkpoint_next(checkpoint: dict | None) -> int | None:
+def _checkpoint_next(checkpoint: CheckpointState | None) -> int | None:
     if checkpoint is None:
         return None
     return max(int(checkpoint.get("next_offset", 0)), int(checkpoint.get("sealed_next_offset", 0)))
 
 
 def _check_against_checkpoint(directory: str, segments: list[Segment], next_offset: int | None,
-                              checkpoint: dict | None) -> None:
+                              checkpoint: CheckpointState | None) -> None:
     """Missing whole segments means lost durable data: refuse rather than reuse offsets.
 
     The checkpoint names the active segment (``sealed_next_offset`` is its base) and how
@@ -121,7 +123,7 @@ def _check_against_checkpoint(directory: str, segments: list[Segment], next_offs
 
 
 def _apply_initial_offset(fs: FileSystem, directory: str, segments: list[Segment], next_offset: int | None,
-                          checkpoint: dict | None, initial_offset: int | None) -> tuple[list, int]:
+                          checkpoint: CheckpointState | None, initial_offset: int | None) -> tuple[list[Segment], int]:
     if next_offset is None:  # a brand-new WAL: the restore path of a topic move starts here
         start = 0 if initial_offset is None else initial_offset
         if start < 0:
@@ -147,7 +149,7 @@ def _upgrade_empty_tail(fs: FileSystem, directory: str, segments: list[Segment])
     return segments[:-1] + [create_segment(fs, directory, last.base_offset)]
 
 
-def _repair_tail(fs: FileSystem, last) -> int:
+def _repair_tail(fs: FileSystem, last: ScannedSegment | None) -> int:
     if last is None or last.truncate_to is None:
         return 0
     cut = last.file_bytes - last.truncate_to

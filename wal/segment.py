@@ -23,6 +23,7 @@ from native.format import (
     STOP_BAD_LENGTH,
     STOP_CRC,
     STOP_TORN,
+    ScanStop,
     segment_file_name,
     segment_version,
 )
@@ -50,8 +51,8 @@ class Segment:
     # Format version of the file (native/format.py): 2 and up hold commit-round markers.
     version: int = SEGMENT_VERSION
     # Sparse (offset, position) pairs, ascending: where a scan for an offset may start.
-    index_offsets: list = field(default_factory=list)
-    index_positions: list = field(default_factory=list)
+    index_offsets: list[int] = field(default_factory=list)
+    index_positions: list[int] = field(default_factory=list)
 
     @property
     def record_count(self) -> int:
@@ -156,7 +157,7 @@ def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
     return ScannedSegment(segment, truncate_to, len(data))
 
 
-def _check_tear(data: bytes, path: str, stop, is_last: bool, rounds: bool = False,
+def _check_tear(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: bool = False,
                 expected_offset: int | None = None) -> None:
     """A stop is a repairable torn tail only in the last round of the last segment.
 

@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 
 
 class Batch(NamedTuple):
-    chunks: list  # whole encoded frames, in offset order, as the append core's take() gave them
+    chunks: list[bytes]  # whole encoded frames, in offset order, as the append core's take() gave them
     first_offset: int
     last_offset: int
     nbytes: int

@@ -28,12 +28,12 @@ objects raise the store's ``ObjectNotFound``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from native import Block, Footer, object_format
+from native import Block, Footer, Record, object_format
 from native.errors import CorruptObject
 from tiered.metadata.keys import ObjectDescriptor
-from tiered.objects.base import ObjectStore, RangeByteRequest
+from tiered.objects.base import ByteRequest, RangeByteRequest
 from wal.topics import TopicName
 
 FOOTER_GUESS_BYTES: int = object_format.FOOTER_GUESS_BYTES
@@ -97,7 +97,15 @@ def object_digest(data: bytes, object_name: str) -> ObjectDigest:
 
 # -- reading with ranged GETs (cloud reader, Spark) ----------------------------------------
 
-def read_footer(store: ObjectStore, key: str, size: int, pin: ObjectPin | None, *,
+class RangedReads(Protocol):
+    """The reads :func:`read_footer` makes: an ``ObjectStore``, or a wrapper that counts them."""
+
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]: ...
+
+    def get_range(self, key: str, byte_range: ByteRequest) -> bytes: ...
+
+
+def read_footer(store: RangedReads, key: str, size: int, pin: ObjectPin | None, *,
                 guess_bytes: int = FOOTER_GUESS_BYTES) -> Footer:
     """The validated footer of ``key``: one suffix GET, a second only for a footer longer
     than ``guess_bytes``.
@@ -120,7 +128,7 @@ def read_footer(store: ObjectStore, key: str, size: int, pin: ObjectPin | None, 
     return footer
 
 
-def _parse_footer(store: ObjectStore, key: str, size: int, tail: bytes | None, guess_bytes: int) -> Footer:
+def _parse_footer(store: RangedReads, key: str, size: int, tail: bytes | None, guess_bytes: int) -> Footer:
     def get_range(start: int, end: int) -> bytes:  # the first call asks for exactly the tail we hold
         if tail is not None and end == size and size - start == len(tail):
             return tail
@@ -153,7 +161,7 @@ def check_footer(key: str, footer: Footer, topic: TopicName | str | None = None,
             raise CorruptObject(key, after.position, f"block index not contiguous after offset {before.last_offset}")
 
 
-def block_records(key: str, raw: bytes | memoryview, block: Block, pin: ObjectPin | None) -> list[Any]:
+def block_records(key: str, raw: bytes | memoryview, block: Block, pin: ObjectPin | None) -> list[Record]:
     """Every record of one block (``raw`` = exactly its stored bytes), validated in full
     (CRC, decompression, every frame) and checked to be exactly the offsets its index
     entry names; with a ``pin``, its CRC32C must be the recorded one first."""

@@ -20,15 +20,17 @@ import collections
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
 from native.errors import DnbError
 from tiered.backoff import Backoff
 from wal.topics import TopicName
+
+T = TypeVar("T")
 
 
 #: Read batches remembered per topic for history checks (acks drop the ones they cover).
@@ -232,7 +234,7 @@ class SyncBrokerClient:
         self._thread.start()
         self._client = BrokerClient(brokers, **options)
 
-    def _run(self, coroutine: Any) -> Any:
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(self._client.timeout_s + 10)
 
     def produce(self, topic: str, payloads: Sequence[bytes], **options: Any) -> list[int]:

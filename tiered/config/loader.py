@@ -191,7 +191,8 @@ def _blame(error: Exception, kind: type, prefix: tuple[str, ...],
     names = sorted((f.name for f in dataclasses.fields(kind)), key=len, reverse=True)
     mentioned = [n for n in names if n in message]
     given = [n for n in mentioned if ".".join((*prefix, n)) in values]
-    field_name = (given or mentioned or [None])[0]
+    candidates = given or mentioned
+    field_name = candidates[0] if candidates else None
     section = ".".join(prefix) or "(top level)"
     if field_name is None:
         set_here = sorted({src for name, (_, src) in values.items() if name.startswith(".".join(prefix))})

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -62,7 +62,7 @@ from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
 from tiered.metadata import keys
-from tiered.metadata.base import MetadataStore, Put
+from tiered.metadata.base import MetadataStore, Op, Put
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
 from tiered.read.subscriptions import SubscriptionManager, clamp_cursors
@@ -70,17 +70,27 @@ from uploader import Uploader
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
 from wal import WriteAheadLog
+from wal.api import Wal
 from wal.errors import InvalidTopicName
+from wal.fs import FileSystem
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
+
+
+class _Listener(NamedTuple):
+    """One ``add_listener`` registration."""
+
+    on_loaded: Callable[[HostedTopic], Any] | None
+    on_unloaded: Callable[[TopicName, str], Any] | None
+    loop: asyncio.AbstractEventLoop | None
 
 
 class BrokerHost:
     """Hosts topics for one broker process. Thread-safe; see the module docstring."""
 
     def __init__(self, broker_id: str, wal_root: str | os.PathLike[str], metadata: MetadataStore,
-                 objects: ObjectStore, config: BrokerConfig | None = None, *, wal_fs: Any = None,
+                 objects: ObjectStore, config: BrokerConfig | None = None, *, wal_fs: FileSystem | None = None,
                  retire_stale_wals: bool = True, metrics_registry: CollectorRegistry | None = None) -> None:
         """``wal_fs`` is the file layer every WAL of this host runs on (``wal.fs``; the
         real disk by default). ``retire_stale_wals`` scans the WAL root at start for
@@ -110,7 +120,7 @@ class BrokerHost:
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
         self._topic_locks: dict[TopicName, threading.Lock] = {}
-        self._listeners: list[tuple[Any, Any, asyncio.AbstractEventLoop | None]] = []
+        self._listeners: list[_Listener] = []
         try:
             self._closed = threading.Event()
             self.session: BrokerSession | None = None
@@ -187,10 +197,10 @@ class BrokerHost:
         started = time.monotonic()
         generation = self.session.generation if self.session is not None else 0
         token = acquire(self.metadata, topic, self.broker_id, force=force)
-        opened: list[Callable[[], None]] = []
+        opened: list[Callable[[], object]] = []
         retired: list[RetiredWal] = []
         plan: RestorePlan | None = None
-        wal: Any = None
+        wal: Wal | None = None
         try:
             plan = plan_restore(self.metadata, token)
             wal, recovered = run_step(topic, "open WAL", LoadError,
@@ -225,7 +235,7 @@ class BrokerHost:
         wal.add_durable_listener(self._on_durable)
         return hosted
 
-    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Any) -> None:
+    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None) -> None:
         """Leave the topic at least as recoverable as before the failed attempt.
 
         Releasing is a loss path: a released topic's next load (by any broker, this one
@@ -251,7 +261,7 @@ class BrokerHost:
             log.warning("topic %s: load failed; broker %s keeps ownership (epoch %d) so its local WAL "
                         "stays recoverable by its next load", token.topic, self.broker_id, token.epoch)
             return
-        ops: list[Any] = list(release_ops(token))
+        ops: list[Op] = list(release_ops(token))
         if plan.sealed is not None and plan.sealed.sealed:
             ops.append(Put(keys.state_key(token.topic), plan.sealed.to_json()))
         try:
@@ -266,7 +276,7 @@ class BrokerHost:
         self._progress_wake.set()
 
     def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal],
-                  discard_local_wal: bool = False) -> tuple[Any, bool]:
+                  discard_local_wal: bool = False) -> tuple[Wal, bool]:
         topic = token.topic
         if self.root.exists(topic):
             ours, wal_epoch = self.stale.is_current(token)
@@ -301,7 +311,7 @@ class BrokerHost:
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
 
-    def _recover_local(self, topic: TopicName, plan: RestorePlan) -> tuple[Any | None, bool]:
+    def _recover_local(self, topic: TopicName, plan: RestorePlan) -> tuple[Wal | None, bool]:
         """(our own unsealed WAL if it still joins the archive without a gap, whether
         another broker archived offsets inside its range).
 
@@ -374,13 +384,13 @@ class BrokerHost:
         """Write the open state and the LostRange of every history this load continues
         after without its WAL; returns how many offsets those records know were lost."""
         records, unarchived = self.losses.takeover_records(token, plan, recovered, retired)
-        ops: list[Any] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json()), *records]
+        ops: list[Op] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json()), *records]
         result = self.metadata.txn(token.fencing, ops)
         if not result.succeeded:
             raise OwnershipLostError(token.topic, "mark topic open")
         return unarchived
 
-    def _start_uploader(self, token: OwnerToken, wal: Any, plan: RestorePlan) -> Any:
+    def _start_uploader(self, token: OwnerToken, wal: Wal, plan: RestorePlan) -> Uploader:
         uploader = Uploader(token.topic, wal, self.metadata, self.objects, broker_id=self.broker_id,
                             fencing=token.fencing, config=self.config.uploader,
                             committed_through=plan.committed_through,
@@ -388,7 +398,7 @@ class BrokerHost:
         uploader.start()
         return uploader
 
-    def _open_subscriptions(self, token: OwnerToken, wal: Any) -> Any:
+    def _open_subscriptions(self, token: OwnerToken, wal: Wal) -> SubscriptionManager:
         return SubscriptionManager(token.topic, self.metadata, fencing=token.fencing, wal=wal,
                                    flush_every_acks=self.config.cursor_flush_every_acks,
                                    flush_interval_s=self.config.cursor_flush_interval_s,
@@ -515,13 +525,13 @@ class BrokerHost:
         if loop is None and any(inspect.iscoroutinefunction(cb) for cb in (on_loaded, on_unloaded) if cb):
             loop = asyncio.get_running_loop()
         with self._lock:
-            self._listeners.append((on_loaded, on_unloaded, loop))
+            self._listeners.append(_Listener(on_loaded, on_unloaded, loop))
 
     def _notify(self, which: int, *args: Any) -> None:
         with self._lock:
             listeners = list(self._listeners)
         for entry in listeners:
-            callback, loop = entry[which], entry[2]
+            callback, loop = (entry.on_loaded, entry.on_unloaded)[which], entry.loop
             if callback is None:
                 continue
             try:

@@ -21,7 +21,9 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
+
+from prometheus_client import CollectorRegistry
 
 
 from tiered.errors import MalformedRecord, StorageError
@@ -37,7 +39,10 @@ from tiered.lifecycle.wal_root import durable_tip
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
-from tiered.read.reader import create_reader
+from tiered.read.reader import Start, TieredReader, create_reader
+from tiered.read.subscriptions import Subscription, SubscriptionManager
+from uploader import Uploader
+from wal.api import Wal
 
 
 class TopicHost(Protocol):
@@ -82,8 +87,8 @@ class RestoreReport:
 class HostedTopic:
     """A topic this broker owns. Thread-safe."""
 
-    def __init__(self, host: TopicHost, token: OwnerToken, wal: Any, uploader: Any,
-                 subscriptions: Any, report: RestoreReport, owner_checked_generation: int = 0) -> None:
+    def __init__(self, host: TopicHost, token: OwnerToken, wal: Wal, uploader: Uploader,
+                 subscriptions: SubscriptionManager, report: RestoreReport, owner_checked_generation: int = 0) -> None:
         self.host = host
         self.topic = token.topic
         self.token = token
@@ -94,7 +99,7 @@ class HostedTopic:
         self.state = TopicState.OPEN
         self.last_committed_offset: int | None = None
         self._append_lock = threading.Lock()
-        self._readers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._readers: "weakref.WeakSet[TieredReader]" = weakref.WeakSet()
         self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
@@ -107,7 +112,7 @@ class HostedTopic:
         self._progress_record = OwnedRecord(host.metadata, progress_key(token.topic))
 
     # -- producing ---------------------------------------------------------------
-    def produce(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
+    def produce(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                 publish_time: int | None = None, *, ack: Ack = "durable",
                 timeout_s: float | None = None) -> int:
         """Append one message and wait for ``ack``; returns its offset."""
@@ -137,7 +142,7 @@ class HostedTopic:
         self._wait_ack(last, ack, self._timeout(timeout_s))
         return first, last
 
-    async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
+    async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                             publish_time: int | None = None, *, ack: Ack = "durable",
                             timeout_s: float | None = None) -> int:
         """``produce`` for asyncio: the append (which may block on WAL backpressure) runs
@@ -157,7 +162,7 @@ class HostedTopic:
                 raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
         return offset
 
-    def append(self, payload: bytes, key: bytes | None = None, attributes: dict | None = None,
+    def append(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                publish_time: int | None = None) -> int:
         """Append one message WITHOUT waiting for any ack; returns its offset, which may
         not be durable yet (``produce`` waits). Refused once fenced or leaving."""
@@ -280,7 +285,7 @@ class HostedTopic:
         return self.host.config.produce_timeout_s if timeout_s is None else timeout_s
 
     # -- reading -----------------------------------------------------------------
-    def create_reader(self, start: int | Literal["earliest", "latest"], live: bool = True, **options: Any) -> Any:
+    def create_reader(self, start: Start, live: bool = True, **options: int) -> TieredReader:
         """A tiered reader (cloud → WAL → live) starting at ``start``; ``options`` go to
         :func:`tiered.read.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
         reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
@@ -297,10 +302,10 @@ class HostedTopic:
         for reader in list(self._readers):
             reader.move_away()
 
-    def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
+    def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Subscription:
         return self.subscriptions.subscribe(name, initial)
 
-    async def subscribe_async(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Any:
+    async def subscribe_async(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Subscription:
         """``subscribe`` for asyncio (it may read and write a cursor in the metadata store)."""
         return await asyncio.to_thread(self.subscribe, name, initial)
 
@@ -314,9 +319,10 @@ class HostedTopic:
         return self.wal.config.max_message_bytes
 
     @property
-    def wal_metrics_registry(self) -> Any:
+    def wal_metrics_registry(self) -> CollectorRegistry | None:
         """The prometheus registry of the topic's WAL metrics (None when it keeps none)."""
-        return getattr(getattr(self.wal, "metrics", None), "registry", None)
+        registry: CollectorRegistry | None = getattr(getattr(self.wal, "metrics", None), "registry", None)
+        return registry
 
     # -- progress ----------------------------------------------------------------
     def publish_progress(self) -> bool:

@@ -162,7 +162,7 @@ class OwnerRecord:
 
     def encode(self) -> bytes:
         body = keys.Ownership(self.broker_id, self.epoch, self.acquired_at).to_json()
-        extra: dict = {"released_at": self.released_at, "previous_broker_id": self.previous_broker_id}
+        extra: dict[str, object] = {"released_at": self.released_at, "previous_broker_id": self.previous_broker_id}
         if self.inherits:
             extra["inherits"] = [list(pair) for pair in self.inherits]
         return keys.encode_json({**json.loads(body), **extra})
@@ -199,7 +199,7 @@ class OwnerToken:
     #: The owner record as it was before we took it (None: the topic was never owned).
     previous: OwnerRecord | None
     revision: int
-    extra: dict = field(default_factory=dict, compare=False)
+    extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:

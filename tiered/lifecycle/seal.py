@@ -8,7 +8,6 @@ naming it, leaves the WAL and the topic unsealed, and unloading again resumes.
 """
 from __future__ import annotations
 
-from typing import Any
 
 from tiered.errors import StorageError
 from tiered.metadata import keys
@@ -20,6 +19,7 @@ from tiered.lifecycle.hosted import HostedTopic, TopicState
 from tiered.lifecycle.ownership import OwnerRecord, OwnershipLostError, OwnerToken, release_ops
 from tiered.lifecycle.restore import sealed_state
 from tiered.lifecycle.steps import quietly, run_step
+from wal.api import Wal
 
 
 def seal(hosted: HostedTopic, metadata: MetadataStore, config: BrokerConfig) -> int | None:
@@ -97,11 +97,10 @@ def cleanup(hosted: HostedTopic, config: BrokerConfig) -> None:
     hosted.state = TopicState.CLOSED
 
 
-def _flush_wal(wal: Any, timeout_s: float) -> None:
-    if wal.flush(timeout_s) is False:
-        raise TimeoutError(f"WAL not fsynced within {timeout_s}s")
+def _flush_wal(wal: Wal, timeout_s: float) -> None:
+    wal.flush(timeout_s)  # raises WalTimeout (a TimeoutError) when not fsynced within timeout_s
 
 
-def _close_and_delete(wal: Any) -> None:
+def _close_and_delete(wal: Wal) -> None:
     wal.close()
     wal.delete()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tiered.lifecycle.errors import LifecycleError
 from wal.topics import TopicName
@@ -25,12 +25,12 @@ def run_step(topic: TopicName, step: str, error: type[LifecycleError], fn: Calla
         raise error(topic, step, f"{type(e).__name__}: {e}") from e
 
 
-def undo(actions: list[Callable[[], None]]) -> None:
+def undo(actions: list[Callable[[], object]]) -> None:
     for action in reversed(actions):
         quietly(action)
 
 
-def quietly(fn: Callable[[], Any]) -> None:
+def quietly(fn: Callable[[], object]) -> None:
     try:
         fn()
     except Exception as e:  # noqa: BLE001 - cleanup after a failure must not mask it

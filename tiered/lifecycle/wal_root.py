@@ -18,15 +18,17 @@ from __future__ import annotations
 import errno
 import json
 import os
-from typing import Any
+from collections.abc import Mapping
 
 from crc32c import crc32c
 
 from tiered.lifecycle.errors import LoadError, LocalWalUnreadable, WalRootOwnedByAnotherBroker
 from tiered.lifecycle.ownership import OwnerToken
 from wal import WriteAheadLog
+from wal.api import WalOffsets
+from wal.config import WalConfig
 from wal.errors import WalLocked
-from wal.fs import LOCK_NAME, LockHeld, RealFs
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs
 from wal.topics import TopicName
 
 #: In a local WAL directory: which of this broker's epochs last opened the WAL.
@@ -41,7 +43,7 @@ class WalRoot:
     """The WAL root of one broker id, locked and claimed for it while this object lives
     (until :meth:`release`)."""
 
-    def __init__(self, broker_id: str, wal_root: str, wal_fs: Any, wal_config: Any) -> None:
+    def __init__(self, broker_id: str, wal_root: str, wal_fs: FileSystem | None, wal_config: WalConfig) -> None:
         """``wal_fs`` is the file layer every WAL of this root runs on (``wal.fs``; the
         real disk when None); ``wal_config`` the configuration WALs are opened with."""
         self.broker_id = broker_id
@@ -50,7 +52,7 @@ class WalRoot:
         self.wal_config = wal_config
         #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
         #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
-        self.fs = wal_fs if wal_fs is not None else RealFs()
+        self.fs: FileSystem = wal_fs if wal_fs is not None else RealFs()
         # One host per WAL root: a second process with the same root (whatever its broker
         # id) would recover, retire or append to the same WALs. Held until release(); the
         # kernel drops it if the process dies, so a restart after a crash is never refused.
@@ -103,11 +105,12 @@ class WalRoot:
                     body = decode_marker(self.fs.read_all(marker)) if self.fs.exists(marker) else None
                 except OSError:
                     body = None
-                if body is not None and isinstance(body.get("broker_id"), str):
-                    found.add(body["broker_id"])
+                broker_id = body.get("broker_id") if body is not None else None
+                if isinstance(broker_id, str):
+                    found.add(broker_id)
         return found
 
-    def write_marker(self, path: str, body: dict) -> None:
+    def write_marker(self, path: str, body: Mapping[str, object]) -> None:
         """Durably write a small checksummed JSON marker (temp, fsync, rename, fsync dir)."""
         temp = path + ".tmp"
         handle = self.fs.open_append(temp)
@@ -152,7 +155,7 @@ class WalRoot:
         self.write_marker(self.owner_marker_path(token.topic),
                           {"broker_id": self.broker_id, "epoch": token.epoch})
 
-    def open_local(self, topic: TopicName) -> Any:
+    def open_local(self, topic: TopicName) -> WriteAheadLog:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
         try:
             return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, fs=self.wal_fs)
@@ -170,16 +173,16 @@ class WalRoot:
 
 
 
-def encode_marker(body: dict) -> bytes:
+def encode_marker(body: Mapping[str, object]) -> bytes:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return json.dumps({**body, "crc32c": crc32c(text.encode())}, sort_keys=True).encode()
 
 
-def decode_marker(raw: bytes) -> dict | None:
+def decode_marker(raw: bytes) -> dict[str, object] | None:
     """The marker's fields, or None when it does not parse or its checksum is wrong (a
     flipped digit in an epoch must not decide which history a WAL is)."""
     try:
-        body = json.loads(raw)
+        body: dict[str, object] = json.loads(raw)
         crc = body.pop("crc32c")
     except (ValueError, KeyError, AttributeError, TypeError):
         return None
@@ -188,7 +191,7 @@ def decode_marker(raw: bytes) -> dict | None:
 
 
 
-def durable_tip(wal: Any) -> int | None:
+def durable_tip(wal: WalOffsets) -> int | None:
     """Highest fsynced offset of ``wal`` (None when nothing is durable)."""
     durable = wal.durable_offset
     return durable if durable is None or durable >= 0 else None

@@ -29,8 +29,9 @@ from tiered.errors import CompactedRevision, StorageError, WatchOverflow
 from tiered.lifecycle.errors import LifecycleError, TopicNotHosted
 from tiered.lifecycle.host import BrokerHost
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent
-from tiered.lifecycle.ownership import OwnerRecord, OwnershipError, owner_key
+from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent, Watch
+from tiered.errors import OwnershipError
+from tiered.lifecycle.ownership import OwnerRecord, owner_key
 from tiered.lifecycle.restore import RestoreMismatch, read_sealed_state
 from wal.topics import TopicName
 
@@ -67,10 +68,10 @@ class AssignmentWatcher:
         self.on_error = on_error
         self.errors: list[tuple[TopicName, str, BaseException]] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(self.config.workers_max, f"dnb-assign-{host.broker_id}")
-        self._tails: dict[TopicName, concurrent.futures.Future] = {}
+        self._tails: dict[TopicName, concurrent.futures.Future[None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._watch = None
+        self._watch: Watch | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> "AssignmentWatcher":
@@ -144,7 +145,7 @@ class AssignmentWatcher:
             previous = self._tails.get(topic)
             self._tails[topic] = self._pool.submit(self._handle, topic, action, previous)
 
-    def _handle(self, topic: TopicName, action: str, previous: concurrent.futures.Future | None) -> None:
+    def _handle(self, topic: TopicName, action: str, previous: concurrent.futures.Future[None] | None) -> None:
         if previous is not None:
             concurrent.futures.wait([previous])  # keep one topic's events in order
         backoff = Backoff(self.config.retry_backoff_s, self.config.retry_backoff_max_s)

@@ -24,7 +24,7 @@ import time
 import abc
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -208,7 +208,7 @@ class Watch:
     :class:`WatchOverflow` rather than silently dropping events.
     """
 
-    def __init__(self, start_revision: int, cancel_hook=None) -> None:
+    def __init__(self, start_revision: int, cancel_hook: Callable[[], object] | None = None) -> None:
         self._queue: queue.Queue[Event | BaseException | None] = queue.Queue(
             WATCH_QUEUE_EVENTS_MAX + 2
         )

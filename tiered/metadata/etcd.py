@@ -27,7 +27,8 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
@@ -36,6 +37,10 @@ import pyetcd  # noqa: E402
 from pyetcd import etcdrpc, exceptions as etcd_exc  # noqa: E402
 from pyetcd import transactions as etcd_txn  # noqa: E402
 from pyetcd.client import Endpoint  # noqa: E402
+
+#: A pyetcd protobuf message or gRPC object: pyetcd and grpc ship no type information, so
+#: these are unchecked (``Any``) and every value taken out of them is converted on the way.
+_Pb = Any
 
 from tiered.errors import (  # noqa: E402
     CompactedRevision,
@@ -101,7 +106,7 @@ class EtcdMetadataStore(MetadataStore):
         self.timeout_s = timeout_s
         if (user is None) != (password is None) or user == "" or password == "":
             raise ValueError("etcd auth needs both a user name and a non-empty password")
-        self._auth = _Credentials(user, password) if user is not None else None
+        self._auth = _Credentials(user, password) if user is not None and password is not None else None
         self._authed = False  # a token is in self._client.metadata (or the server has no auth)
         creds = _tls_credentials(ca_cert, cert_cert, cert_key)
         with self._mapped("connect"):
@@ -120,7 +125,7 @@ class EtcdMetadataStore(MetadataStore):
     def _unk(self, raw: bytes) -> str:
         return raw.decode()[len(self.root):]
 
-    def _kv(self, kv) -> KeyValue:
+    def _kv(self, kv: _Pb) -> KeyValue:
         return KeyValue(self._unk(kv.key), bytes(kv.value), kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
     # -- errors ------------------------------------------------------------
@@ -158,7 +163,8 @@ class EtcdMetadataStore(MetadataStore):
         except etcd_exc.Etcd3Exception as e:
             raise MetadataError(f"etcd {where}: {what}: {type(e).__name__}") from e
 
-    def _stub_call(self, what: str, stub_name: str, method: str, request, *, read_only: bool = False, consume=None):
+    def _stub_call(self, what: str, stub_name: str, method: str, request: _Pb, *, read_only: bool = False,
+                   consume: Callable[[_Pb], _Pb] | None = None) -> _Pb:
         """One RPC with failover: when an endpoint is unreachable, the same call moves to
         the next endpoint (at most one try per endpoint). A read moves on any
         ``UNAVAILABLE``; a write only when the request provably never left (the
@@ -247,17 +253,17 @@ class EtcdMetadataStore(MetadataStore):
             resp = self._stub_call("put", "kvstub", "Put", request)
         except MetadataError as e:
             raise _lease_error(e, lease_id) from e.__cause__
-        return resp.header.revision
+        return int(resp.header.revision)
 
     def delete(self, key: str) -> bool:
         check_key(key)
         resp = self._stub_call("delete", "kvstub", "DeleteRange", etcdrpc.DeleteRangeRequest(key=self._k(key)))
-        return resp.deleted > 0
+        return bool(resp.deleted > 0)
 
     def delete_prefix(self, prefix: str) -> int:
         low = self._k(prefix)
         request = etcdrpc.DeleteRangeRequest(key=low or b"\0", range_end=prefix_end(low) or b"\0")
-        return self._stub_call("delete_prefix", "kvstub", "DeleteRange", request).deleted
+        return int(self._stub_call("delete_prefix", "kvstub", "DeleteRange", request).deleted)
 
     def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
         low = self._k(prefix)
@@ -293,7 +299,7 @@ class EtcdMetadataStore(MetadataStore):
         responses = [self._response(op, r) for op, r in zip(ran, resp.responses)]
         return TxnResult(resp.succeeded, responses, resp.header.revision)
 
-    def _compare(self, c: Compare):
+    def _compare(self, c: Compare) -> _Pb:
         cmp = _COMPARE_CLASSES[c.target](self._k(c.key))
         operand = c.operand
         if c.op == "==":
@@ -306,24 +312,24 @@ class EtcdMetadataStore(MetadataStore):
             cmp = cmp > operand
         return cmp.build_message()
 
-    def _request_op(self, op: Op):
+    def _request_op(self, op: Op) -> _Pb:
         if isinstance(op, Put):
             return etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=self._k(op.key), value=op.value, lease=op.lease_id))
         if isinstance(op, Delete):
             return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=self._k(op.key)))
         return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=self._k(op.key)))
 
-    def _response(self, op: Op, r) -> KeyValue | None | bool:
+    def _response(self, op: Op, r: _Pb) -> KeyValue | None | bool:
         if isinstance(op, Get):
             kvs = r.response_range.kvs
             return self._kv(kvs[0]) if kvs else None
         if isinstance(op, Delete):
-            return r.response_delete_range.deleted > 0
+            return bool(r.response_delete_range.deleted > 0)
         return None
 
     def current_revision(self) -> int:
         request = etcdrpc.RangeRequest(key=self._k("/"), count_only=True)
-        return self._stub_call("current_revision", "kvstub", "Range", request, read_only=True).header.revision
+        return int(self._stub_call("current_revision", "kvstub", "Range", request, read_only=True).header.revision)
 
     def compact(self, revision: int) -> None:
         # physical=True waits until the history is really gone, so a watch issued
@@ -366,7 +372,7 @@ class EtcdMetadataStore(MetadataStore):
         watch = Watch(start_revision)
         low = self._k(prefix)
 
-        def on_response(resp) -> None:
+        def on_response(resp: _Pb) -> None:
             if isinstance(resp, BaseException) or resp is None:
                 watch._fail(self._watch_error(resp, watch))
                 return
@@ -391,7 +397,7 @@ class EtcdMetadataStore(MetadataStore):
         watch._cancel_hook = lambda: self._cancel_watch(watcher, watch_id)
         return watch
 
-    def _cancel_watch(self, watcher, watch_id: int) -> None:
+    def _cancel_watch(self, watcher: _Pb, watch_id: int) -> None:
         with contextlib.suppress(Exception):  # best effort: the server may be gone
             watcher.cancel(watch_id)
 
@@ -409,7 +415,7 @@ class EtcdMetadataStore(MetadataStore):
         error.__cause__ = err
         return error
 
-    def _event(self, ev) -> PutEvent | DeleteEvent:
+    def _event(self, ev: _Pb) -> PutEvent | DeleteEvent:
         if isinstance(ev, pyetcd.events.DeleteEvent):
             return DeleteEvent(self._unk(ev.key), ev.mod_revision)
         return PutEvent(KeyValue(self._unk(ev.key), bytes(ev.value), ev.create_revision, ev.mod_revision, ev.version, ev.lease))
@@ -448,7 +454,7 @@ def _read_pem(option: str, path: str, marker: bytes) -> bytes:
     return data
 
 
-def _tls_credentials(ca_cert: str | None, cert_cert: str | None, cert_key: str | None):
+def _tls_credentials(ca_cert: str | None, cert_cert: str | None, cert_key: str | None) -> _Pb:
     """gRPC channel credentials, or None for plaintext. Any TLS option turns TLS on
     (no ``ca_cert``: the system's trust store); a client cert needs its key and back."""
     if ca_cert is None and cert_cert is None and cert_key is None:
@@ -530,7 +536,7 @@ RECONNECT_BACKOFF_MS_MIN = 100
 RECONNECT_BACKOFF_MS_MAX = 1_000
 
 
-def _endpoint(host: str, port: int, creds, retry_s: float) -> Endpoint:
+def _endpoint(host: str, port: int, creds: _Pb, retry_s: float) -> Endpoint:
     # gRPC keepalive notices a dead server while a watch is idle.
     opts = [
         ("grpc.keepalive_time_ms", 10_000),

@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -232,7 +233,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -MAX_OFFSET - 1 <= v <= MAX_OFFSET
 
 
-_CHECKS = {
+_CHECKS: dict[str, Callable[[object], bool]] = {
     "int": _is_int,
     "int|None": lambda v: v is None or _is_int(v),
     "str": lambda v: isinstance(v, str),
@@ -242,13 +243,13 @@ _CHECKS = {
 }
 
 
-def encode_json(body: dict) -> bytes:
+def encode_json(body: Mapping[str, object]) -> bytes:
     """The stored bytes of a JSON record: sorted keys, no spaces (every record written
     through here has one byte form, so a value compare can match it)."""
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode_json_object(key: str, raw: bytes) -> dict:
+def decode_json_object(key: str, raw: bytes) -> dict[str, object]:
     """``raw`` parsed as a JSON object; anything else is :class:`MalformedRecord` naming ``key``."""
     try:
         data = json.loads(raw)
@@ -274,7 +275,7 @@ class _Record:
     @classmethod
     def from_json(cls: type[R], key: str, raw: bytes) -> R:
         data = decode_json_object(key, raw)
-        values = {}
+        values: dict[str, object] = {}
         for f in fields(cls):  # type: ignore[arg-type]
             if f.name not in data:
                 if f.name in cls._OPTIONAL:

@@ -16,6 +16,7 @@ re-driven, never assumed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import EllipsisType
 
 from tiered.errors import StorageError
 from tiered.metadata.base import Compare, KeyValue, MetadataStore, Put, mod_revision_is
@@ -36,14 +37,14 @@ class OwnedRecord:
     """The writer's side of one such key. Not thread-safe: one writer at a time (callers
     hold their own lock around ``write``)."""
 
-    def __init__(self, metadata: MetadataStore, key: str, seen: KeyValue | None | object = ...) -> None:
+    def __init__(self, metadata: MetadataStore, key: str, seen: KeyValue | None | EllipsisType = ...) -> None:
         """``seen``: the key as the caller last read it (None: absent); omitted when
         unknown, and then the first write reads it."""
         self.metadata = metadata
         self.key = key
         self._revision: int | None = None
         if seen is not ...:
-            self._revision = 0 if seen is None else seen.mod_revision  # type: ignore[union-attr]
+            self._revision = 0 if seen is None else seen.mod_revision
 
     def write(self, value: bytes, fencing: Sequence[Compare],
               covers: Callable[[bytes], bool] = lambda stored: False) -> None:

@@ -33,7 +33,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tiered.errors import (
     CompactedRevision,
@@ -93,8 +93,11 @@ CREATE TABLE IF NOT EXISTS lease (
 
 _KV_COLUMNS = "key, value, create_revision, mod_revision, version, lease_id"
 
+#: A row as sqlite3 returns it (columns as selected: blobs, integers, NULLs).
+_Row = tuple[Any, ...]
 
-def _row_to_kv(row: tuple) -> KeyValue:
+
+def _row_to_kv(row: _Row) -> KeyValue:
     return KeyValue(row[0].decode(), bytes(row[1]), row[2], row[3], row[4], row[5])
 
 
@@ -248,7 +251,8 @@ class SqliteMetadataStore(MetadataStore):
 
     @staticmethod
     def _read_state(cur: sqlite3.Cursor, name: str) -> int:
-        return cur.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()[0]
+        value: int = cur.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()[0]
+        return value
 
     def _auto_compact(self, cur: sqlite3.Cursor, revision: int) -> None:
         # Amortised: look only every 1,000 revisions.
@@ -522,7 +526,7 @@ class _WatchPoller(threading.Thread):
             self.next_revision = row[0] + 1
         return len(rows) == self._BATCH_ROWS_MAX
 
-    def _fetch(self, conn: sqlite3.Connection) -> list[tuple]:
+    def _fetch(self, conn: sqlite3.Connection) -> list[_Row]:
         sql = (
             "SELECT revision, key, value, create_revision, version, lease_id FROM log"
             " WHERE revision >= ? AND key >= ?"
@@ -543,7 +547,7 @@ class _WatchPoller(threading.Thread):
                 conn.execute("COMMIT")
 
 
-def _row_to_event(row: tuple) -> PutEvent | DeleteEvent:
+def _row_to_event(row: _Row) -> PutEvent | DeleteEvent:
     revision, kb, value, create, version, lease = row
     if value is None:
         return DeleteEvent(kb.decode(), revision)

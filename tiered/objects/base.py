@@ -84,6 +84,9 @@ class Capabilities:
     multipart: bool = False
 
 
+_DEFAULT_CAPABILITIES = Capabilities()
+
+
 def check_key(key: str) -> str:
     """Validate an object key (see module docstring); returns it unchanged."""
     if not isinstance(key, str) or not key:
@@ -114,7 +117,11 @@ Data = bytes | bytearray | memoryview | os.PathLike[str] | str
 class ObjectStore(abc.ABC):
     """Abstract object store. See the module docstring for the semantics."""
 
-    capabilities = Capabilities()
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this store guarantees: a class attribute in stores that know it up front, a
+        property in stores that learn it at run time (S3 probes its server)."""
+        return _DEFAULT_CAPABILITIES
 
     @abc.abstractmethod
     def put(self, key: str, data: Data, if_absent: bool = False) -> ObjectInfo:

@@ -34,6 +34,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -91,7 +92,7 @@ class S3ObjectStore(ObjectStore):
         multipart_threshold_bytes: int = 16 << 20,
         part_size_bytes: int = 8 << 20,
         upload_threads_max: int = 4,
-        client=None,
+        client: Any = None,  # a boto3 S3 client (boto3 ships no type information)
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         if part_size_bytes < 5 << 20:
@@ -123,7 +124,7 @@ class S3ObjectStore(ObjectStore):
 
     # -- what the server really does -----------------------------------------
     @property
-    def capabilities(self) -> Capabilities:  # type: ignore[override]
+    def capabilities(self) -> Capabilities:
         """Probed on first use; ``conditional_put`` is False while the server is unprobed
         because it cannot be reached (unknown is not a promise)."""
         honoured = self._conditional_put_honoured
@@ -190,12 +191,12 @@ class S3ObjectStore(ObjectStore):
                 etag = self._client.put_object(Bucket=self.bucket, Key=full, Body=bytes(body), **extra)["ETag"]
         return ObjectInfo(key, size, etag.strip('"'), 0.0)
 
-    def _put_multipart(self, full: str, data: Data, size: int, extra: dict) -> str:
+    def _put_multipart(self, full: str, data: Data, size: int, extra: dict[str, str]) -> str:
         upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=full)["UploadId"]
         try:
             offsets = range(0, size, self.part_size_bytes)
 
-            def upload(number_offset: tuple[int, int]) -> dict:
+            def upload(number_offset: tuple[int, int]) -> dict[str, int | str]:
                 number, offset = number_offset
                 body = _slice(data, offset, min(self.part_size_bytes, size - offset))
                 resp = self._client.upload_part(
@@ -208,7 +209,8 @@ class S3ObjectStore(ObjectStore):
             resp = self._client.complete_multipart_upload(
                 Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra
             )
-            return resp["ETag"]
+            etag: str = resp["ETag"]
+            return etag
         except BaseException:
             # Best effort: an unfinished upload is invisible but costs storage.
             with contextlib.suppress(Exception):
@@ -222,7 +224,8 @@ class S3ObjectStore(ObjectStore):
     # -- reads -------------------------------------------------------------
     def get(self, key: str) -> bytes:
         with self._mapped(key, "get"):
-            return self._client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read()
+            body: bytes = self._client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"].read()
+            return body
 
     def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
         check_byte_request(byte_range)

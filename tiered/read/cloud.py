@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from native.errors import CodecError, CorruptObject
+from native.format import Record
 from tiered.archive import fetch
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.fetch import Block, Footer, ObjectPin
@@ -170,7 +171,7 @@ class CloudReader:
     # -- the pipeline ----------------------------------------------------------
     def _generate(self) -> Iterator[Message]:
         expected = self.start
-        pending: list[concurrent.futures.Future | _Prepared] = []
+        pending: list[concurrent.futures.Future[_Prepared] | _Prepared] = []
         descriptors = self._covering()
         while expected <= self.end:
             self._fill(pending, descriptors)
@@ -188,7 +189,7 @@ class CloudReader:
                 raise CorruptArchive(prepared.key, f"served up to {expected - 1}, descriptor says "
                                      f"{prepared.descriptor.end_offset}")
 
-    def _fill(self, pending: list, descriptors: Iterator[keys.ObjectDescriptor]) -> None:
+    def _fill(self, pending: list[concurrent.futures.Future[_Prepared] | _Prepared], descriptors: Iterator[keys.ObjectDescriptor]) -> None:
         """Keep the current object plus ``prefetch_objects`` more prepared or in flight."""
         while len(pending) < self.prefetch_objects + 1:
             descriptor = next(descriptors, None)
@@ -206,7 +207,7 @@ class CloudReader:
                     raise
                 raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
 
-    def _take(self, item: "concurrent.futures.Future | _Prepared") -> _Prepared:
+    def _take(self, item: "concurrent.futures.Future[_Prepared] | _Prepared") -> _Prepared:
         if isinstance(item, _Prepared):
             return item
         try:
@@ -293,7 +294,8 @@ class CloudReader:
 
     def _object_messages(self, prepared: _Prepared, expected: int) -> Iterator[Message]:
         for index, run in enumerate(prepared.runs):
-            data = prepared.first_run_data if index == 0 else self._fetch_run_mapped(prepared, run)
+            first = prepared.first_run_data if index == 0 else None
+            data = first if first is not None else self._fetch_run_mapped(prepared, run)
             prepared.first_run_data = None  # let the first run's bytes go once consumed
             for block in run.blocks:
                 records = self._decode(prepared, data, run.position, block)
@@ -316,7 +318,7 @@ class CloudReader:
                           f"object {prepared.key!r} vanished while being read") from e
 
     @staticmethod
-    def _decode(prepared: _Prepared, data: bytes, base: int, block: Block) -> list:
+    def _decode(prepared: _Prepared, data: bytes, base: int, block: Block) -> list[Record]:
         key = prepared.key
         view = memoryview(data)[block.position - base:block.end - base]
         try:

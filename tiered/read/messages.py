@@ -22,6 +22,9 @@ TIER_WAL: Final = "wal"
 TIER_LIVE: Final = "live"
 TIERS: Final[tuple[str, ...]] = (TIER_CLOUD, TIER_WAL, TIER_LIVE)
 
+#: A ``native.format.Record`` or any 5-tuple in its order.
+RecordTuple = tuple[int, int, "bytes | None", "dict[str, str]", bytes]
+
 
 class Message(NamedTuple):
     """One message as served to a consumer; ``tier`` says which tier served it."""
@@ -34,7 +37,7 @@ class Message(NamedTuple):
     tier: str
 
     @classmethod
-    def from_record(cls, record: tuple, tier: str) -> "Message":
+    def from_record(cls, record: RecordTuple, tier: str) -> "Message":
         """Wrap a native ``Record`` (or any 5-tuple in record order)."""
         offset, publish_time, key, attributes, payload = record
         return cls(offset, publish_time, key, attributes, payload, tier)

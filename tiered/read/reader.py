@@ -34,8 +34,10 @@ import asyncio
 import collections
 import logging
 import threading
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Iterator
+from typing import Literal
+
+from native.format import Record
 
 from tiered.read.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
 from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
@@ -122,7 +124,9 @@ class TieredReader:
         self._cloud_readers: list[CloudReader] = []  # kept for counters after they finish
         self._pending: collections.deque[Message] = collections.deque()
         self._wal_reader: WalTailReader | None = None
-        self._wal_iter: Any = None
+        # The WAL reader as iterated by next() and by anext() (the same object, one state).
+        self._wal_iter: Iterator[Record] | None = None
+        self._wal_aiter: AsyncIterator[Record] | None = None
         self._wal_served = False
         self._live_from: int | None = None
         self._retention_retries = 0
@@ -273,6 +277,7 @@ class TieredReader:
 
     def _open_wal_locked(self) -> None:
         position = self._position
+        assert self.wal is not None, "the WAL phase is entered only with a WAL"
         try:
             self._wal_reader = self.wal.reader(position, live=self.live)
         except OffsetBelowRetention as e:
@@ -299,6 +304,7 @@ class TieredReader:
             if self._phase != _PHASE_WAL:
                 return None
         if self._wal_iter is None:
+            assert self._wal_reader is not None, "_open_wal opens it or leaves the WAL phase"
             self._wal_iter = iter(self._wal_reader)
         try:
             record = next(self._wal_iter)
@@ -308,7 +314,8 @@ class TieredReader:
             self._phase = _PHASE_DONE
             return None
         except OffsetBelowRetention as e:
-            return self._wal_retention_error(e)
+            self._wal_retention_error(e)
+            return None
         except Exception:
             self._check_open()  # the WAL reader was closed because the topic moved away
             raise
@@ -319,17 +326,19 @@ class TieredReader:
             await asyncio.to_thread(self._open_wal)
             if self._phase != _PHASE_WAL:
                 return None
-        if self._wal_iter is None:
-            self._wal_iter = self._wal_reader.__aiter__()
+        if self._wal_aiter is None:
+            assert self._wal_reader is not None, "_open_wal opens it or leaves the WAL phase"
+            self._wal_aiter = self._wal_reader.__aiter__()
         try:
-            record = await self._wal_iter.__anext__()
+            record = await self._wal_aiter.__anext__()
         except StopAsyncIteration:
             if self._moved is not None:
                 self._check_open()
             self._phase = _PHASE_DONE
             return None
         except OffsetBelowRetention as e:
-            return self._wal_retention_error(e)
+            self._wal_retention_error(e)
+            return None
         except Exception:
             self._check_open()
             raise
@@ -339,16 +348,15 @@ class TieredReader:
         if self._wal_served:
             raise error  # Mid-stream: the WAL lost data under us; never hide it.
         self._fall_back_to_cloud(error)
-        return None
 
-    def _wal_message(self, record: tuple) -> Message:
+    def _wal_message(self, record: Record) -> Message:
         self._wal_served = True
         assert self._live_from is not None
         tier = TIER_WAL if record[0] < self._live_from else TIER_LIVE
         return Message.from_record(record, tier)
 
     def _close_wal_reader(self) -> None:
-        reader, self._wal_reader, self._wal_iter = self._wal_reader, None, None
+        reader, self._wal_reader, self._wal_iter, self._wal_aiter = self._wal_reader, None, None, None
         close = getattr(reader, "close", None)
         if close is not None:
             try:
@@ -395,10 +403,10 @@ def durable_next(wal: WalOffsets) -> int:
     return int(wal.first_offset) if durable is None or durable < 0 else int(durable) + 1
 
 
-def read_messages(reader: TieredReader, limit: int | None = None) -> list:
+def read_messages(reader: TieredReader, limit: int | None = None) -> list[Message]:
     """Everything ``reader`` yields (at most ``limit``), then close it: for readers created
     with ``live=False`` (a live reader never ends on its own without ``limit``)."""
-    out: list = []
+    out: list[Message] = []
     with reader:
         for message in reader:
             out.append(message)

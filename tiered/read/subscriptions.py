@@ -30,7 +30,7 @@ from typing import Literal
 from tiered.archive.chain import DescriptorChain
 from tiered.errors import MalformedRecord, StorageError
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, MetadataStore, Put, absent, value_is
+from tiered.metadata.base import Compare, MetadataStore, Put, TxnResult, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from tiered.read.metrics import ReadMetrics
@@ -335,7 +335,7 @@ class SubscriptionManager:
             raise CursorWriteFailed(f"writing {key!r} failed (re-read before the next write): {e}") from e
         self.metrics.cursor_flushes.labels("ok").inc()
 
-    def _txn(self, compares: list[Compare], key: str, value: bytes):
+    def _txn(self, compares: list[Compare], key: str, value: bytes) -> TxnResult:
         fencing = self._fencing() if callable(self._fencing) else self._fencing
         try:
             return self.metadata.txn(list(fencing) + compares, [Put(key, value)], [])

@@ -20,7 +20,7 @@ import errno
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from wal.fs import AppendFile, Lock, LockHeld, ReadFile
@@ -45,7 +45,7 @@ class _FaultAppendFile:
         self._inode = inode
         self._closed = False
 
-    def write(self, chunks: list) -> None:
+    def write(self, chunks: Sequence[bytes]) -> None:
         self._fs._write(self._inode, chunks, self._closed)
 
     def sync(self) -> None:
@@ -351,7 +351,7 @@ class FaultFs:
             self._held_locks.discard(path)
 
     # ---- handle operations
-    def _write(self, inode: _Inode, chunks: list, closed: bool) -> None:
+    def _write(self, inode: _Inode, chunks: Sequence[bytes], closed: bool) -> None:
         if closed:
             raise ValueError("write to a closed file")
         with self._lock:

@@ -20,10 +20,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, NoReturn, TypeVar
 
 from tiered.errors import OperationTimeout, StorageError, StorageUnavailable
 from tiered.metadata.base import Compare, KeyValue, Lease, MetadataStore, Op, TxnResult, Watch
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -47,7 +49,7 @@ class FaultPlan:
         self._faults: list[Fault] = []
         self._latency: dict[str | None, float] = {}
         self.calls: Counter[str] = Counter()
-        self.delayed: list[Callable[[], Any]] = []
+        self.delayed: list[Callable[[], object]] = []
 
     def fail(
         self,
@@ -84,7 +86,7 @@ class FaultPlan:
         fault.kind = "delay"
         return fault
 
-    def apply_delayed(self) -> list[Any]:
+    def apply_delayed(self) -> list[object]:
         """Apply every held request now, oldest first; returns their results."""
         with self._lock:
             held, self.delayed = self.delayed, []
@@ -118,13 +120,13 @@ class FaultPlan:
             time.sleep(latency_s)
         return hit
 
-    def run(self, op: str, call: Callable[[], Any]) -> Any:
+    def run(self, op: str, call: Callable[[], T]) -> T:
         fault = self.next_fault(op)
         if fault is None:
             return call()
         return self.apply(op, fault, call)
 
-    def apply(self, op: str, fault: Fault, call: Callable[[], Any]) -> Any:
+    def apply(self, op: str, fault: Fault, call: Callable[[], object]) -> NoReturn:
         """Fire ``fault`` for one call: maybe run it first, maybe wait, then raise."""
         if fault.kind == "delay":
             with self._lock:

@@ -7,11 +7,12 @@ the first half of the data under the final key and then raise
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from tiered.errors import StorageUnavailable
 from tiered.metadata.testing.faults import FaultPlan
-from tiered.objects.base import ByteRequest, Data, ObjectInfo, ObjectStore, SuffixByteRequest
+from tiered.objects.base import ByteRequest, Capabilities, Data, ObjectInfo, ObjectStore, SuffixByteRequest
 
 
 class FaultyObjectStore(ObjectStore):
@@ -23,7 +24,7 @@ class FaultyObjectStore(ObjectStore):
         self.ignore_conditional_put = False
 
     @property
-    def capabilities(self):  # the inner store's, as it knows them now (S3 probes its server)
+    def capabilities(self) -> Capabilities:  # the inner store's, as it knows them now (S3 probes its server)
         return self.inner.capabilities
 
     def put(self, key: str, data: Data, if_absent: bool = False) -> ObjectInfo:
@@ -62,6 +63,6 @@ class FaultyObjectStore(ObjectStore):
         self.inner.close()
 
 
-def _read(path: Data) -> bytes:
-    with open(path, "rb") as f:  # type: ignore[arg-type]
+def _read(path: os.PathLike[str] | str) -> bytes:
+    with open(path, "rb") as f:
         return f.read()
