@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import crc32c as _crc32c_mod
 
 if TYPE_CHECKING:
-    from native._protocols import Buffer, Message
+    from native._protocols import Message
+    from native.format import Buffer
 
 from native.errors import CodecError, CorruptSegmentHeader
 from native.format import (

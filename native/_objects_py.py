@@ -46,7 +46,7 @@ from native.object_format import (
 from native.format import Record
 
 if TYPE_CHECKING:
-    from native._protocols import Buffer
+    from native.format import Buffer
 
 IMPLEMENTATION = "python"
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from native.format import Record, ScanResult
-from native.object_format import Block, Footer, ObjectHeader
-
-Buffer = bytes | bytearray | memoryview
+from native.format import Buffer, Record, ScanResult
+# The object twins' protocol lives beside the object format it serves (object_format.py
+# types its ``codec=`` parameters with it); named here with the other twins' protocols.
+from native.object_format import Block, Footer, ObjectHeader, ObjectsTwin
 Message = tuple[int, "bytes | None", "Mapping[str, str] | None", bytes]
 
 
@@ -83,23 +83,6 @@ class AppendTwin(Protocol):
     def AppendBuffer(self) -> Callable[..., AppendCore]:  # noqa: N802 - the class each twin exports
         """Builds the append core (a class in each twin)."""
         ...
-
-
-@runtime_checkable
-class ObjectsTwin(Protocol):
-    """dnb1 objects: the primitives behind native.object_format (use that module's API)."""
-
-
-    def object_encode(self, frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
-                      first_offset: int | None) -> bytes: ...
-    def object_footer_bytes_needed(self, tail: Buffer, object_name: str,
-                                   object_size: int | None) -> int: ...
-    def object_parse_footer(self, tail: Buffer, object_name: str, object_size: int) -> Footer: ...
-    def object_parse_header(self, data: Buffer, object_name: str) -> ObjectHeader: ...
-    def object_decode_block(self, data: Buffer, block: Block, object_name: str,
-                            first_offset: int | None, last_offset: int | None,
-                            min_publish_time: int | None, max_publish_time: int | None,
-                            want_records: bool) -> list[Record] | bytes: ...
 
 
 @runtime_checkable

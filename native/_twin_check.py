@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from native import _append, _append_py, _frames, _frames_py, _objects, _objects_py
-    from native._protocols import AppendTwin, FramesTwin, ObjectsTwin
+    from native._protocols import AppendTwin, FramesTwin
+    from native.object_format import ObjectsTwin
 
     frames_python: FramesTwin = _frames_py
     frames_compiled: FramesTwin = _frames

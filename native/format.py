@@ -111,6 +111,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+#: What the codecs accept as bytes.
+Buffer = bytes | bytearray | memoryview
+
 SEGMENT_MAGIC = b"DNBW"
 SEGMENT_VERSION = 2  # what new segments are written with
 SEGMENT_VERSIONS_READABLE = (1, 2)

@@ -122,14 +122,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast, runtime_checkable
 
-if TYPE_CHECKING:  # native._protocols imports this module's NamedTuples
+if TYPE_CHECKING:
     import zstandard
 
-    from native._protocols import Buffer, ObjectsTwin
     from native.errors import CorruptObject
-    from native.format import Record
+    from native.format import Buffer, Record
 
 OBJECT_MAGIC = b"DNB1"
 OBJECT_VERSION = 1
@@ -208,6 +207,23 @@ class Footer(NamedTuple):
 class ObjectHeader(NamedTuple):
     topic: str
     header_bytes: int
+
+
+@runtime_checkable
+class ObjectsTwin(Protocol):
+    """dnb1 objects: the primitives behind native.object_format (use that module's API)."""
+
+
+    def object_encode(self, frames: Buffer, topic: str, block_bytes: int, zstd_level: int,
+                      first_offset: int | None) -> bytes: ...
+    def object_footer_bytes_needed(self, tail: Buffer, object_name: str,
+                                   object_size: int | None) -> int: ...
+    def object_parse_footer(self, tail: Buffer, object_name: str, object_size: int) -> Footer: ...
+    def object_parse_header(self, data: Buffer, object_name: str) -> ObjectHeader: ...
+    def object_decode_block(self, data: Buffer, block: Block, object_name: str,
+                            first_offset: int | None, last_offset: int | None,
+                            min_publish_time: int | None, max_publish_time: int | None,
+                            want_records: bool) -> list[Record] | bytes: ...
 
 
 def zstd_compressor(level: int) -> zstandard.ZstdCompressor:
