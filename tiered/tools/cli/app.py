@@ -129,6 +129,16 @@ def global_options(hidden: bool) -> list[click.Parameter]:
     ]
 
 
+def _add_global_options(command: click.Command, hidden: bool) -> None:
+    """Append the global options; a command parameter of the same name would silently
+    share its value with one of them (click keys values by name), so that is refused."""
+    options = global_options(hidden)
+    clash = {p.name for p in command.params} & {p.name for p in options}
+    if clash:
+        raise TypeError(f"dnb {command.name}: parameter name(s) {sorted(clash)} are global options")
+    command.params.extend(options)
+
+
 class DnbCommand(click.Command):
     """A command that also accepts the global options after its name; its one-line help
     is listed whole in ``dnb --help`` (click would cut it at 45 characters)."""
@@ -139,7 +149,7 @@ class DnbCommand(click.Command):
         if kwargs.get("help") and not kwargs.get("short_help"):
             kwargs["short_help"] = kwargs["help"].split("\n\n")[0]
         super().__init__(*args, **kwargs)
-        self.params.extend(global_options(hidden=True))
+        _add_global_options(self, hidden=True)
 
     def invoke(self, ctx: click.Context) -> Any:
         invocation = ctx.find_object(Invocation)
@@ -158,7 +168,7 @@ class DnbGroup(click.Group):
         if kwargs.get("help") and not kwargs.get("short_help"):
             kwargs["short_help"] = kwargs["help"].split("\n\n")[0]
         super().__init__(*args, **kwargs)
-        self.params.extend(global_options(hidden=not root))
+        _add_global_options(self, hidden=not root)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # the order they are defined in: the workflow's order

@@ -57,10 +57,13 @@ def _config(strategy: str | None) -> Any:
     return LoadManagerConfig() if strategy is None else LoadManagerConfig(assignment_strategy=strategy)
 
 
-def _show(inv: Invocation, read: Callable[[Any], dict[str, Any]], render: Callable[[dict[str, Any]], str]) -> None:
-    """Open the metadata store, read one view through ``tiered.cluster.admin``, print it."""
+def _show(inv: Invocation, call: Callable[[Any, Any], dict[str, Any]], render: Callable[[dict[str, Any]], str]) -> None:
+    """Open the metadata store, ``call(admin, metadata)`` (a view or an operator input of
+    :mod:`tiered.cluster.admin`), print its result."""
+    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
+
     with _metadata(inv.settings()) as metadata:
-        inv.out.emit(read(metadata), render=render)
+        inv.out.emit(call(admin, metadata), render=render)
 
 
 strategy_option = click.option("--strategy", type=click.Choice(STRATEGIES), default=None,
@@ -81,34 +84,26 @@ def run(inv: Invocation, load_manager_config: str | None) -> int:
 @strategy_option
 @pass_invocation
 def brokers(inv: Invocation, strategy: str | None) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.brokers(m, _config(strategy)), _render_brokers)
+    _show(inv, lambda admin, m: admin.brokers(m, _config(strategy)), _render_brokers)
 
 
 @cluster.command("leader", help="the elected load-manager leader and its term")
 @pass_invocation
 def leader(inv: Invocation) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, admin.leader, render_mapping)
+    _show(inv, lambda admin, m: admin.leader(m), render_mapping)
 
 
 @cluster.command("balance", help="CV, mean, σ, min/max load and the broker rankings")
 @strategy_option
 @pass_invocation
 def balance(inv: Invocation, strategy: str | None) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.balance(m, _config(strategy)), _render_balance)
+    _show(inv, lambda admin, m: admin.balance(m, _config(strategy)), _render_balance)
 
 
 @cluster.command("moves", help="placements in flux and pending requests")
 @pass_invocation
 def moves(inv: Invocation) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, admin.moves, _render_moves)
+    _show(inv, lambda admin, m: admin.moves(m), _render_moves)
 
 
 @cluster.command("history", help="completed and running moves, optionally of one topic or since a time")
@@ -117,9 +112,7 @@ def moves(inv: Invocation) -> None:
 @click.option("--since", type=float, default=None, help="since this Unix time (seconds)")
 @pass_invocation
 def history(inv: Invocation, subject: str | None, topic: str | None, since: float | None) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.history(m, topic or subject, since), _render_history)
+    _show(inv, lambda admin, m: admin.history(m, topic or subject, since), _render_history)
 
 
 @cluster.command("rebalance", help="the moves the leader would make now (only with --dry-run; changes nothing)")
@@ -128,13 +121,11 @@ def history(inv: Invocation, subject: str | None, topic: str | None, since: floa
 @strategy_option
 @pass_invocation
 def rebalance(inv: Invocation, dry_run: bool, max_moves: int, strategy: str | None) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
     if not dry_run:
         raise click.UsageError("only `dnb cluster rebalance --dry-run` exists: automatic rebalancing is the "
                                "leader's (enable it in the load-manager config; pause/resume it with "
                                "`dnb cluster pause|resume`)")
-    _show(inv, lambda m: admin.rebalance_plan(m, _config(strategy), max_moves), _render_plan)
+    _show(inv, lambda admin, m: admin.rebalance_plan(m, _config(strategy), max_moves), _render_plan)
 
 
 @cluster.command("assign", help="place a new topic (optionally on --to BROKER); exit 3 if already requested")
@@ -155,43 +146,33 @@ def assign(inv: Invocation, topic: str, to_broker: str | None) -> int | None:
 @click.option("--to", "to_broker", default=None, help="target broker")
 @pass_invocation
 def move(inv: Invocation, topic: str, to_broker: str | None) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.request_move(m, topic, to_broker), render_mapping)
+    _show(inv, lambda admin, m: admin.request_move(m, topic, to_broker), render_mapping)
 
 
 @cluster.command("drain", help="move every topic off BROKER and place nothing new on it")
-@click.argument("broker_id", metavar="BROKER")
+@click.argument("broker", metavar="BROKER")
 @pass_invocation
-def drain(inv: Invocation, broker_id: str) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.set_mode(m, broker_id, "draining"), render_mapping)
+def drain(inv: Invocation, broker: str) -> None:
+    _show(inv, lambda admin, m: admin.set_mode(m, broker, "draining"), render_mapping)
 
 
 @cluster.command("undrain", help="let BROKER take topics again")
-@click.argument("broker_id", metavar="BROKER")
+@click.argument("broker", metavar="BROKER")
 @pass_invocation
-def undrain(inv: Invocation, broker_id: str) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.set_mode(m, broker_id, "active"), render_mapping)
+def undrain(inv: Invocation, broker: str) -> None:
+    _show(inv, lambda admin, m: admin.set_mode(m, broker, "active"), render_mapping)
 
 
 @cluster.command("pause", help="pause the leader's automatic rebalancing")
 @pass_invocation
 def pause(inv: Invocation) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.set_paused(m, True), render_mapping)
+    _show(inv, lambda admin, m: admin.set_paused(m, True), render_mapping)
 
 
 @cluster.command("resume", help="resume the leader's automatic rebalancing")
 @pass_invocation
 def resume(inv: Invocation) -> None:
-    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
-
-    _show(inv, lambda m: admin.set_paused(m, False), render_mapping)
+    _show(inv, lambda admin, m: admin.set_paused(m, False), render_mapping)
 
 
 def _run_manager(metadata: Any, settings: Settings, config_path: str | None) -> int:
