@@ -158,3 +158,17 @@ def test_help_does_not_import_the_library():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
     assert proc.stderr.strip().splitlines()[-1] == "0 []", proc.stderr
+
+
+def test_repeated_log_lines_are_rate_limited_not_silenced_for_good():
+    from tiered.tools.cli.main import _RepeatFilter
+
+    def record(text, created):
+        r = logging.LogRecord("tiered.x", logging.WARNING, __file__, 1, text, (), None)
+        r.created = created
+        return r
+
+    f = _RepeatFilter(limit=2, window_s=60.0)
+    assert [f.filter(record("down", t)) for t in (0, 1, 2, 3)] == [True, True, False, False]
+    assert f.filter(record("other", 4))           # another line has its own budget
+    assert f.filter(record("down", 61))           # a new minute: shown again

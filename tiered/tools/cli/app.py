@@ -61,6 +61,12 @@ class Invocation:
         level = logging.DEBUG if self.out.debug or verbose >= 2 else logging.INFO if verbose else DEFAULT_LOG_LEVEL
         logging.getLogger().setLevel(level)
 
+    def long_lived(self) -> None:
+        """A process that serves until SIGTERM (``broker run``, ``cluster run``) logs its
+        warnings too: nobody waits for its one-line result."""
+        root = logging.getLogger()
+        root.setLevel(min(root.level, logging.WARNING))
+
     def option(self, name: str, default: Any = None) -> Any:
         return self.given.get(name, default)
 

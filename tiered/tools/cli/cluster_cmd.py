@@ -75,6 +75,7 @@ strategy_option = click.option("--strategy", type=click.Choice(STRATEGIES), defa
               help="JSON load_manager section (+ leader_ttl_s, poll_interval_s) (env DNB_LOAD_MANAGER_CONFIG)")
 @pass_invocation
 def run(inv: Invocation, load_manager_config: str | None) -> int:
+    inv.long_lived()
     settings = inv.settings()
     with _metadata(settings) as metadata:
         return _run_manager(metadata, settings, load_manager_config)

@@ -318,6 +318,7 @@ def broker_run(inv: Invocation, listen: str | None, advertise: str | None, shutd
         flags["broker.advertised_address"] = (advertise, "--advertise")
     if shutdown_timeout_s is not None:
         flags["server.shutdown_timeout_s"] = (shutdown_timeout_s, "--shutdown-timeout-s")
+    inv.long_lived()
     return ops.run_broker(inv.settings(flags), load_manager, load_manager_config, load_report_interval_s)
 
 

@@ -22,8 +22,9 @@ from tiered.tools.cli.commands import cli
 from tiered.tools.cli.output import Output, run_command
 
 PROG = "dnb"
-#: The same log line (logger and message template) is shown at most this often per run.
+#: The same log line is shown at most this often per REPEAT_WINDOW_S.
 REPEATS_SHOWN = 3
+REPEAT_WINDOW_S = 60.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,12 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _cli_logging() -> Iterator[None]:
     """Library logs on stderr for the length of one command, at ERROR until the command
     sets its level (:meth:`Invocation.apply`: INFO with ``-v``, DEBUG with ``-vv`` or
-    ``--debug``); repeats of one line are cut after :data:`REPEATS_SHOWN`. Restored
+    ``--debug``); repeats of one line are cut after :data:`REPEATS_SHOWN` a minute. Restored
     afterwards: ``main`` may run in-process (tests, embedding)."""
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("dnb: %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(_RepeatFilter(REPEATS_SHOWN))
+    handler.addFilter(_RepeatFilter(REPEATS_SHOWN, REPEAT_WINDOW_S))
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(DEFAULT_LOG_LEVEL)
@@ -63,17 +64,24 @@ def _cli_logging() -> Iterator[None]:
 
 
 class _RepeatFilter(logging.Filter):
-    """Pass the first ``limit`` records of each (logger, message template)."""
+    """Pass at most ``limit`` identical lines (logger, level, text) per ``window_s``: a
+    retry loop says what is wrong a few times, not once per attempt, and a long-lived
+    ``dnb broker run`` still logs a line that comes back hours later."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, window_s: float) -> None:
         super().__init__()
-        self.limit = limit
-        self.seen: dict[tuple[str, object], int] = {}
+        self.limit, self.window_s = limit, window_s
+        self.seen: dict[tuple[str, int, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.msg)
-        count = self.seen[key] = self.seen.get(key, 0) + 1
-        return count <= self.limit
+        key = (record.name, record.levelno, record.getMessage())
+        started, count = self.seen.get(key, (record.created, 0))
+        if record.created - started >= self.window_s:
+            started, count = record.created, 0
+        if len(self.seen) > 10_000:  # a bounded memory for a process that runs for weeks
+            self.seen.clear()
+        self.seen[key] = (started, count + 1)
+        return count < self.limit
 
 
 def _env_flag(name: str) -> bool:
