@@ -111,7 +111,15 @@ def test_library_warnings_stay_off_stderr_unless_verbose(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ops, "inspect", noisy)
-    quiet = dnb(*broker(tmp_path, "1"), "inspect", TOPIC)
+    # A library logger with its own level (as `dnb broker run` sets "tiered" to INFO in
+    # its process) does not get past the CLI's level either.
+    tiered_log = logging.getLogger("tiered")
+    old_level = tiered_log.level
+    tiered_log.setLevel(logging.INFO)
+    try:
+        quiet = dnb(*broker(tmp_path, "1"), "inspect", TOPIC)
+    finally:
+        tiered_log.setLevel(old_level)
     assert quiet.rc == 0 and "retrying" not in quiet.err and "available again" not in quiet.err
     verbose = dnb(*broker(tmp_path, "1"), "inspect", TOPIC, "-v")
     assert verbose.rc == 0 and "available again" in verbose.err

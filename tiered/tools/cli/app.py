@@ -44,6 +44,8 @@ class Invocation:
 
     out: Output
     given: dict[str, Any] = field(default_factory=dict)
+    #: Where library logs go during this run (stderr; installed by ``main``).
+    log_handler: logging.Handler = field(default_factory=logging.NullHandler)
 
     def remember(self, name: str, value: Any, multiple: bool, counted: bool) -> None:
         if multiple:
@@ -59,6 +61,9 @@ class Invocation:
         self.out.debug = bool(self.option("debug", False))
         verbose = self.option("verbose", 0)
         level = logging.DEBUG if self.out.debug or verbose >= 2 else logging.INFO if verbose else DEFAULT_LOG_LEVEL
+        # On the handler as well as the root: a library logger with a level of its own
+        # (one a long-lived command set earlier in this process) must not get past it.
+        self.log_handler.setLevel(level)
         logging.getLogger().setLevel(level)
 
     def long_lived(self) -> None:
@@ -66,6 +71,8 @@ class Invocation:
         warnings too: nobody waits for its one-line result."""
         root = logging.getLogger()
         root.setLevel(min(root.level, logging.WARNING))
+        # The command raises its own loggers to INFO (transitions); let those through.
+        self.log_handler.setLevel(min(self.log_handler.level, logging.INFO))
 
     def option(self, name: str, default: Any = None) -> Any:
         return self.given.get(name, default)

@@ -36,14 +36,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int | None:
         invocation.given.clear()
-        with _cli_logging():
+        with _cli_logging(invocation):
             return cli.main(args, prog_name=PROG, obj=invocation, standalone_mode=False)
 
     return run_command(out, body)
 
 
 @contextmanager
-def _cli_logging() -> Iterator[None]:
+def _cli_logging(invocation: Invocation) -> Iterator[None]:
     """Library logs on stderr for the length of one command, at ERROR until the command
     sets its level (:meth:`Invocation.apply`: INFO with ``-v``, DEBUG with ``-vv`` or
     ``--debug``); repeats of one line are cut after :data:`REPEATS_SHOWN` a minute. Restored
@@ -53,6 +53,8 @@ def _cli_logging() -> Iterator[None]:
     handler.setFormatter(logging.Formatter("dnb: %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(_RepeatFilter(REPEATS_SHOWN, REPEAT_WINDOW_S))
     old_level = root.level
+    handler.setLevel(DEFAULT_LOG_LEVEL)
+    invocation.log_handler = handler
     root.addHandler(handler)
     root.setLevel(DEFAULT_LOG_LEVEL)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # the process is ours: grpc's C core stays quiet
