@@ -1,4 +1,5 @@
-"""``dnb cluster ACTION``: the load manager's operator commands (every one with ``--json``).
+"""``dnb cluster ACTION``: the load manager's operator commands (every one with ``--json``),
+each a few lines over :mod:`tiered.cluster.admin`.
 
 ``run``: a load-manager candidate on its own (no broker), until SIGTERM.
 
@@ -13,90 +14,174 @@ topic), ``move TOPIC [--to B]`` (a manual transfer of a placed topic), ``drain B
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from tiered.cluster import admin
-from tiered.cluster.config import LoadManagerConfig
-from tiered.cluster.runtime import LoadManager, load_manager_settings
-from tiered.metadata import open_metadata
-from tiered.tools.cli.output import CliError, Output, render_mapping, render_table
+import click
+
+from tiered.tools.cli.app import DnbGroup, Invocation, pass_invocation
+from tiered.tools.cli.output import EXIT_REFUSED, render_mapping, render_table
 from tiered.tools.cli.settings import Settings
 
-ACTIONS = ("run", "brokers", "leader", "balance", "moves", "history", "rebalance", "assign", "move", "drain", "undrain",
-           "pause", "resume")
+STRATEGIES = ("fair", "balanced", "weighted_load")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=ACTIONS, help="what to show or request (see `dnb cluster --help`)")
-    p.add_argument("subject", nargs="?", default=None, help="topic (assign, move, history) or broker id (drain)")
-    p.add_argument("--to", default=None, help="target broker (assign, move)")
-    p.add_argument("--topic", default=None, help="history of one topic")
-    p.add_argument("--since", type=float, default=None, help="history since this Unix time (seconds)")
-    p.add_argument("--dry-run", action="store_true", help="rebalance: print the moves, change nothing")
-    p.add_argument("--max-moves", type=int, default=10, help="rebalance: at most this many moves (default 10)")
-    p.add_argument("--load-manager-config", default=os.environ.get("DNB_LOAD_MANAGER_CONFIG"), metavar="FILE",
-                   help="run: JSON load_manager section (+ leader_ttl_s, poll_interval_s)")
-    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                   help="print one JSON object (same as the global --json)")
-    p.add_argument("--strategy", default=None, choices=("fair", "balanced", "weighted_load"),
-                   help="balance/brokers: score with this strategy instead (what-if)")
+@click.group("cluster", cls=DnbGroup, help="load manager: brokers, leader, balance, moves, history, assign/move, "
+             "drain/undrain, pause/resume, rebalance --dry-run")
+def cluster() -> None:
+    pass
 
 
-def run(args: argparse.Namespace, settings: Settings, out: Output) -> int | None:
-    config = LoadManagerConfig() if args.strategy is None else LoadManagerConfig(assignment_strategy=args.strategy)
-    action = args.action
-    needs = {"assign": "topic", "move": "topic", "drain": "broker id", "undrain": "broker id"}
-    if action in needs and not args.subject:
-        raise CliError(f"dnb cluster {action} needs a {needs[action]}")
-    if action == "rebalance" and not args.dry_run:
-        raise CliError("only `dnb cluster rebalance --dry-run` exists: automatic rebalancing is the leader's "
-                       "(enable it in the load-manager config; pause/resume it with `dnb cluster pause|resume`)")
+@contextmanager
+def _metadata(settings: Settings) -> Iterator[Any]:
+    from tiered.metadata import open_metadata  # deferred: keeps `dnb --help` light
+
     if settings.metadata_url.startswith("sqlite:"):
         os.makedirs(settings.data_dir, exist_ok=True)
     metadata = open_metadata(settings.metadata_url)
     try:
-        if action == "run":
-            return _run_manager(metadata, settings, args.load_manager_config)
-        if action == "brokers":
-            result = admin.brokers(metadata, config)
-            out.emit(result, render=_render_brokers)
-        elif action == "leader":
-            out.emit(admin.leader(metadata), render=render_mapping)
-        elif action == "balance":
-            out.emit(admin.balance(metadata, config), render=_render_balance)
-        elif action == "moves":
-            out.emit(admin.moves(metadata), render=_render_moves)
-        elif action == "history":
-            topic = args.topic or args.subject
-            out.emit(admin.history(metadata, topic, args.since), render=_render_history)
-        elif action == "rebalance":
-            out.emit(admin.rebalance_plan(metadata, config, args.max_moves), render=_render_plan)
-        elif action == "assign":
-            placed = admin.request_topic(metadata, args.subject, args.to)
-            out.emit({"topic": args.subject, "to": args.to, "requested": placed}, render=render_mapping)
-            return None if placed else 3
-        elif action == "move":
-            out.emit(admin.request_move(metadata, args.subject, args.to), render=render_mapping)
-        elif action in ("drain", "undrain"):
-            mode = "draining" if action == "drain" else "active"
-            out.emit(admin.set_mode(metadata, args.subject, mode), render=render_mapping)
-        elif action in ("pause", "resume"):
-            out.emit(admin.set_paused(metadata, action == "pause"), render=render_mapping)
+        yield metadata
     finally:
         metadata.close()
-    return None
 
 
-def _run_manager(metadata, settings: Settings, config_path: str | None) -> int:
+def _config(strategy: str | None) -> Any:
+    from tiered.cluster.config import LoadManagerConfig  # deferred: keeps `dnb --help` light
+
+    return LoadManagerConfig() if strategy is None else LoadManagerConfig(assignment_strategy=strategy)
+
+
+def _show(inv: Invocation, call: Callable[[Any, Any], dict[str, Any]], render: Callable[[dict[str, Any]], str]) -> None:
+    """Open the metadata store, ``call(admin, metadata)`` (a view or an operator input of
+    :mod:`tiered.cluster.admin`), print its result."""
+    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
+
+    with _metadata(inv.settings()) as metadata:
+        inv.out.emit(call(admin, metadata), render=render)
+
+
+strategy_option = click.option("--strategy", type=click.Choice(STRATEGIES), default=None,
+                               help="score with this strategy instead (what-if)")
+
+
+@cluster.command("run", help="a load-manager candidate on its own (no broker), until SIGTERM")
+@click.option("--load-manager-config", envvar="DNB_LOAD_MANAGER_CONFIG", metavar="FILE",
+              help="JSON load_manager section (+ leader_ttl_s, poll_interval_s) (env DNB_LOAD_MANAGER_CONFIG)")
+@pass_invocation
+def run(inv: Invocation, load_manager_config: str | None) -> int:
+    inv.long_lived()
+    settings = inv.settings()
+    with _metadata(settings) as metadata:
+        return _run_manager(metadata, settings, load_manager_config)
+
+
+@cluster.command("brokers", help="registration, mode, load and score of every broker")
+@strategy_option
+@pass_invocation
+def brokers(inv: Invocation, strategy: str | None) -> None:
+    _show(inv, lambda admin, m: admin.brokers(m, _config(strategy)), _render_brokers)
+
+
+@cluster.command("leader", help="the elected load-manager leader and its term")
+@pass_invocation
+def leader(inv: Invocation) -> None:
+    _show(inv, lambda admin, m: admin.leader(m), render_mapping)
+
+
+@cluster.command("balance", help="CV, mean, σ, min/max load and the broker rankings")
+@strategy_option
+@pass_invocation
+def balance(inv: Invocation, strategy: str | None) -> None:
+    _show(inv, lambda admin, m: admin.balance(m, _config(strategy)), _render_balance)
+
+
+@cluster.command("moves", help="placements in flux and pending requests")
+@pass_invocation
+def moves(inv: Invocation) -> None:
+    _show(inv, lambda admin, m: admin.moves(m), _render_moves)
+
+
+@cluster.command("history", help="completed and running moves, optionally of one topic or since a time")
+@click.argument("subject", required=False)
+@click.option("--topic", default=None, help="history of one topic (same as the argument)")
+@click.option("--since", type=float, default=None, help="since this Unix time (seconds)")
+@pass_invocation
+def history(inv: Invocation, subject: str | None, topic: str | None, since: float | None) -> None:
+    _show(inv, lambda admin, m: admin.history(m, topic or subject, since), _render_history)
+
+
+@cluster.command("rebalance", help="the moves the leader would make now (only with --dry-run; changes nothing)")
+@click.option("--dry-run", is_flag=True, help="print the moves, change nothing (required)")
+@click.option("--max-moves", type=int, default=10, show_default=True, help="at most this many moves")
+@strategy_option
+@pass_invocation
+def rebalance(inv: Invocation, dry_run: bool, max_moves: int, strategy: str | None) -> None:
+    if not dry_run:
+        raise click.UsageError("only `dnb cluster rebalance --dry-run` exists: automatic rebalancing is the "
+                               "leader's (enable it in the load-manager config; pause/resume it with "
+                               "`dnb cluster pause|resume`)")
+    _show(inv, lambda admin, m: admin.rebalance_plan(m, _config(strategy), max_moves), _render_plan)
+
+
+@cluster.command("assign", help="place a new topic (optionally on --to BROKER); exit 3 if already requested")
+@click.argument("topic")
+@click.option("--to", "to_broker", default=None, help="target broker")
+@pass_invocation
+def assign(inv: Invocation, topic: str, to_broker: str | None) -> int | None:
+    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
+
+    with _metadata(inv.settings()) as metadata:
+        placed = admin.request_topic(metadata, topic, to_broker)
+    inv.out.emit({"topic": topic, "to": to_broker, "requested": placed}, render=render_mapping)
+    return None if placed else EXIT_REFUSED
+
+
+@cluster.command("move", help="a manual transfer of a placed topic (to --to BROKER, or the leader's choice)")
+@click.argument("topic")
+@click.option("--to", "to_broker", default=None, help="target broker")
+@pass_invocation
+def move(inv: Invocation, topic: str, to_broker: str | None) -> None:
+    _show(inv, lambda admin, m: admin.request_move(m, topic, to_broker), render_mapping)
+
+
+@cluster.command("drain", help="move every topic off BROKER and place nothing new on it")
+@click.argument("broker", metavar="BROKER")
+@pass_invocation
+def drain(inv: Invocation, broker: str) -> None:
+    _show(inv, lambda admin, m: admin.set_mode(m, broker, "draining"), render_mapping)
+
+
+@cluster.command("undrain", help="let BROKER take topics again")
+@click.argument("broker", metavar="BROKER")
+@pass_invocation
+def undrain(inv: Invocation, broker: str) -> None:
+    _show(inv, lambda admin, m: admin.set_mode(m, broker, "active"), render_mapping)
+
+
+@cluster.command("pause", help="pause the leader's automatic rebalancing")
+@pass_invocation
+def pause(inv: Invocation) -> None:
+    _show(inv, lambda admin, m: admin.set_paused(m, True), render_mapping)
+
+
+@cluster.command("resume", help="resume the leader's automatic rebalancing")
+@pass_invocation
+def resume(inv: Invocation) -> None:
+    _show(inv, lambda admin, m: admin.set_paused(m, False), render_mapping)
+
+
+def _run_manager(metadata: Any, settings: Settings, config_path: str | None) -> int:
     """A load-manager candidate without a broker: campaigns, and while leader places and
     moves topics; SIGTERM/SIGINT resigns and exits 0. Its id is ``--broker-id`` (any
     unique name: it is only the leader record's ``broker_id``)."""
+    from tiered.cluster.runtime import LoadManager, load_manager_settings  # deferred: keeps `dnb --help` light
+
     logging.getLogger("tiered").setLevel(logging.INFO)
     config, runtime = load_manager_settings(config_path)
     stop = threading.Event()

@@ -22,7 +22,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, TextIO
 
@@ -36,7 +36,7 @@ from tiered.read.errors import ReaderClosed
 from tiered.read.messages import Message
 from tiered.read.reader import create_reader
 from tiered.read.subscriptions import SubscriptionManager
-from tiered.tools.cli.output import CliError, EXIT_DATA, EXIT_INTERNAL, EXIT_REFUSED
+from tiered.tools.cli.output import CliError, EXIT_DATA, EXIT_INTERNAL, EXIT_REFUSED, EXIT_USAGE
 from tiered.tools.cli.settings import Settings, open_stores
 from tiered.tools.verify import local_wal_range, lost_range_json, verify_topic
 from tiered.archive import list_descriptors
@@ -210,8 +210,16 @@ def _idle_watchdog(reader: Any, last_seen: list[float], idle_timeout_s: float, s
 
 # -- seal / restore ---------------------------------------------------------------------
 
-def seal(settings: Settings, topic: str) -> int | None:
-    """Unload on this broker; refuses (changing nothing) unless this broker owns the topic."""
+#: A progress display for work counted as "done so far": ``tracker(label, total)`` is a
+#: context manager yielding ``advance(done)`` (the CLI draws a bar with it).
+Tracker = Callable[[str, "int | None"], "contextlib.AbstractContextManager[Callable[[int], None]]"]
+#: How often the seal's progress display reads the uploader's committed offset.
+SEAL_PROGRESS_POLL_S = 0.1
+
+
+def seal(settings: Settings, topic: str, tracker: Tracker | None = None) -> int | None:
+    """Unload on this broker; refuses (changing nothing) unless this broker owns the topic.
+    ``tracker`` shows the archiving of the unarchived tail, offset by offset."""
     name = TopicName.parse(topic)
     with hosting(settings) as host:
         holder, epoch = owner_of(host.metadata, name)
@@ -220,8 +228,32 @@ def seal(settings: Settings, topic: str) -> int | None:
                 f"broker {holder} (epoch {epoch})"
             raise CliError(f"seal {name}: broker {host.broker_id} does not own the topic; it is held by "
                            f"{who}. Nothing was changed.", EXIT_REFUSED)
-        host.load(name)
-        return host.unload(name)
+        hosted = host.load(name)
+        if tracker is None:
+            return host.unload(name)
+        first = _archived_next(hosted)
+        with tracker(f"sealing {name}", max(0, hosted.next_offset - first)) as advance:
+            stop = threading.Event()
+
+            def watch() -> None:  # reads one int the uploader publishes; never touches the stores
+                while not stop.wait(SEAL_PROGRESS_POLL_S):
+                    advance(_archived_next(hosted) - first)
+
+            watcher = threading.Thread(target=watch, name="dnb-seal-progress", daemon=True)
+            watcher.start()
+            try:
+                last = host.unload(name)
+            finally:
+                stop.set()
+                watcher.join()
+            advance(0 if last is None else last + 1 - first)
+            return last
+
+
+def _archived_next(hosted: Any) -> int:
+    """The first offset the topic's uploader has not committed yet."""
+    committed = hosted.uploader.committed_through
+    return 0 if committed is None else committed + 1
 
 
 def restore(settings: Settings, topic: str, takeover: bool = False, discard_local_wal: bool = False) -> int:
@@ -322,7 +354,20 @@ def _spark_failure(error: BaseException) -> CliError:
                   if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Corrupt\w*|Inconsistent|Gap|Record)\b: ", line)),
                  lines[0] if lines else type(error).__name__)
     is_data = any(name in text for name in _SPARK_DATA_ERRORS)
-    return CliError(f"query failed: {cause[:500]}", EXIT_DATA if is_data else EXIT_INTERNAL)
+    if is_data:
+        return CliError(f"query failed: {cause[:500]}", EXIT_DATA)
+    if _is_sql_error(error):  # a typo, an unknown column or table: the operator's input
+        return CliError(f"query failed: {cause[:500]}", EXIT_USAGE)
+    return CliError(f"query failed: {cause[:500]}", EXIT_INTERNAL)
+
+
+#: pyspark's errors for SQL that does not parse or does not resolve (ParseException is an
+#: AnalysisException); matched by name so pyspark stays an optional import.
+_SPARK_SQL_ERRORS = ("AnalysisException", "ParseException")
+
+
+def _is_sql_error(error: BaseException) -> bool:
+    return any(klass.__name__ in _SPARK_SQL_ERRORS for klass in type(error).__mro__)
 
 
 def _query_json(rows: list[dict[str, Any]]) -> dict[str, Any]:

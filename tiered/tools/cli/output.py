@@ -1,42 +1,73 @@
-"""How the ``dnb`` commands print: one JSON object (``--json``) or a readable table.
+"""How the ``dnb`` commands print: one JSON object (``--json``) or readable tables.
 
 Commands never print directly; they build a result dict and hand it to :class:`Output`.
 Errors from the library are turned into one clear line on stderr and a non-zero exit
 by :func:`run_command`, so every command fails the same way. A traceback appears only
 with ``--debug``, because operators need the message, developers need the stack.
+
+Tables are drawn by rich (imported only when something is drawn, so ``dnb --help``
+stays fast); progress bars too, and only when both stdout and stderr are terminals and
+``--json`` is off, so a pipe or a script never sees them.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 import sys
-import time
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from tiered.errors import MalformedRecord, StorageError, StorageUnavailable
 from typing import Any, TextIO, TypeVar
 
 from native.errors import DnbError
+from tiered.errors import MalformedRecord, ObjectNotFound, StorageError, StorageUnavailable
 
 T = TypeVar("T")
 
-#: Exit codes: 0 ok, 1 the command ran but found a problem (verify not ok, harness
-#: failure), 2 bad usage or input, 3 refused because the state was not as expected
-#: (owned elsewhere, fenced, locked by another process, topic full), 4 a storage backend
-#: is unavailable, 5 the stored data is damaged or inconsistent (corrupt object or WAL,
-#: a gap, a broken descriptor chain, a malformed metadata record), 70 an unexpected
-#: internal error. With ``--json`` every error is also one JSON object on stdout:
-#: ``{"error": {"type": ..., "message": ..., "exit_code": ...}}``.
+#: Exit codes, each with the stable ``code`` string of the JSON error object. Documented
+#: in ``dnb --help`` (:data:`EXIT_CODES_HELP`) and docs/CLI.md.
 EXIT_OK = 0
+#: The command ran but found a problem (verify not ok, a harness or demo failure).
 EXIT_PROBLEMS = 1
+#: Bad usage or input: an unknown option, a malformed URL, topic name, offset or SQL.
 EXIT_USAGE = 2
+#: Refused because the state was not as expected (owned elsewhere, fenced, locked by
+#: another process, topic full); nothing was changed.
 EXIT_REFUSED = 3
+#: A storage backend (metadata store, object store, local disk) is unavailable.
 EXIT_UNAVAILABLE = 4
+#: The stored data is damaged or inconsistent: a corrupt or missing archive object, a
+#: corrupt WAL, a gap, a broken descriptor chain, a malformed metadata record.
 EXIT_DATA = 5
 #: verify: the archive is consistent, but acknowledged messages are recorded lost (a
 #: failover took over a dead owner's unarchived tail); --allow-recorded-loss makes it 0.
 EXIT_RECORDED_LOSS = 6
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+#: exit code -> the ``code`` string of ``{"error": {...}}``; never renamed once released.
+ERROR_CODES = {EXIT_PROBLEMS: "problems", EXIT_USAGE: "usage", EXIT_REFUSED: "refused",
+               EXIT_UNAVAILABLE: "unavailable", EXIT_DATA: "data", EXIT_RECORDED_LOSS: "recorded_loss",
+               EXIT_INTERNAL: "internal", EXIT_INTERRUPTED: "interrupted"}
+
+EXIT_CODES_HELP = """Exit codes:
+  0    ok
+  1    the command ran and found a problem (verify not ok, a harness or demo failure)
+  2    usage: bad option, URL, topic name, offset, config key or SQL
+  3    refused: owned elsewhere, fenced, locked, topic full; nothing was changed
+  4    unavailable: the metadata store, object store or local disk cannot be reached
+  5    data: a corrupt or missing archive object, corrupt WAL, gap, broken chain
+  6    verify: consistent, but acknowledged messages are recorded lost (failover)
+  70   internal error (run again with --debug for the traceback)
+  130  interrupted (Ctrl-C)
+
+With --json a failed command prints one JSON object on stdout:
+  {"error": {"code": "usage|refused|unavailable|data|internal|...",
+             "type": "...", "message": "...", "exit_code": N}}
+and a one-line "dnb: ..." message on stderr."""
 
 
 class CliError(DnbError):
@@ -70,51 +101,41 @@ class Output:
         if not self.json_mode:
             self.stderr.write(message.rstrip("\n") + "\n")
 
+    @property
+    def shows_progress(self) -> bool:
+        """Progress bars only for a person at a terminal: never with --json or a pipe."""
+        return not self.json_mode and _is_tty(self.stdout) and _is_tty(self.stderr)
+
     def progress(self, items: Iterable[T], total: int | None, label: str) -> Iterator[T]:
-        """Wrap a long scan with a progress bar on stderr (silent in --json mode)."""
-        if self.json_mode or not _is_tty(self.stderr):
+        """Wrap a long scan with a progress bar on stderr (see :attr:`shows_progress`)."""
+        if not self.shows_progress:
             yield from items
             return
-        bar = ProgressBar(self.stderr, total, label)
-        try:
-            for item in items:
+        with self.tracker(label, total) as advance:
+            for done, item in enumerate(items, 1):
                 yield item
-                bar.advance()
-        finally:
-            bar.close()
+                advance(done)
 
+    @contextlib.contextmanager
+    def tracker(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A progress bar for work reported as "``done`` so far" (``advance(done)``),
+        from any thread; a no-op callable when progress is not shown."""
+        if not self.shows_progress:
+            yield lambda _done: None
+            return
+        from rich.console import Console  # deferred: keeps `dnb --help` light
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-class ProgressBar:
-    """A minimal single-line progress bar, redrawn at most every 0.1 s."""
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        lock = threading.Lock()
+        with Progress(*columns, console=Console(file=self.stderr), transient=False) as bar:
+            task = bar.add_task(label, total=total)
 
-    WIDTH = 30
-    REDRAW_INTERVAL_S = 0.1
+            def advance(done: int) -> None:
+                with lock:
+                    bar.update(task, completed=done)
 
-    def __init__(self, stream: TextIO, total: int | None, label: str) -> None:
-        self.stream, self.total, self.label = stream, total, label
-        self.done = 0
-        self._last_draw = 0.0
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self._last_draw >= self.REDRAW_INTERVAL_S:
-            self._last_draw = now
-            self._draw()
-
-    def _draw(self) -> None:
-        if self.total:
-            filled = int(self.WIDTH * min(self.done, self.total) / self.total)
-            bar = "#" * filled + "." * (self.WIDTH - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}")
-        else:
-            self.stream.write(f"\r{self.label} {self.done}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self._draw()
-        self.stream.write("\n")
-        self.stream.flush()
+            yield advance
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -137,22 +158,52 @@ def _json_default(value: Any) -> Any:
 # -- tables ---------------------------------------------------------------------------
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Left-aligned columns separated by two spaces, with a dashed rule under the header."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, value in enumerate(row):
-            widths[i] = max(widths[i], len(value))
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
+    """A borderless table: bold headers and a rule under them (on a terminal), left-aligned
+    columns two spaces apart; as wide as its content when stdout is not a terminal, so a
+    pipe to grep or a file never wraps a row."""
+    from rich.box import Box  # deferred: keeps `dnb --help` light
+    from rich.table import Table
+
+    # rich's SIMPLE_HEAD drawn with "-": plain ASCII whatever the terminal's encoding.
+    rule_under_header = Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+    table = Table(box=rule_under_header, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+                  header_style="bold", highlight=False)
+    for header in headers:
+        table.add_column(header, no_wrap=True, overflow="ignore")
+    for row in rows:
+        table.add_row(*(_text(_cell(v)) for v in row))
+    return _to_text(table)
 
 
 def render_mapping(result: dict[str, Any]) -> str:
     """``key  value`` lines for flat results (nested values shown as compact JSON)."""
-    width = max((len(k) for k in result), default=0)
-    return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in result.items())
+    from rich.table import Table  # deferred: keeps `dnb --help` light
+
+    grid = Table.grid(padding=(0, 2, 0, 0))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key, value in result.items():
+        grid.add_row(_text(key), _text(_cell(value)))
+    return _to_text(grid)
+
+
+def _text(value: str) -> Any:
+    from rich.text import Text  # deferred: keeps `dnb --help` light
+
+    return Text(value)  # never rich markup: a payload "[red]" is data, not a style
+
+
+def _to_text(renderable: Any) -> str:
+    from rich.console import Console  # deferred: keeps `dnb --help` light
+
+    stdout = sys.stdout
+    tty = _is_tty(stdout)
+    width = shutil.get_terminal_size().columns if tty else 1 << 16
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=tty, no_color=not tty, highlight=False,
+                      soft_wrap=False)
+    console.print(renderable)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def _cell(value: Any) -> str:
@@ -171,12 +222,17 @@ def classify(error: BaseException) -> tuple[int, str]:
     """Map a library error onto (exit code, one-line message)."""
     if isinstance(error, CliError):
         return error.exit_code, str(error)
+    usage = _usage_error(error)
+    if usage is not None:
+        return EXIT_USAGE, usage
     name = type(error).__name__
     message = str(error) or name
 
     if _is_refusal(error):
         return EXIT_REFUSED, f"refused: {message}"
-    if isinstance(error, _data_errors()):
+    if isinstance(error, (*_data_errors(), ObjectNotFound)):
+        # ObjectNotFound here is an archive object a descriptor names but the store does
+        # not have: the archive is inconsistent, not the operator's input.
         return EXIT_DATA, f"data error ({name}): {message}"
     if isinstance(error, StorageUnavailable):
         return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
@@ -228,13 +284,37 @@ def _words(name: str) -> str:
     return out or name
 
 
+def _usage_error(error: BaseException) -> str | None:
+    """The message of a command-line usage error (click's), else None."""
+    import click  # deferred: only an error needs it
+
+    if isinstance(error, click.UsageError):
+        path = error.ctx.command_path if error.ctx is not None else "dnb"
+        if isinstance(error, click.exceptions.NoArgsIsHelpError):  # its message is the whole help
+            return f"missing command (see '{path} --help')"
+        return f"{error.format_message()} (see '{path} --help')"
+    if isinstance(error, click.ClickException):
+        return error.format_message()
+    return None
+
+
+def error_json(error: BaseException, code: int, message: str) -> dict[str, Any]:
+    """``{"error": {code, type, message, exit_code}}``: the one shape of every --json failure."""
+    return {"error": {"code": ERROR_CODES.get(code, "internal"), "type": type(error).__name__,
+                      "message": message, "exit_code": code}}
+
+
 def run_command(out: Output, body: Callable[[], int | None]) -> int:
     """Run one command body; library errors become a message on stderr and an exit code."""
+    import click  # deferred: only the error paths need it
+
     try:
         return body() or EXIT_OK
-    except KeyboardInterrupt:
-        out.stderr.write("interrupted\n")
-        return 130
+    except (KeyboardInterrupt, click.Abort) as error:
+        if out.json_mode:
+            out.stdout.write(json.dumps(error_json(error, EXIT_INTERRUPTED, "interrupted")) + "\n")
+        out.stderr.write("dnb: interrupted\n")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK  # `dnb consume ... | head` is a normal way to stop reading.
     except Exception as error:  # noqa: BLE001 - this is the one place errors are mapped
@@ -242,8 +322,7 @@ def run_command(out: Output, body: Callable[[], int | None]) -> int:
         if out.debug:
             traceback.print_exception(error, file=out.stderr)
         if out.json_mode:
-            body = {"error": {"type": type(error).__name__, "message": message, "exit_code": code}}
-            out.stdout.write(json.dumps(body) + "\n")
+            out.stdout.write(json.dumps(error_json(error, code, message)) + "\n")
             out.stdout.flush()
         out.stderr.write(f"dnb: {message}\n")
         if not out.debug and code == EXIT_INTERNAL:
