@@ -1,8 +1,9 @@
-"""Importing any module of the packages registers no metric: registries are passed in by
-their owners (docs: tiered/metrics.py), never filled at import time."""
+"""Importing any module of the packages registers no metric (registries are passed in by
+their owners, see tiered/metrics.py) and changes nothing in the process environment."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -25,3 +26,19 @@ def test_importing_every_module_adds_nothing_to_the_process_registry() -> None:
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["modules"] > 50
     assert result["added"] == []
+
+
+
+def test_importing_the_library_leaves_the_process_environment_alone() -> None:
+    """A library must not change the embedding process's environment behind its back
+    (the etcd backend used to set GRPC_VERBOSITY at import)."""
+    script = textwrap.dedent("""
+        import os
+        before = dict(os.environ)
+        import tiered.lifecycle, tiered.metadata.etcd, tiered.metadata.sqlite, tiered.objects.s3, uploader, wal
+        changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+        assert not changed, changed
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr

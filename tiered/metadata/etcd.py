@@ -26,17 +26,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-
-import grpc  # noqa: E402
-import pyetcd  # noqa: E402
-from pyetcd import etcdrpc, exceptions as etcd_exc  # noqa: E402
-from pyetcd import transactions as etcd_txn  # noqa: E402
-from pyetcd.client import Endpoint  # noqa: E402
+# A library leaves the process environment alone: GRPC_VERBOSITY (grpc's C-core logging)
+# is set by the programs that own their process (the dnb CLI and broker), not here.
+import grpc
+import pyetcd
+from pyetcd import etcdrpc, exceptions as etcd_exc
+from pyetcd import transactions as etcd_txn
+from pyetcd.client import Endpoint
 
 #: A pyetcd protobuf message or gRPC object: pyetcd and grpc ship no type information, so
 #: these are unchecked (``Any``) and every value taken out of them is converted on the way.
