@@ -34,6 +34,7 @@ from tiered.archive.naming import object_id_for, object_key, parse_object_key, r
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.metadata.base import Compare, MetadataStore
 from tiered.objects.base import ObjectInfo, ObjectStore
+from tiered.metrics import topic_gauge
 from uploader.commit import commit_descriptor, read_tip
 from uploader.config import UploaderConfig
 from uploader.errors import (
@@ -642,8 +643,8 @@ class Uploader:
 
     def _update_lag(self) -> None:
         lag, lag_bytes = self._lag_estimate()
-        self.metrics.lag_offsets.labels(str(self.topic)).set(lag)
-        self.metrics.lag_bytes.labels(str(self.topic)).set(lag_bytes)
+        topic_gauge(self.metrics.registry, self.metrics.lag_offsets, self.topic).set(lag)
+        topic_gauge(self.metrics.registry, self.metrics.lag_bytes, self.topic).set(lag_bytes)
 
     # -- failure -----------------------------------------------------------------------
     def _fail(self, error: BaseException, kind: str) -> None:

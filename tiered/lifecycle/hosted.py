@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from prometheus_client import CollectorRegistry
 
 
 from tiered.errors import MalformedRecord, StorageError
@@ -317,12 +316,6 @@ class HostedTopic:
     def max_message_bytes(self) -> int:
         """The largest message the topic's WAL takes (a larger one raises MessageTooLarge)."""
         return self.wal.config.max_message_bytes
-
-    @property
-    def wal_metrics_registry(self) -> CollectorRegistry | None:
-        """The prometheus registry of the topic's WAL metrics (None when it keeps none)."""
-        registry: CollectorRegistry | None = getattr(getattr(self.wal, "metrics", None), "registry", None)
-        return registry
 
     # -- progress ----------------------------------------------------------------
     def publish_progress(self) -> bool:
