@@ -69,6 +69,7 @@ from tiered.read.subscriptions import SubscriptionManager, clamp_cursors
 from uploader import Uploader
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
+from tiered.logs import FailureLog
 from tiered.metrics import topic_gauge
 from wal import WriteAheadLog
 from wal.api import Wal
@@ -570,16 +571,25 @@ class BrokerHost:
         is the rate limit: advances during it coalesce into one write per topic. The
         timeout on the wake retries a write that failed."""
         gap_s = self.config.progress_interval_s
+        failures: dict[TopicName, FailureLog] = {}  # per topic: first failure, recovery, rate-limited repeats
         while not self._closed.is_set():
             self._progress_wake.wait(gap_s)
             self._progress_wake.clear()
             if self._closed.is_set():
                 return
-            for hosted in self.topics():
+            hosted_now = self.topics()
+            for hosted in hosted_now:
+                failure_log = failures.get(hosted.topic)
+                if failure_log is None:
+                    failure_log = failures[hosted.topic] = FailureLog(log, f"topic {hosted.topic}: publishing progress")
                 try:
                     hosted.publish_progress()
                 except Exception as e:  # noqa: BLE001 - progress is advisory; the next round retries
-                    log.warning("topic %s: publishing progress failed: %s", hosted.topic, e)
+                    failure_log.failed(e)
+                else:
+                    failure_log.succeeded()
+            for topic in set(failures) - {h.topic for h in hosted_now}:
+                del failures[topic]
             if self._closed.wait(gap_s):
                 return
 
