@@ -32,10 +32,10 @@ from tiered.archive import fetch
 from tiered.archive.chain import ChainTip
 from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
-from tiered.metadata.base import Compare, MetadataStore
-from tiered.objects.base import ObjectInfo, ObjectStore
 from tiered.logs import FailureLog
+from tiered.metadata.base import Compare, MetadataStore
 from tiered.metrics import topic_gauge
+from tiered.objects.base import ObjectInfo, ObjectStore
 from uploader.commit import commit_descriptor, read_tip
 from uploader.config import UploaderConfig
 from uploader.errors import (

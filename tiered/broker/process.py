@@ -115,7 +115,8 @@ class _ClusterRoles:
         if self.load_manager is not None:
             # The host's registry: the load manager's dnb_* metrics appear on this broker's /metrics.
             self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.load_manager,
-                                       self.load_manager_runtime, metrics=LoadManagerMetrics(self.host.metrics_registry)).start()
+                                       self.load_manager_runtime,
+                                       metrics=LoadManagerMetrics(self.host.metrics_registry)).start()
             log.info("broker %s: load-manager candidate started", self.host.broker_id)
 
     def stop(self) -> None:

@@ -61,16 +61,16 @@ from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
+from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore, Op, Put
+from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
 from tiered.read.subscriptions import SubscriptionManager, clamp_cursors
 from uploader import Uploader
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
-from tiered.logs import FailureLog
-from tiered.metrics import topic_gauge
 from wal import WriteAheadLog
 from wal.api import Wal
 from wal.errors import InvalidTopicName
@@ -417,7 +417,8 @@ class BrokerHost:
     def _report_restore(self, topic: TopicName, report: RestoreReport, token: OwnerToken) -> None:
         if report.unarchived_at_least > 0:
             self.metrics.failovers.inc()
-            topic_gauge(self.metrics_registry, self.metrics.unarchived_on_failover, topic).set(report.unarchived_at_least)
+            unarchived = topic_gauge(self.metrics_registry, self.metrics.unarchived_on_failover, topic)
+            unarchived.set(report.unarchived_at_least)
             log.warning("topic %s: failover from %s (died unsealed): at least %d offsets of its WAL were "
                         "never archived and are lost; continuing at %d (epoch %d)", topic,
                         report.previous_owner, report.unarchived_at_least, report.start_offset, token.epoch)

@@ -378,7 +378,8 @@ class TieredReader:
         self._reads[message.tier].inc()
         self._served += 1
         if self._served % LAG_SAMPLE_MESSAGES == 0 and self.wal is not None:
-            topic_gauge(self.metrics.registry, self.metrics.lag, self.topic).set(max(0, int(self.wal.next_offset) - self._position))
+            lag = topic_gauge(self.metrics.registry, self.metrics.lag, self.topic)
+            lag.set(max(0, int(self.wal.next_offset) - self._position))
         return message
 
     def _check_open(self) -> None:

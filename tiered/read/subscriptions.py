@@ -29,8 +29,8 @@ from typing import Literal
 
 from tiered.archive.chain import DescriptorChain
 from tiered.errors import MalformedRecord, StorageError
-from tiered.metadata import keys
 from tiered.logs import FailureLog
+from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, TxnResult, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
