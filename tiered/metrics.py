@@ -13,7 +13,9 @@ import weakref
 from collections.abc import Callable
 from typing import TypeVar, cast
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from wal.metrics import per_topic, topic_label
 
 _lock = threading.Lock()
 #: registry -> {make: make(registry)}; each value is of the type its ``make`` returns.
@@ -21,6 +23,7 @@ _made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[[CollectorReg
     weakref.WeakKeyDictionary())
 
 F = TypeVar("F")
+C = TypeVar("C", Counter, Histogram)
 
 
 def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry], F]) -> F:
@@ -31,3 +34,21 @@ def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry]
         if families is None:
             families = per_registry[make] = make(registry)
         return cast(F, families)  # stored under its own ``make``, so of the type it returns
+
+
+#: Stands in for a per-topic gauge series in an aggregated registry: set, never exported.
+_UNEXPORTED_GAUGE = Gauge("dnb_unexported", "A per-topic gauge of an aggregated registry", registry=None)
+
+
+def topic_counter(registry: CollectorRegistry, family: C, topic: object) -> C:
+    """The series of ``topic`` in a ``topic``-labelled counter or histogram ``family`` of
+    ``registry``: the topic's own when the registry is per topic, else the shared
+    ``topic="_all"`` series (``wal.metrics.set_per_topic``; docs/METRICS.md)."""
+    return family.labels(topic_label(registry, str(topic)))
+
+
+def topic_gauge(registry: CollectorRegistry, family: Gauge, topic: object) -> Gauge:
+    """The series of ``topic`` in a ``topic``-labelled gauge ``family`` of ``registry``;
+    in an aggregated registry a series that is never exported (per-topic values such as
+    offsets do not add up)."""
+    return family.labels(str(topic)) if per_topic(registry) else _UNEXPORTED_GAUGE

@@ -21,6 +21,7 @@ class UploaderMetrics:
     """The uploader's metric families in one registry."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
         self.lag_offsets = Gauge(
             "dnb_uploader_lag_offsets", "Durable offsets not yet in a committed object",
             ["topic"], registry=registry)

@@ -32,7 +32,9 @@ from tiered.archive import fetch
 from tiered.archive.chain import ChainTip
 from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
+from tiered.logs import FailureLog
 from tiered.metadata.base import Compare, MetadataStore
+from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectInfo, ObjectStore
 from uploader.commit import commit_descriptor, read_tip
 from uploader.config import UploaderConfig
@@ -94,6 +96,9 @@ class Uploader:
         self._stopping = threading.Event()
         self._requested = False
         self._fatal: BaseException | None = None
+        self._last_error: BaseException | None = None
+        #: Upload failures: the first and the recovery logged, repeats rate-limited.
+        self._failure_log = FailureLog(log, f"topic {self.topic}: upload")
         self._thread: threading.Thread | None = None
         self._pool: UploaderPool | None = None
         self._clock = clock
@@ -119,6 +124,14 @@ class Uploader:
     def failed(self) -> BaseException | None:
         """The fatal error that stopped this uploader (e.g. OwnershipLost), if any."""
         return self._fatal
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The error of the last failed upload attempt (storage unavailable, a missing
+        bucket, ...) while uploads keep failing; None once a pass succeeds after it.
+        Unlike :attr:`failed` it does not stop the uploader: it says why archiving is
+        not advancing (an ``archived`` produce that times out is chained to it)."""
+        return self._last_error if self._fatal is None else self._fatal
 
     @property
     def running(self) -> bool:
@@ -289,6 +302,8 @@ class Uploader:
                 with self._pass_lock:
                     self._raise_if_fatal()
                     self._pass(retention, force)
+                self._failure_log.succeeded()
+                self._last_error = None
                 return
             except OwnershipLost as e:
                 self._fail(e, "ownership")
@@ -303,13 +318,14 @@ class Uploader:
                 continue
             except StorageError as e:
                 self._tip = None
+                self._last_error = e
                 self._count_failure("unavailable" if e.retryable else "other")
                 if not e.retryable or attempt == self.config.retry_attempts_max:
                     raise
                 remaining_s = deadline_s - time.monotonic()
                 if remaining_s <= 0:
                     raise DrainTimeout(f"topic {self.topic}: storage unavailable: {e}") from e
-                log.warning("topic %s: upload attempt %d failed (%s); retrying", self.topic, attempt, e)
+                self._failure_log.failed(e, f"attempt {attempt} failed; retrying")
                 time.sleep(backoff.next_s(remaining_s))
 
     def _pass(self, retention: bool, force: bool) -> None:
@@ -609,10 +625,12 @@ class Uploader:
             log.error("topic %s: %s; uploader stopped", self.topic, e)
             self._stopping.set()
         except (UploadError, StorageError) as e:
-            log.error("topic %s: upload pass failed: %s", self.topic, e)
-        except Exception:  # noqa: BLE001 - the worker must survive to retry next interval
+            self._last_error = e
+            self._failure_log.failed(e, "pass failed", logging.ERROR)
+        except Exception as e:  # noqa: BLE001 - the worker must survive to retry next interval
+            self._last_error = e
             self._count_failure("other")
-            log.exception("topic %s: unexpected error in upload pass", self.topic)
+            self._failure_log.failed(e, "pass failed unexpectedly", logging.ERROR, exc_info=True)
 
     def _listen_durable(self) -> None:
         if self._listening:
@@ -642,8 +660,8 @@ class Uploader:
 
     def _update_lag(self) -> None:
         lag, lag_bytes = self._lag_estimate()
-        self.metrics.lag_offsets.labels(str(self.topic)).set(lag)
-        self.metrics.lag_bytes.labels(str(self.topic)).set(lag_bytes)
+        topic_gauge(self.metrics.registry, self.metrics.lag_offsets, self.topic).set(lag)
+        topic_gauge(self.metrics.registry, self.metrics.lag_bytes, self.topic).set(lag_bytes)
 
     # -- failure -----------------------------------------------------------------------
     def _fail(self, error: BaseException, kind: str) -> None:

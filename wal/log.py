@@ -171,6 +171,7 @@ class WriteAheadLog:
         # kernel drops the lock with the process) rather than let a new opener in.
         if drained and self._dir_lock is not None:
             self._dir_lock.release()
+        self.metrics.close()
 
     def delete(self) -> None:
         """Removes the topic's files (after a seal). The WAL must be closed first."""
@@ -425,7 +426,7 @@ class WriteAheadLog:
             self._durable.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
             error = self._refusal_error()
-        self.metrics.failed.set(1)
+        self.metrics.on_failed()
         _resolve_all(waiters, error)
 
     def _write_checkpoint(self) -> None:

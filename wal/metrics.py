@@ -2,7 +2,17 @@
 
 Each WAL gets its own CollectorRegistry unless one is passed in; metric families are
 created once per registry and labelled by topic, so many WALs can share one registry
-(e.g. the process-wide default) without "Duplicated timeseries" errors.
+(``BrokerHost`` passes its own to every WAL it opens) without "Duplicated timeseries"
+errors.
+
+Cardinality: a registry is either *per topic* (the default) or *aggregated*
+(:func:`set_per_topic`). Per topic, every series carries ``topic="<the topic>"`` and is
+removed when the last WAL of that topic in the registry closes, so the series count
+follows the topics open now, not every topic ever opened. Aggregated, counters and
+histograms of every topic add up in one series labelled ``topic="_all"`` and per-topic
+gauges (durable offset, reader lag) are not exported; ``dnb_wal_failed`` then counts the
+open WALs that failed. The ``tiered`` layers apply the same rule to their per-topic
+families (see ``docs/METRICS.md``).
 
 The append hot path never touches a metric: the writer thread adds whole batches after
 each fsync, because a prometheus Counter.inc() per message would cost more than the
@@ -13,14 +23,36 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _FSYNC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 _RECORDS_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 
+#: The ``topic`` label value every topic shares in an aggregated registry.
+ALL_TOPICS = "_all"
+
 _families_lock = threading.Lock()
+_per_topic: "weakref.WeakKeyDictionary[CollectorRegistry, bool]" = weakref.WeakKeyDictionary()
+
+
+def set_per_topic(registry: CollectorRegistry, on: bool) -> None:
+    """Choose whether ``registry`` gets one series per topic (True, the default) or one
+    aggregated series per family (False). Set it before the first metric is made there."""
+    with _families_lock:
+        _per_topic[registry] = on
+
+
+def per_topic(registry: CollectorRegistry) -> bool:
+    """Whether ``registry`` labels series by their own topic (see :func:`set_per_topic`)."""
+    with _families_lock:
+        return _per_topic.get(registry, True)
+
+
+def topic_label(registry: CollectorRegistry, topic: str) -> str:
+    """The ``topic`` label value of a counter or histogram series in ``registry``."""
+    return topic if per_topic(registry) else ALL_TOPICS
 
 
 @dataclass(frozen=True)
@@ -36,6 +68,12 @@ class _Families:
     reader_lag: Gauge
     segments: Counter
     failed: Gauge
+    #: label value -> WALs open with it (series are removed when it drops to 0).
+    users: dict[str, int] = field(default_factory=dict)
+
+    def all(self) -> tuple[Counter | Gauge | Histogram, ...]:
+        return (self.appends, self.bytes, self.fsyncs, self.fsync_seconds, self.records_per_fsync,
+                self.durable_offset, self.reader_lag, self.segments, self.failed)
 
 
 _families: "weakref.WeakKeyDictionary[CollectorRegistry, _Families]" = weakref.WeakKeyDictionary()
@@ -65,23 +103,36 @@ def _make_families(registry: CollectorRegistry) -> _Families:
                          "Durable records the slowest open reader has not consumed", label,
                          registry=registry),
         segments=Counter("dnb_wal_segments_created", "Segment files created", label, registry=registry),
-        failed=Gauge("dnb_wal_failed", "1 once the WAL has failed closed", label, registry=registry),
+        failed=Gauge("dnb_wal_failed", "1 once the WAL has failed closed (aggregated: failed open WALs)",
+                     label, registry=registry),
     )
 
 
 class WalMetrics:
     def __init__(self, topic: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        families = _families_for(self.registry)
-        self.appends = families.appends.labels(topic)
-        self.bytes = families.bytes.labels(topic)
-        self.fsyncs = families.fsyncs.labels(topic)
-        self.fsync_seconds = families.fsync_seconds.labels(topic)
-        self.records_per_fsync = families.records_per_fsync.labels(topic)
-        self.durable_offset = families.durable_offset.labels(topic)
-        self.reader_lag = families.reader_lag.labels(topic)
-        self.segments = families.segments.labels(topic)
-        self.failed = families.failed.labels(topic)
+        self._per_topic = per_topic(self.registry)
+        self._label = topic if self._per_topic else ALL_TOPICS
+        families = self._families = _families_for(self.registry)
+        with _families_lock:
+            families.users[self._label] = families.users.get(self._label, 0) + 1
+        label = self._label
+        self.appends = families.appends.labels(label)
+        self.bytes = families.bytes.labels(label)
+        self.fsyncs = families.fsyncs.labels(label)
+        self.fsync_seconds = families.fsync_seconds.labels(label)
+        self.records_per_fsync = families.records_per_fsync.labels(label)
+        self.segments = families.segments.labels(label)
+        self.failed = families.failed.labels(label)
+        if self._per_topic:
+            self.durable_offset = families.durable_offset.labels(label)
+            self.reader_lag = families.reader_lag.labels(label)
+        else:  # per-topic gauges do not add up: kept (for the WAL's own use), not exported
+            unexported = CollectorRegistry(auto_describe=False)
+            self.durable_offset = Gauge("dnb_wal_durable_offset", "", registry=unexported)
+            self.reader_lag = Gauge("dnb_wal_reader_lag_records", "", registry=unexported)
+        self._failed = False
+        self._closed = False
 
     def on_fsync(self, records: int, nbytes: int, seconds: float, durable_offset: int) -> None:
         self.appends.inc(records)
@@ -93,3 +144,34 @@ class WalMetrics:
 
     def track_reader_lag(self, lag_fn: Callable[[], float]) -> None:
         self.reader_lag.set_function(lag_fn)
+
+    def on_failed(self) -> None:
+        """The WAL failed closed (counted once)."""
+        with _families_lock:
+            if self._failed or self._closed:
+                return
+            self._failed = True
+        if self._per_topic:
+            self.failed.set(1)
+        else:
+            self.failed.inc()
+
+    def close(self) -> None:
+        """The WAL closed: its series go once no other open WAL in the registry uses them
+        (aggregated, a failed WAL stops counting in ``dnb_wal_failed``)."""
+        families = self._families
+        with _families_lock:
+            if self._closed:
+                return
+            self._closed = True
+            left = families.users[self._label] = families.users[self._label] - 1
+            if left == 0:
+                del families.users[self._label]
+        if left == 0:
+            for family in families.all():
+                try:
+                    family.remove(self._label)
+                except KeyError:
+                    pass
+        elif self._failed and not self._per_topic:
+            self.failed.dec()

@@ -113,9 +113,10 @@ class _ClusterRoles:
         if self.load_report_interval_s is not None:
             self.reporter = LoadReporter(self.host, self.load_report_interval_s).start()
         if self.load_manager is not None:
-            # The process registry: the seed's dnb_* metrics appear on this broker's /metrics.
+            # The host's registry: the load manager's dnb_* metrics appear on this broker's /metrics.
             self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.load_manager,
-                                       self.load_manager_runtime, metrics=LoadManagerMetrics()).start()
+                                       self.load_manager_runtime,
+                                       metrics=LoadManagerMetrics(self.host.metrics_registry)).start()
             log.info("broker %s: load-manager candidate started", self.host.broker_id)
 
     def stop(self) -> None:

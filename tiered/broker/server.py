@@ -40,8 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
@@ -79,7 +78,7 @@ class BrokerServer:
     def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None,
                  read_threads_max: int = READ_THREADS_MAX) -> None:
         self.host = host
-        self.registry = registry if registry is not None else REGISTRY
+        self.registry = registry if registry is not None else host.metrics_registry
         self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
         self._read_slots = threading.BoundedSemaphore(read_threads_max)
 
@@ -240,30 +239,8 @@ class BrokerServer:
         return web.json_response({"ok": True, "broker_id": self.host.broker_id, "topics": len(self.host.topics())})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.registry) + generate_latest(_WalMetrics(self.host))
+        body = generate_latest(self.registry)
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
-
-
-class _WalMetrics:
-    """Every hosted WAL's metrics in one scrape. Each WAL keeps its own registry (its
-    families carry a ``topic`` label), so the families are merged by name here: the text
-    format allows one family per name."""
-
-    def __init__(self, host: BrokerHost) -> None:
-        self.host = host
-
-    def collect(self):  # the prometheus_client collector protocol (used by generate_latest)
-        merged: dict[str, Metric] = {}
-        for hosted in self.host.topics():
-            registry = hosted.wal_metrics_registry
-            if registry is None:
-                continue
-            for family in registry.collect():
-                into = merged.get(family.name)
-                if into is None:
-                    into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
-                into.samples.extend(family.samples)
-        return list(merged.values())
 
 
 def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:

@@ -61,8 +61,10 @@ from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
+from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore, Op, Put
+from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
 from tiered.read.subscriptions import SubscriptionManager, clamp_cursors
@@ -73,6 +75,7 @@ from wal import WriteAheadLog
 from wal.api import Wal
 from wal.errors import InvalidTopicName
 from wal.fs import FileSystem
+from wal.metrics import set_per_topic
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -91,13 +94,17 @@ class BrokerHost:
 
     def __init__(self, broker_id: str, wal_root: str | os.PathLike[str], metadata: MetadataStore,
                  objects: ObjectStore, config: BrokerConfig | None = None, *, wal_fs: FileSystem | None = None,
-                 retire_stale_wals: bool = True, metrics_registry: CollectorRegistry | None = None) -> None:
+                 retire_stale_wals: bool = True, metrics_registry: CollectorRegistry | None = None,
+                 metrics_per_topic: bool | None = None) -> None:
         """``wal_fs`` is the file layer every WAL of this host runs on (``wal.fs``; the
         real disk by default). ``retire_stale_wals`` scans the WAL root at start for
         WALs of topics this broker no longer holds (see :meth:`retire_stale_wals`).
-        ``metrics_registry`` receives the host's, its readers' and its uploaders'
-        metrics; the host is a composition root, so it defaults to prometheus_client's
-        process-wide ``REGISTRY``."""
+        ``metrics_registry`` receives the host's, its WALs', its readers' and its
+        uploaders' metrics; the host is a composition root, so it defaults to
+        prometheus_client's process-wide ``REGISTRY``. ``metrics_per_topic`` chooses the
+        registry's cardinality (``wal.metrics.set_per_topic``; None keeps the registry's
+        choice, per topic unless set): turn it off for hosts of many topics (see
+        docs/METRICS.md)."""
         keys.broker_assignments_prefix(broker_id)  # validates the id as a key segment
         self.broker_id = broker_id
         self.wal_root = os.fspath(wal_root)
@@ -106,10 +113,12 @@ class BrokerHost:
         self.config = config or BrokerConfig()
         self.wal_fs = wal_fs
         self.metrics_registry = metrics_registry if metrics_registry is not None else REGISTRY
+        if metrics_per_topic is not None:
+            set_per_topic(self.metrics_registry, metrics_per_topic)
         self.metrics = LifecycleMetrics.create(self.metrics_registry)
         self.read_metrics = ReadMetrics.create(self.metrics_registry)
         #: The WAL root, locked and claimed for this broker id until close().
-        self.root = WalRoot(broker_id, self.wal_root, wal_fs, self.config.wal_config)
+        self.root = WalRoot(broker_id, self.wal_root, wal_fs, self.config.wal_config, self.metrics_registry)
         #: Every lookup of the WAL root goes through the WAL's own file layer.
         self.fs = self.root.fs
         self.losses = LossRecords(metadata, broker_id)
@@ -305,7 +314,8 @@ class BrokerHost:
                 retired.append(replace(self.stale.discard_unreadable(topic, plan, wal_epoch if ours else None),
                                        current=ours))
         wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
-                                 initial_offset=plan.start_offset, fs=self.wal_fs)
+                                 initial_offset=plan.start_offset, fs=self.wal_fs,
+                                 metrics_registry=self.metrics_registry)
         if wal.next_offset != plan.start_offset:
             wal.close()
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
@@ -407,7 +417,8 @@ class BrokerHost:
     def _report_restore(self, topic: TopicName, report: RestoreReport, token: OwnerToken) -> None:
         if report.unarchived_at_least > 0:
             self.metrics.failovers.inc()
-            self.metrics.unarchived_on_failover.labels(str(topic)).set(report.unarchived_at_least)
+            unarchived = topic_gauge(self.metrics_registry, self.metrics.unarchived_on_failover, topic)
+            unarchived.set(report.unarchived_at_least)
             log.warning("topic %s: failover from %s (died unsealed): at least %d offsets of its WAL were "
                         "never archived and are lost; continuing at %d (epoch %d)", topic,
                         report.previous_owner, report.unarchived_at_least, report.start_offset, token.epoch)
@@ -561,16 +572,25 @@ class BrokerHost:
         is the rate limit: advances during it coalesce into one write per topic. The
         timeout on the wake retries a write that failed."""
         gap_s = self.config.progress_interval_s
+        failures: dict[TopicName, FailureLog] = {}  # per topic: first failure, recovery, rate-limited repeats
         while not self._closed.is_set():
             self._progress_wake.wait(gap_s)
             self._progress_wake.clear()
             if self._closed.is_set():
                 return
-            for hosted in self.topics():
+            hosted_now = self.topics()
+            for hosted in hosted_now:
+                failure_log = failures.get(hosted.topic)
+                if failure_log is None:
+                    failure_log = failures[hosted.topic] = FailureLog(log, f"topic {hosted.topic}: publishing progress")
                 try:
                     hosted.publish_progress()
                 except Exception as e:  # noqa: BLE001 - progress is advisory; the next round retries
-                    log.warning("topic %s: publishing progress failed: %s", hosted.topic, e)
+                    failure_log.failed(e)
+                else:
+                    failure_log.succeeded()
+            for topic in set(failures) - {h.topic for h in hosted_now}:
+                del failures[topic]
             if self._closed.wait(gap_s):
                 return
 

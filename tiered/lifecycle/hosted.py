@@ -21,12 +21,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
-
-from prometheus_client import CollectorRegistry
-
+from typing import Literal, NoReturn, Protocol
 
 from tiered.errors import MalformedRecord, StorageError
+from tiered.logs import describe
 from tiered.metadata.keys import progress_key
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.lifecycle.errors import ProduceTimeout, TopicUnloading
@@ -159,7 +157,7 @@ class HostedTopic:
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
             if not await self.uploader.wait_archived_async(offset, remaining_s):
-                raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
+                self._raise_not_archived(offset, timeout_s)
         return offset
 
     def append(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
@@ -196,7 +194,18 @@ class HostedTopic:
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
             if self.uploader.wait_archived(offset, remaining_s) is False:
-                raise ProduceTimeout(self.topic, "wait archived", f"offset {offset} not archived within {timeout_s}s")
+                self._raise_not_archived(offset, timeout_s)
+
+    def _raise_not_archived(self, offset: int, timeout_s: float) -> NoReturn:
+        """ProduceTimeout for an ``archived`` ack not reached in time, caused by (and
+        naming) the uploader's last upload error when uploads are failing (storage
+        unavailable, a missing bucket, ...)."""
+        error = self.uploader.last_error
+        detail = f"offset {offset} not archived within {timeout_s}s"
+        if error is None:
+            raise ProduceTimeout(self.topic, "wait archived", detail)
+        raise ProduceTimeout(self.topic, "wait archived",
+                             f"{detail}; last upload error: {describe(error)}") from error
 
     # -- fencing -----------------------------------------------------------------
     # A ``durable`` ack promises the message keeps its offset. That holds only while no
@@ -317,12 +326,6 @@ class HostedTopic:
     def max_message_bytes(self) -> int:
         """The largest message the topic's WAL takes (a larger one raises MessageTooLarge)."""
         return self.wal.config.max_message_bytes
-
-    @property
-    def wal_metrics_registry(self) -> CollectorRegistry | None:
-        """The prometheus registry of the topic's WAL metrics (None when it keeps none)."""
-        registry: CollectorRegistry | None = getattr(getattr(self.wal, "metrics", None), "registry", None)
-        return registry
 
     # -- progress ----------------------------------------------------------------
     def publish_progress(self) -> bool:

@@ -29,6 +29,7 @@ from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.lifecycle.ownership import OwnerToken
 from tiered.lifecycle.restore import RestorePlan
 from tiered.lifecycle.wal_root import WalRoot, durable_tip
+from tiered.metrics import topic_counter
 from wal.fs import LOCK_NAME, crash_safe_order
 from wal.topics import TopicName
 
@@ -120,8 +121,8 @@ class StaleWals:
             # a move without a record would be a silent loss if this broker died next.
             self.losses.write_lost(topic, start, epoch, tip, qpath)
             self.quarantine(topic, path, leaf)
-            self.metrics.quarantines.labels(str(topic)).inc()
-            self.metrics.quarantined_offsets.labels(str(topic)).inc(tip - lost_start + 1)
+            topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
+            topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(tip - lost_start + 1)
             log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
                         "here but never archived, and the topic's numbering restarted at %d, so they are lost "
                         "(recorded at %s)", topic, epoch, qpath, lost_start, tip, start,
@@ -150,7 +151,7 @@ class StaleWals:
         qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
         key = self.losses.record_discarded(topic, start, end, epoch, qpath)
         self.quarantine(topic, self.root.path(topic), leaf)
-        self.metrics.quarantines.labels(str(topic)).inc()
+        topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
                   "offsets from %d on that it held are lost (range unknown, recorded at %s)",
                   topic, qpath, start, key)

@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping
 
 from crc32c import crc32c
+from prometheus_client import CollectorRegistry
 
 from tiered.lifecycle.errors import LoadError, LocalWalUnreadable, WalRootOwnedByAnotherBroker
 from tiered.lifecycle.ownership import OwnerToken
@@ -43,13 +44,16 @@ class WalRoot:
     """The WAL root of one broker id, locked and claimed for it while this object lives
     (until :meth:`release`)."""
 
-    def __init__(self, broker_id: str, wal_root: str, wal_fs: FileSystem | None, wal_config: WalConfig) -> None:
+    def __init__(self, broker_id: str, wal_root: str, wal_fs: FileSystem | None, wal_config: WalConfig,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
         """``wal_fs`` is the file layer every WAL of this root runs on (``wal.fs``; the
-        real disk when None); ``wal_config`` the configuration WALs are opened with."""
+        real disk when None); ``wal_config`` the configuration WALs are opened with and
+        ``metrics_registry`` the registry they count into (a private one each when None)."""
         self.broker_id = broker_id
         self.wal_root = wal_root
         self.wal_fs = wal_fs
         self.wal_config = wal_config
+        self.metrics_registry = metrics_registry
         #: Every lookup of the WAL root goes through the WAL's own file layer: a WAL on
         #: a fault-injecting (or any non-OS) file system does not exist on the real disk.
         self.fs: FileSystem = wal_fs if wal_fs is not None else RealFs()
@@ -158,7 +162,8 @@ class WalRoot:
     def open_local(self, topic: TopicName) -> WriteAheadLog:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
         try:
-            return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, fs=self.wal_fs)
+            return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, fs=self.wal_fs,
+                                      metrics_registry=self.metrics_registry)
         except WalLocked:
             raise  # someone else has it open: not unreadable, and nothing to decide here
         except OSError as e:

@@ -28,6 +28,7 @@ from tiered.backoff import Backoff
 from tiered.errors import CompactedRevision, StorageError, WatchOverflow
 from tiered.lifecycle.errors import LifecycleError, TopicNotHosted
 from tiered.lifecycle.host import BrokerHost
+from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, Delete, DeleteEvent, MetadataStore, Put, PutEvent, Watch
 from tiered.errors import OwnershipError
@@ -71,6 +72,8 @@ class AssignmentWatcher:
         self._tails: dict[TopicName, concurrent.futures.Future[None]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        #: Watch failures: the first and the recovery logged, repeats rate-limited.
+        self._watch_failures = FailureLog(log, f"broker {host.broker_id}: assignment watch")
         self._watch: Watch | None = None
         self._thread: threading.Thread | None = None
 
@@ -122,6 +125,7 @@ class AssignmentWatcher:
         while not self._stop.is_set():
             try:
                 self._watch = self.metadata.watch_prefix(self.prefix, start_revision)
+                self._watch_failures.succeeded()
                 for event in self._watch:
                     self._dispatch(event)
                     start_revision = event.revision + 1
@@ -129,7 +133,7 @@ class AssignmentWatcher:
                 log.warning("broker %s: assignment watch lost history (%s); resyncing", self.host.broker_id, e)
                 start_revision = self._resync() + 1
             except StorageError as e:
-                log.warning("broker %s: assignment watch failed (%s); rewatching", self.host.broker_id, e)
+                self._watch_failures.failed(e, "failed; rewatching")
                 self._stop.wait(self.config.retry_backoff_max_s)
 
     def _dispatch(self, event: PutEvent | DeleteEvent) -> None:

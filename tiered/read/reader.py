@@ -40,6 +40,7 @@ from typing import Literal
 from native.format import Record
 
 from tiered.read.cloud import MEMORY_BYTES_MAX_DEFAULT, CloudReader
+from tiered.metrics import topic_gauge
 from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
 from tiered.read.metrics import ReadMetrics
 from tiered.archive.chain import DescriptorChain
@@ -377,7 +378,8 @@ class TieredReader:
         self._reads[message.tier].inc()
         self._served += 1
         if self._served % LAG_SAMPLE_MESSAGES == 0 and self.wal is not None:
-            self.metrics.lag.labels(str(self.topic)).set(max(0, int(self.wal.next_offset) - self._position))
+            lag = topic_gauge(self.metrics.registry, self.metrics.lag, self.topic)
+            lag.set(max(0, int(self.wal.next_offset) - self._position))
         return message
 
     def _check_open(self) -> None:

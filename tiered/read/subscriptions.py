@@ -29,6 +29,7 @@ from typing import Literal
 
 from tiered.archive.chain import DescriptorChain
 from tiered.errors import MalformedRecord, StorageError
+from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, TxnResult, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
@@ -215,6 +216,8 @@ class SubscriptionManager:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        #: Per subscription: the first flush failure and the recovery logged, repeats rate-limited.
+        self._flush_failures: dict[str, FailureLog] = {}
         self._flusher = threading.Thread(target=self._flush_loop, name=f"dnb-cursors{self.topic}", daemon=True)
         self._flusher.start()
 
@@ -366,13 +369,17 @@ class SubscriptionManager:
         for sub in self.subscriptions.values():
             if sub._fenced or not sub.dirty:
                 continue
+            failure_log = self._flush_failures.get(sub.name)
+            if failure_log is None:
+                failure_log = self._flush_failures[sub.name] = FailureLog(
+                    log, f"subscription {sub.name} of {self.topic}: cursor flush")
             try:
                 sub._flush()
+                failure_log.succeeded()
             except CursorFenced:
                 log.error("subscription %s of %s: cursor write fenced; stopping its flushes", sub.name, self.topic)
-            except Exception:  # noqa: BLE001 - a background flush retries next tick
-                log.warning("subscription %s of %s: cursor flush failed; will retry", sub.name, self.topic,
-                            exc_info=True)
+            except Exception as e:  # noqa: BLE001 - a background flush retries next tick
+                failure_log.failed(e, "failed; will retry")
 
     def _check_open(self) -> None:
         if self._stop.is_set():
