@@ -8,32 +8,15 @@ so a second owner does not hit prometheus_client's "Duplicated timeseries" error
 """
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# The once-per-registry rule lives with the lowest layer that keeps metrics (the WAL).
+from wal.metrics import families_for as families_for
 from wal.metrics import per_topic, topic_label
 
-_lock = threading.Lock()
-#: registry -> {make: make(registry)}; each value is of the type its ``make`` returns.
-_made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[[CollectorRegistry], object], object]]" = (
-    weakref.WeakKeyDictionary())
-
-F = TypeVar("F")
 C = TypeVar("C", Counter, Histogram)
-
-
-def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry], F]) -> F:
-    """``make(registry)``'s result, made once per (registry, make) pair."""
-    with _lock:
-        per_registry = _made.setdefault(registry, {})
-        families = per_registry.get(make)
-        if families is None:
-            families = per_registry[make] = make(registry)
-        return cast(F, families)  # stored under its own ``make``, so of the type it returns
 
 
 #: Stands in for a per-topic gauge series in an aggregated registry: set, never exported.

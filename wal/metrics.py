@@ -24,6 +24,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -76,15 +77,28 @@ class _Families:
                 self.durable_offset, self.reader_lag, self.segments, self.failed)
 
 
-_families: "weakref.WeakKeyDictionary[CollectorRegistry, _Families]" = weakref.WeakKeyDictionary()
+_made_lock = threading.Lock()
+#: registry -> {make: make(registry)}; each value is of the type its ``make`` returns.
+_made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[[CollectorRegistry], object], object]]" = (
+    weakref.WeakKeyDictionary())
+
+F = TypeVar("F")
+
+
+def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry], F]) -> F:
+    """``make(registry)``'s result, made once per (registry, make) pair: many owners may
+    share one registry without prometheus_client's "Duplicated timeseries" error. Every
+    metrics class of the project (this module's and ``tiered``'s) builds its families here."""
+    with _made_lock:
+        per_registry = _made.setdefault(registry, {})
+        families = per_registry.get(make)
+        if families is None:
+            families = per_registry[make] = make(registry)
+        return cast(F, families)  # stored under its own ``make``, so of the type it returns
 
 
 def _families_for(registry: CollectorRegistry) -> _Families:
-    with _families_lock:
-        families = _families.get(registry)
-        if families is None:
-            families = _families[registry] = _make_families(registry)
-        return families
+    return families_for(registry, _make_families)
 
 
 def _make_families(registry: CollectorRegistry) -> _Families:
