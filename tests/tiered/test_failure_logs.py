@@ -61,6 +61,18 @@ def test_describe_names_the_cause_chain() -> None:
     assert text == "StorageUnavailable: etcd unavailable <- caused by ConnectionRefusedError: connect refused"
 
 
+#: A bound on waits for events that happen in milliseconds on an idle machine; passing
+#: tests never wait it out, so it can be generous for a loaded CI machine.
+WAIT_S = 60.0
+
+
+def _wait_until(condition) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def faulty_host(tmp_path):
     metadata, objects = local_stores(str(tmp_path))
@@ -77,9 +89,14 @@ def faulty_host(tmp_path):
 def test_archived_produce_timeout_is_caused_by_the_last_upload_error(faulty_host, op, caplog) -> None:
     host, plan = faulty_host
     hosted = host.load(TOPIC)
-    hosted.produce(b"before", ack="archived", timeout_s=5.0)
+    hosted.produce(b"before", ack="archived", timeout_s=WAIT_S)
     plan.fail(op)  # every later call fails: the bucket or the metadata store is gone
     caplog.set_level(logging.INFO, logger="uploader")
+    # Event-driven, not timed: let one upload attempt fail before the short produce
+    # timeouts below, which then must carry that failure as their cause.
+    hosted.produce(b"first", ack="durable", timeout_s=WAIT_S)
+    hosted.uploader.request_upload()
+    _wait_until(lambda: hosted.uploader.last_error is not None)
     for _ in range(3):
         with pytest.raises(ProduceTimeout) as raised:
             hosted.produce(b"during", ack="archived", timeout_s=0.5)
@@ -91,9 +108,6 @@ def test_archived_produce_timeout_is_caused_by_the_last_upload_error(faulty_host
     assert 1 <= len(failing) <= 2, [r.getMessage() for r in failing]
 
     plan.clear()
-    hosted.produce(b"after", ack="archived", timeout_s=5.0)
-    deadline = time.monotonic() + 5.0  # the pass that archived it ends just after the ack
-    while hosted.uploader.last_error is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert hosted.uploader.last_error is None
+    hosted.produce(b"after", ack="archived", timeout_s=WAIT_S)
+    _wait_until(lambda: hosted.uploader.last_error is None)  # the archiving pass ends just after the ack
     assert [r for r in caplog.records if "recovered after" in r.getMessage()]
