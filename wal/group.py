@@ -80,6 +80,7 @@ class CommitGroup:
     def __init__(self, root: str, fs: FileSystem) -> None:
         self.root = root
         self.fs = fs
+        fs.makedirs(root)
         # Opened before any member writes: syncfs reports only write-back errors that
         # happened after the descriptor was opened (wal.fs.RealFs.open_syncfs).
         self._sync: SyncHandle = fs.open_syncfs(root)
@@ -99,16 +100,24 @@ class CommitGroup:
         group failed: its syncs cannot vouch for anything any more."""
         member = GroupMember(self, hooks, appender, name)
         with self._lock:
-            if self._failure is not None:
-                raise WalFailed(f"commit group of {self.root} failed: {self._failure!r}") from self._failure
-            if self._stopping:
-                raise WalFailed(f"commit group of {self.root} is closed")
+            self._check_locked()
             self._members.add(member)
             # Looked at in the next round, which parks its core: appends made before that
             # are taken then, later ones wake the group.
             self._ready_members[member] = None
             self._work.notify()
         return member
+
+    def check(self) -> None:
+        """Raises WalFailed if the group failed or was closed (it takes no new members)."""
+        with self._lock:
+            self._check_locked()
+
+    def _check_locked(self) -> None:
+        if self._failure is not None:
+            raise WalFailed(f"commit group of {self.root} failed: {self._failure!r}") from self._failure
+        if self._stopping:
+            raise WalFailed(f"commit group of {self.root} is closed")
 
     def _ready(self, member: GroupMember) -> None:
         with self._lock:

@@ -81,6 +81,7 @@ class WriteAheadLog:
                 raise ValueError("a WAL in a commit group must use the group's file layer")
             if os.path.normpath(root_dir) != os.path.normpath(group.root):
                 raise ValueError(f"commit group of {group.root} cannot sync a WAL under {root_dir}")
+            group.check()  # a failed group's syncs vouch for nothing: touch no file for it
             fs = group.fs
         fs = fs or RealFs()
         directory = os.path.join(root_dir, name.namespace, name.name)
