@@ -34,6 +34,11 @@ class WalConfig:
     index_interval_bytes: int = 64 * 1024
     # Bound on how long close() waits for the writer to drain.
     close_timeout_s: float = 30.0
+    # A broker host opens every WAL of its root in one commit group (wal/group.py): one
+    # writer thread and one syncfs(2) per round for all its topics. False: one writer
+    # thread and one fdatasync per topic per round. WriteAheadLog.open without a group
+    # (a standalone WAL) always uses its own writer, whatever this says.
+    commit_group: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_message_bytes <= MAX_RECORD_BYTES:

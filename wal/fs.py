@@ -6,9 +6,13 @@ failing or stalled fsyncs), is a test double and lives in ``wal.testing.faultfs`
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
+import platform
+import re
+import sys
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -55,11 +59,17 @@ class FileSystem(Protocol):
     def remove(self, path: str) -> None: ...
     def rmdir(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
+    def open_syncfs(self, path: str) -> "SyncHandle": ...
     def lock(self, path: str) -> "Lock": ...
 
 
 class Lock(Protocol):
     def release(self) -> None: ...
+
+
+class SyncHandle(Protocol):
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
 
 
 # --------------------------------------------------------------------------- real files
@@ -155,6 +165,19 @@ class RealFs:
         finally:
             os.close(fd)
 
+    def open_syncfs(self, path: str) -> "SyncHandle":
+        """A handle whose ``sync()`` is ``syncfs(2)`` on the file system holding ``path``:
+        every dirty file (data and metadata) and every directory entry of that file system
+        is durable when it returns. One call makes a whole commit round of many files
+        durable (``wal.group``). It cannot say WHICH file failed.
+
+        Keep the handle open for as long as its syncs vouch for writes: the kernel reports
+        a write-back error to a ``syncfs`` only if it happened after the descriptor was
+        opened (Linux >= 5.8, ``errseq``), so a descriptor opened per call could miss an
+        error of a background write-back that came before it.
+        """
+        return _RealSyncHandle(path)
+
     def lock(self, path: str) -> "Lock":
         """Take an exclusive ``flock`` on ``path`` (created if absent), without waiting.
 
@@ -171,6 +194,42 @@ class RealFs:
             os.close(fd)
             raise
         return _RealLock(fd)
+
+
+class _RealSyncHandle:
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def sync(self) -> None:
+        syncfs(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+_libc: "ctypes.CDLL | None" = None
+
+
+def syncfs(fd: int) -> None:
+    """``syncfs(2)`` (Python's ``os`` has none): raises OSError with the call's errno."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.syncfs(ctypes.c_int(fd)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def syncfs_reports_errors() -> bool:
+    """Whether this kernel's ``syncfs(2)`` returns write-back errors (Linux 5.8 and later;
+    before, it returned 0 even when writing a file back failed, so a commit group could
+    acknowledge data that never reached the disk)."""
+    if sys.platform != "linux":
+        return False
+    match = re.match(r"(\d+)\.(\d+)", platform.release())
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (5, 8)
 
 
 class LockHeld(WalError, OSError):

@@ -42,7 +42,8 @@ from wal.reader import ReadHooks, WalReader
 from wal.recovery import recover
 from wal.segment import Segment, SegmentInfo
 from wal.topics import TopicName
-from wal.writer import Batch, CommitHooks, GroupCommitWriter
+from wal.group import CommitGroup, GroupMember, MemberHooks
+from wal.writer import Batch, CommitHooks, GroupCommitWriter, SegmentAppender
 
 _log = logging.getLogger(__name__)
 
@@ -61,13 +62,27 @@ class WriteAheadLog:
     @classmethod
     def open(cls, root_dir: str, topic: "str | TopicName", config: WalConfig | None = None,
              initial_offset: int | None = None, fs: FileSystem | None = None,
-             metrics_registry: CollectorRegistry | None = None) -> "WriteAheadLog":
-        """Opens (recovering) or creates the WAL of ``topic`` under ``root_dir/<ns>/<topic>``."""
+             metrics_registry: CollectorRegistry | None = None,
+             group: CommitGroup | None = None) -> "WriteAheadLog":
+        """Opens (recovering) or creates the WAL of ``topic`` under ``root_dir/<ns>/<topic>``.
+
+        Without ``group`` the WAL has its own writer thread and fdatasyncs its own segment
+        each round. With one (a ``wal.group.CommitGroup`` of ``root_dir``, on the same file
+        layer) it joins that group: the group's one thread writes its rounds and makes them
+        durable with one syncfs shared by every topic of the root (docs/WAL.md).
+        """
         name = TopicName.parse(topic)
         if initial_offset is not None and not (
                 isinstance(initial_offset, int) and 0 <= initial_offset <= MAX_OFFSET + 1):
             raise OffsetOverflow(f"initial_offset {initial_offset!r} is not in [0, MAX_OFFSET + 1 = {MAX_OFFSET + 1}]")
         config = config or WalConfig()
+        if group is not None:
+            if fs is not None and fs is not group.fs:
+                raise ValueError("a WAL in a commit group must use the group's file layer")
+            if os.path.normpath(root_dir) != os.path.normpath(group.root):
+                raise ValueError(f"commit group of {group.root} cannot sync a WAL under {root_dir}")
+            group.check()  # a failed group's syncs vouch for nothing: touch no file for it
+            fs = group.fs
         fs = fs or RealFs()
         directory = os.path.join(root_dir, name.namespace, name.name)
         fs.makedirs(directory)
@@ -80,14 +95,18 @@ class WriteAheadLog:
         # process, or this one twice) would recover, truncate and append to the same
         # segments and hand out the same offsets for different messages.
         lock = _take_lock(fs, directory)
+        wal = None
         try:
             recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
                                 config.index_interval_bytes)
-            wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry)
+            wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
+                      group)
             wal._dir_lock = lock
             wal._write_checkpoint()
             wal._writer.start()
         except BaseException:
+            if wal is not None:
+                wal._abandon_open()
             lock.release()
             raise
         _log.info("opened WAL %s at %s: offsets [%d, %d), %d torn bytes repaired", name, directory,
@@ -95,7 +114,8 @@ class WriteAheadLog:
         return wal
 
     def __init__(self, topic: TopicName, directory: str, config: WalConfig, fs: FileSystem,
-                 segments: list[Segment], next_offset: int, metrics_registry: CollectorRegistry | None) -> None:
+                 segments: list[Segment], next_offset: int, metrics_registry: CollectorRegistry | None,
+                 group: CommitGroup | None = None) -> None:
         assert segments and segments[-1].last_offset + 1 == next_offset
         self.topic = topic
         self.directory = directory
@@ -119,6 +139,7 @@ class WriteAheadLog:
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
         self._checkpoint_lock = Lock()
         self._pending_bytes_max = config.pending_bytes_max
+        self._member: GroupMember | None = None  # set below when the WAL is in a commit group
         # The append core owns next_offset and the frames not yet taken by the writer. It
         # calls back only on rare paths: backpressure, waking a parked writer (or one a full
         # batch is waiting for), a refused append, an oversized record, a rare batch form.
@@ -136,18 +157,37 @@ class WriteAheadLog:
         self.metrics = WalMetrics(str(topic), metrics_registry)
         self.metrics.durable_offset.set(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
-        self._writer = GroupCommitWriter(
-            CommitHooks(take_batch=self._take_batch, on_durable=self._on_durable,
-                        on_rotate=self._on_rotate, fail=self._fail),
-            fs, directory, config, segments[-1])
+        hooks = CommitHooks(take_batch=self._take_batch, on_durable=self._on_durable,
+                            on_rotate=self._on_rotate, fail=self._fail)
+        appender = SegmentAppender(hooks, fs, directory, config, segments[-1])
+        self._writer: GroupCommitWriter | GroupMember
+        if group is None:
+            self._writer = GroupCommitWriter(hooks, appender, directory)
+        else:
+            try:
+                self._member = self._writer = group.join(
+                    MemberHooks(commit=hooks, take_ready=self._take_ready, park=self._core.park),
+                    appender, str(topic))
+            except BaseException:
+                appender.close()
+                self.metrics.close()
+                raise
         self._read_hooks = ReadHooks(
             read_records=self._read_records, cache_covers=self._cache_covers,
             wait_durable=self._wait_durable_unlocked, wait_durable_async=self._wait_durable_async,
             wake_waiters=self._wake_durable_waiters)
         self._dir_lock: DirLock | None = None  # set by open(); released by close() once the writer stopped
 
+    def _abandon_open(self) -> None:
+        """An open that failed after the constructor: let go of the group (nothing was
+        appended, so leaving is immediate) and of the metrics."""
+        if self._member is not None:
+            self._member.join(self.config.close_timeout_s)
+        self.metrics.close()
+
     def close(self) -> None:
-        """Drains and fsyncs everything appended, stops the writer; idempotent."""
+        """Drains and fsyncs everything appended, stops the writer (or leaves the commit
+        group); idempotent."""
         with self._lock:
             already = self._closing
             # Refuse first: an append either completed before this (its frames are pending
@@ -238,6 +278,9 @@ class WriteAheadLog:
 
     def _wake_writer(self) -> None:
         """Core callback: the writer parked itself idle, or a full batch is waiting."""
+        if self._member is not None:
+            self._member.wake()
+            return
         with self._lock:
             self._work.notify()
 
@@ -370,6 +413,14 @@ class WriteAheadLog:
                     # park and the wait (the wait releases the lock atomically).
                     self._work.wait(_IDLE_WAIT_S)
                     core.unpark()
+
+    def _take_ready(self) -> Batch | None:
+        """Commit group's thread: everything pending as one batch, or None (nothing pending,
+        or failed). Never blocks: the group waits for ``wake`` instead."""
+        with self._lock:
+            if self._failure is not None or not self._core.pending_count:
+                return None
+            return self._detach_pending()
 
     def _detach_pending(self) -> Batch:
         chunks, first, last, count, tail_position, tail_count = self._core.take()

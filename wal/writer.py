@@ -1,4 +1,5 @@
-"""The group-commit writer thread: one per WAL, the only code that writes segment data.
+"""The per-topic group-commit writer thread, and the segment appender it shares with the
+commit group (``wal.group``): the only code that writes segment data.
 
 The writer knows nothing of ``WriteAheadLog``: the log hands it a :class:`CommitHooks`
 (the four calls the loop makes back into the log's state) when it creates it, the same
@@ -52,7 +53,22 @@ class CommitHooks(NamedTuple):
     fail: Callable[[BaseException], None]
 
 
-class GroupCommitWriter:
+class Written(NamedTuple):
+    """One topic's round, written (not yet synced): what ``on_durable`` publishes after the sync."""
+
+    batch: Batch
+    segment: Segment  # the segment the round went to
+    position: int  # byte position of the round's first frame in it
+    size_bytes: int  # the segment's size after the round
+
+
+class SegmentAppender:
+    """Writes one topic's commit rounds to its active segment, cutting a new segment between
+    rounds when the active one is full or old. It never syncs a round: its caller does
+    (``GroupCommitWriter`` with one fdatasync of this file, ``wal.group.CommitGroup`` with
+    one syncfs for the rounds of every topic), and only one caller thread uses it at a time.
+    """
+
     def __init__(self, hooks: CommitHooks, fs: FileSystem, directory: str, config: WalConfig,
                  active: Segment) -> None:
         self._hooks = hooks
@@ -65,6 +81,56 @@ class GroupCommitWriter:
         assert actual == active.size_bytes, f"{active.path}: {actual} bytes on disk, {active.size_bytes} known"
         self._file = fs.open_append(active.path)
         self._file_bytes = active.size_bytes
+
+    def write_round(self, batch: Batch) -> Written:
+        """Writes ``batch`` as one round (its marker, then its frames) with one writev."""
+        if self._should_rotate():
+            self._rotate(batch.first_offset)
+        assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
+        assert self._active.has_rounds, "the writer appends only to segments with commit rounds"
+        # Every round starts with its marker: recovery takes a later round's marker as proof
+        # that this round was synced (native/format.py, "Commit rounds").
+        position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame lands
+        self._file.write([encode_round_marker(batch.first_offset), *batch.chunks])
+        self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
+        return Written(batch, self._active, position, self._file_bytes)
+
+    def sync(self) -> None:
+        """fdatasync of the active segment (the per-topic writer's sync)."""
+        self._file.sync()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _should_rotate(self) -> bool:
+        if self._active.record_count == 0:
+            return False  # never leave an empty sealed segment behind
+        if not self._active.has_rounds:
+            return True  # an older-format segment (from before an upgrade) takes no new rounds
+        if self._file_bytes >= self._config.segment_bytes_max:
+            return True
+        age_ms = time.time_ns() // 1_000_000 - self._active.created_ms
+        return age_ms >= self._config.segment_age_max_s * 1000
+
+    def _rotate(self, base_offset: int) -> None:
+        """Cut a new segment; every byte of the old one was synced by the previous round."""
+        assert base_offset == self._active.last_offset + 1
+        new = create_segment(self._fs, self._directory, base_offset)
+        self._file.close()
+        self._file = self._fs.open_append(new.path)
+        self._file_bytes = new.size_bytes
+        old, self._active = self._active, new
+        self._hooks.on_rotate(old, new)
+        _log.debug("rotated %s -> %s", old.path, new.path)
+
+
+class GroupCommitWriter:
+    """The per-topic writer thread: one fdatasync stream per topic (a WAL opened without a
+    ``wal.group.CommitGroup``)."""
+
+    def __init__(self, hooks: CommitHooks, appender: SegmentAppender, directory: str) -> None:
+        self._hooks = hooks
+        self._appender = appender
         self._thread = threading.Thread(target=self._run, name=f"wal-writer:{directory}", daemon=True)
 
     def start(self) -> None:
@@ -82,41 +148,12 @@ class GroupCommitWriter:
         except BaseException as exc:  # noqa: BLE001 - any failure must fail the WAL closed
             self._hooks.fail(exc)
         finally:
-            self._file.close()
+            self._appender.close()
 
     def _commit(self, batch: Batch) -> None:
-        if self._should_rotate():
-            self._rotate(batch.first_offset)
-        assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
-        assert self._active.has_rounds, "the writer appends only to segments with commit rounds"
-        # Every round starts with its marker: recovery takes a later round's marker as proof
-        # that this round was synced (native/format.py, "Commit rounds").
-        position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame lands
-        self._file.write([encode_round_marker(batch.first_offset), *batch.chunks])
-        self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
+        written = self._appender.write_round(batch)
         started = time.perf_counter()
-        self._file.sync()
+        self._appender.sync()
         seconds = time.perf_counter() - started
-        self._hooks.on_durable(batch, self._active, position, self._file_bytes, seconds)
-        assert self._active.last_offset == batch.last_offset
-
-    def _should_rotate(self) -> bool:
-        if self._active.record_count == 0:
-            return False  # never leave an empty sealed segment behind
-        if not self._active.has_rounds:
-            return True  # an older-format segment (from before an upgrade) takes no new rounds
-        if self._file_bytes >= self._config.segment_bytes_max:
-            return True
-        age_ms = time.time_ns() // 1_000_000 - self._active.created_ms
-        return age_ms >= self._config.segment_age_max_s * 1000
-
-    def _rotate(self, base_offset: int) -> None:
-        """Cut a new segment; every byte of the old one was fsynced by the previous commit."""
-        assert base_offset == self._active.last_offset + 1
-        new = create_segment(self._fs, self._directory, base_offset)
-        self._file.close()
-        self._file = self._fs.open_append(new.path)
-        self._file_bytes = new.size_bytes
-        old, self._active = self._active, new
-        self._hooks.on_rotate(old, new)
-        _log.debug("rotated %s -> %s", old.path, new.path)
+        self._hooks.on_durable(batch, written.segment, written.position, written.size_bytes, seconds)
+        assert written.segment.last_offset == batch.last_offset

@@ -19,7 +19,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.wal.helpers import payload_for  # noqa: E402
-from wal import WalConfig, WriteAheadLog  # noqa: E402
+from wal import RealFs, WalConfig, WriteAheadLog  # noqa: E402
+from wal.group import CommitGroup  # noqa: E402
 
 TOPIC = "/crash/topic"
 CONFIG = WalConfig(segment_bytes_max=64 * 1024, cache_messages_max=256)
@@ -32,7 +33,10 @@ def _say(line: str) -> None:
 
 def _writer(root: str, round_id: int, seed: int) -> None:
     rng = random.Random(seed)
-    log = WriteAheadLog.open(root, TOPIC, CONFIG)
+    # Every other round writes through a commit group (one syncfs per round), so the kills
+    # land in the group's writer as often as in the per-topic one.
+    group = CommitGroup(root, RealFs()) if round_id % 2 == 0 else None
+    log = WriteAheadLog.open(root, TOPIC, CONFIG, group=group)
     _say(f"OPEN {log.first_offset} {log.next_offset}")
     log.add_durable_listener(lambda offset: _say(f"D {offset}"))
     deadline = time.monotonic() + _RUN_LIMIT_S
@@ -47,6 +51,8 @@ def _writer(root: str, round_id: int, seed: int) -> None:
         if rng.random() < 0.2:
             time.sleep(rng.random() * 0.001)
     log.close()
+    if group is not None:
+        group.close()
 
 
 def main() -> None:

@@ -32,6 +32,12 @@ KEYS: dict[str, tuple[str, str]] = {
                               "themselves while the previous fsync runs (group commit without a timer).",
                               "BookKeeper `journalBufferedWritesThreshold`; Kafka `log.flush.interval.messages`"
                               " / `log.flush.interval.ms` (Kafka leaves flushing to the OS by default)"),
+    "wal.commit_group": ("A broker host opens every topic's WAL of its root in one commit group: one writer "
+                         "thread and one `syncfs(2)` per round for all topics (throughput independent of "
+                         "the topic count; a sync error fails every topic closed; unrelated dirty data on "
+                         "the same file system is flushed too, so give the WAL its own volume). `false`: "
+                         "one writer thread and one fdatasync per topic per round (docs/WAL.md).",
+                         "BookKeeper `journalDirectories` (one journal per disk for all ledgers)"),
     "wal.segment_bytes_max": ("Cut a new segment once the active one passes this size (checked before each "
                               "write batch, so a segment may exceed it by one batch).",
                               "Kafka `log.segment.bytes` (`segment.bytes`); Pulsar "

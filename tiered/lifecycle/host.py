@@ -71,7 +71,6 @@ from tiered.read.subscriptions import SubscriptionManager, clamp_cursors
 from uploader import Uploader
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
-from wal import WriteAheadLog
 from wal.api import Wal
 from wal.errors import InvalidTopicName
 from wal.fs import FileSystem
@@ -313,9 +312,7 @@ class BrokerHost:
                     raise
                 retired.append(replace(self.stale.discard_unreadable(topic, plan, wal_epoch if ours else None),
                                        current=ours))
-        wal = WriteAheadLog.open(self.wal_root, str(topic), config=self.config.wal_config,
-                                 initial_offset=plan.start_offset, fs=self.wal_fs,
-                                 metrics_registry=self.metrics_registry)
+        wal = self.root.open_wal(topic, initial_offset=plan.start_offset)
         if wal.next_offset != plan.start_offset:
             wal.close()
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")

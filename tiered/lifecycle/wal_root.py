@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 from collections.abc import Mapping
 
@@ -28,9 +29,12 @@ from tiered.lifecycle.ownership import OwnerToken
 from wal import WriteAheadLog
 from wal.api import WalOffsets
 from wal.config import WalConfig
-from wal.errors import WalLocked
-from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs
+from wal.errors import WalLocked, WalTimeout
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, syncfs_reports_errors
+from wal.group import CommitGroup
 from wal.topics import TopicName
+
+_log = logging.getLogger(__name__)
 
 #: In a local WAL directory: which of this broker's epochs last opened the WAL.
 OWNER_MARKER = ".owner"
@@ -67,13 +71,35 @@ class WalRoot:
             raise WalLocked(self.wal_root, "another broker host uses this WAL root") from e
         try:
             self.claim()
+            #: The commit group every WAL of this root joins (None: one writer per WAL).
+            self.group: CommitGroup | None = self._commit_group()
         except BaseException:
             self._root_lock.release()
             raise
 
+    def _commit_group(self) -> CommitGroup | None:
+        if not self.wal_config.commit_group:
+            return None
+        if isinstance(self.fs, RealFs) and not syncfs_reports_errors():
+            # Before Linux 5.8 syncfs returned success even when write-back failed: a group
+            # could acknowledge lost data. Per-topic fdatasync reports its file's errors.
+            _log.warning("WAL root %s: this kernel's syncfs does not report write-back errors; "
+                         "using one writer and fdatasync per topic instead of a commit group", self.wal_root)
+            return None
+        return CommitGroup(self.wal_root, self.fs)
+
     def release(self) -> None:
-        """Let go of the root's lock (another host may use the root from now on)."""
-        self._root_lock.release()
+        """Stop the commit group (every WAL of the root must be closed by now) and let go
+        of the root's lock (another host may use the root from now on)."""
+        try:
+            if self.group is not None:
+                self.group.close(self.wal_config.close_timeout_s)
+        except WalTimeout as e:
+            # A WAL still in the group may still write: its own directory lock keeps any
+            # new opener of it out until this process ends.
+            _log.error("WAL root %s: %s", self.wal_root, e)
+        finally:
+            self._root_lock.release()
 
     def claim(self) -> None:
         """Write ``<root>/.broker`` (this broker id) on first use; refuse another id."""
@@ -159,11 +185,15 @@ class WalRoot:
         self.write_marker(self.owner_marker_path(token.topic),
                           {"broker_id": self.broker_id, "epoch": token.epoch})
 
+    def open_wal(self, topic: TopicName, initial_offset: int | None = None) -> WriteAheadLog:
+        """Open (or create) the WAL of ``topic`` under this root, in the root's commit group."""
+        return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, initial_offset=initial_offset,
+                                  fs=self.wal_fs, metrics_registry=self.metrics_registry, group=self.group)
+
     def open_local(self, topic: TopicName) -> WriteAheadLog:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""
         try:
-            return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, fs=self.wal_fs,
-                                      metrics_registry=self.metrics_registry)
+            return self.open_wal(topic)
         except WalLocked:
             raise  # someone else has it open: not unreadable, and nothing to decide here
         except OSError as e:

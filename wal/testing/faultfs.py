@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from wal.fs import AppendFile, Lock, LockHeld, ReadFile
+from wal.fs import AppendFile, Lock, LockHeld, ReadFile, SyncHandle
 
 #: The page-cache page size the out-of-order crash model persists (or loses) as a unit.
 PAGE_BYTES = 4096
@@ -68,6 +68,18 @@ class _FaultReadFile:
         pass
 
 
+class _FaultSyncHandle:
+    def __init__(self, fs: "FaultFs") -> None:
+        self._fs = fs
+        self._closed = False
+
+    def sync(self) -> None:
+        self._fs._sync(None, self._closed)
+
+    def close(self) -> None:
+        self._closed = True
+
+
 class _FaultLock:
     def __init__(self, fs: "FaultFs", path: str) -> None:
         self._fs: FaultFs | None = fs
@@ -98,6 +110,7 @@ class FaultFs:
         self._last_write: _Inode | None = None
         self.fail_sync_after = fail_sync_after
         self.sync_calls = 0
+        self.syncfs_calls = 0  # of sync_calls: those that synced the whole file system
         self.failed_sync_calls = 0
         self._sync_gate = threading.Event()
         self._sync_gate.set()
@@ -334,6 +347,16 @@ class FaultFs:
             self._volatile_dirs.difference_update(
                 [d for d in self._volatile_dirs if os.path.dirname(d) == path and d != path])
 
+    def open_syncfs(self, path: str) -> SyncHandle:
+        """The twin of ``RealFs.open_syncfs``: the handle's ``sync()`` makes every file's
+        data and every directory's names of this whole (one-device) file system durable,
+        as ``syncfs(2)`` does. It is a file sync like any other for ``fail_sync_after``,
+        ``hold_syncs`` and ``sync_calls``."""
+        with self._lock:
+            if os.path.normpath(path) not in self._dirs:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+            return _FaultSyncHandle(self)
+
     def lock(self, path: str) -> "Lock":
         """The in-memory twin of ``RealFs.lock``: an empty lock file plus a table of held
         paths. Locks are process state, so a ``crash_image`` starts with none held."""
@@ -360,7 +383,8 @@ class FaultFs:
                 inode.data += chunk
             self._last_write = inode
 
-    def _sync(self, inode: _Inode, closed: bool) -> None:
+    def _sync(self, inode: _Inode | None, closed: bool) -> None:
+        """Sync one file, or (``inode`` None) the whole file system (``syncfs``)."""
         if closed:
             raise ValueError("sync of a closed file")
         if not self._sync_gate.is_set():
@@ -374,7 +398,15 @@ class FaultFs:
             if self.fail_sync_after is not None and self.sync_calls > self.fail_sync_after:
                 self.failed_sync_calls += 1
                 raise OSError(errno.EIO, "injected fsync failure")
-            self._sync_locked(inode)
+            if inode is not None:
+                self._sync_locked(inode)
+                return
+            self.syncfs_calls += 1
+            for path, entries in self._dirs.items():
+                for entry in entries.values():
+                    self._sync_locked(entry)
+                self._durable_dirs[path] = dict(entries)
+            self._volatile_dirs.clear()
 
     def _sync_locked(self, inode: _Inode) -> None:
         inode.durable = bytes(inode.durable[:inode.dirty_from]) + bytes(inode.data[inode.dirty_from:])

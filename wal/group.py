@@ -1,0 +1,227 @@
+"""One commit group per WAL root: one writer thread and one ``syncfs`` per round for every
+topic whose WAL is open under that root (design and failure semantics: docs/WAL.md,
+"Commit groups").
+
+Each round the group's writer takes the pending frames of every topic that has any (the
+append core's ``take()``, as the per-topic writer does), writes each topic's round (its
+round marker, then its frames) to that topic's own active segment, makes all of them
+durable with ONE ``syncfs(2)`` of the root's file system, and only then publishes each
+topic's durable watermark (waiters, async futures, cache, durable listeners). Every round
+is synced before the next one is written, so in each topic's segments only the last round
+can be unsynced: the per-topic format and recovery rules (native/format.py) hold as they
+are, and a topic's files are exactly what a per-topic writer would have left.
+
+A topic joins when its WAL opens (``WriteAheadLog.open(..., group=...)``) and leaves when
+it closes: ``leave`` waits until the group has written and synced everything the topic had
+appended, then the group lets go of its files. Rotation, retention, close and delete of one
+topic touch only that topic's files. Idle topics cost no work per round: a topic is looked
+at only after it woke the group (an append to a parked core calls ``wake``).
+
+Failure: a write error belongs to one file, so it fails that topic only (its partial
+round is its unsynced last round). A ``syncfs`` error cannot say which file's write-back
+failed, so it fails EVERY topic of the group closed (``WalFailed``; nothing of the failed
+round is acknowledged) and the group takes no new members: the host must restart.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from wal.errors import WalFailed, WalTimeout
+from wal.fs import FileSystem, SyncHandle
+from wal.writer import Batch, CommitHooks, SegmentAppender, Written
+
+_log = logging.getLogger(__name__)
+
+
+class MemberHooks(NamedTuple):
+    """A topic's side of the group's loop; every call is made on the group's thread."""
+
+    #: on_durable, on_rotate (through the appender) and fail, as for the per-topic writer.
+    commit: CommitHooks
+    #: Everything pending as one batch, at once, or None when nothing is (or the WAL failed).
+    take_ready: Callable[[], Batch | None]
+    #: Park the topic's append core: True if nothing is pending (its next append calls
+    #: ``wake``), False if frames are pending (the group looks again next round).
+    park: Callable[[], bool]
+
+
+class GroupMember:
+    """One topic's membership; what the WAL holds instead of its own writer thread."""
+
+    def __init__(self, group: "CommitGroup", hooks: MemberHooks, appender: SegmentAppender, name: str) -> None:
+        self._group = group
+        self.hooks = hooks
+        self.appender = appender
+        self.name = name
+        self.leaving = False
+        self.failed = False
+        self.left = threading.Event()
+
+    def wake(self) -> None:
+        """The append core's callback (via the WAL): frames are pending for this topic."""
+        self._group._ready(self)
+
+    def start(self) -> None:
+        """Nothing to start (the group's thread runs); for the per-topic writer's interface."""
+
+    def join(self, timeout_s: float) -> bool:
+        """Leave the group once everything appended is synced; False if not done in time."""
+        self._group._leave(self)
+        return self.left.wait(timeout_s)
+
+
+class CommitGroup:
+    """The commit group of one WAL root (see the module docstring). Thread-safe."""
+
+    def __init__(self, root: str, fs: FileSystem) -> None:
+        self.root = root
+        self.fs = fs
+        fs.makedirs(root)
+        # Opened before any member writes: syncfs reports only write-back errors that
+        # happened after the descriptor was opened (wal.fs.RealFs.open_syncfs).
+        self._sync: SyncHandle = fs.open_syncfs(root)
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._members: set[GroupMember] = set()
+        self._ready_members: dict[GroupMember, None] = {}  # an ordered set: woken since the last round
+        self._failure: BaseException | None = None
+        self._stopping = False
+        self.rounds = 0  # rounds synced so far (one sync each)
+        self._thread = threading.Thread(target=self._run, name=f"wal-commit-group:{root}", daemon=True)
+        self._thread.start()
+
+    # -- membership -----------------------------------------------------------
+    def join(self, hooks: MemberHooks, appender: SegmentAppender, name: str) -> GroupMember:
+        """Add a topic (its WAL recovered, nothing appended yet). Raises WalFailed once the
+        group failed: its syncs cannot vouch for anything any more."""
+        member = GroupMember(self, hooks, appender, name)
+        with self._lock:
+            self._check_locked()
+            self._members.add(member)
+            # Looked at in the next round, which parks its core: appends made before that
+            # are taken then, later ones wake the group.
+            self._ready_members[member] = None
+            self._work.notify()
+        return member
+
+    def check(self) -> None:
+        """Raises WalFailed if the group failed or was closed (it takes no new members)."""
+        with self._lock:
+            self._check_locked()
+
+    def _check_locked(self) -> None:
+        if self._failure is not None:
+            raise WalFailed(f"commit group of {self.root} failed: {self._failure!r}") from self._failure
+        if self._stopping:
+            raise WalFailed(f"commit group of {self.root} is closed")
+
+    def _ready(self, member: GroupMember) -> None:
+        with self._lock:
+            self._ready_members[member] = None
+            self._work.notify()
+
+    def _leave(self, member: GroupMember) -> None:
+        with self._lock:
+            member.leaving = True
+            if member not in self._members or self._failure is not None:
+                self._members.discard(member)
+                member.left.set()
+                return
+            self._ready_members[member] = None
+            self._work.notify()
+
+    @property
+    def members(self) -> int:
+        with self._lock:
+            return len(self._members)
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the group's thread. Its members must have left (closed their WALs) first:
+        the thread drains them before it stops, and WalTimeout says it did not in time."""
+        with self._lock:
+            self._stopping = True
+            self._work.notify()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise WalTimeout(f"commit group of {self.root} did not stop within {timeout_s} s")
+        self._sync.close()
+
+    # -- the writer thread ----------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while (members := self._next_round()) is not None:
+                self._round(members)
+        except BaseException as exc:  # noqa: BLE001 - whatever it was, nothing more is synced
+            self._fail_all(exc)
+
+    def _next_round(self) -> list[GroupMember] | None:
+        """The members woken since the last round (blocks while none are), or None to stop."""
+        with self._lock:
+            while not self._ready_members:
+                if self._failure is not None or (self._stopping and not self._members):
+                    return None
+                self._work.wait(0.5 if self._stopping else None)
+            members = list(self._ready_members)
+            self._ready_members.clear()
+            return members
+
+    def _round(self, members: list[GroupMember]) -> None:
+        written: list[tuple[GroupMember, Written]] = []
+        for member in members:
+            batch = None if member.failed else member.hooks.take_ready()
+            if batch is None:
+                self._settle(member)
+                continue
+            try:
+                written.append((member, member.appender.write_round(batch)))
+            except BaseException as exc:  # noqa: BLE001 - one file's write error fails its topic only
+                member.failed = True
+                member.hooks.commit.fail(exc)
+                self._settle(member)
+        if not written:
+            return
+        started = time.perf_counter()
+        self._sync.sync()  # raises: _run fails every member (nothing of this round is acknowledged)
+        seconds = time.perf_counter() - started
+        self.rounds += 1
+        for member, done in written:
+            member.hooks.commit.on_durable(done.batch, done.segment, done.position, done.size_bytes, seconds)
+        for member, _done in written:
+            self._settle(member)
+
+    def _settle(self, member: GroupMember) -> None:
+        """After a member's turn: look again next round if frames are pending, else park
+        it (its next append wakes the group), or let it go if it is leaving and drained."""
+        if not member.failed and not member.hooks.park():
+            self._ready(member)
+            return
+        with self._lock:
+            if not member.leaving:
+                return
+            self._members.discard(member)
+        member.appender.close()
+        member.left.set()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        _log.error("commit group of %s failed: every topic in it fails closed: %r", self.root, exc)
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+            members = list(self._members)
+            self._members.clear()
+            self._ready_members.clear()
+        for member in members:
+            member.failed = True
+            try:
+                member.hooks.commit.fail(exc)
+            finally:
+                member.appender.close()
+                member.left.set()
