@@ -275,3 +275,89 @@ def _mark_deleted(metadata: MetadataStore, topic: TopicName) -> None:
         return
     done = keys.TopicTombstone("deleted", tomb.epoch, tomb.next_offset, tomb.deleted_by, tomb.deleted_at)
     metadata.txn([value_is(keys.tombstone_key(topic), raw)], [Put(keys.tombstone_key(topic), done.to_json())])
+
+
+# -- listing -----------------------------------------------------------------------
+
+#: Keys read per page when listing topics.
+LIST_PAGE = 500
+
+
+@dataclass
+class TopicSummary:
+    """One row of :func:`list_topics`. ``status``: ``owned`` (``owner`` holds it; ``live``
+    says whether that broker is registered), ``sealed``, ``open`` (unsealed, nobody holds
+    it: a failover is due), ``deleting``, ``deleted`` or ``new`` (owned once, no state)."""
+
+    topic: str
+    status: str
+    owner: str | None = None
+    live: bool | None = None
+    epoch: int | None = None
+    first_offset: int | None = None
+    last_offset: int | None = None
+    archived_objects: int = 0
+    archived_bytes: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "status": self.status, "owner": self.owner, "live": self.live,
+                "epoch": self.epoch, "first_offset": self.first_offset, "last_offset": self.last_offset,
+                "archived_objects": self.archived_objects, "archived_bytes": self.archived_bytes}
+
+
+def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
+                page_keys: int = LIST_PAGE) -> list[TopicSummary]:
+    """Every topic under ``/storage/topics/``, read ``page_keys`` keys at a time (never one
+    range of the whole prefix), with its state, owner, archived offset range and bytes.
+    Deleted topics (tombstone phase ``deleted``) only with ``include_deleted``."""
+    rows: dict[str, TopicSummary] = {}
+    raw: dict[str, dict[str, bytes]] = {}
+    after: str | None = None
+    while True:
+        page = metadata.range(keys.STORAGE_TOPICS_PREFIX, limit=page_keys, start_after=after)
+        if not page:
+            break
+        for kv in page:
+            rest = kv.key[len(keys.STORAGE_TOPICS_PREFIX):]
+            parts = rest.split("/", 3)
+            if len(parts) < 3:
+                continue
+            name = f"/{parts[0]}/{parts[1]}"
+            row = rows.setdefault(name, TopicSummary(name, "new"))
+            if parts[2] == "objects" and len(parts) == 4:
+                d = keys.ObjectDescriptor.from_json(kv.key, kv.value)
+                row.archived_objects += 1
+                row.archived_bytes += d.size
+                row.first_offset = d.start_offset if row.first_offset is None else row.first_offset
+                row.last_offset = d.end_offset
+            elif parts[2] in ("owner", "state", "tombstone") and len(parts) == 3:
+                raw.setdefault(name, {})[parts[2]] = kv.value
+        after = page[-1].key
+        if len(page) < page_keys:
+            break
+    out = []
+    for name, row in rows.items():
+        records = raw.get(name, {})
+        _describe(metadata, row, records)
+        if row.status != "deleted" or include_deleted:
+            out.append(row)
+    return out
+
+
+def _describe(metadata: MetadataStore, row: TopicSummary, records: dict[str, bytes]) -> None:
+    topic = TopicName.parse(row.topic)
+    if "owner" in records:
+        owner = OwnerRecord.decode(keys.owner_key(topic), records["owner"])
+        row.epoch = owner.epoch
+        if owner.holder is not None:
+            row.status, row.owner = "owned", owner.holder
+            row.live = is_broker_registered(metadata, owner.holder)
+    if "state" in records and row.status != "owned":
+        state = keys.SealedState.from_json(keys.state_key(topic), records["state"])
+        row.status = "sealed" if state.sealed else "open"
+        if row.last_offset is None and state.last_committed_offset is not None:
+            row.last_offset = state.last_committed_offset
+    if "tombstone" in records:
+        tomb = keys.TopicTombstone.from_json(keys.tombstone_key(topic), records["tombstone"])
+        if tomb.blocks:
+            row.status, row.owner, row.live = tomb.phase, None, None
