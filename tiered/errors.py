@@ -118,3 +118,27 @@ class UnknownScheme(StorageError, ValueError):
 
 class MissingDependency(StorageError, ImportError):
     """A backend whose optional Python package is not installed."""
+
+
+class TopicNotFound(StorageError, LookupError):
+    """The topic does not exist (never created, or deleted) and the call may not create it
+    (``broker.auto_create`` off, or a read-only call such as ``dnb inspect``). Nothing was
+    written."""
+
+    def __init__(self, topic: object, detail: str = "") -> None:
+        super().__init__(f"topic {topic} does not exist{': ' + detail if detail else ''}")
+        self.topic = topic
+
+
+class TopicDeleted(TopicNotFound):
+    """The topic is deleted, or its delete has begun (its tombstone is written): loads,
+    produces, reads, subscriptions and cursor writes are refused. ``phase`` is the
+    tombstone's (``deleting``: re-run the delete to finish it; ``deleted``: the name may be
+    created again explicitly, continuing at ``next_offset``)."""
+
+    def __init__(self, topic: object, phase: str, next_offset: int) -> None:
+        StorageError.__init__(self, f"topic {topic} is deleted (tombstone phase {phase!r}; a new topic of this "
+                                    f"name would continue at offset {next_offset})")
+        self.topic = topic
+        self.phase = phase
+        self.next_offset = next_offset

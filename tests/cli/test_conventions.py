@@ -111,6 +111,7 @@ def test_library_warnings_stay_off_stderr_unless_verbose(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ops, "inspect", noisy)
+    dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "1")  # inspect of an unknown topic exits 7
     # A library logger with its own level (as `dnb broker run` sets "tiered" to INFO in
     # its process) does not get past the CLI's level either.
     tiered_log = logging.getLogger("tiered")

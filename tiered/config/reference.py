@@ -121,6 +121,12 @@ KEYS: dict[str, tuple[str, str]] = {
                                  "Kafka `delivery.timeout.ms`; Pulsar `sendTimeoutMs`"),
     "broker.flush_timeout_s": ("Bound on the unload's WAL flush step.", NONE),
     "broker.close_timeout_s": ("Bound on each close step of a hosted topic (readers, uploader, WAL).", NONE),
+    "broker.auto_create": ("A produce or consume of a topic that does not exist creates it. Off: they fail with "
+                           "TopicNotFound (CLI exit 7) and write nothing; `dnb topic create` creates. On by "
+                           "default, as in Kafka and Pulsar, so a first produce just works; turn it off in "
+                           "production so a typo'd name is an error, not a new topic. A deleted topic is "
+                           "never re-created implicitly.",
+                           "Kafka `auto.create.topics.enable`; Pulsar `allowAutoTopicCreation`"),
     "broker.cursor_flush_every_acks": ("Write a subscription's cursor after this many acks ...", NONE),
     "broker.cursor_flush_interval_s": ("... or after this long, whichever comes first.",
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "

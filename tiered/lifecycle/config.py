@@ -37,6 +37,11 @@ class BrokerConfig:
     produce_timeout_s: float = 30.0
     flush_timeout_s: float = 30.0
     close_timeout_s: float = 30.0
+    # Whether a load may create a topic that does not exist yet (a produce or consume of a
+    # new name creates it). Off: only an explicit create (``BrokerHost.create``, ``dnb
+    # topic create``) does, and anything else gets TopicNotFound with nothing written.
+    # A deleted topic is never re-created implicitly, whatever this says.
+    auto_create: bool = True
     # Subscription cursor flush policy (passed to SubscriptionManager).
     cursor_flush_every_acks: int = 1000
     cursor_flush_interval_s: float = 5.0

@@ -42,7 +42,15 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from tiered.archive.chain import DescriptorChain
 from tiered.lifecycle import seal as sealing
+from tiered.errors import TopicNotFound
 from tiered.lifecycle.config import BrokerConfig
+from tiered.lifecycle.delete import (
+    DeleteReport,
+    delete_topic,
+    recreate_compares,
+    tombstone_compare,
+    topic_exists,
+)
 from tiered.lifecycle.errors import LoadError, LocalWalUnreadable, TopicNotHosted
 from tiered.lifecycle.hosted import HostedTopic, RestoreReport, TopicState
 from tiered.lifecycle.metrics import LifecycleMetrics
@@ -51,6 +59,7 @@ from tiered.lifecycle.ownership import (
     BrokerSession,
     OwnershipLostError,
     OwnerToken,
+    TopicOwnedElsewhere,
     TopicOwner,
     acquire,
     lookup,
@@ -170,7 +179,7 @@ class BrokerHost:
 
     # -- load --------------------------------------------------------------------
     def load(self, name: TopicName | str, *, force: bool = False,
-             discard_local_wal: bool = False) -> HostedTopic:
+             discard_local_wal: bool = False, create: bool | None = None) -> HostedTopic:
         """Take ownership and restore ``name``; idempotent for a topic already hosted.
 
         Raises TopicOwnedElsewhere / OwnershipConflict when another broker holds or
@@ -181,6 +190,11 @@ class BrokerHost:
         ``discard_local_wal`` is the operator's way past LocalWalUnreadable: the WAL is
         quarantined and the range it may have held is recorded as lost, then numbering
         continues after the archive.
+
+        ``create`` (None: ``config.auto_create``) lets the load create a topic that does not
+        exist; without it such a load raises TopicNotFound and writes nothing. A deleted
+        topic (its tombstone written) raises TopicDeleted: only :meth:`create` makes the
+        name live again.
         """
         topic = TopicName.parse(name)
         self._check_open()
@@ -191,20 +205,90 @@ class BrokerHost:
                 return existing
             if existing is not None:
                 raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
-            hosted = self._load(topic, force, discard_local_wal)
+            hosted = self._load(topic, force, discard_local_wal,
+                                self.config.auto_create if create is None else create, False)
             with self._lock:
                 self._topics[topic] = hosted
         self._notify(0, hosted)
         return hosted
 
+    def create(self, name: TopicName | str) -> tuple[HostedTopic, bool]:
+        """Create ``name`` explicitly and host it: (the hosted topic, whether it was created).
+
+        The one way a deleted topic's name becomes live again: its tombstone (phase
+        ``deleted``; a delete still in progress raises TopicDeleted) moves to
+        ``recreated`` in the transaction that takes ownership, so the new incarnation's
+        epoch continues above the deleted one's (a zombie of it stays fenced) and its
+        offsets start at the tombstone's ``next_offset`` (a stale local WAL of it lies
+        below them and is retired, never resumed). An existing topic is just loaded."""
+        topic = TopicName.parse(name)
+        self._check_open()
+        existed = topic_exists(self.metadata, topic)
+        with self._topic_lock(topic):
+            with self._lock:
+                existing = self._topics.get(topic)
+            if existing is not None and existing.state is TopicState.OPEN:
+                return existing, False
+            if existing is not None:
+                raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
+            hosted = self._load(topic, False, False, True, True)
+            with self._lock:
+                self._topics[topic] = hosted
+        self._notify(0, hosted)
+        return hosted, not existed
+
+    def delete(self, name: TopicName | str, *, on_step: Callable[[str, int], None] | None = None,
+               fault_hook: Callable[[str], None] | None = None) -> DeleteReport:
+        """Delete ``name`` (:func:`tiered.lifecycle.delete.delete_topic`): every record,
+        cursor, descriptor and object, and this broker's local WAL of it.
+
+        Precondition: no other live broker holds the topic (TopicOwnedElsewhere, nothing
+        changed). Hosted here, it is sealed first (unload), so nothing is appended, uploaded
+        or acknowledged during the delete; a seal that fails abandons it instead (threads
+        stopped, WAL closed: its data is being deleted anyway) and the topic is deleted
+        while still held by this broker. The local WAL directory goes after the tombstone
+        is written, so a crash leaves either a WAL of a tombstoned topic (the next start or
+        a re-run deletes it) or nothing. Idempotent and resumable."""
+        topic = TopicName.parse(name)
+        self._check_open()
+        holder = lookup(self.metadata, topic)
+        if holder is not None and holder.broker_id != self.broker_id and holder.live:
+            raise TopicOwnedElsewhere(topic, holder.broker_id, holder.epoch)
+        try:
+            self.topic(topic)
+            hosted_here = True
+        except TopicNotHosted:
+            hosted_here = False
+        if hosted_here:
+            try:
+                self.unload(topic)
+            except Exception as e:  # noqa: BLE001 - the topic is going away; its data need not be sealed
+                log.warning("topic %s: seal before delete failed (%s: %s); abandoning it and deleting anyway",
+                            topic, type(e).__name__, e)
+                quietly(lambda: self.abandon(topic))
+        with self._topic_lock(topic):
+            report = delete_topic(self.metadata, self.objects, topic, broker_id=self.broker_id,
+                                  on_step=on_step, fault_hook=fault_hook)
+            if self.root.exists(topic):
+                self.stale.delete(topic)
+        return report
+
     async def load_async(self, name: TopicName | str, *, force: bool = False,
                          discard_local_wal: bool = False) -> HostedTopic:
         return await asyncio.to_thread(self.load, name, force=force, discard_local_wal=discard_local_wal)
 
-    def _load(self, topic: TopicName, force: bool, discard_local_wal: bool) -> HostedTopic:
+    def _load(self, topic: TopicName, force: bool, discard_local_wal: bool, create: bool,
+              recreate: bool) -> HostedTopic:
         started = time.monotonic()
         generation = self.session.generation if self.session is not None else 0
-        token = acquire(self.metadata, topic, self.broker_id, force=force)
+        if recreate:
+            compares, tomb_ops, _first = recreate_compares(self.metadata, topic)
+        else:
+            compares, tomb_ops = tombstone_compare(self.metadata, topic), []
+            if not create and self.metadata.get(keys.owner_key(topic)) is None:
+                raise TopicNotFound(topic, "auto_create is off; create it first (dnb topic create)")
+        token = acquire(self.metadata, topic, self.broker_id, force=force, extra_compares=compares,
+                        extra_ops=tomb_ops)
         opened: list[Callable[[], object]] = []
         retired: list[RetiredWal] = []
         plan: RestorePlan | None = None

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tiered.errors import (  # noqa: F401 - OwnershipError re-exported: callers import it from here
-    LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError,
+    LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError, TopicDeleted,
 )
 from tiered.metadata import keys
 from tiered.metadata.base import (
@@ -61,9 +61,15 @@ def owner_key(topic: TopicName | str) -> str:
 def unowned_fencing(metadata: MetadataStore, topic: TopicName) -> list[Compare]:
     """Compares that hold while ``topic``'s owner record stays as it is now (absent, or
     released): a writer that does not own the topic fences its writes on them, so they
-    fail once any broker takes the topic."""
+    fail once any broker takes the topic. They also hold only while the topic is not
+    deleted: a deleted topic raises :class:`~tiered.errors.TopicDeleted` here, and a delete
+    that begins later rewrites the owner record, so the fenced write fails."""
+    tomb, raw = keys.read_tombstone(metadata, topic)
+    if tomb is not None and tomb.blocks:
+        raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
     kv = metadata.get(owner_key(topic))
-    return [absent(owner_key(topic))] if kv is None else [value_is(kv.key, kv.value)]
+    tombstone = [absent(keys.tombstone_key(topic))] if raw is None else [value_is(keys.tombstone_key(topic), raw)]
+    return [absent(owner_key(topic)) if kv is None else value_is(kv.key, kv.value), *tombstone]
 
 
 def _check_broker_id(broker_id: str) -> None:

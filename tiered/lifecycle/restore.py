@@ -56,17 +56,28 @@ class BrokenChain(MetadataError):
         self.topic = topic
 
 
-def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
-    """End offset of the descriptor chain after checking that it runs from 0 with no gap
-    or overlap (the archive has no retention, so its first object starts at 0)."""
-    expected = 0
+def incarnation_first_offset(metadata: MetadataStore, topic: TopicName) -> int:
+    """Where the topic's current incarnation starts: 0, or for a topic deleted and created
+    again, the tombstone's ``next_offset`` (its numbering continues past the old one)."""
+    kv = metadata.get(keys.tombstone_key(topic))
+    if kv is None:
+        return 0
+    tomb = keys.TopicTombstone.from_json(kv.key, kv.value)
+    return tomb.next_offset if tomb.phase == "recreated" else 0
+
+
+def checked_chain_end(metadata: MetadataStore, topic: TopicName, first: int = 0) -> int | None:
+    """End offset of the descriptor chain after checking that it runs from ``first`` (0,
+    or where a re-created topic's incarnation starts) with no gap or overlap (the archive
+    has no retention, so its first object starts there)."""
+    expected = first
     for d in DescriptorChain(metadata, topic).all():  # every record decoded before any is judged
         if d.start_offset != expected:
             kind = "gap" if d.start_offset > expected else "overlap"
             raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows one "
                                      f"ending at {expected - 1}")
         expected = d.end_offset + 1
-    return None if expected == 0 else expected - 1
+    return None if expected == first else expected - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +147,9 @@ def read_progress(metadata: MetadataStore, topic: TopicName) -> Progress | None:
 def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
     topic = token.topic
     sealed = read_sealed_state(metadata, topic)
-    descriptor_end = checked_chain_end(metadata, topic)
-    archive_next = 0 if descriptor_end is None else descriptor_end + 1
+    first = incarnation_first_offset(metadata, topic)
+    descriptor_end = checked_chain_end(metadata, topic, first)
+    archive_next = first if descriptor_end is None else descriptor_end + 1
     previous = token.previous
     previous_owner = previous.broker_id if previous is not None else None
     if _is_sealed(sealed):

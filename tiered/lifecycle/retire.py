@@ -91,6 +91,15 @@ class StaleWals:
             first, tip = wal.first_offset, durable_tip(wal)
         finally:
             wal.close()
+        deleted = self._of_deleted_incarnation(topic)
+        if deleted is not None:
+            self.delete(topic)
+            log.warning("topic %s: deleted stale local WAL %d..%s of epoch %d: the topic was deleted at epoch %d "
+                        "(tombstone %s), so its offsets went with it", topic, first, tip, deleted[0], deleted[1],
+                        keys.tombstone_key(topic))
+            retired = RetiredWal(topic, first, tip, None, None, deleted[0], None)
+            self.retired.append(retired)
+            return retired
         record = None
         if start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
@@ -130,6 +139,21 @@ class StaleWals:
             retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath)
         self.retired.append(retired)
         return retired
+
+    def _of_deleted_incarnation(self, topic: TopicName) -> tuple[int, int] | None:
+        """(the WAL's epoch, the tombstone's epoch) when the local WAL was written by an
+        incarnation of the topic that was deleted: its ``.owner`` epoch is at or below the
+        tombstone's last epoch (epochs keep growing across a re-creation, so a WAL of the
+        new incarnation is always above it). Such a WAL is deleted, never resumed and never
+        recorded as a loss of the new incarnation. None: not known to be one (no
+        tombstone, or no readable ``.owner``): the usual rules below apply."""
+        tomb, _raw = keys.read_tombstone(self.metadata, topic)
+        if tomb is None:
+            return None
+        marker = self.root.read_owner_marker(topic)
+        if marker is None or marker > tomb.epoch:
+            return None
+        return marker, tomb.epoch
 
     def discard_unreadable(self, topic: TopicName, plan: RestorePlan, epoch: int | None) -> RetiredWal:
         """The operator chose to give up a WAL that does not open: record, then quarantine.

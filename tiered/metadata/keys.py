@@ -12,6 +12,7 @@ key                                                    value
 /storage/topics/<ns>/<topic>/state                     :class:`SealedState`
 /storage/topics/<ns>/<topic>/owner                     :class:`Ownership` (fencing)
 /storage/topics/<ns>/<topic>/progress                  the owner's durable tip (lifecycle)
+/storage/topics/<ns>/<topic>/tombstone                 :class:`TopicTombstone` (topic delete)
 /topics/<ns>/<topic>/subscriptions/<name>/cursor       :class:`Cursor`
 /topics/<ns>/<topic>/delivery                          delivery settings (opaque here)
 /cluster/brokers/<broker_id>/<ns>/<topic>              :class:`Assignment`
@@ -128,6 +129,12 @@ def lost_key(topic: TopicName | str, start_offset: int, epoch: int) -> str:
     return lost_prefix(topic) + f"{_offset(start_offset)}-{_offset(epoch)}"
 
 
+def tombstone_key(topic: TopicName | str) -> str:
+    """The topic's :class:`TopicTombstone`: written first by a delete, kept afterwards
+    (the last epoch and next offset a re-created topic continues from)."""
+    return storage_prefix(topic) + "tombstone"
+
+
 def topic_prefix(topic: TopicName | str) -> str:
     t = _topic(topic)
     return f"/topics/{t.namespace}/{t.name}/"
@@ -240,6 +247,7 @@ _CHECKS: dict[str, Callable[[object], bool]] = {
     "str|None": lambda v: v is None or isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
     "number": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "number|None": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
 }
 
 
@@ -488,3 +496,55 @@ class Unassigned(_Record):
 
     _TYPES: ClassVar[dict[str, str]] = {"reason": "str", "from_broker": "str|None", "to_broker": "str|None"}
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"to_broker"})
+
+
+#: Tombstone phases: deleting (written first, before anything is removed), deleted (every
+#: record and object of the topic is gone), recreated (the name is in use again, numbering
+#: continued at ``next_offset``; kept as the new incarnation's first offset).
+TOMBSTONE_PHASES = ("deleting", "deleted", "recreated")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTombstone(_Record):
+    """A topic delete, written under compare-and-swap before anything is removed.
+
+    ``epoch`` is the last ownership epoch of the deleted incarnation and ``next_offset``
+    the first offset it never used: a topic created again under the same name takes
+    ownership at a higher epoch and numbers from ``next_offset`` on, so a zombie owner of
+    the old incarnation stays fenced and a stale local WAL of it lies below the new start.
+    """
+
+    phase: str
+    epoch: int
+    next_offset: int
+    deleted_by: str
+    deleted_at: float
+    recreated_at: float | None = None
+
+    _TYPES: ClassVar[dict[str, str]] = {
+        "phase": "str", "epoch": "int", "next_offset": "int", "deleted_by": "str", "deleted_at": "number",
+        "recreated_at": "number|None",
+    }  # fmt: skip
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"recreated_at"})
+
+    def _problem(self) -> str | None:
+        if self.phase not in TOMBSTONE_PHASES:
+            return f"phase {self.phase!r} is not one of {TOMBSTONE_PHASES}"
+        if self.epoch < 0:
+            return f"epoch {self.epoch} is negative"
+        if self.next_offset < 0:
+            return f"next_offset {self.next_offset} is negative"
+        return None
+
+    @property
+    def blocks(self) -> bool:
+        """The name is deleted (or being deleted): nothing may load, write or read it."""
+        return self.phase != "recreated"
+
+
+def read_tombstone(metadata: Any, topic: TopicName | str) -> tuple[TopicTombstone | None, bytes | None]:
+    """(the topic's tombstone, its stored bytes for a compare); (None, None) when absent."""
+    kv = metadata.get(tombstone_key(topic))
+    if kv is None:
+        return None, None
+    return TopicTombstone.from_json(kv.key, kv.value), kv.value

@@ -44,6 +44,8 @@ from tiered.metrics import topic_gauge
 from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
 from tiered.read.metrics import ReadMetrics
 from tiered.archive.chain import DescriptorChain
+from tiered.errors import TopicDeleted
+from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
 from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, TopicMoved, UnknownOffset
@@ -75,6 +77,12 @@ def create_reader(topic: TopicName | str, wal: WalTailSource | None, metadata: M
                   metrics: ReadMetrics | None = None) -> "TieredReader":
     """A reader of ``topic`` from ``start``; see the module docstring for the tier choice."""
     topic = TopicName.parse(topic)
+    tomb, _raw = keys.read_tombstone(metadata, topic)
+    if tomb is not None and tomb.blocks:
+        # Deleted, or its delete has begun: never serve what is left of it. A reader made
+        # before the tombstone has a fixed archive end and meets a DataGap or a missing
+        # object (typed errors) where the delete removed descriptors or objects.
+        raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
     offset = resolve_start(topic, wal, metadata, start)
     return TieredReader(topic, wal, metadata, objects, offset, live=live,
                         prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max, metrics=metrics)
@@ -88,7 +96,10 @@ def resolve_start(topic: TopicName, wal: WalOffsets | None, metadata: MetadataSt
         first = DescriptorChain(metadata, topic).first()
         if first is not None:
             return first.start_offset
-        return 0 if wal is None else int(wal.first_offset)
+        if wal is not None:
+            return int(wal.first_offset)
+        tomb, _raw = keys.read_tombstone(metadata, topic)  # a re-created topic starts past its old incarnation
+        return tomb.next_offset if tomb is not None and tomb.phase == "recreated" else 0
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise ValueError(f"start must be an offset >= 0, 'earliest' or 'latest', got {start!r}")
     next_offset = topic_next_offset(topic, wal, metadata)
@@ -101,7 +112,9 @@ def topic_next_offset(topic: TopicName, wal: WalOffsets | None, metadata: Metada
     """The WAL's next offset; without a WAL, one past the last committed descriptor."""
     if wal is not None:
         return int(wal.next_offset)
-    return DescriptorChain(metadata, topic).next_offset()
+    chain_next = DescriptorChain(metadata, topic).next_offset()
+    tomb, _raw = keys.read_tombstone(metadata, topic)
+    return max(chain_next, tomb.next_offset) if tomb is not None and tomb.phase == "recreated" else chain_next
 
 
 class TieredReader:

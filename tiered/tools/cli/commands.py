@@ -186,6 +186,47 @@ def restore(inv: Invocation, topic: str, takeover: bool, discard_local_wal: bool
                                              discard_local_wal=discard_local_wal)})
 
 
+# -- topic create / delete / list ---------------------------------------------------------
+
+@cli.group("topic", help="create, delete and list topics")
+def topic_group() -> None:
+    pass
+
+
+@topic_group.command("create", help="create the topic on this broker (the only way back for a deleted name)")
+@topic_argument
+@pass_invocation
+def topic_create(inv: Invocation, topic: str) -> None:
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
+
+    inv.out.emit(ops.topic_create(inv.settings(), topic))
+
+
+@topic_group.command("delete", help="delete the topic: records, cursors, descriptors, objects (idempotent; "
+                                    "re-run finishes an interrupted delete)")
+@topic_argument
+@pass_invocation
+def topic_delete(inv: Invocation, topic: str) -> None:
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
+
+    inv.out.emit(ops.topic_delete(inv.settings(), topic, tracker=inv.out.tracker))
+
+
+@topic_group.command("list", help="every topic: status (owned/sealed/deleting), offsets, archived bytes")
+@click.option("--deleted", "include_deleted", is_flag=True, help="also list deleted names (their tombstones)")
+@pass_invocation
+def topic_list(inv: Invocation, include_deleted: bool) -> None:
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
+
+    inv.out.emit({"topics": ops.topic_list(inv.settings(), include_deleted)}, render=_render_topics)
+
+
+def _render_topics(result: dict[str, Any]) -> str:
+    return render_table(("topic", "status", "owner", "epoch", "first", "last", "objects", "bytes"),
+                        [(t["topic"], t["status"], t["owner"], t["epoch"], t["first_offset"], t["last_offset"],
+                          t["archived_objects"], t["archived_bytes"]) for t in result["topics"]])
+
+
 # -- inspect / verify / gc --------------------------------------------------------------
 
 @cli.command("inspect", help="owner, epoch, sealed state, descriptors, cursors, local WAL range")

@@ -29,6 +29,8 @@ from typing import Any, TextIO
 from tiered.cluster.runtime import RuntimeConfig, load_manager_settings
 from tiered.config import DnbConfig
 from tiered.lifecycle import BrokerHost
+from tiered.errors import TopicNotFound
+from tiered.lifecycle.delete import check_not_deleted, delete_topic, list_topics, topic_exists
 from tiered.lifecycle.ownership import read_owner, unowned_fencing
 from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
 from tiered.metadata import keys
@@ -149,6 +151,9 @@ def consume(settings: Settings, topic: str, subscription: str, start: str | int 
     """
     name = TopicName.parse(topic)
     with hosting(settings) as host:
+        if not host.config.auto_create and not topic_exists(host.metadata, name):
+            check_not_deleted(host.metadata, name)
+            raise TopicNotFound(name, "auto_create is off; create it first (dnb topic create)")
         holder, _epoch = owner_of(host.metadata, name)
         if holder is None:
             return _consume_unowned(host, name, subscription, start, max_messages, ack)
@@ -273,7 +278,10 @@ def restore(settings: Settings, topic: str, takeover: bool = False, discard_loca
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     name = TopicName.parse(topic)
     with open_stores(settings) as (metadata, _objects):
+        check_not_deleted(metadata, name)
         record, _kv = read_owner(metadata, name)
+        if record is None and not metadata.range(keys.storage_prefix(name), limit=1):
+            raise TopicNotFound(name)  # inspect never creates, whatever auto_create says
         state_kv = metadata.get(keys.state_key(name))
         state = keys.SealedState.from_json(state_kv.key, state_kv.value) if state_kv else None
         descriptors = list_descriptors(metadata, name)
@@ -494,3 +502,48 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int, m
         if ack and messages:
             client.ack(name, subscription, messages[-1].offset)
     return messages
+
+
+# -- topic create / delete / list -------------------------------------------------------
+
+def topic_create(settings: Settings, topic: str) -> dict[str, Any]:
+    """Create the topic explicitly on this broker (also a deleted name: numbering continues
+    at its tombstone's next offset, epochs above the deleted ones)."""
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        refuse_if_held_elsewhere(host, name, "create")
+        hosted, created = host.create(name)
+        return {"topic": str(name), "created": created, "epoch": hosted.token.epoch,
+                "next_offset": hosted.wal.next_offset}
+
+
+def topic_delete(settings: Settings, topic: str, tracker: Any = None) -> dict[str, Any]:
+    """Delete the topic (tiered.lifecycle.delete): refused while another broker holds it;
+    hosted by this broker id, sealed first and its local WAL removed. Re-running finishes
+    an interrupted delete; deleting a deleted or unknown topic is a no-op that says so."""
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        # Held by this broker id: this process does not run it (CLI brokers exit without
+        # sealing, and a second live process of one id cannot register), so it is deleted
+        # as it stands, its local WAL with it.
+        refuse_if_held_elsewhere(host, name, "delete")
+        context = tracker("deleting " + str(name), len(delete_steps())) if tracker else contextlib.nullcontext(None)
+        with context as advance:
+            steps = delete_steps()
+
+            def on_step(step: str, _count: int) -> None:
+                if advance is not None:
+                    advance(steps.index(step) + 1)
+
+            return host.delete(name, on_step=on_step).to_json()
+
+
+def delete_steps() -> tuple[str, ...]:
+    from tiered.lifecycle.delete import STEPS  # the delete's steps, for the progress bar
+
+    return STEPS
+
+
+def topic_list(settings: Settings, include_deleted: bool = False) -> list[dict[str, Any]]:
+    with open_stores(settings) as (metadata, _objects):
+        return [row.to_json() for row in list_topics(metadata, include_deleted=include_deleted)]

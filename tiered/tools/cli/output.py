@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO, TypeVar
 
 from native.errors import DnbError
-from tiered.errors import MalformedRecord, ObjectNotFound, StorageError, StorageUnavailable
+from tiered.errors import MalformedRecord, ObjectNotFound, StorageError, StorageUnavailable, TopicNotFound
 
 T = TypeVar("T")
 
@@ -45,12 +45,15 @@ EXIT_DATA = 5
 #: verify: the archive is consistent, but acknowledged messages are recorded lost (a
 #: failover took over a dead owner's unarchived tail); --allow-recorded-loss makes it 0.
 EXIT_RECORDED_LOSS = 6
+#: The topic does not exist (never created, deleted, or auto_create is off).
+EXIT_NOT_FOUND = 7
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
 #: exit code -> the ``code`` string of ``{"error": {...}}``; never renamed once released.
 ERROR_CODES = {EXIT_PROBLEMS: "problems", EXIT_USAGE: "usage", EXIT_REFUSED: "refused",
                EXIT_UNAVAILABLE: "unavailable", EXIT_DATA: "data", EXIT_RECORDED_LOSS: "recorded_loss",
+               EXIT_NOT_FOUND: "not_found",
                EXIT_INTERNAL: "internal", EXIT_INTERRUPTED: "interrupted"}
 
 EXIT_CODES_HELP = """Exit codes:
@@ -61,6 +64,7 @@ EXIT_CODES_HELP = """Exit codes:
   4    unavailable: the metadata store, object store or local disk cannot be reached
   5    data: a corrupt or missing archive object, corrupt WAL, gap, broken chain
   6    verify: consistent, but acknowledged messages are recorded lost (failover)
+  7    not found: the topic does not exist (never created, deleted, auto_create off)
   70   internal error (run again with --debug for the traceback)
   130  interrupted (Ctrl-C)
 
@@ -222,6 +226,8 @@ def classify(error: BaseException) -> tuple[int, str]:
     """Map a library error onto (exit code, one-line message)."""
     if isinstance(error, CliError):
         return error.exit_code, str(error)
+    if isinstance(error, TopicNotFound):
+        return EXIT_NOT_FOUND, f"not found ({type(error).__name__}): {error}"
     usage = _usage_error(error)
     if usage is not None:
         return EXIT_USAGE, usage

@@ -1,0 +1,252 @@
+"""Topic delete, re-creation and auto_create, on SQLite + local dir and on etcd + moto.
+
+Delete is a loss path by definition: these tests hold it to its preconditions (no other
+live owner), to its order (tombstone first: every access refused from then on), to
+resumability (a crash after any step, then a re-run, finishes it) and to what a
+re-created name inherits (epochs and offsets continue; the old incarnation's WAL and
+owner stay out)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tiered.archive.naming import topic_objects_prefix
+from tiered.errors import OwnershipLost, TopicDeleted, TopicNotFound
+from tiered.lifecycle.delete import STEPS, delete_topic
+from tiered.lifecycle.ownership import TopicOwnedElsewhere, read_owner
+from tiered.metadata import keys
+from tiered.read.reader import create_reader
+from tiered.read.subscriptions import SubscriptionManager
+from tiered.lifecycle.ownership import unowned_fencing
+from wal.topics import TopicName
+
+from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
+    TOPIC,
+    Cluster,
+    any_cluster,
+    local_cluster,
+    produce_range,
+    read_all,
+)
+
+T = TopicName.parse(TOPIC)
+
+
+class Crash(Exception):
+    """Injected after a delete step."""
+
+
+def _everything(cluster: Cluster) -> tuple[list[str], list[str], list[str]]:
+    """(metadata keys under the topic's storage prefix, under its /topics/ prefix, objects)."""
+    storage = [kv.key for kv in cluster.metadata.range(keys.storage_prefix(T))]
+    topic = [kv.key for kv in cluster.metadata.range(keys.topic_prefix(T))]
+    objects = [o.key for o in cluster.objects.list(topic_objects_prefix(T))]
+    return storage, topic, objects
+
+
+def _sealed_topic_with_data(cluster: Cluster, last: int = 9) -> None:
+    a = cluster.broker("a")
+    hosted = a.load(T)
+    produce_range(hosted, 0, last, ack="archived")
+    sub = hosted.subscribe("s1", "earliest")
+    sub.ack(3)
+    sub.flush()
+    keys_placement = keys.placement_key(T)
+    cluster.metadata.put(keys_placement, b"{}")  # a load manager placement record
+    cluster.metadata.put(keys.assignment_key("a", T), keys.Assignment(1.0).to_json())
+    a.unload(T)
+
+
+def _assert_deleted(cluster: Cluster, epoch: int, next_offset: int) -> None:
+    storage, topic, objects = _everything(cluster)
+    # Only the owner record (released: the epoch) and the tombstone stay.
+    assert sorted(storage) == sorted([keys.owner_key(T), keys.tombstone_key(T)])
+    assert topic == [] and objects == []
+    assert cluster.metadata.get(keys.placement_key(T)) is None
+    assert keys.topic_assignments(cluster.metadata, T) == []
+    tomb, _raw = keys.read_tombstone(cluster.metadata, T)
+    assert tomb is not None and (tomb.phase, tomb.epoch, tomb.next_offset) == ("deleted", epoch, next_offset)
+    owner, _kv = read_owner(cluster.metadata, T)
+    assert owner is not None and owner.holder is None and owner.epoch == epoch
+
+
+def test_delete_sealed_topic_removes_records_cursors_descriptors_and_objects(any_cluster: Cluster) -> None:
+    _sealed_topic_with_data(any_cluster)
+    storage, topic, objects = _everything(any_cluster)
+    assert objects and topic and any("/objects/" in k for k in storage)
+    # An orphan (an object no descriptor names) goes too: the object prefix is listed.
+    any_cluster.objects.put(topic_objects_prefix(T) + "data-99-99-e7.dnb1", b"orphan")
+    report = delete_topic(any_cluster.metadata, any_cluster.objects, T, broker_id="ops")
+    assert report.outcome == "deleted" and report.next_offset == 10 and report.epoch == 1
+    assert report.removed["objects"] == len(objects) + 1
+    _assert_deleted(any_cluster, 1, 10)
+    # Idempotent: again is a no-op that says so; a name that never existed writes nothing.
+    again = delete_topic(any_cluster.metadata, any_cluster.objects, T, broker_id="ops")
+    assert again.outcome == "already_deleted"
+    never = TopicName.parse("/default/never_was")
+    assert delete_topic(any_cluster.metadata, any_cluster.objects, never, broker_id="ops").outcome == "not_found"
+    assert any_cluster.metadata.range(keys.storage_prefix(never)) == []
+
+
+def test_deleted_topic_refuses_load_read_subscribe_and_cursor_writes(local_cluster: Cluster) -> None:
+    _sealed_topic_with_data(local_cluster)
+    delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+    b = local_cluster.broker("b")
+    with pytest.raises(TopicDeleted):
+        b.load(T)
+    with pytest.raises(TopicDeleted):
+        b.load(T, create=True)  # implicit creation never brings a deleted name back
+    with pytest.raises(TopicDeleted):
+        create_reader(T, None, local_cluster.metadata, local_cluster.objects, "earliest")
+    with pytest.raises(TopicDeleted):
+        unowned_fencing(local_cluster.metadata, T)  # the CLI's cursor writes on unowned topics
+    assert local_cluster.metadata.range(keys.topic_prefix(T)) == []
+
+
+def test_cursor_write_fenced_before_the_delete_fails_after_its_tombstone(local_cluster: Cluster) -> None:
+    _sealed_topic_with_data(local_cluster)
+    subs = SubscriptionManager(T, local_cluster.metadata, fencing=unowned_fencing(local_cluster.metadata, T))
+    sub = subs.subscribe("late", "earliest")
+    sub.ack(5)  # acknowledged in memory; the cursor write comes after the tombstone
+    delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+    with pytest.raises(Exception):
+        sub.flush()
+    subs.close(flush=False)
+    assert local_cluster.metadata.range(keys.topic_prefix(T)) == []
+
+
+def test_delete_owned_topic_via_its_host_seals_first_and_removes_the_local_wal(any_cluster: Cluster) -> None:
+    a = any_cluster.broker("a")
+    hosted = a.load(T)
+    produce_range(hosted, 0, 4, ack="archived")
+    produce_range(hosted, 5, 7)  # durable only: the seal archives it first
+    wal_dir = os.path.join(any_cluster.wal_root("a"), "default", "reliable_topic")
+    assert os.path.isdir(wal_dir)
+    report = a.delete(T)
+    assert report.outcome == "deleted" and report.next_offset == 8
+    assert not os.path.exists(wal_dir)
+    assert a.topics() == []
+    _assert_deleted(any_cluster, 1, 8)
+
+
+def test_delete_of_topic_owned_by_another_live_broker_is_refused_and_changes_nothing(any_cluster: Cluster) -> None:
+    a = any_cluster.broker("a")
+    hosted = a.load(T)
+    produce_range(hosted, 0, 2, ack="archived")
+    before = _everything(any_cluster)
+    b = any_cluster.broker("b")
+    with pytest.raises(TopicOwnedElsewhere):
+        b.delete(T)
+    with pytest.raises(TopicOwnedElsewhere):
+        delete_topic(any_cluster.metadata, any_cluster.objects, T, broker_id="b")
+    assert _everything(any_cluster) == before
+    assert keys.read_tombstone(any_cluster.metadata, T) == (None, None)
+    produce_range(hosted, 3, 3, ack="archived")  # the owner carries on
+
+
+@pytest.mark.parametrize("step", STEPS[:-1])
+def test_crash_after_each_step_then_rerun_finishes(local_cluster: Cluster, step: str) -> None:
+    _sealed_topic_with_data(local_cluster)
+
+    def crash(done: str) -> None:
+        if done == step:
+            raise Crash(done)
+
+    with pytest.raises(Crash):
+        delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops", fault_hook=crash)
+    tomb, _raw = keys.read_tombstone(local_cluster.metadata, T)
+    assert tomb is not None and tomb.phase == "deleting"
+    # Half-deleted: nothing serves what is left, nothing loads or re-creates it.
+    b = local_cluster.broker("b")
+    with pytest.raises(TopicDeleted):
+        b.load(T)
+    with pytest.raises(TopicDeleted):
+        b.create(T)
+    with pytest.raises(TopicDeleted):
+        create_reader(T, None, local_cluster.metadata, local_cluster.objects, 0)
+    report = delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+    assert report.outcome == "resumed"
+    _assert_deleted(local_cluster, 1, 10)
+
+
+def test_crash_after_each_step_then_rerun_finishes_on_etcd_and_s3(any_cluster: Cluster) -> None:
+    _sealed_topic_with_data(any_cluster)
+    for step in STEPS[1:-1]:  # crash again and again; every re-run gets one step further
+        def crash(done: str, at: str = step) -> None:
+            if done == at:
+                raise Crash(done)
+        with pytest.raises(Crash):
+            delete_topic(any_cluster.metadata, any_cluster.objects, T, broker_id="ops", fault_hook=crash)
+    assert delete_topic(any_cluster.metadata, any_cluster.objects, T, broker_id="ops").outcome == "resumed"
+    _assert_deleted(any_cluster, 1, 10)
+
+
+def test_recreate_continues_epochs_and_offsets_fences_the_zombie_and_retires_its_wal(any_cluster: Cluster) -> None:
+    # Broker a holds the topic without a registration (it looks dead) and keeps running:
+    # the zombie of the old incarnation, with offsets 5..9 durable but never archived.
+    zombie = any_cluster.broker("a", register_session=False)
+    hosted = zombie.load(T)
+    produce_range(hosted, 0, 4, ack="archived")
+    produce_range(hosted, 5, 9)
+    ops = any_cluster.broker("ops")
+    report = ops.delete(T)  # a dead holder: allowed, its tail goes with the topic
+    assert report.outcome == "deleted" and report.epoch == 1
+    first = report.next_offset
+    assert first >= 5
+    # The zombie's archive write after the tombstone is fenced: nothing is committed.
+    with pytest.raises(OwnershipLost):
+        hosted.uploader.upload_once()
+    assert any_cluster.metadata.range(keys.objects_prefix(T)) == []
+
+    b = any_cluster.broker("b")
+    created, fresh = b.create(T)
+    assert fresh
+    assert created.token.epoch == 2  # above the deleted incarnation's, never 1 again
+    assert produce_range(created, first, first + 2, ack="archived") == [first, first + 1, first + 2]
+    with pytest.raises(OwnershipLost):
+        hosted.uploader.upload_once()  # still fenced under the new incarnation
+    assert [m.offset for m in read_all(created, first, first + 2)] == [first, first + 1, first + 2]
+    b.unload(T)
+    zombie.close(unload=False)
+
+    # Broker a comes back: its WAL of the deleted incarnation (epoch 1) is deleted at
+    # start, never resumed into the new topic and never recorded as its loss.
+    again = any_cluster.broker("a")
+    assert [(r.epoch, r.lost_start) for r in again.retired] == [(1, None)]
+    assert keys.read_lost_ranges(any_cluster.metadata, T) == []
+    reloaded = again.load(T)
+    assert reloaded.wal.next_offset == first + 3
+    assert [m.offset for m in read_all(reloaded, first, first + 2)] == [first, first + 1, first + 2]
+    assert [m.offset for m in create_reader(T, None, any_cluster.metadata, any_cluster.objects, "earliest",
+                                            live=False)] == [first, first + 1, first + 2]
+
+
+def test_stale_wal_of_deleted_incarnation_found_at_load_is_retired_not_resumed(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("a")
+    hosted = a.load(T)
+    produce_range(hosted, 0, 5)  # durable, never archived
+    a.abandon(T)  # a crash: WAL and ownership stay
+    a.session.stop(revoke=True)  # and the broker is gone
+    report = delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+    b = local_cluster.broker("b")
+    b.create(T)
+    b.unload(T)
+    # The same (still running) host loads the re-created topic: its old WAL is not resumed.
+    reloaded = a.load(T, create=False)
+    assert reloaded.report.recovered_local_wal is False
+    assert reloaded.wal.next_offset == report.next_offset
+
+
+def test_auto_create_off_refuses_unknown_topics_and_writes_nothing(any_cluster: Cluster) -> None:
+    a = any_cluster.broker("a", auto_create=False)
+    with pytest.raises(TopicNotFound):
+        a.load(T)
+    assert _everything(any_cluster) == ([], [], [])
+    hosted, fresh = a.create(T)
+    assert fresh
+    produce_range(hosted, 0, 1)
+    a.unload(T)
+    assert a.load(T).wal.next_offset == 2  # an existing topic loads
+    _again, fresh = a.create(T)
+    assert not fresh

@@ -1,0 +1,363 @@
+"""Topic delete: a loss path by definition, so a tombstone first, then everything else.
+
+Precondition (checked, in one compare-and-swap): the topic has **no live owner** other
+than the caller. Its owner record is absent, released (sealed), held by the broker
+``broker_id`` that asks (which no longer runs the topic: :meth:`BrokerHost.delete` seals
+or abandons it first), or held by a broker that is no longer registered (dead; its
+unarchived tail goes with the topic). A topic held by another live broker is refused
+with :class:`~tiered.lifecycle.ownership.TopicOwnedElsewhere` and nothing is written.
+
+Steps, each safe to crash after (:data:`STEPS`):
+
+1. ``tombstone``: one transaction, guarded by the owner record's revision, the
+   holder staying unregistered and the tombstone being as read, that writes the
+   :class:`~tiered.metadata.keys.TopicTombstone` (phase ``deleting``, the last epoch
+   and the next offset) and rewrites the owner record as *released* at the same epoch.
+   From then on every stale writer (a zombie owner, an in-flight cursor write, a load
+   manager move planned earlier) fails its fencing compare, and loads, produces, reads,
+   subscriptions and cursor writes refuse with :class:`~tiered.errors.TopicDeleted`.
+2. ``cursors``: everything under ``/topics/<ns>/<topic>/`` (cursors, delivery).
+3. ``cluster records``: the load manager's placement, unassigned and assignment records
+   of the topic (the load manager never deletes data itself; a record it writes again
+   from a stale view only makes a broker try a load, which the tombstone refuses).
+4. ``descriptors``: every descriptor, page by page.
+5. ``objects``: every object under the topic's object prefix, listed (so orphans that no
+   descriptor named, and objects whose descriptor step 4 already removed, go too).
+6. ``progress``, 7. ``lost ranges``, 8. ``state``.
+9. ``deleted``: the tombstone moves to phase ``deleted`` (compare-and-swap).
+
+The tombstone and the released owner record stay: they carry the epoch and the next
+offset a topic created again under this name continues from (see
+:func:`recreate_compares` and docs/LIFECYCLE.md, "Delete"). A crash at any step leaves
+phase ``deleting``: every access is still refused, and running the delete again finishes
+it (the steps are idempotent). Deleting a deleted topic, or one that never existed, is a
+no-op that says which.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tiered.archive.chain import DescriptorChain
+from tiered.archive.naming import topic_objects_prefix
+from tiered.errors import TopicDeleted
+from tiered.lifecycle.ownership import (
+    OwnerRecord,
+    OwnershipConflict,
+    TopicOwnedElsewhere,
+    is_broker_registered,
+    read_owner,
+)
+from tiered.lifecycle.restore import read_progress, read_sealed_state
+from tiered.metadata import keys
+from tiered.metadata.base import Compare, MetadataStore, Put, absent, mod_revision_is, value_is
+from tiered.objects.base import ObjectStore
+from wal.topics import TopicName
+
+log = logging.getLogger(__name__)
+
+#: The delete's steps in order (a crash-injection hook and the progress callback name them).
+STEPS = ("tombstone", "cursors", "cluster records", "descriptors", "objects", "progress", "lost ranges",
+         "state", "deleted")
+#: Keys (or objects) handled per round trip when the delete walks a prefix.
+DELETE_PAGE = 500
+#: How often the tombstone transaction is retried when a record changed under it.
+TOMBSTONE_ATTEMPTS = 5
+
+#: What a delete found: ``deleted`` (this call deleted it), ``resumed`` (it finished a
+#: delete a crash interrupted), ``already_deleted``, ``not_found`` (no trace of the topic).
+OUTCOMES = ("deleted", "resumed", "already_deleted", "not_found")
+
+
+@dataclass
+class DeleteReport:
+    topic: TopicName
+    outcome: str
+    epoch: int = 0
+    next_offset: int = 0
+    removed: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": str(self.topic), "outcome": self.outcome, "epoch": self.epoch,
+                "next_offset": self.next_offset, "removed": dict(self.removed)}
+
+
+def check_not_deleted(metadata: MetadataStore, topic: TopicName) -> keys.TopicTombstone | None:
+    """Raise :class:`TopicDeleted` if ``topic`` has a tombstone that blocks it; returns
+    the tombstone otherwise (None, or one of phase ``recreated``)."""
+    tomb, _raw = keys.read_tombstone(metadata, topic)
+    if tomb is not None and tomb.blocks:
+        raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
+    return tomb
+
+
+def tombstone_compare(metadata: MetadataStore, topic: TopicName) -> list[Compare]:
+    """A compare that holds while the tombstone stays as it is now (absent or recreated),
+    raising :class:`TopicDeleted` at once when it already blocks the topic. Writers that
+    may create or change a topic's records (a load, a cursor write on an unowned topic)
+    add it to their transaction, so they cannot land after a delete's tombstone."""
+    tomb, raw = keys.read_tombstone(metadata, topic)
+    if tomb is not None and tomb.blocks:
+        raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
+    return [absent(keys.tombstone_key(topic))] if raw is None else [value_is(keys.tombstone_key(topic), raw)]
+
+
+def recreate_compares(metadata: MetadataStore, topic: TopicName) -> tuple[list[Compare], list[Put], int]:
+    """(compares, ops, first offset) for taking ownership of a topic whose name was deleted.
+
+    Only an explicit create calls this: the tombstone must be in phase ``deleted`` (a
+    delete still ``deleting`` is refused with :class:`TopicDeleted`; run the delete
+    again). The ops move it to ``recreated`` in the same transaction that takes
+    ownership at the released owner record's epoch + 1 (never below the deleted
+    incarnation's), and the new incarnation numbers from the tombstone's ``next_offset``."""
+    tomb, raw = keys.read_tombstone(metadata, topic)
+    if tomb is None or raw is None:
+        return [absent(keys.tombstone_key(topic))], [], 0
+    if tomb.phase == "recreated":
+        return [value_is(keys.tombstone_key(topic), raw)], [], tomb.next_offset
+    if tomb.phase != "deleted":
+        raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
+    recreated = keys.TopicTombstone("recreated", tomb.epoch, tomb.next_offset, tomb.deleted_by, tomb.deleted_at,
+                                    time.time())
+    return ([value_is(keys.tombstone_key(topic), raw)], [Put(keys.tombstone_key(topic), recreated.to_json())],
+            tomb.next_offset)
+
+
+def topic_first_offset(metadata: MetadataStore, topic: TopicName) -> int:
+    """The first offset of the topic's current incarnation: the tombstone's ``next_offset``
+    when the name was deleted and created again, else 0."""
+    tomb, _raw = keys.read_tombstone(metadata, topic)
+    return tomb.next_offset if tomb is not None and tomb.phase == "recreated" else 0
+
+
+def topic_exists(metadata: MetadataStore, topic: TopicName) -> bool:
+    """True when the topic was created (an owner record) and is not deleted."""
+    tomb, _raw = keys.read_tombstone(metadata, topic)
+    if tomb is not None and tomb.blocks:
+        return False
+    return metadata.get(keys.owner_key(topic)) is not None
+
+
+def delete_topic(metadata: MetadataStore, objects: ObjectStore, topic: TopicName | str, *, broker_id: str,
+                 on_step: Callable[[str, int], None] | None = None,
+                 fault_hook: Callable[[str], None] | None = None) -> DeleteReport:
+    """Delete ``topic`` (see the module docstring for the precondition and the steps).
+
+    ``broker_id`` is who asks: a topic still held by that broker is deleted only because
+    the caller no longer runs it (a :class:`BrokerHost` seals or abandons it first).
+    ``on_step(step, count)`` is told when each step is done, with how many keys or
+    objects it removed; ``fault_hook(step)`` runs after each step (tests inject crashes
+    there). Idempotent and resumable: returns a :class:`DeleteReport` whose ``outcome``
+    says what this call found."""
+    topic = TopicName.parse(topic)
+    keys.broker_assignments_prefix(broker_id)  # validates the id
+    tomb, _raw = keys.read_tombstone(metadata, topic)
+    if tomb is not None and tomb.phase == "deleted":
+        return DeleteReport(topic, "already_deleted", tomb.epoch, tomb.next_offset)
+    report = DeleteReport(topic, "resumed")
+    if tomb is None or tomb.phase == "recreated":
+        if tomb is None and not _any_trace(metadata, objects, topic):
+            return DeleteReport(topic, "not_found")
+        tomb = _write_tombstone(metadata, topic, broker_id)
+        report.outcome = "deleted"
+    report.epoch, report.next_offset = tomb.epoch, tomb.next_offset
+
+    def done(step: str, count: int) -> None:
+        report.removed[step] = count
+        if on_step is not None:
+            on_step(step, count)
+        if fault_hook is not None:
+            fault_hook(step)
+
+    done("tombstone", 1 if report.outcome == "deleted" else 0)
+    done("cursors", metadata.delete_prefix(keys.topic_prefix(topic)))
+    done("cluster records", _delete_cluster_records(metadata, topic))
+    done("descriptors", _delete_paged(metadata, keys.objects_prefix(topic)))
+    done("objects", _delete_objects(objects, topic))
+    done("progress", int(metadata.delete(keys.progress_key(topic))))
+    done("lost ranges", _delete_paged(metadata, keys.lost_prefix(topic)))
+    done("state", int(metadata.delete(keys.state_key(topic))))
+    _mark_deleted(metadata, topic)
+    done("deleted", 1)
+    log.warning("topic %s: deleted by broker %s (epoch %d, next offset %d; %s)", topic, broker_id, report.epoch,
+                report.next_offset, ", ".join(f"{k}: {v}" for k, v in report.removed.items()))
+    return report
+
+
+def _any_trace(metadata: MetadataStore, objects: ObjectStore, topic: TopicName) -> bool:
+    for prefix in (keys.storage_prefix(topic), keys.topic_prefix(topic)):
+        if metadata.range(prefix, limit=1):
+            return True
+    if metadata.get(keys.placement_key(topic)) or metadata.get(keys.unassigned_key(topic)):
+        return True
+    return next(iter(objects.list(topic_objects_prefix(topic))), None) is not None
+
+
+def _next_offset(metadata: MetadataStore, topic: TopicName, epoch_first: int) -> int:
+    """The first offset the deleted incarnation never used (as far as metadata knows): past
+    the seal, the last descriptor, the last published durable tip and every lost range."""
+    candidates = [epoch_first, DescriptorChain(metadata, topic).next_offset()]
+    sealed = read_sealed_state(metadata, topic)
+    if sealed is not None:
+        candidates.append(sealed.next_offset)
+    progress = read_progress(metadata, topic)
+    if progress is not None and progress.durable_offset is not None:
+        candidates.append(progress.durable_offset + 1)
+    for lost in keys.read_lost_ranges(metadata, topic):
+        candidates.append(lost.start_offset if lost.end_offset is None else lost.end_offset + 1)
+    return max(candidates)
+
+
+def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str) -> keys.TopicTombstone:
+    for _attempt in range(TOMBSTONE_ATTEMPTS):
+        tomb, raw = keys.read_tombstone(metadata, topic)
+        if tomb is not None and tomb.blocks:
+            return tomb  # a concurrent delete wrote it first: finish that one
+        owner, kv = read_owner(metadata, topic)
+        compares: list[Compare] = [absent(keys.owner_key(topic)) if kv is None
+                                   else mod_revision_is(kv.key, kv.mod_revision)]
+        compares.append(absent(keys.tombstone_key(topic)) if raw is None
+                        else value_is(keys.tombstone_key(topic), raw))
+        ops: list[Put] = []
+        holder = owner.holder if owner is not None else None
+        if holder is not None and holder != broker_id:
+            if is_broker_registered(metadata, holder):
+                raise TopicOwnedElsewhere(topic, holder, owner.epoch)  # type: ignore[union-attr]
+            compares.append(absent(keys.registered_key(holder)))  # dead: only while it stays dead
+        epoch = owner.epoch if owner is not None else 0
+        if owner is not None:
+            released = OwnerRecord(owner.broker_id, owner.epoch, owner.acquired_at, time.time(),
+                                   owner.previous_broker_id)
+            ops.append(Put(keys.owner_key(topic), released.encode()))
+        first = topic_first_offset(metadata, topic)
+        new = keys.TopicTombstone("deleting", epoch, _next_offset(metadata, topic, first), broker_id, time.time())
+        ops.append(Put(keys.tombstone_key(topic), new.to_json()))
+        if metadata.txn(compares, ops).succeeded:
+            log.warning("topic %s: delete begun by broker %s: tombstone written (epoch %d, next offset %d)",
+                        topic, broker_id, new.epoch, new.next_offset)
+            return new
+    raise OwnershipConflict(topic, f"its owner record kept changing during {TOMBSTONE_ATTEMPTS} delete attempts")
+
+
+def _delete_cluster_records(metadata: MetadataStore, topic: TopicName) -> int:
+    removed = int(metadata.delete(keys.placement_key(topic))) + int(metadata.delete(keys.unassigned_key(topic)))
+    for broker in keys.topic_assignments(metadata, topic):
+        removed += int(metadata.delete(keys.assignment_key(broker, topic)))
+    return removed
+
+
+def _delete_paged(metadata: MetadataStore, prefix: str) -> int:
+    removed = 0
+    while True:
+        page = metadata.range(prefix, limit=DELETE_PAGE)
+        if not page:
+            return removed
+        for kv in page:
+            removed += int(metadata.delete(kv.key))
+
+
+def _delete_objects(objects: ObjectStore, topic: TopicName) -> int:
+    removed = 0
+    while True:
+        page = [info.key for _, info in zip(range(DELETE_PAGE), objects.list(topic_objects_prefix(topic)))]
+        if not page:
+            return removed
+        for key in page:
+            objects.delete(key)
+            removed += 1
+
+
+def _mark_deleted(metadata: MetadataStore, topic: TopicName) -> None:
+    tomb, raw = keys.read_tombstone(metadata, topic)
+    if tomb is None or raw is None or tomb.phase != "deleting":
+        return
+    done = keys.TopicTombstone("deleted", tomb.epoch, tomb.next_offset, tomb.deleted_by, tomb.deleted_at)
+    metadata.txn([value_is(keys.tombstone_key(topic), raw)], [Put(keys.tombstone_key(topic), done.to_json())])
+
+
+# -- listing -----------------------------------------------------------------------
+
+#: Keys read per page when listing topics.
+LIST_PAGE = 500
+
+
+@dataclass
+class TopicSummary:
+    """One row of :func:`list_topics`. ``status``: ``owned`` (``owner`` holds it; ``live``
+    says whether that broker is registered), ``sealed``, ``open`` (unsealed, nobody holds
+    it: a failover is due), ``deleting``, ``deleted`` or ``new`` (owned once, no state)."""
+
+    topic: str
+    status: str
+    owner: str | None = None
+    live: bool | None = None
+    epoch: int | None = None
+    first_offset: int | None = None
+    last_offset: int | None = None
+    archived_objects: int = 0
+    archived_bytes: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "status": self.status, "owner": self.owner, "live": self.live,
+                "epoch": self.epoch, "first_offset": self.first_offset, "last_offset": self.last_offset,
+                "archived_objects": self.archived_objects, "archived_bytes": self.archived_bytes}
+
+
+def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
+                page_keys: int = LIST_PAGE) -> list[TopicSummary]:
+    """Every topic under ``/storage/topics/``, read ``page_keys`` keys at a time (never one
+    range of the whole prefix), with its state, owner, archived offset range and bytes.
+    Deleted topics (tombstone phase ``deleted``) only with ``include_deleted``."""
+    rows: dict[str, TopicSummary] = {}
+    raw: dict[str, dict[str, bytes]] = {}
+    after: str | None = None
+    while True:
+        page = metadata.range(keys.STORAGE_TOPICS_PREFIX, limit=page_keys, start_after=after)
+        if not page:
+            break
+        for kv in page:
+            rest = kv.key[len(keys.STORAGE_TOPICS_PREFIX):]
+            parts = rest.split("/", 3)
+            if len(parts) < 3:
+                continue
+            name = f"/{parts[0]}/{parts[1]}"
+            row = rows.setdefault(name, TopicSummary(name, "new"))
+            if parts[2] == "objects" and len(parts) == 4:
+                d = keys.ObjectDescriptor.from_json(kv.key, kv.value)
+                row.archived_objects += 1
+                row.archived_bytes += d.size
+                row.first_offset = d.start_offset if row.first_offset is None else row.first_offset
+                row.last_offset = d.end_offset
+            elif parts[2] in ("owner", "state", "tombstone") and len(parts) == 3:
+                raw.setdefault(name, {})[parts[2]] = kv.value
+        after = page[-1].key
+        if len(page) < page_keys:
+            break
+    out = []
+    for name, row in rows.items():
+        records = raw.get(name, {})
+        _describe(metadata, row, records)
+        if row.status != "deleted" or include_deleted:
+            out.append(row)
+    return out
+
+
+def _describe(metadata: MetadataStore, row: TopicSummary, records: dict[str, bytes]) -> None:
+    topic = TopicName.parse(row.topic)
+    if "owner" in records:
+        owner = OwnerRecord.decode(keys.owner_key(topic), records["owner"])
+        row.epoch = owner.epoch
+        if owner.holder is not None:
+            row.status, row.owner = "owned", owner.holder
+            row.live = is_broker_registered(metadata, owner.holder)
+    if "state" in records and row.status != "owned":
+        state = keys.SealedState.from_json(keys.state_key(topic), records["state"])
+        row.status = "sealed" if state.sealed else "open"
+        if row.last_offset is None and state.last_committed_offset is not None:
+            row.last_offset = state.last_committed_offset
+    if "tombstone" in records:
+        tomb = keys.TopicTombstone.from_json(keys.tombstone_key(topic), records["tombstone"])
+        if tomb.blocks:
+            row.status, row.owner, row.live = tomb.phase, None, None
