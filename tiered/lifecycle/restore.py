@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from native.format import MAX_OFFSET
 from tiered.archive.chain import DescriptorChain
+from tiered.archive.start import archive_start
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
@@ -57,16 +58,32 @@ class BrokenChain(MetadataError):
 
 
 def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
-    """End offset of the descriptor chain after checking that it runs from 0 with no gap
-    or overlap (the archive has no retention, so its first object starts at 0)."""
-    expected = 0
+    """End offset of the descriptor chain after checking that it runs from the archive
+    start (0 unless archive retention raised it: :mod:`tiered.archive.start`) with no gap
+    or overlap.
+
+    Descriptors wholly below the start are an interrupted retention cut's leftovers
+    (pending deletion) and are not judged; the first one at or above the start must begin
+    exactly at it. Retention never removes the last descriptor, so a raised start always
+    has one at or above it (none is a broken chain: where the topic ends is unknown)."""
+    start = archive_start(metadata, topic)
+    expected = start
+    seen = False
     for d in DescriptorChain(metadata, topic).all():  # every record decoded before any is judged
+        if d.end_offset < start:
+            continue
+        seen = True
         if d.start_offset != expected:
             kind = "gap" if d.start_offset > expected else "overlap"
-            raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows one "
-                                     f"ending at {expected - 1}")
+            before = (f"one ending at {expected - 1}" if expected != start
+                      else f"the archive start {start}")
+            raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows {before}")
         expected = d.end_offset + 1
-    return None if expected == 0 else expected - 1
+    if not seen:
+        if start > 0:
+            raise BrokenChain(topic, f"the archive starts at {start} but no descriptor reaches it")
+        return None
+    return expected - 1
 
 
 @dataclass(frozen=True, slots=True)
