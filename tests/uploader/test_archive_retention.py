@@ -403,3 +403,31 @@ def test_restore_refuses_a_chain_that_does_not_reach_the_start(env) -> None:
     env.raw_metadata.delete(keys.descriptor_key(env.topic, 20))  # damage: the retained tip gone
     with pytest.raises(BrokenChain):
         checked_chain_end(env.raw_metadata, env.topic)
+
+
+def test_verify_flags_a_hole_right_at_the_archive_start(env) -> None:
+    uploader, _wal, _ = build_archive(env, 4)
+    limit = sum(d.size for d in list_descriptors(env.raw_metadata, env.topic)[2:])
+    retention(env, bytes_max=limit).run(uploader.committed_through)  # start -> 20
+    env.raw_metadata.delete(keys.descriptor_key(env.topic, 20))  # damage: the first retained object
+    report = verify_topic(env.topic, env.raw_metadata, env.raw_objects)
+    gaps = [(p["first_offset"], p["last_offset"]) for p in report.problems if p["kind"] == "gap"]
+    assert not report.ok and gaps == [(20, 29)]
+    with pytest.raises(BrokenChain):
+        checked_chain_end(env.raw_metadata, env.topic)
+
+
+def test_descriptors_are_deleted_only_while_the_start_that_covers_them_is_in_place(env) -> None:
+    """If the start record is not the one just written (removed or rewritten by anyone
+    between the steps), no descriptor is deleted: a chain never loses its head without a
+    start that explains it."""
+    uploader, _wal, descriptors = build_archive(env, 4)
+
+    def remove_start(step: str) -> None:
+        if step == "after_start_raised":
+            env.raw_metadata.delete(keys.archive_start_key(env.topic))
+
+    run = retention(env, bytes_max=0, hook=remove_start).run(uploader.committed_through)
+    assert run.descriptors_deleted == 0 and run.objects_deleted == 0
+    assert list_descriptors(env.raw_metadata, env.topic) == descriptors
+    assert verify_topic(env.topic, env.raw_metadata, env.raw_objects).problems == []
