@@ -22,6 +22,7 @@ from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
     TOPIC,
     Cluster,
     any_cluster,
+    local_cluster,
     payload_for,
     produce_range,
 )
@@ -102,3 +103,37 @@ def test_an_interrupted_cut_is_finished_by_the_next_owner(any_cluster: Cluster) 
         assert [m.offset for m in reader] == list(range(20, 30))
     report = verify_topic(TOPIC, any_cluster.metadata, any_cluster.objects)
     assert report.ok and report.problems == [], report.problems
+
+
+def test_a_stale_sealed_wal_whose_descriptors_retention_removed_is_deleted_not_recorded_lost(
+        local_cluster: Cluster) -> None:
+    """A crash between the seal and the WAL delete leaves a WAL of offsets all archived;
+    when it comes back after another owner's retention removed those descriptors, it is
+    still nothing lost (no quarantine, no LostRange)."""
+    import os
+    import shutil
+
+    from tiered.metadata import keys
+
+    a = local_cluster.broker("A")
+    on_a = a.load(TOPIC)
+    archive_in_three_objects(on_a)
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    on_a.wal.flush()
+    copy = os.path.join(local_cluster.root, "copy")
+    shutil.copytree(wal_dir, copy)
+    assert a.unload(TOPIC) == 29
+    a.close()
+    os.remove(os.path.join(copy, ".lock"))
+    shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
+
+    b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
+    on_b = b.load(TOPIC)
+    on_b.uploader.archive_retention.run(on_b.uploader.committed_through)
+    assert archive_start(local_cluster.metadata, TOPIC) == 20
+    b.unload(TOPIC)
+
+    again = local_cluster.broker("A")
+    assert [(r.first_offset, r.last_offset, r.lost_start) for r in again.retired] == [(0, 29, None)]
+    assert keys.read_lost_ranges(local_cluster.metadata, TOPIC) == []
+    assert not os.path.exists(wal_dir)
