@@ -306,3 +306,4 @@ def test_consume_below_the_archive_start_names_the_first_retained_offset(tmp_pat
     assert "first retained offset is 2" in run.err
     got = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s2").json()["messages"]
     assert [m["offset"] for m in got] == [2, 3]
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["archive_start"] == 2
