@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 
 #: Descriptor deletes per metadata transaction (etcd's default ``--max-txn-ops`` is 128).
 DELETE_BATCH_MAX = 64
+#: Descriptors one run removes at most (a run holds the uploader's pass lock, and deletes
+#: objects one request each): a longer cut goes on at the uploader's next pass.
+CUT_DESCRIPTORS_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class RetentionRun:
     start_after: int
     reason: str | None = None
     refused: str | None = None  # why nothing was cut although limits are set
+    capped: bool = False  # the limits asked for more than CUT_DESCRIPTORS_MAX: run again soon
     descriptors_deleted: int = 0
     objects_deleted: int = 0
     bytes_deleted: int = 0
@@ -93,17 +97,20 @@ class RetentionRun:
 
 
 def plan_cut(retained: Sequence[ObjectDescriptor], age_max_s: float | None, bytes_max: int | None,
-             now_s: float) -> Cut | None:
+             now_s: float, count_max: int | None = None) -> Cut | None:
     """The cut the limits ask for on ``retained`` (the chain from the current start, in
     order, already checked contiguous); None: keep everything. Pure.
 
     Oldest first, a descriptor is removed while it is older than ``age_max_s`` or the
     retained objects total more than ``bytes_max``; the first that meets neither stops
-    the cut. The last descriptor is never a candidate."""
+    the cut. The last descriptor is never a candidate; at most ``count_max`` are removed
+    (None: no bound)."""
     total = sum(d.size for d in retained)
     count = 0
     reason: str | None = None
     for d in retained[:-1]:
+        if count_max is not None and count >= count_max:
+            break
         too_old = age_max_s is not None and now_s - d.created_at >= age_max_s
         too_big = bytes_max is not None and total > bytes_max
         if not (too_old or too_big):
@@ -176,9 +183,11 @@ class ArchiveRetention:
         problem = chain_problem(retained, start)
         if problem is not None:
             return self._refuse(result, "broken_chain", f"the retained chain is not whole ({problem})")
-        cut = plan_cut(retained, self.policy.age_max_s, self.policy.bytes_max, self.wall_clock())
+        cut = plan_cut(retained, self.policy.age_max_s, self.policy.bytes_max, self.wall_clock(),
+                       CUT_DESCRIPTORS_MAX)
         if cut is None:
             return result
+        result.capped = len(cut.removed) >= CUT_DESCRIPTORS_MAX
         if committed_through is None or cut.new_start > committed_through:
             # Pair check: the new start is the start of a committed descriptor below the
             # tip, so at or below committed_through; anything else is a bug, cut nothing.
@@ -278,4 +287,4 @@ class ArchiveRetention:
             self.fault_hook(step)
 
 
-__all__ = ["ArchiveRetention", "Cut", "DELETE_BATCH_MAX", "RetentionRun", "chain_problem", "plan_cut"]
+__all__ = ["ArchiveRetention", "CUT_DESCRIPTORS_MAX", "Cut", "DELETE_BATCH_MAX", "RetentionRun", "chain_problem", "plan_cut"]

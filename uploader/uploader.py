@@ -600,6 +600,8 @@ class Uploader:
         self._archive_retention_due_s = now_s + self.config.archive_retention.check_interval_s
         self._chain_tip()  # ownership checked, committed_through at least the chain end
         self.last_archive_retention = self.archive_retention.run(self._committed_through)
+        if self.last_archive_retention.capped:
+            self._archive_retention_due_s = now_s  # a long cut goes on at the next pass
 
     # -- background ------------------------------------------------------------------
     def _run(self) -> None:

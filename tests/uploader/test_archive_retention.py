@@ -431,3 +431,24 @@ def test_descriptors_are_deleted_only_while_the_start_that_covers_them_is_in_pla
     assert run.descriptors_deleted == 0 and run.objects_deleted == 0
     assert list_descriptors(env.raw_metadata, env.topic) == descriptors
     assert verify_topic(env.topic, env.raw_metadata, env.raw_objects).problems == []
+
+
+def test_a_long_cut_is_spread_over_runs_and_the_uploader_goes_on_at_its_next_pass(env, monkeypatch) -> None:
+    monkeypatch.setattr(retention_mod, "CUT_DESCRIPTORS_MAX", 2)
+    ticks = [0.0]
+    wal = MemWal()
+    uploader = clocked_uploader(env, wal, ticks, bytes_max=0, check_interval_s=100)
+    for tick in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0):  # six objects; only the first pass was due
+        ticks[0] = tick
+        wal.append_n(PER_OBJECT)
+        uploader.upload_once()
+    ticks[0] = 200.0
+    uploader.upload_once()
+    assert archive_start(env.raw_metadata, env.topic) == 20  # two removed, capped
+    assert uploader.last_archive_retention is not None and uploader.last_archive_retention.capped
+    ticks[0] = 201.0  # not an interval later: a capped cut goes on at the very next pass
+    uploader.upload_once()
+    uploader.upload_once()
+    assert archive_start(env.raw_metadata, env.topic) == 50
+    assert [d.start_offset for d in list_descriptors(env.raw_metadata, env.topic)] == [50]
+    assert not uploader.last_archive_retention.capped
