@@ -9,7 +9,8 @@ import pytest
 from tests.cli.helpers import broker, dnb, stores
 
 TOPIC = "/default/reliable_topic"
-INSPECT_KEYS = {"topic", "owner", "epoch", "sealed_state", "descriptors", "cursors", "local_wal", "lost_ranges"}
+INSPECT_KEYS = {"topic", "owner", "epoch", "sealed_state", "descriptors", "cursors", "local_wal", "lost_ranges",
+                "archive_start"}
 
 
 def test_move_by_hand_json(tmp_path):
