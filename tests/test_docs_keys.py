@@ -21,7 +21,7 @@ PLACEHOLDERS = {
 def built() -> set[str]:
     return {
         keys.descriptor_key(TOPIC, START), keys.state_key(TOPIC), keys.owner_key(TOPIC),
-        keys.progress_key(TOPIC), keys.tombstone_key(TOPIC), keys.lost_key(TOPIC, START, EPOCH), keys.cursor_key(TOPIC, SUB),
+        keys.progress_key(TOPIC), keys.tombstone_key(TOPIC), keys.archive_start_key(TOPIC), keys.lost_key(TOPIC, START, EPOCH), keys.cursor_key(TOPIC, SUB),
         keys.delivery_key(TOPIC), keys.assignment_key(BROKER, TOPIC), keys.unassigned_key(TOPIC),
         keys.registered_key(BROKER), keys.LEADER_KEY, keys.placement_key(TOPIC),
         keys.broker_state_key(BROKER), keys.load_key(BROKER), keys.history_key(STARTED_MS / 1000, MOVE),

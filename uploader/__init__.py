@@ -2,9 +2,9 @@
 
 See docs/UPLOADER.md. Public API::
 
-    Uploader, UploaderConfig, RetentionConfig, UploaderPool, UploaderMetrics
+    Uploader, UploaderConfig, RetentionConfig, ArchiveRetentionConfig, UploaderPool, UploaderMetrics
     UploadError, OwnershipLost, ArchiveGap, CommitConflict, DrainTimeout, UploaderStopped
-    collect_garbage
+    collect_garbage, ArchiveRetention (archive retention, run by the owner's uploader)
 
 It is the archive's only writer; how the archive sits in the stores (object keys, the
 descriptor chain, the object format) lives in :mod:`tiered.archive`, which this package
@@ -12,7 +12,8 @@ and every reader share.
 """
 from __future__ import annotations
 
-from uploader.config import RetentionConfig, UploaderConfig
+from uploader.archive_retention import ArchiveRetention
+from uploader.config import ArchiveRetentionConfig, RetentionConfig, UploaderConfig
 from uploader.errors import (
     ArchiveGap,
     CommitConflict,
@@ -27,7 +28,7 @@ from uploader.pool import UploaderPool
 from uploader.uploader import Uploader
 
 __all__ = [
-    "ArchiveGap", "CommitConflict", "DrainTimeout", "OwnershipLost", "RetentionConfig",
+    "ArchiveGap", "ArchiveRetention", "ArchiveRetentionConfig", "CommitConflict", "DrainTimeout", "OwnershipLost", "RetentionConfig",
     "UploadError", "Uploader", "UploaderConfig", "UploaderMetrics", "UploaderPool", "UploaderStopped",
     "collect_garbage",
 ]  # fmt: skip

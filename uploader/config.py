@@ -34,6 +34,37 @@ class RetentionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchiveRetentionConfig:
+    """Archive retention: how much of each topic's archive its owner keeps.
+
+    Each limit applies to each topic on its own. ``age_max_s``: objects whose descriptor
+    was committed longer ago than this are removed. ``bytes_max``: the oldest objects are
+    removed while the topic's retained objects total more than this. ``None`` disables a
+    limit; both ``None`` (the default) keeps the archive forever. Whatever the limits,
+    the last descriptor (the chain tip) is never removed, a cut is always at an object
+    boundary, and only committed objects are ever candidates (``uploader/archive_retention.py``).
+    ``check_interval_s``: how often the owner's uploader looks (one paged read of the
+    topic's descriptors per look).
+    """
+
+    age_max_s: float | None = None
+    bytes_max: int | None = None
+    check_interval_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.age_max_s is not None and self.age_max_s < 0:
+            raise ValueError("age_max_s must be >= 0")
+        if self.bytes_max is not None and self.bytes_max < 0:
+            raise ValueError("bytes_max must be >= 0")
+        if not self.check_interval_s > 0:
+            raise ValueError("check_interval_s must be > 0")
+
+    @property
+    def enabled(self) -> bool:
+        return self.age_max_s is not None or self.bytes_max is not None
+
+
+@dataclass(frozen=True, slots=True)
 class UploaderConfig:
     """How often and how much the uploader archives.
 
@@ -75,6 +106,7 @@ class UploaderConfig:
     # How often the background thread re-checks the byte threshold between intervals.
     poll_interval_s: float = 1.0
     retention: RetentionConfig = RetentionConfig()
+    archive_retention: ArchiveRetentionConfig = ArchiveRetentionConfig()
     fault_hook: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:

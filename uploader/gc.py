@@ -2,15 +2,20 @@
 
 An orphan (found by :func:`tiered.archive.orphans.find_orphans`) is an object under the
 topic's prefix that no descriptor references: a crash between PUT and commit, a lost
-commit race, or a dead previous owner's upload of offsets that were later reassigned.
+commit race, a dead previous owner's upload of offsets that were later reassigned, or an
+archive retention cut (``uploader/archive_retention.py``) interrupted after deleting its
+descriptors and before deleting their objects.
 
 :func:`collect_garbage` deletes an orphan only when all of these hold:
 
 * it is older than the grace period (an upload in flight has not committed yet);
-* its start offset is at or below the committed chain end, so no uploader can ever
-  adopt it (uploads only start past the chain end) — orphans beyond the tip are reported
-  but kept, because the next pass may adopt them;
-* a fresh re-read of the descriptors, right before deleting, still does not reference it.
+* its start offset is at or below the committed chain end, or below the archive start,
+  so no uploader can ever adopt it (uploads only start past the chain end, and retention
+  never leaves the start past the chain's last descriptor) — orphans beyond the tip are
+  reported but kept, because the next pass may adopt them;
+* a fresh re-read of the descriptors, right before deleting, still does not reference it
+  (a referenced object is never deleted here, above or below the archive start: the
+  descriptors of an interrupted cut are deleted first, by the owner's next retention run).
 """
 from __future__ import annotations
 

@@ -46,6 +46,23 @@ class UploaderMetrics:
         self.frame_bytes = Counter(
             "dnb_uploader_frame_bytes", "Frame bytes archived (before compression)", registry=registry)
 
+        self.retention_cuts = Counter(
+            "dnb_archive_retention_cuts", "Archive retention cuts (start raised), by the limit that "
+            "removed the first object: age or bytes", ["reason"], registry=registry)
+        self.retention_descriptors = Counter(
+            "dnb_archive_retention_descriptors_deleted", "Descriptors deleted below the archive start",
+            registry=registry)
+        self.retention_objects = Counter(
+            "dnb_archive_retention_objects_deleted", "Archive objects deleted by retention (not by orphan GC)",
+            registry=registry)
+        self.retention_bytes = Counter(
+            "dnb_archive_retention_bytes_deleted", "Bytes of archive objects deleted by retention",
+            registry=registry)
+        self.retention_refused = Counter(
+            "dnb_archive_retention_refused", "Retention runs that cut nothing although a limit asked for it: "
+            "fenced (not the owner), broken_chain (a gap or overlap above the start), conflict, "
+            "past_committed", ["kind"], registry=registry)
+
     @classmethod
     def create(cls, registry: CollectorRegistry) -> "UploaderMetrics":
         """The families in ``registry``, made once per registry and shared by every

@@ -13,7 +13,11 @@ One pass repeats, up to the durable tip seen when it starts, while an object is 
    epoch-qualified name (an object a descriptor may name is never overwritten);
 3. commit the descriptor in one fenced, contiguity-checked transaction;
 4. advance ``committed_through`` (waking "archived" waiters) and apply WAL retention to
-   segments wholly at or below it.
+   segments wholly at or below it;
+5. at most every ``archive_retention.check_interval_s``, apply archive retention
+   (:mod:`uploader.archive_retention`: fenced like a commit, under the same pass lock,
+   never past the chain tip). Only background passes and ``upload_once`` do; a drain
+   (seal) never deletes anything.
 
 The checkpoint is the metadata chain itself: after a crash at any step the next pass
 re-reads the chain tip, re-reads the same frames and lands on the same key.
@@ -36,6 +40,7 @@ from tiered.logs import FailureLog
 from tiered.metadata.base import Compare, MetadataStore
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectInfo, ObjectStore
+from uploader.archive_retention import ArchiveRetention, RetentionRun
 from uploader.commit import commit_descriptor, read_tip
 from uploader.config import UploaderConfig
 from uploader.errors import (
@@ -71,14 +76,16 @@ class Uploader:
     descriptor chain in metadata always wins over the seed. ``epoch`` names
     epoch-qualified objects; by default it is read from the owner record in ``fencing``.
     ``clock`` (seconds, monotonic) times the interval and the object age bound; tests
-    inject a fake one and drive passes with :meth:`run_background_pass`.
+    inject a fake one and drive passes with :meth:`run_background_pass`. ``wall_clock``
+    (seconds since the epoch) is what archive retention measures descriptor ages against.
     """
 
     def __init__(self, topic: TopicName | str, wal: WalFrameSource, metadata: MetadataStore,
                  objects: ObjectStore, *, broker_id: str, fencing: Sequence[Compare],
                  config: UploaderConfig, committed_through: int | None,
                  epoch: int | None = None, metrics: UploaderMetrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.topic = TopicName.parse(topic)
         self.wal = wal
         self.metadata = metadata
@@ -110,6 +117,13 @@ class Uploader:
         self._listening = False
         self._drain_target: int | None = None
         self._drain_progress: Callable[[int | None, int], None] | None = None
+        self.archive_retention = ArchiveRetention(
+            self.topic, metadata, objects, fencing=self.fencing, policy=config.archive_retention,
+            broker_id=str(broker_id), epoch=self.epoch if self.epoch is not None else 0,
+            metrics=self.metrics, wall_clock=wall_clock, fault_hook=config.fault_hook)
+        self._archive_retention_due_s = clock()  # the first pass also finishes an interrupted cut
+        #: The last archive retention run (None: none yet).
+        self.last_archive_retention: RetentionRun | None = None
         #: Called (once, from the failing thread) with the fatal error, e.g. OwnershipLost:
         #: the host uses it to stop acknowledging the moment a fenced commit tells it.
         self.on_fatal: Callable[[BaseException], None] | None = None
@@ -572,6 +586,22 @@ class Uploader:
         if self.config.retention.enabled and self._committed_through is not None:
             apply_retention(self.wal, self._committed_through, self.config.retention, str(self.topic))
             self._hook("after_retention")
+        self._retain_archive()
+
+    def _retain_archive(self) -> None:
+        """Archive retention, at most every ``check_interval_s``; fenced like a commit
+        (OwnershipLost is fatal, as for a commit). Runs after the chain tip was read, so
+        ``committed_through`` covers every descriptor it may cut."""
+        now_s = self._clock()
+        if now_s < self._archive_retention_due_s:
+            return
+        # Due again after a full interval even if this run fails (a failing run must not
+        # repeat on every pass; the uploads themselves are already committed).
+        self._archive_retention_due_s = now_s + self.config.archive_retention.check_interval_s
+        self._chain_tip()  # ownership checked, committed_through at least the chain end
+        self.last_archive_retention = self.archive_retention.run(self._committed_through)
+        if self.last_archive_retention.capped:
+            self._archive_retention_due_s = now_s  # a long cut goes on at the next pass
 
     # -- background ------------------------------------------------------------------
     def _run(self) -> None:

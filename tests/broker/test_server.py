@@ -179,3 +179,29 @@ def test_long_polls_do_not_starve_produces(local_cluster: Cluster) -> None:
     produced, elapsed_s = _run(a, scenario)
     assert produced == {"offsets": [0]}
     assert elapsed_s < wait_s / 2, f"a produce waited {elapsed_s:.1f}s behind idle long polls"
+
+
+def test_a_read_below_the_archive_start_is_a_404_naming_the_first_retained_offset(local_cluster: Cluster) -> None:
+    from tiered.archive.start import archive_start
+    from uploader.config import ArchiveRetentionConfig
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    for first in (0, 3, 6):
+        for offset in range(first, first + 3):
+            assert hosted.produce(f"m{offset}".encode()) == offset
+        hosted.uploader.upload_once()
+    hosted.uploader.archive_retention.policy = ArchiveRetentionConfig(bytes_max=0)
+    hosted.uploader.archive_retention.run(hosted.uploader.committed_through)
+    assert archive_start(local_cluster.metadata, TOPIC) == 6
+
+    async def scenario(client):
+        below = await client.get(PATH, params={"from": "1", "max": "10"})
+        retained = await (await client.get(PATH, params={"from": "6", "max": "10", "wait_s": "0.1"})).json()
+        return below.status, await below.json(), [m["offset"] for m in retained["messages"]]
+
+    status, body, offsets = _run(a, scenario)
+    assert status == 404
+    assert (body["error"]["type"], body["error"]["offset"], body["error"]["first_retained_offset"]) == (
+        "OffsetBelowRetention", 1, 6)
+    assert offsets == [6, 7, 8]

@@ -9,7 +9,8 @@ import pytest
 from tests.cli.helpers import broker, dnb, stores
 
 TOPIC = "/default/reliable_topic"
-INSPECT_KEYS = {"topic", "owner", "epoch", "sealed_state", "descriptors", "cursors", "local_wal", "lost_ranges"}
+INSPECT_KEYS = {"topic", "owner", "epoch", "sealed_state", "descriptors", "cursors", "local_wal", "lost_ranges",
+                "archive_start"}
 
 
 def test_move_by_hand_json(tmp_path):
@@ -282,3 +283,28 @@ def test_a_second_process_on_the_same_data_dir_is_refused(tmp_path):
         holder.close()
         metadata.close()
     assert dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "1").rc == 0
+
+
+def test_consume_below_the_archive_start_names_the_first_retained_offset(tmp_path):
+    """Archive retention removed 0-1: consuming from 0 is a clear usage error (exit 2) whose
+    JSON names the first retained offset; from 'earliest' it reads 2-3."""
+    import time
+
+    from tiered.metadata import keys, open_metadata
+
+    a = broker(tmp_path, "1")
+    for _ in range(2):  # archived acks: one object each (0-1, 2-3)
+        assert dnb(*a, "produce", TOPIC, "--count", "2", "--ack", "archived").rc == 0
+    with open_metadata(f"sqlite:///{tmp_path}/shared.db") as metadata:
+        # What a cut leaves (start raised, then the descriptor below it deleted).
+        metadata.put(keys.archive_start_key(TOPIC), keys.ArchiveStart(2, "1", 1, time.time()).to_json())
+        metadata.delete(keys.descriptor_key(TOPIC, 0))
+    run = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--from", "0")
+    assert run.rc == 2
+    error = run.json()["error"]
+    assert (error["code"], error["type"], error["offset"], error["first_retained_offset"]) == (
+        "usage", "OffsetBelowArchiveStart", 0, 2)
+    assert "first retained offset is 2" in run.err
+    got = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s2").json()["messages"]
+    assert [m["offset"] for m in got] == [2, 3]
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["archive_start"] == 2

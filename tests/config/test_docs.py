@@ -10,12 +10,13 @@ from tiered.config.reference import KEYS
 from tiered.config.schema import NOT_KEYS, by_env, by_name, keys
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.watcher import WatcherConfig
-from uploader.config import RetentionConfig, UploaderConfig
+from uploader.config import ArchiveRetentionConfig, RetentionConfig, UploaderConfig
 from wal.config import WalConfig
 
 #: Every section dataclass by its prefix, listed here independently of the schema walk,
 #: so a section the walk skipped would show up as undocumented fields.
 SECTIONS = {"": DnbConfig, "wal": WalConfig, "uploader": UploaderConfig, "uploader.retention": RetentionConfig,
+            "uploader.archive_retention": ArchiveRetentionConfig,
             "broker": BrokerConfig, "watcher": WatcherConfig, "server": BrokerProcessConfig,
             "load_manager": LoadManagerConfig, "load_manager.rebalancing": RebalancingConfig,
             "load_manager.failover": FailoverConfig, "load_manager.weighted_load": WeightedLoadConfig}

@@ -46,6 +46,7 @@ from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTim
 from tiered.lifecycle.ownership import OwnershipLostError
 from tiered.metadata import keys
 from tiered.read.errors import InvalidAck, ReadError, TopicMoved, UnknownOffset
+from wal.errors import OffsetBelowRetention
 from wal.errors import InvalidTopicName, MessageTooLarge, OffsetOverflow
 from wal.topics import TopicName
 
@@ -169,6 +170,8 @@ class BrokerServer:
             reader = hosted.create_reader(start, live=True)
         except UnknownOffset as e:
             raise _error(web.HTTPNotFound, "UnknownOffset", str(e)) from e
+        except OffsetBelowRetention as e:
+            raise _below_retention(e) from e
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
@@ -179,6 +182,8 @@ class BrokerServer:
         try:
             messages, moved = await asyncio.get_running_loop().run_in_executor(
                 self._reads, _read_batch, reader, start, tip, limit, wait_s)
+        except OffsetBelowRetention as e:  # archive retention overtook the read
+            raise _below_retention(e) from e
         finally:
             self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
@@ -288,6 +293,11 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
         moved = True
     except ReadError:
         pass  # closed by the watchdog: what was read is the answer
+    except OffsetBelowRetention:
+        if not messages:
+            raise  # the answer is the error (404 naming the first retained offset)
+        # What was served is contiguous and real; the next read starts below the start
+        # and gets the error then.
     finally:
         stop.set()
         wake.set()
@@ -368,6 +378,13 @@ def _int(raw: str, name: str, minimum: int) -> int:
 
 def _error(kind: type[web.HTTPException], error: str, message: str) -> web.HTTPException:
     return kind(text=_error_json(error, message), content_type="application/json")
+
+
+def _below_retention(error: OffsetBelowRetention) -> web.HTTPException:
+    """404 ``OffsetBelowRetention`` with the offset asked for and the first retained one."""
+    body = {"error": {"type": "OffsetBelowRetention", "message": str(error), "offset": error.offset,
+                      "first_retained_offset": error.first_offset}}
+    return web.HTTPNotFound(text=json.dumps(body), content_type="application/json")
 
 
 def _unavailable(message: str) -> web.HTTPException:

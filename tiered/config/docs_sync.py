@@ -26,6 +26,8 @@ SECTIONS = {
     "uploader": "`[uploader]`: archiving to the object store (`uploader.config.UploaderConfig`)",
     "uploader.retention": "`[uploader.retention]`: local WAL retention after archiving "
                           "(`uploader.config.RetentionConfig`)",
+    "uploader.archive_retention": "`[uploader.archive_retention]`: archive retention, applied by each topic's "
+                                  "owner (`uploader.config.ArchiveRetentionConfig`)",
     "broker": "`[broker]`: hosting topics (`tiered.lifecycle.config.BrokerConfig`)",
     "watcher": "`[watcher]`: following this broker's assignments (`tiered.lifecycle.watcher.WatcherConfig`)",
     "server": "`[server]`: the `dnb broker run` process (`tiered.broker.config.BrokerProcessConfig`)",

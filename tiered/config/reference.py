@@ -102,6 +102,20 @@ KEYS: dict[str, tuple[str, str]] = {
     "uploader.retention.bytes_max": ("Delete fully archived local WAL segments while the WAL is bigger than "
                                      "this. Unset: no size limit.",
                                      "Kafka `log.local.retention.bytes` (`local.retention.bytes`)"),
+    "uploader.archive_retention.age_max_s": ("Archive retention by age, per topic: the owner removes archived "
+                                             "objects committed longer ago than this (oldest first, never the "
+                                             "last one; readers below the new start get "
+                                             "`OffsetBelowRetention`). Unset: keep forever.",
+                                             "Kafka `retention.ms` (`log.retention.ms`); Pulsar "
+                                             "`defaultRetentionTimeInMinutes`"),
+    "uploader.archive_retention.bytes_max": ("Archive retention by size, per topic: the owner removes the oldest "
+                                             "archived objects while the topic's retained objects total more "
+                                             "than this (never the last one). Unset: no size limit.",
+                                             "Kafka `retention.bytes` (`log.retention.bytes`); Pulsar "
+                                             "`defaultRetentionSizeInMB`"),
+    "uploader.archive_retention.check_interval_s": ("How often the owner's uploader applies archive retention "
+                                                    "(one paged read of the topic's descriptors each time).",
+                                                    "Kafka `log.retention.check.interval.ms`"),
     # -- broker (lifecycle) --------------------------------------------------------------
     "broker.session_ttl_s": ("Lease of this broker's registration: other brokers take its topics over only "
                              "after it lapses.", "Kafka `broker.session.timeout.ms`; Pulsar "

@@ -23,8 +23,8 @@ Steps, each safe to crash after (:data:`STEPS`):
 4. ``descriptors``: every descriptor, page by page.
 5. ``objects``: every object under the topic's object prefix, listed (so orphans that no
    descriptor named, and objects whose descriptor step 4 already removed, go too).
-6. ``progress``, 7. ``lost ranges``, 8. ``state``.
-9. ``deleted``: the tombstone moves to phase ``deleted`` (compare-and-swap).
+6. ``progress``, 7. ``lost ranges``, 8. ``archive start`` (archive retention's record), 9. ``state``.
+10. ``deleted``: the tombstone moves to phase ``deleted`` (compare-and-swap).
 
 The tombstone and the released owner record stay: they carry the epoch and the next
 offset a topic created again under this name continues from (see
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import topic_objects_prefix
+from tiered.archive.start import incarnation_first_offset
 from tiered.errors import TopicDeleted
 from tiered.lifecycle.ownership import (
     OwnerRecord,
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 
 #: The delete's steps in order (a crash-injection hook and the progress callback name them).
 STEPS = ("tombstone", "cursors", "cluster records", "descriptors", "objects", "progress", "lost ranges",
-         "state", "deleted")
+         "archive start", "state", "deleted")
 #: Keys (or objects) handled per round trip when the delete walks a prefix.
 DELETE_PAGE = 500
 #: How often the tombstone transaction is retried when a record changed under it.
@@ -128,8 +129,7 @@ def recreate_compares(metadata: MetadataStore, topic: TopicName) -> tuple[list[C
 def topic_first_offset(metadata: MetadataStore, topic: TopicName) -> int:
     """The first offset of the topic's current incarnation: the tombstone's ``next_offset``
     when the name was deleted and created again, else 0."""
-    tomb, _raw = keys.read_tombstone(metadata, topic)
-    return tomb.next_offset if tomb is not None and tomb.phase == "recreated" else 0
+    return incarnation_first_offset(metadata, topic)
 
 
 def topic_exists(metadata: MetadataStore, topic: TopicName) -> bool:
@@ -178,6 +178,9 @@ def delete_topic(metadata: MetadataStore, objects: ObjectStore, topic: TopicName
     done("objects", _delete_objects(objects, topic))
     done("progress", int(metadata.delete(keys.progress_key(topic))))
     done("lost ranges", _delete_paged(metadata, keys.lost_prefix(topic)))
+    # After the descriptors: while any is left, the start still tells readers (and the
+    # retention of an owner, were there one) where the retained chain begins.
+    done("archive start", int(metadata.delete(keys.archive_start_key(topic))))
     done("state", int(metadata.delete(keys.state_key(topic))))
     _mark_deleted(metadata, topic)
     done("deleted", 1)

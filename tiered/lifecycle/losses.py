@@ -25,6 +25,7 @@ from tiered.metadata.base import MetadataStore, Put, absent, value_is
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
 from tiered.lifecycle.restore import RestorePlan, unarchived_by
 from tiered.archive import list_descriptors
+from tiered.archive.start import archive_start
 from wal.topics import TopicName
 
 
@@ -67,8 +68,12 @@ class LossRecords:
 
     def first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
-        this broker covers, and the newest epoch this broker archived under (0: none)."""
-        covered, epoch = first - 1, 0
+        this broker covers, and the newest epoch this broker archived under (0: none).
+
+        Offsets below the archive start count as covered: archive retention removes only
+        committed descriptors (never the tip), so they were archived, and their
+        descriptors being gone is no loss of this WAL's (it would be a false LostRange)."""
+        covered, epoch = max(first, archive_start(self.metadata, topic)) - 1, 0
         for d in list_descriptors(self.metadata, topic):
             if d.broker_id != self.broker_id:
                 continue

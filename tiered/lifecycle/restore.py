@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from native.format import MAX_OFFSET
 from tiered.archive.chain import DescriptorChain
+from tiered.archive.start import archive_start, incarnation_first_offset
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
@@ -56,28 +57,35 @@ class BrokenChain(MetadataError):
         self.topic = topic
 
 
-def incarnation_first_offset(metadata: MetadataStore, topic: TopicName) -> int:
-    """Where the topic's current incarnation starts: 0, or for a topic deleted and created
-    again, the tombstone's ``next_offset`` (its numbering continues past the old one)."""
-    kv = metadata.get(keys.tombstone_key(topic))
-    if kv is None:
-        return 0
-    tomb = keys.TopicTombstone.from_json(kv.key, kv.value)
-    return tomb.next_offset if tomb.phase == "recreated" else 0
+def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
+    """End offset of the descriptor chain after checking that it runs from the topic's first
+    offset (:func:`tiered.archive.start.archive_start`: 0, where a re-created topic's
+    incarnation starts, or where archive retention cut) with no gap or overlap.
 
-
-def checked_chain_end(metadata: MetadataStore, topic: TopicName, first: int = 0) -> int | None:
-    """End offset of the descriptor chain after checking that it runs from ``first`` (0,
-    or where a re-created topic's incarnation starts) with no gap or overlap (the archive
-    has no retention, so its first object starts there)."""
-    expected = first
+    Descriptors wholly below the start are an interrupted retention cut's leftovers
+    (pending deletion) and are not judged; the first one at or above the start must begin
+    exactly at it. Retention never removes the last descriptor, so a start that retention
+    raised always has one at or above it (none is a broken chain: where the topic ends is
+    unknown). A re-created topic that has not archived anything yet has none either: its
+    start is its incarnation's first offset, not a cut."""
+    start = archive_start(metadata, topic)
+    expected = start
+    seen = False
     for d in DescriptorChain(metadata, topic).all():  # every record decoded before any is judged
+        if d.end_offset < start:
+            continue
+        seen = True
         if d.start_offset != expected:
             kind = "gap" if d.start_offset > expected else "overlap"
-            raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows one "
-                                     f"ending at {expected - 1}")
+            before = (f"one ending at {expected - 1}" if expected != start
+                      else f"the archive start {start}")
+            raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows {before}")
         expected = d.end_offset + 1
-    return None if expected == first else expected - 1
+    if not seen:
+        if start > incarnation_first_offset(metadata, topic):
+            raise BrokenChain(topic, f"the archive starts at {start} but no descriptor reaches it")
+        return None
+    return expected - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +155,8 @@ def read_progress(metadata: MetadataStore, topic: TopicName) -> Progress | None:
 def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
     topic = token.topic
     sealed = read_sealed_state(metadata, topic)
-    first = incarnation_first_offset(metadata, topic)
-    descriptor_end = checked_chain_end(metadata, topic, first)
+    first = archive_start(metadata, topic)
+    descriptor_end = checked_chain_end(metadata, topic)
     archive_next = first if descriptor_end is None else descriptor_end + 1
     previous = token.previous
     previous_owner = previous.broker_id if previous is not None else None

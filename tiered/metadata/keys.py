@@ -13,6 +13,7 @@ key                                                    value
 /storage/topics/<ns>/<topic>/owner                     :class:`Ownership` (fencing)
 /storage/topics/<ns>/<topic>/progress                  the owner's durable tip (lifecycle)
 /storage/topics/<ns>/<topic>/tombstone                 :class:`TopicTombstone` (topic delete)
+/storage/topics/<ns>/<topic>/archive_start             :class:`ArchiveStart` (archive retention)
 /topics/<ns>/<topic>/subscriptions/<name>/cursor       :class:`Cursor`
 /topics/<ns>/<topic>/delivery                          delivery settings (opaque here)
 /cluster/brokers/<broker_id>/<ns>/<topic>              :class:`Assignment`
@@ -116,6 +117,12 @@ def owner_key(topic: TopicName | str) -> str:
 def progress_key(topic: TopicName | str) -> str:
     """The owner's published durable tip (a ``Progress`` record of the lifecycle)."""
     return storage_prefix(topic) + "progress"
+
+
+def archive_start_key(topic: TopicName | str) -> str:
+    """The first offset the archive retains (an :class:`ArchiveStart`; absent: 0). Only the
+    owner raises it, fenced (``uploader/archive_retention.py``); it never goes down."""
+    return storage_prefix(topic) + "archive_start"
 
 
 def lost_prefix(topic: TopicName | str) -> str:
@@ -381,6 +388,34 @@ class SealedState(_Record):
     @property
     def next_offset(self) -> int:
         return 0 if self.last_committed_offset is None else self.last_committed_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveStart(_Record):
+    """The archive's first retained offset, raised by archive retention.
+
+    Every offset below ``first_offset`` is gone from the archive for good: readers asking
+    for one get ``OffsetBelowRetention`` naming ``first_offset``. It always names a
+    descriptor boundary (the descriptor starting there existed when it was written) and
+    never passes the chain's last descriptor. ``broker_id``/``epoch`` name the owner that
+    raised it.
+    """
+
+    first_offset: int
+    broker_id: str
+    epoch: int
+    timestamp: float
+
+    _TYPES: ClassVar[dict[str, str]] = {
+        "first_offset": "int", "broker_id": "str", "epoch": "int", "timestamp": "number",
+    }  # fmt: skip
+
+    def _problem(self) -> str | None:
+        if self.first_offset < 0:
+            return f"first_offset {self.first_offset} is negative"
+        if self.epoch < 0:
+            return f"epoch {self.epoch} is negative"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,13 @@ are contiguous across blocks and objects, each block holds exactly the offsets i
 entry names, and each object exactly the offsets its descriptor names. Damage is a :class:`CorruptArchive` (with the codec's
 ``CorruptObject`` as cause); nothing from a damaged block is served.
 
+Archive retention may overtake a reader (the owner raises the archive start, then deletes
+descriptors, then objects). Whenever the reader would raise a :class:`DataGap` (a missing
+descriptor or a missing object), it re-reads the archive start first: when the start has
+passed the next offset to serve, it raises
+:class:`~tiered.archive.start.OffsetBelowArchiveStart` (that offset, the first retained
+one) instead; otherwise the ``DataGap`` stands. Nothing is skipped either way.
+
 Counters (``gets``, ``footer_gets``, ``block_gets``, ``bytes_fetched``,
 ``blocks_fetched``, ``objects_opened``) are plain attributes so tests can assert what
 was fetched without timing anything.
@@ -47,6 +54,7 @@ from tiered.archive import fetch
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.fetch import Block, Footer, ObjectPin
 from tiered.archive.naming import descriptor_object_key
+from tiered.archive.start import OffsetBelowArchiveStart, archive_start
 from tiered.errors import ObjectNotFound
 from tiered.read.messages import TIER_CLOUD, Message
 from tiered.metadata import keys
@@ -170,6 +178,17 @@ class CloudReader:
 
     # -- the pipeline ----------------------------------------------------------
     def _generate(self) -> Iterator[Message]:
+        """The messages; a gap that archive retention explains is OffsetBelowArchiveStart."""
+        try:
+            yield from self._generate_range()
+        except DataGap as gap:
+            # ``position`` is the next offset to serve (everything before it was served).
+            first = archive_start(self.metadata, self.topic)
+            if first > self.position:
+                raise OffsetBelowArchiveStart(self.topic, self.position, first) from gap
+            raise
+
+    def _generate_range(self) -> Iterator[Message]:
         expected = self.start
         pending: list[concurrent.futures.Future[_Prepared] | _Prepared] = []
         descriptors = self._covering()

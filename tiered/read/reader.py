@@ -8,8 +8,13 @@
 * ``wal is None`` (the topic is not hosted here): the archive only, up to the last
   committed descriptor at creation time; the reader then ends.
 
-``start`` may be an offset, ``"earliest"`` (the first archived offset, else the WAL's
-first offset) or ``"latest"`` (the topic's next offset: only new messages).
+``start`` may be an offset, ``"earliest"`` (the first retained archived offset, else the
+WAL's first offset) or ``"latest"`` (the topic's next offset: only new messages). An
+offset below the archive start (archive retention removed it, :mod:`tiered.archive.start`)
+is :class:`~tiered.archive.start.OffsetBelowArchiveStart` (an ``OffsetBelowRetention``)
+naming the first retained offset, whichever tier still holds it; so is a read that
+retention overtakes while it runs (the cloud reader re-reads the start before calling a
+missing object or descriptor a ``DataGap``).
 
 Every message is checked at every handoff (object to object, cloud to WAL, replay to
 live): its offset must be exactly the previous one + 1. A forward jump raises
@@ -44,6 +49,7 @@ from tiered.metrics import topic_gauge
 from tiered.read.messages import TIER_CLOUD, TIER_LIVE, TIER_WAL, Message
 from tiered.read.metrics import ReadMetrics
 from tiered.archive.chain import DescriptorChain
+from tiered.archive.start import archive_start, check_retained
 from tiered.errors import TopicDeleted
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
@@ -89,32 +95,38 @@ def create_reader(topic: TopicName | str, wal: WalTailSource | None, metadata: M
 
 
 def resolve_start(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore, start: Start) -> int:
-    """``start`` as an offset; an offset beyond the topic's next offset is UnknownOffset."""
+    """``start`` as an offset; an offset beyond the topic's next offset is UnknownOffset,
+    one below the archive start OffsetBelowArchiveStart."""
     if start == "latest":
         return topic_next_offset(topic, wal, metadata)
     if start == "earliest":
-        first = DescriptorChain(metadata, topic).first()
-        if first is not None:
-            return first.start_offset
-        if wal is not None:
-            return int(wal.first_offset)
-        tomb, _raw = keys.read_tombstone(metadata, topic)  # a re-created topic starts past its old incarnation
-        return tomb.next_offset if tomb is not None and tomb.phase == "recreated" else 0
+        return earliest_offset(topic, wal, metadata)
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise ValueError(f"start must be an offset >= 0, 'earliest' or 'latest', got {start!r}")
     next_offset = topic_next_offset(topic, wal, metadata)
     if start > next_offset:
         raise UnknownOffset(start, next_offset, what="start offset")
+    check_retained(metadata, topic, start)
     return start
+
+
+def earliest_offset(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore) -> int:
+    """The first offset the topic still holds: the archive's first retained offset (its
+    descriptors below the archive start are a cut's leftovers, never served), else the
+    WAL's first offset, else 0."""
+    start = archive_start(metadata, topic)
+    first = DescriptorChain(metadata, topic).first()
+    if first is not None:
+        return max(first.start_offset, start)
+    return max(start, 0 if wal is None else int(wal.first_offset))
 
 
 def topic_next_offset(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore) -> int:
     """The WAL's next offset; without a WAL, one past the last committed descriptor."""
     if wal is not None:
         return int(wal.next_offset)
-    chain_next = DescriptorChain(metadata, topic).next_offset()
-    tomb, _raw = keys.read_tombstone(metadata, topic)
-    return max(chain_next, tomb.next_offset) if tomb is not None and tomb.phase == "recreated" else chain_next
+    # A re-created topic that archived nothing yet starts at its incarnation's first offset.
+    return max(DescriptorChain(metadata, topic).next_offset(), archive_start(metadata, topic))
 
 
 class TieredReader:
@@ -430,4 +442,4 @@ def read_messages(reader: TieredReader, limit: int | None = None) -> list[Messag
     return out
 
 
-__all__ = ["TieredReader", "create_reader", "read_messages", "resolve_start", "topic_next_offset"]
+__all__ = ["TieredReader", "create_reader", "earliest_offset", "read_messages", "resolve_start", "topic_next_offset"]

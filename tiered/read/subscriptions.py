@@ -28,6 +28,7 @@ from typing import Literal
 
 
 from tiered.archive.chain import DescriptorChain
+from tiered.read.reader import earliest_offset
 from tiered.errors import MalformedRecord, StorageError
 from tiered.logs import FailureLog
 from tiered.metadata import keys
@@ -74,12 +75,8 @@ class TopicBounds:
     def earliest_offset(self) -> int:
         if self._earliest is not None:
             return self._earliest()
-        first = DescriptorChain(self._metadata, self._topic).first()
-        if first is not None:
-            return first.start_offset
-        if self._wal is not None:
-            return int(self._wal.first_offset)
-        return 0
+        # The first *retained* offset: below the archive start is gone (archive retention).
+        return earliest_offset(self._topic, self._wal, self._metadata)
 
 
 class Subscription:

@@ -103,6 +103,9 @@ class ReadOptions:
     open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES
     pushdown: str = "false"
     footer_threads: int = DEFAULT_FOOTER_THREADS
+    #: The ``startingOffset`` option as given (None: not given, read from the first
+    #: retained offset). By topic, one below the archive start is OffsetBelowRetention.
+    starting_offset: int | None = None
 
     @property
     def by_topic(self) -> bool:
@@ -145,6 +148,7 @@ def parse_options(raw: Mapping[str, str]) -> ReadOptions:
         metadata_url=metadata_url or None,
         store_options=store_options,
         bounds=_bounds(opts),
+        starting_offset=_offset(opts, "startingoffset"),
         on_corrupt=on_corrupt,
         metrics_dir=opts.get("metricsdir") or None,
         partition_bytes_max=_int_option(opts, "partitionbytesmax", DEFAULT_PARTITION_BYTES_MAX, 1),

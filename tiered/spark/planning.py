@@ -4,8 +4,12 @@ Runs in Spark's Python planner process. The steps, each cheap before the next:
 
 1. **Candidates.** By topic: the committed descriptors under
    ``/storage/topics/<ns>/<topic>/objects/`` (their offset ranges are known without
-   touching the object store, and they must form one contiguous chain). By location:
-   every ``*.dnb1`` object listed under the path.
+   touching the object store, and they must form one contiguous chain from the archive
+   start: descriptors wholly below it are an interrupted retention cut's leftovers and
+   are never read, and a ``startingOffset`` below it is
+   :class:`~tiered.archive.start.OffsetBelowArchiveStart`). By location: every ``*.dnb1``
+   object listed under the path (no metadata, so no archive start: read by topic on an
+   archive with retention).
 2. **Object pruning by offset** (descriptors only) — no request for a pruned object.
 3. **Footers.** One suffix GET per surviving object (bounded thread pool) gives the
    per-block offsets, publish-time range and byte positions. By location, objects are
@@ -83,6 +87,9 @@ class Dnb1Partition(InputPartition):
     bounds: Bounds
     on_corrupt: str
     metrics_dir: str | None
+    #: By topic: where a task re-reads the archive start when an object it was planned
+    #: to read is gone (retention since planning: OffsetBelowArchiveStart, not a gap).
+    metadata_url: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -195,6 +202,7 @@ def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
             bounds=bounds,
             on_corrupt=options.on_corrupt,
             metrics_dir=options.metrics_dir,
+            metadata_url=options.metadata_url,
         )
         for task in pack(runs, options.partition_bytes_max, options.open_cost_bytes)
     ]  # fmt: skip
@@ -244,17 +252,25 @@ def pack(runs: Sequence[ObjectRun], bytes_max: int, open_cost_bytes: int) -> Ite
 def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:
     from tiered.archive.chain import DescriptorChain
     from tiered.archive.naming import descriptor_object_key
+    from tiered.archive.start import OffsetBelowArchiveStart, archive_start
     from tiered.metadata import open_metadata
 
     assert options.metadata_url is not None
     candidates: list[_Candidate] = []
     with open_metadata(options.metadata_url) as meta:
+        start = archive_start(meta, options.topic)
+        if options.starting_offset is not None and options.starting_offset < start:
+            raise OffsetBelowArchiveStart(options.topic, options.starting_offset, start)
         chain = DescriptorChain(meta, options.topic)
         for d, kv in chain.entries():
-            if candidates and d.start_offset != candidates[-1].last_offset + 1:  # type: ignore[operator]
+            if d.end_offset < start:
+                continue  # below the archive start: a retention cut's leftover, never read
+            previous_end = candidates[-1].last_offset if candidates else start - 1
+            if d.start_offset != previous_end + 1:  # type: ignore[operator]
                 raise ArchiveInconsistent(
                     f"topic {options.topic}: descriptor {kv.key} starts at {d.start_offset} but the "
-                    f"previous one ends at {candidates[-1].last_offset}; the archive is not contiguous"
+                    f"previous one (or the archive start {start}) ends at {previous_end}; the archive is "
+                    "not contiguous"
                 )
             candidates.append(_Candidate(descriptor_object_key(options.topic, d), d.size, d.start_offset,
                                          d.end_offset, ObjectPin.of(d)))

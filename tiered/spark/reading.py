@@ -58,7 +58,7 @@ def read_partition(p: "Dnb1Partition") -> Iterator["pa.RecordBatch"]:
     for run in p.runs:
         byte_range = run.byte_range
         start = byte_range.start
-        data = store.get_range(run.key, byte_range)
+        data = _get_run(p, store, run.key, byte_range, run.blocks[0].first_offset)
         if len(data) != byte_range.length:
             raise CorruptObject(run.key, start + len(data),
                                 f"object is shorter than its footer says (wanted bytes {start}..{byte_range.end - 1})")
@@ -82,6 +82,27 @@ def read_partition(p: "Dnb1Partition") -> Iterator["pa.RecordBatch"]:
     yield from _emit(p, group, tally)
     metrics.write(p.metrics_dir, "read", {"keys": [run.key for run in p.runs], "blocks_read": tally.blocks_read,
                                           "bytes_read": tally.bytes_read, "rows": tally.rows})
+
+
+def _get_run(p: "Dnb1Partition", store: Any, key: str, byte_range: Any, first_offset: int) -> bytes:
+    """One run's bytes. An object gone since planning is OffsetBelowArchiveStart when
+    retention raised the archive start past it (by topic), else the store's error."""
+    from tiered.errors import ObjectNotFound
+
+    try:
+        data: bytes = store.get_range(key, byte_range)
+        return data
+    except ObjectNotFound as e:
+        if p.metadata_url is None:
+            raise
+        from tiered.archive.start import OffsetBelowArchiveStart, archive_start
+        from tiered.metadata import open_metadata
+
+        with open_metadata(p.metadata_url) as meta:
+            start = archive_start(meta, p.topic)
+        if start > first_offset:
+            raise OffsetBelowArchiveStart(p.topic, first_offset, start) from e
+        raise
 
 
 def _validated_frames(p: "Dnb1Partition", key: str, block: "BlockRef", raw: memoryview) -> bytes | None:

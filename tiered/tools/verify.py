@@ -2,9 +2,12 @@
 
 ``verify_topic`` reads only; it never repairs. It checks, in order:
 
-1. descriptors parse, and are contiguous and non-overlapping from the first retained
-   offset (a retention policy may have removed older ones, so the chain need not start
-   at 0, but it must have no hole and no overlap after its start);
+1. descriptors parse, and are contiguous and non-overlapping from the archive start
+   (``keys.ArchiveStart``, 0 when archive retention never cut anything): the first
+   descriptor at or above it must begin exactly there (a hole at the start is a ``gap``
+   like any other), and there is no hole and no overlap after it. Descriptors wholly
+   below the start are an interrupted retention cut's leftovers: one ``retention_pending``
+   warning, their objects not checked (the owner's next retention run deletes them);
 2. every object a descriptor names exists, passes its CRCs, and holds exactly the
    descriptor's offsets (first, last, count, each frame's offset = previous + 1);
    Every object must also be the one its descriptor pins: its exact ``size`` and its
@@ -28,7 +31,7 @@ Each problem is a dict with a ``severity`` (``error``, or ``warning`` for an orp
 the archive's end, which may be an upload between its PUT and its commit; ``ok`` is
 false only for errors), a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
 ``missing_object``, ``corrupt_object``, ``size_mismatch``, ``digest_mismatch``,
-``range_mismatch``, ``sealed_mismatch``,
+``range_mismatch``, ``sealed_mismatch``, ``retention_pending``, ``cursor_below_retention``,
 ``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``, ``lost_range``) and a ``message`` saying
 what and where, plus the offsets or keys involved.
 """
@@ -67,6 +70,8 @@ class VerifyReport:
     descriptors: int = 0
     objects_checked: int = 0
     archive_first_offset: int | None = None
+    #: The archive start (first retained offset; 0 when nothing was ever cut).
+    archive_start: int = 0
     archive_last_offset: int | None = None
     wal_first_offset: int | None = None
     wal_last_offset: int | None = None
@@ -91,7 +96,8 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     name = TopicName.parse(topic)
     report = VerifyReport(str(name))
     snapshot = _Snapshot.read(name, metadata)
-    descriptors = _load_descriptors(snapshot, report)
+    report.archive_start = _archive_start(snapshot, report)
+    descriptors = _retained(_load_descriptors(snapshot, report), report)
     _check_chain(descriptors, report)
     if check_objects:
         _check_objects(name, descriptors, objects, report, progress or _no_progress)
@@ -113,6 +119,7 @@ class _Snapshot:
     state: Any
     owner: Any
     lost: list[Any]
+    start: Any = None
 
     @classmethod
     def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
@@ -127,6 +134,8 @@ class _Snapshot:
                 snapshot.state = kv
             elif kv.key == keys.owner_key(topic):
                 snapshot.owner = kv
+            elif kv.key == keys.archive_start_key(topic):
+                snapshot.start = kv
         return snapshot
 
 
@@ -154,6 +163,42 @@ def _load_descriptors(snapshot: _Snapshot, report: VerifyReport) -> list[keys.Ob
         report.archive_first_offset = found[0].start_offset
         report.archive_last_offset = max(d.end_offset for d in found)
     return found
+
+
+def _archive_start(snapshot: _Snapshot, report: VerifyReport) -> int:
+    kv = snapshot.start
+    if kv is None:
+        return 0
+    try:
+        return keys.ArchiveStart.from_json(kv.key, kv.value).first_offset
+    except MalformedRecord as e:
+        report.add("malformed", str(e), key=kv.key)
+        return 0
+
+
+def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) -> list[keys.ObjectDescriptor]:
+    """The descriptors from the archive start on; the ones wholly below it are reported
+    once (a retention cut interrupted between its steps) and left out of every check."""
+    start = report.archive_start
+    below = [d for d in descriptors if d.end_offset < start]
+    kept = [d for d in descriptors if d.end_offset >= start]
+    if below:
+        report.add("retention_pending", f"{len(below)} descriptor(s) of offsets {below[0].start_offset}-"
+                                        f"{below[-1].end_offset} lie below the archive start {start}: a retention "
+                                        "cut not finished yet (the owner's next retention run deletes them; "
+                                        "no reader serves them)", severity="warning",
+                   first_offset=below[0].start_offset, last_offset=below[-1].end_offset)
+    if kept:
+        report.archive_first_offset = max(start, kept[0].start_offset)
+        if kept[0].start_offset > start:
+            report.add("gap", f"offsets {start}-{kept[0].start_offset - 1} are in no object (the archive "
+                              f"starts at {start}, its first object at {kept[0].start_offset})",
+                       first_offset=start, last_offset=kept[0].start_offset - 1)
+    elif start > 0:
+        report.add("gap", f"the archive starts at {start} but no object holds it or anything after it",
+                   first_offset=start, last_offset=None)
+    report.descriptors = len(kept)
+    return kept
 
 
 def _check_chain(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) -> None:
@@ -392,6 +437,11 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport, sealed
         except MalformedRecord as e:
             report.add("malformed", str(e), key=kv.key)
             continue
+        if cursor.last_acked_offset + 1 < report.archive_start:
+            report.add("cursor_below_retention", f"{kv.key} resumes at {cursor.last_acked_offset + 1}, below the "
+                                                 f"archive start {report.archive_start}: its consumer gets "
+                                                 "OffsetBelowRetention and must restart at the first retained "
+                                                 "offset", severity="warning", key=kv.key)
         if cursor.last_acked_offset > top and known_end:
             report.add("cursor_ahead", f"{kv.key} acknowledges offset {cursor.last_acked_offset} but the "
                                        f"topic ends at {top}", key=kv.key)
@@ -407,7 +457,11 @@ def _check_orphans(topic: TopicName, metadata: Any, objects: Any, report: Verify
         return
     for orphan in orphans:
         report.orphans.append(orphan.key)
-        if orphan.collectable:
+        if orphan.below_start:
+            report.add("orphan", f"object {orphan.key} ({orphan.size} bytes) lies below the archive start "
+                                 f"{report.archive_start}: left by an interrupted retention cut, `dnb gc` "
+                                 "collects it", severity="warning", key=orphan.key)
+        elif orphan.collectable:
             # Garbage, not damage: no descriptor names it, so no reader serves it (a crash
             # between an upload's PUT and its commit leaves one). `dnb gc` deletes it.
             report.add("orphan", f"object {orphan.key} ({orphan.size} bytes, {orphan.age_s:.0f}s old) is named "

@@ -42,6 +42,7 @@ from tiered.tools.cli.output import CliError, EXIT_DATA, EXIT_INTERNAL, EXIT_REF
 from tiered.tools.cli.settings import Settings, open_stores
 from tiered.tools.verify import local_wal_range, lost_range_json, verify_topic
 from tiered.archive import list_descriptors
+from tiered.archive.start import archive_start
 from uploader import collect_garbage
 from wal.topics import TopicName
 
@@ -287,6 +288,7 @@ def inspect(settings: Settings, topic: str) -> dict[str, Any]:
         descriptors = list_descriptors(metadata, name)
         cursors = _cursors(metadata, name)
         lost = [lost_range_json(r) for r in keys.read_lost_ranges(metadata, name)]
+        first_retained = archive_start(metadata, name)  # archive retention (0: nothing cut)
     first, last = local_wal_range(settings.wal_dir, name)
     return {
         "topic": str(name),
@@ -299,6 +301,7 @@ def inspect(settings: Settings, topic: str) -> dict[str, Any]:
         "cursors": cursors,
         "local_wal": None if first is None else {"first_offset": first, "last_offset": last},
         "lost_ranges": lost,
+        "archive_start": first_retained,
     }
 
 

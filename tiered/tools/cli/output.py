@@ -234,6 +234,12 @@ def classify(error: BaseException) -> tuple[int, str]:
     name = type(error).__name__
     message = str(error) or name
 
+    below = _below_retention(error)
+    if below is not None:
+        # Not damage: retention removed the offsets on purpose. Bad input, like an offset
+        # past the end; the message (and --json's first_retained_offset) says where to start.
+        return EXIT_USAGE, (f"offset {below.offset} is below retention; the first retained offset is "
+                            f"{below.first_offset} (start there, or at 'earliest')")
     if _is_refusal(error):
         return EXIT_REFUSED, f"refused: {message}"
     if isinstance(error, (*_data_errors(), ObjectNotFound)):
@@ -256,6 +262,13 @@ def classify(error: BaseException) -> tuple[int, str]:
 
 _REFUSAL_NAMES = ("Owner", "Owned", "Ownership", "Fenced", "NotOwner", "Sealed", "AlreadyLoaded", "Refused", "Locked",
                   "OffsetOverflow")
+
+
+def _below_retention(error: BaseException) -> Any:
+    """The ``OffsetBelowRetention`` (archive or WAL) ``error`` is, else None."""
+    from wal.errors import OffsetBelowRetention  # deferred: keeps `dnb --help` light
+
+    return error if isinstance(error, OffsetBelowRetention) else None
 
 
 def _data_errors() -> tuple[type[BaseException], ...]:
@@ -305,9 +318,15 @@ def _usage_error(error: BaseException) -> str | None:
 
 
 def error_json(error: BaseException, code: int, message: str) -> dict[str, Any]:
-    """``{"error": {code, type, message, exit_code}}``: the one shape of every --json failure."""
-    return {"error": {"code": ERROR_CODES.get(code, "internal"), "type": type(error).__name__,
-                      "message": message, "exit_code": code}}
+    """``{"error": {code, type, message, exit_code}}``: the one shape of every --json failure
+    (an offset below retention adds ``offset`` and ``first_retained_offset``)."""
+    body: dict[str, Any] = {"code": ERROR_CODES.get(code, "internal"), "type": type(error).__name__,
+                            "message": message, "exit_code": code}
+    below = _below_retention(error)
+    if below is not None:
+        body["offset"] = below.offset
+        body["first_retained_offset"] = below.first_offset
+    return {"error": body}
 
 
 def run_command(out: Output, body: Callable[[], int | None]) -> int:
