@@ -42,19 +42,22 @@ class Gate:
             assert self.release.wait(WAIT_S), "hang guard: the gate was never released"
 
 
-def test_a_topic_always_due_goes_behind_the_topics_that_became_due_meanwhile(stores):
+def _gated(stores, name: str, frames: int, gate: Gate, **config):
+    """An uploader of a new topic holding ``frames`` durable frames, hooked to ``gate``."""
     metadata, objects = stores
+    wal = MemWal()
+    wal.append_n(frames, size=100)
+    return Env(metadata, objects, TopicName.parse(f"/pool/{name}")).uploader(
+        wal, interval_s=3600, fault_hook=gate, **config), wal
+
+
+def test_a_topic_always_due_goes_behind_the_topics_that_became_due_meanwhile(stores):
     pool = UploaderPool(workers=1, tick_s=0.01)
     events: list = []
     busy_gate = Gate("busy", events, hold="before_put")
-    busy_wal = MemWal()
-    busy_wal.append_n(3 * OBJECTS_PER_PASS_MAX, size=100)  # three full passes of one-frame objects
-    busy = Env(metadata, objects, TopicName.parse("/pool/busy")).uploader(
-        busy_wal, object_bytes_max=100, interval_s=3600, fault_hook=busy_gate)
-    quiet_wal = MemWal()
-    quiet_wal.append_n(3)
-    quiet = Env(metadata, objects, TopicName.parse("/pool/quiet")).uploader(
-        quiet_wal, interval_s=3600, fault_hook=Gate("quiet", events))
+    # three full passes of one-frame objects
+    busy, busy_wal = _gated(stores, "busy", 3 * OBJECTS_PER_PASS_MAX, busy_gate, object_bytes_max=100)
+    quiet, _ = _gated(stores, "quiet", 3, Gate("quiet", events))
     try:
         busy.start(pool)
         busy.request_upload()
@@ -81,10 +84,7 @@ def test_a_topic_stuck_in_a_pass_holds_one_worker_not_the_others_archived_waiter
     pool = UploaderPool(workers=2, tick_s=0.01)
     events: list = []
     stuck_gate = Gate("stuck", events, hold="before_commit")
-    stuck_wal = MemWal()
-    stuck_wal.append_n(5)
-    stuck = Env(metadata, objects, TopicName.parse("/pool/stuck")).uploader(
-        stuck_wal, interval_s=3600, fault_hook=stuck_gate)
+    stuck, _ = _gated(stores, "stuck", 5, stuck_gate)
     others = []
     try:
         stuck.start(pool)
@@ -112,10 +112,7 @@ def test_a_topic_stopped_while_queued_is_never_run_by_the_pool(stores):
     pool = UploaderPool(workers=1, tick_s=0.01)
     events: list = []
     blocker_gate = Gate("blocker", events, hold="before_put")
-    blocker_wal = MemWal()
-    blocker_wal.append_n(2)
-    blocker = Env(metadata, objects, TopicName.parse("/pool/blocker")).uploader(
-        blocker_wal, interval_s=3600, fault_hook=blocker_gate)
+    blocker, _ = _gated(stores, "blocker", 2, blocker_gate)
     env = Env(metadata, objects, TopicName.parse("/pool/leaving"))
     wal = MemWal()
     wal.append_n(4)
