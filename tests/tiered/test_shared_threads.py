@@ -8,7 +8,11 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from tests.tiered.helpers_lifecycle import FAST_BROKER, Cluster, local_cluster  # noqa: F401
+import pytest
+
+from tests.tiered.helpers_lifecycle import FAST_BROKER, Cluster, local_cluster, wal_files  # noqa: F401
+from tiered.lifecycle import UnloadError
+from tiered.lifecycle.hosted import TopicState
 
 #: Threads a BrokerHost starts besides WAL writers, whatever its topic count: the
 #: progress thread, the cursor scheduler, the upload pool's workers
@@ -64,3 +68,20 @@ def test_a_host_uploads_on_its_pool_and_archived_acks_of_all_topics_complete(loc
     for h in topics[:3]:
         assert host.unload(h.topic) == 0
     assert len(host.uploader_pool) == 9
+
+
+def test_the_wal_is_kept_when_a_background_upload_pass_does_not_end_in_time(local_cluster: Cluster,
+                                                                             monkeypatch) -> None:
+    """Seal cleanup deletes the WAL only once no background pass of the topic runs."""
+    host = local_cluster.broker("A")
+    hosted = host.load("/default/slow")
+    hosted.produce(b"m")
+    monkeypatch.setattr(hosted.uploader, "stop", lambda timeout_s=30.0: False)  # a pass still running
+    with pytest.raises(UnloadError) as info:
+        host.unload("/default/slow")
+    assert info.value.step == "stop uploader"
+    assert hosted.state is TopicState.SEALED
+    assert [n for n in wal_files(local_cluster, "A", "/default/slow") if n.endswith(".seg")]
+    monkeypatch.undo()
+    assert host.unload("/default/slow") == 0  # resumes at the cleanup
+    assert wal_files(local_cluster, "A", "/default/slow") == []
