@@ -171,15 +171,19 @@ class Uploader:
         """Stop background archiving; True if the worker ended within ``timeout_s``.
 
         A pass in flight is not interrupted mid-step (that would only leave an orphan);
-        it finishes its current object and returns.
+        it finishes its current object and returns. Whether on an own thread or in a
+        pool, a True return means no background pass of this uploader is running or
+        will start (see :meth:`UploaderPool.unregister`).
         """
         self._stopping.set()
         self._wake.set()
-        if self._pool is not None:
-            self._pool.unregister(self)
-            self._pool = None
-        thread, self._thread = self._thread, None
         ended = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            # Out of the queue, and a pass of ours in flight there has ended: the caller
+            # (seal cleanup, abandon) may close the WAL next.
+            ended = pool.unregister(self, timeout_s)
+        thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
             ended = not thread.is_alive()
@@ -645,6 +649,8 @@ class Uploader:
 
         Forced (everything durable, whatever its size and age) when an upload was
         requested or an ``archived`` waiter pends; otherwise only full or old objects."""
+        if self._stopping.is_set():
+            return  # stopped after being queued: the pass would outlive stop()
         force = self._requested or self._waiters.pending
         self._requested = False
         self._next_due_s = self._clock() + self.config.interval_s

@@ -145,6 +145,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "broker.cursor_flush_interval_s": ("... or after this long, whichever comes first.",
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "
                                        "`auto.commit.interval.ms`"),
+    "broker.upload_workers_max": ("Threads running the background uploads of all hosted topics (one bounded "
+                                  "pool per broker; seals drain on their own thread).",
+                                  "Kafka `remote.log.manager.thread.pool.size`"),
     # -- watcher -------------------------------------------------------------------------
     "watcher.retry_attempts_max": ("Attempts of one load/unload started by an assignment change; the window "
                                    "must outlast a peer's seal.", NONE),

@@ -45,6 +45,11 @@ class BrokerConfig:
     # Subscription cursor flush policy (passed to SubscriptionManager).
     cursor_flush_every_acks: int = 1000
     cursor_flush_interval_s: float = 5.0
+    # Threads that run the background uploads of ALL hosted topics (one bounded pool
+    # per host, so threads do not grow with the topic count). Seals drain on the
+    # unloading thread, not in the pool. Each busy worker holds about two objects in
+    # memory (uploader.object_target_bytes of frames and its encoding).
+    upload_workers_max: int = 4
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
@@ -55,6 +60,8 @@ class BrokerConfig:
             raise ValueError("ack_lease_margin_s must be in [0, session_ttl_s)")
         if self.cursor_flush_every_acks < 1:
             raise ValueError("cursor_flush_every_acks must be >= 1")
+        if self.upload_workers_max < 1:
+            raise ValueError("upload_workers_max must be >= 1")
 
     @property
     def ack_margin_s(self) -> float:

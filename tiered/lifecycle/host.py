@@ -77,7 +77,8 @@ from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
 from tiered.read.subscriptions import SubscriptionManager, clamp_cursors
-from uploader import Uploader
+from tiered.timers import Scheduler
+from uploader import Uploader, UploaderPool
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
 from wal.api import Wal
@@ -147,6 +148,12 @@ class BrokerHost:
             # Set by every hosted WAL's durable listener: the progress thread publishes soon
             # after data becomes durable instead of on a fixed tick (see _progress_loop).
             self._progress_wake = threading.Event()
+            #: Background uploads of every hosted topic: a fixed number of threads,
+            #: whatever the topic count (``upload_workers_max``).
+            self.uploader_pool = UploaderPool(self.config.upload_workers_max,
+                                              tick_s=self.config.uploader.poll_interval_s)
+            #: Background cursor flushes of every hosted topic, on one thread.
+            self.cursor_scheduler = Scheduler(f"dnb-cursors-{broker_id}")
             if retire_stale_wals:
                 self.retire_stale_wals()
             self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
@@ -155,6 +162,7 @@ class BrokerHost:
         except BaseException:
             # A host that failed to start holds nothing: the next attempt must not find
             # its own WAL root locked.
+            self._stop_shared_threads()
             if self.session is not None:
                 self.session.stop(revoke=True)
             self.root.release()
@@ -486,14 +494,14 @@ class BrokerHost:
                             fencing=token.fencing, config=self.config.uploader,
                             committed_through=plan.committed_through,
                             metrics=UploaderMetrics.create(self.metrics_registry))
-        uploader.start()
+        uploader.start(self.uploader_pool)
         return uploader
 
     def _open_subscriptions(self, token: OwnerToken, wal: Wal) -> SubscriptionManager:
         return SubscriptionManager(token.topic, self.metadata, fencing=token.fencing, wal=wal,
                                    flush_every_acks=self.config.cursor_flush_every_acks,
                                    flush_interval_s=self.config.cursor_flush_interval_s,
-                                   metrics=self.read_metrics)
+                                   metrics=self.read_metrics, scheduler=self.cursor_scheduler)
 
     def _report_restore(self, topic: TopicName, report: RestoreReport, token: OwnerToken) -> None:
         if report.unarchived_at_least > 0:
@@ -578,9 +586,20 @@ class BrokerHost:
         self._closed.set()
         self._progress_wake.set()
         self._progress_thread.join(self.config.close_timeout_s)
+        self._stop_shared_threads()
         if self.session is not None:
             self.session.stop(revoke=True)
         self.root.release()
+
+    def _stop_shared_threads(self) -> None:
+        """Stop the upload pool and the cursor scheduler (after every topic left: each
+        topic's own stop already waited for its pass or flush in flight)."""
+        pool = getattr(self, "uploader_pool", None)
+        if pool is not None:
+            quietly(lambda: pool.close(self.config.close_timeout_s))
+        scheduler = getattr(self, "cursor_scheduler", None)
+        if scheduler is not None:
+            quietly(lambda: scheduler.close(self.config.close_timeout_s))
 
     async def close_async(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
         await asyncio.to_thread(self.close, unload=unload, timeout_s=timeout_s)

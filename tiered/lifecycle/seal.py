@@ -91,10 +91,18 @@ def seal_landed(metadata: MetadataStore, token: OwnerToken, last: int | None) ->
 def cleanup(hosted: HostedTopic, config: BrokerConfig) -> None:
     """After the seal landed: stop the uploader, close subscriptions, delete the WAL."""
     topic = hosted.topic
-    run_step(topic, "stop uploader", UnloadError, lambda: hosted.uploader.stop(config.close_timeout_s))
+    run_step(topic, "stop uploader", UnloadError, lambda: _stop_uploader(hosted, config.close_timeout_s))
     run_step(topic, "close subscriptions", UnloadError, lambda: hosted.subscriptions.close(flush=False))
     run_step(topic, "delete local WAL", UnloadError, lambda: _close_and_delete(hosted.wal))
     hosted.state = TopicState.CLOSED
+
+
+def _stop_uploader(hosted: HostedTopic, timeout_s: float) -> None:
+    """Deleting the WAL needs every background pass of the topic ended (the upload pool
+    may be running one): a pass still running after ``timeout_s`` fails the step, the
+    WAL is kept, and unloading again resumes here."""
+    if not hosted.uploader.stop(timeout_s):
+        raise TimeoutError(f"a background upload pass did not end within {timeout_s}s; the local WAL is kept")
 
 
 def _flush_wal(wal: Wal, timeout_s: float) -> None:

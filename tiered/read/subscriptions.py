@@ -10,9 +10,12 @@ A cursor is the last acknowledged offset of a subscription, stored at
   forward to a newer "latest" when it comes back.
 * ``ack(offset)`` advances an in-memory cursor; it never moves backward (an older ack
   is ignored). Acking an offset the topic never had raises :class:`InvalidAck`.
-* Cursors are written every ``flush_every_acks`` acks or ``flush_interval_s`` seconds by
-  one background thread, and on ``flush()`` / ``flush_all()`` / ``close()``. Acks never
-  write themselves, so an ack is cheap and never blocks an event loop on the network.
+* Cursors are written every ``flush_every_acks`` acks or ``flush_interval_s`` seconds in
+  the background, and on ``flush()`` / ``flush_all()`` / ``close()``. Acks never write
+  themselves, so an ack is cheap and never blocks an event loop on the network. The
+  background writes are a job on a :class:`tiered.timers.Scheduler`: a broker passes one
+  scheduler to the managers of all its topics (one thread, whatever the topic count);
+  a manager given none runs its own.
 * Every cursor write is compared on the cursor key's revision as last seen, so a
   delayed older write never lands after a newer one (:mod:`tiered.metadata.owned`).
 * Every cursor write is one transaction carrying the manager's fencing compares (the
@@ -36,6 +39,7 @@ from tiered.metadata.base import Compare, MetadataStore, Put, TxnResult, absent,
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
 from tiered.read.metrics import ReadMetrics
+from tiered.timers import Scheduler
 from wal.api import WalOffsets
 from wal.topics import TopicName
 
@@ -44,7 +48,7 @@ log = logging.getLogger(__name__)
 Fencing = Callable[[], Sequence[Compare]] | Sequence[Compare]
 Initial = Literal["latest", "earliest"]
 
-#: Bound on how long close() waits for the flusher thread to finish.
+#: Bound on how long close() waits for a background flush in flight to finish.
 FLUSHER_JOIN_TIMEOUT_S = 10.0
 
 
@@ -191,12 +195,15 @@ class SubscriptionManager:
     ``fencing`` is either a sequence of compares or a callable returning them (called
     at every write, so an owner can hand in its current ownership record). Bounds come
     from ``earliest_offset`` / ``next_offset`` callables, else ``wal``, else the archive.
+    ``scheduler`` runs the background flushes (shared by many managers); None: a
+    scheduler of its own, closed with the manager.
     """
 
     def __init__(self, topic: TopicName | str, metadata: MetadataStore, *, fencing: Fencing = (),
                  flush_every_acks: int = 1000, flush_interval_s: float = 5.0, wal: WalOffsets | None = None,
                  earliest_offset: Callable[[], int] | None = None,
-                 next_offset: Callable[[], int] | None = None, metrics: ReadMetrics | None = None) -> None:
+                 next_offset: Callable[[], int] | None = None, metrics: ReadMetrics | None = None,
+                 scheduler: Scheduler | None = None) -> None:
         if flush_every_acks < 1 or flush_interval_s <= 0:
             raise ValueError("flush_every_acks must be >= 1 and flush_interval_s > 0")
         self.topic = TopicName.parse(topic)
@@ -211,12 +218,13 @@ class SubscriptionManager:
         self.on_fenced: Callable[[], None] | None = None
         self._subs: dict[str, Subscription] = {}
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._stop = threading.Event()
         #: Per subscription: the first flush failure and the recovery logged, repeats rate-limited.
         self._flush_failures: dict[str, FailureLog] = {}
-        self._flusher = threading.Thread(target=self._flush_loop, name=f"dnb-cursors{self.topic}", daemon=True)
-        self._flusher.start()
+        self._own_scheduler: Scheduler | None = None
+        if scheduler is None:
+            scheduler = self._own_scheduler = Scheduler(f"dnb-cursors{self.topic}")
+        self._flusher = scheduler.every(flush_interval_s, self._flush_background, f"cursors of {self.topic}")
 
     # -- public API ----------------------------------------------------------
     def subscribe(self, name: str, initial: Initial = "latest") -> Subscription:
@@ -271,8 +279,11 @@ class SubscriptionManager:
         if self._stop.is_set():
             return
         self._stop.set()
-        self._wake.set()
-        self._flusher.join(FLUSHER_JOIN_TIMEOUT_S)
+        # No background flush starts from now on, and one in flight has ended: the final
+        # flush below is the last write (and runs on the caller's thread).
+        self._flusher.cancel(FLUSHER_JOIN_TIMEOUT_S)
+        if self._own_scheduler is not None:
+            self._own_scheduler.close(FLUSHER_JOIN_TIMEOUT_S)
         # Refuse acks BEFORE the final flush (each under its subscription's lock, which
         # ack holds while it moves the cursor): whatever was acknowledged is then written,
         # and nothing is acknowledged after it.
@@ -351,15 +362,11 @@ class SubscriptionManager:
                 log.exception("subscriptions of %s: on_fenced listener failed", self.topic)
 
     def _wake_flusher(self) -> None:
-        self._wake.set()
+        self._flusher.wake()
 
-    def _flush_loop(self) -> None:
-        """Flush due cursors every interval, or early when one hit flush_every_acks."""
-        while not self._stop.is_set():
-            self._wake.wait(self.flush_interval_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
+    def _flush_background(self) -> None:
+        """The scheduler's job: every interval, or early when one hit flush_every_acks."""
+        if not self._stop.is_set():
             self._flush_due()
 
     def _flush_due(self) -> None:

@@ -1,0 +1,87 @@
+"""A hosted topic costs no thread of its own: uploads run on the host's bounded pool,
+cursor flushes on its one scheduler, progress on its one progress thread.
+
+The WAL's writer threads are counted apart (``wal-writer:`` threads), so the bound
+holds whether or not the WAL runs one writer per topic."""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from tests.tiered.helpers_lifecycle import FAST_BROKER, Cluster, local_cluster, wal_files  # noqa: F401
+from tiered.lifecycle import UnloadError
+from tiered.lifecycle.hosted import TopicState
+
+#: Threads a BrokerHost starts besides WAL writers, whatever its topic count: the
+#: progress thread, the cursor scheduler, the upload pool's workers
+#: (``upload_workers_max``, 4 by default) and its scheduler = 7; one spare.
+HOST_THREADS_MAX = 8
+
+TOPICS = 500
+WAIT_S = 60.0
+
+
+def _threads_besides_wal_writers() -> int:
+    return sum(1 for t in threading.enumerate() if not t.name.startswith("wal-writer"))
+
+
+def test_threads_do_not_grow_with_the_topic_count(local_cluster: Cluster) -> None:
+    before = _threads_besides_wal_writers()
+    host = local_cluster.broker("A", upload_workers_max=4)
+    after_start = _threads_besides_wal_writers() - before
+    assert after_start <= HOST_THREADS_MAX
+    hosted = [host.load(f"/default/t{i:04d}") for i in range(TOPICS)]
+    for h in hosted[::50]:  # subscriptions and produces start no thread either
+        h.produce(b"x")
+        h.subscribe("s").ack(0)
+    assert _threads_besides_wal_writers() - before == after_start, [t.name for t in threading.enumerate()]
+    host.close(unload=False)
+
+
+def test_cursor_flushes_of_many_topics_run_on_the_shared_scheduler(local_cluster: Cluster) -> None:
+    host = local_cluster.broker("A", cursor_flush_every_acks=1, cursor_flush_interval_s=3600.0)
+    subs = []
+    for i in range(20):
+        hosted = host.load(f"/default/c{i:02d}")
+        hosted.produce(b"m")
+        sub = hosted.subscribe("s", initial="earliest")
+        sub.ack(0)  # due at once (every ack): the shared scheduler writes it
+        subs.append(sub)
+    assert len(host.cursor_scheduler) == 20
+    done = threading.Event()
+    check = host.cursor_scheduler.every(0.01, lambda: done.set() if all(s.flushed_cursor == 0 for s in subs) else None)
+    assert done.wait(WAIT_S), [s.flushed_cursor for s in subs]
+    check.cancel()
+    host.unload("/default/c00")  # the seal cancels the topic's job
+    assert len(host.cursor_scheduler) == 19
+
+
+def test_a_host_uploads_on_its_pool_and_archived_acks_of_all_topics_complete(local_cluster: Cluster) -> None:
+    host = local_cluster.broker("A", uploader=replace(FAST_BROKER.uploader, drain_timeout_s=10.0),
+                                upload_workers_max=2)
+    topics = [host.load(f"/default/u{i:02d}") for i in range(12)]
+    assert len(host.uploader_pool) == 12
+    for h in topics:
+        assert h.produce(b"a", ack="archived", timeout_s=WAIT_S) == 0
+    for h in topics[:3]:
+        assert host.unload(h.topic) == 0
+    assert len(host.uploader_pool) == 9
+
+
+def test_the_wal_is_kept_when_a_background_upload_pass_does_not_end_in_time(local_cluster: Cluster,
+                                                                             monkeypatch) -> None:
+    """Seal cleanup deletes the WAL only once no background pass of the topic runs."""
+    host = local_cluster.broker("A")
+    hosted = host.load("/default/slow")
+    hosted.produce(b"m")
+    monkeypatch.setattr(hosted.uploader, "stop", lambda timeout_s=30.0: False)  # a pass still running
+    with pytest.raises(UnloadError) as info:
+        host.unload("/default/slow")
+    assert info.value.step == "stop uploader"
+    assert hosted.state is TopicState.SEALED
+    assert [n for n in wal_files(local_cluster, "A", "/default/slow") if n.endswith(".seg")]
+    monkeypatch.undo()
+    assert host.unload("/default/slow") == 0  # resumes at the cleanup
+    assert wal_files(local_cluster, "A", "/default/slow") == []
