@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import asdict, replace
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
 from tiered.broker.server import BrokerServer
@@ -22,87 +23,87 @@ from tests.tiered.helpers_lifecycle import FAST_BROKER, local_stores
 PATH = "/topics/ns/measured/messages"
 
 
-def _report(metadata, broker="r1"):
-    [t] = read_snapshot(metadata).reports[broker].topic_reports()
-    return t, read_snapshot(metadata).reports[broker]
-
-
-def test_report_has_bytes_out_connections_and_backlog_from_the_http_paths(tmp_path):
+@pytest.fixture
+def measured(tmp_path):
+    """A broker hosting /ns/measured, its reporter on a hand-driven clock (first report
+    written: it starts the rates), and the metadata store."""
     metadata, objects = local_stores(str(tmp_path))
     host = BrokerHost("r1", str(tmp_path / "wal"), metadata, objects, FAST_BROKER)
     clock = [100.0]
     try:
         hosted = host.load("/ns/measured")
         reporter = LoadReporter(host, interval_s=3600.0, clock=lambda: clock[0])
-        assert reporter.report_once()  # the first report starts the rates
-
-        async def scenario():
-            server = TestServer(BrokerServer(host).app())
-            await server.start_server()
-            try:
-                # Two producer connections and one consumer connection (separate sessions:
-                # separate keep-alive connections).
-                async with aiohttp.ClientSession() as p1, aiohttp.ClientSession() as p2, \
-                        aiohttp.ClientSession() as c1:
-                    for session in (p1, p2):
-                        for _ in range(5):
-                            r = await session.post(server.make_url(PATH), json={"messages": [{"payload": "x" * 100}]})
-                            assert r.status == 200
-                    r = await c1.get(server.make_url(PATH), params={"from": "0", "max": "100", "wait_s": "0"})
-                    assert len((await r.json())["messages"]) == 10
-                    r = await c1.post(server.make_url("/topics/ns/measured/subscriptions/s/ack"), json={"offset": 3})
-                    assert r.status == 200
-            finally:
-                await server.close()
-
-        asyncio.run(scenario())
-        clock[0] += 2.0
-        assert reporter.report_once()
-        t, record = _report(metadata)
-        assert t.msg_in_rate == 5.0
-        assert t.bytes_out_rate == 10 * 100 / 2.0  # ten 100-byte payloads served over 2 s
-        assert (t.producers, t.consumers) == (2.0, 1.0)
-        assert t.subscriptions == 1.0 and t.backlog == 10 - 4  # cursor 3: offsets 4..9 unacknowledged
-        assert record.net_out_bps == t.bytes_out_rate and record.net_in_bps == t.bytes_in_rate > 0
-
-        # Next interval: nobody connected, nothing served; the backlog stays until acked.
-        clock[0] += 2.0
-        assert reporter.report_once()
-        t, _ = _report(metadata)
-        assert (t.bytes_out_rate, t.producers, t.consumers, t.backlog) == (0.0, 0.0, 0.0, 6.0)
-        hosted.subscribe("s").ack(9)
-        clock[0] += 2.0
-        assert reporter.report_once()
-        assert _report(metadata)[0].backlog == 0.0
+        yield host, hosted, reporter, clock, metadata
     finally:
         host.close(unload=False)
         metadata.close()
 
 
-def test_an_open_in_process_reader_counts_as_a_consumer_and_its_bytes_out(tmp_path):
-    metadata, objects = local_stores(str(tmp_path))
-    host = BrokerHost("r1", str(tmp_path / "wal"), metadata, objects, FAST_BROKER)
-    clock = [0.0]
-    try:
-        hosted = host.load("/ns/measured")
-        for _ in range(4):
-            hosted.produce(b"y" * 50, key=b"kk")
-        reporter = LoadReporter(host, interval_s=3600.0, clock=lambda: clock[0])
-        assert reporter.report_once()
-        reader = hosted.create_reader(0, live=True)
-        got = [next(reader) for _ in range(4)]
-        assert [m.offset for m in got] == [0, 1, 2, 3]
-        clock[0] += 1.0
-        assert reporter.report_once()
-        t, _ = _report(metadata)
-        assert t.bytes_out_rate == 4 * (50 + 2) and t.consumers == 1.0
-        reader.close()
-        clock[0] += 1.0
-        assert reporter.report_once()
-        assert _report(metadata)[0].consumers == 0.0
-    finally:
-        host.close(unload=False)
-        metadata.close()
+def _report(metadata, broker="r1"):
+    [t] = read_snapshot(metadata).reports[broker].topic_reports()
+    return t, read_snapshot(metadata).reports[broker]
+
+
+def test_report_has_bytes_out_connections_and_backlog_from_the_http_paths(measured):
+    host, hosted, reporter, clock, metadata = measured
+    assert reporter.report_once()  # the first report starts the rates
+
+    async def scenario():
+        server = TestServer(BrokerServer(host).app())
+        await server.start_server()
+        try:
+            # Two producer connections and one consumer connection (separate sessions:
+            # separate keep-alive connections).
+            async with aiohttp.ClientSession() as p1, aiohttp.ClientSession() as p2, \
+                    aiohttp.ClientSession() as c1:
+                for session in (p1, p2):
+                    for _ in range(5):
+                        r = await session.post(server.make_url(PATH), json={"messages": [{"payload": "x" * 100}]})
+                        assert r.status == 200
+                r = await c1.get(server.make_url(PATH), params={"from": "0", "max": "100", "wait_s": "0"})
+                assert len((await r.json())["messages"]) == 10
+                r = await c1.post(server.make_url("/topics/ns/measured/subscriptions/s/ack"), json={"offset": 3})
+                assert r.status == 200
+        finally:
+            await server.close()
+
+    asyncio.run(scenario())
+    clock[0] += 2.0
+    assert reporter.report_once()
+    t, record = _report(metadata)
+    assert t.msg_in_rate == 5.0
+    assert t.bytes_out_rate == 10 * 100 / 2.0  # ten 100-byte payloads served over 2 s
+    assert (t.producers, t.consumers) == (2.0, 1.0)
+    assert t.subscriptions == 1.0 and t.backlog == 10 - 4  # cursor 3: offsets 4..9 unacknowledged
+    assert record.net_out_bps == t.bytes_out_rate and record.net_in_bps == t.bytes_in_rate > 0
+
+    # Next interval: nobody connected, nothing served; the backlog stays until acked.
+    clock[0] += 2.0
+    assert reporter.report_once()
+    t, _ = _report(metadata)
+    assert (t.bytes_out_rate, t.producers, t.consumers, t.backlog) == (0.0, 0.0, 0.0, 6.0)
+    hosted.subscribe("s").ack(9)
+    clock[0] += 2.0
+    assert reporter.report_once()
+    assert _report(metadata)[0].backlog == 0.0
+
+
+def test_an_open_in_process_reader_counts_as_a_consumer_and_its_bytes_out(measured):
+    host, hosted, reporter, clock, metadata = measured
+    for _ in range(4):
+        hosted.produce(b"y" * 50, key=b"kk")
+    assert reporter.report_once()
+    reader = hosted.create_reader(0, live=True)
+    got = [next(reader) for _ in range(4)]
+    assert [m.offset for m in got] == [0, 1, 2, 3]
+    clock[0] += 1.0
+    assert reporter.report_once()
+    t, _ = _report(metadata)
+    assert t.bytes_out_rate == 4 * (50 + 2) and t.consumers == 1.0
+    reader.close()
+    clock[0] += 1.0
+    assert reporter.report_once()
+    assert _report(metadata)[0].consumers == 0.0
 
 
 def test_smoothing_folds_the_new_fields_like_the_others(tmp_path):
