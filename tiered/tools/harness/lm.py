@@ -192,7 +192,10 @@ class LoadManagerDriver:
         """One leader step, then the watcher's part; True if anything happened."""
         self.now += 1.0
         self.report()
-        report = self._leader().step()
+        lm = self._leader()
+        if lm.election.remaining_s() < LM_RUNTIME.leader_ttl_s / 2:
+            lm.election.tick()  # a long scenario (a slow machine) must not lose the lease by itself
+        report = lm.step()
         check(not report.fenced, "lm-fenced", "the only leader's write was refused by its own fence")
         if report.decision is not None and report.decision.checked:
             self.last_skipped = tuple(report.decision.skipped)
