@@ -25,7 +25,7 @@ def built() -> set[str]:
         keys.delivery_key(TOPIC), keys.assignment_key(BROKER, TOPIC), keys.unassigned_key(TOPIC),
         keys.registered_key(BROKER), keys.LEADER_KEY, keys.placement_key(TOPIC),
         keys.broker_state_key(BROKER), keys.load_key(BROKER), keys.history_key(STARTED_MS / 1000, MOVE),
-        keys.LM_CONFIG_KEY,
+        keys.LM_CONFIG_KEY, keys.REBALANCE_REQUEST_KEY,
     }
 
 

@@ -67,7 +67,11 @@ def test_cluster_commands(tmp_path):
         assert len(run("history")["history"]) == 3
         refused = dnb(*argv, "--json", "cluster", "move", TOPICS[0], "--to", "2")
         assert refused.rc != 0 and "already on 2" in refused.json()["error"]["message"]
-        assert dnb(*argv, "cluster", "rebalance").rc != 0  # only --dry-run exists
+        # Without --dry-run the leader runs one cycle now and answers (paused: nothing moves).
+        assert run("pause") == {"paused": True}
+        asked = dnb(*argv, "--json", "cluster", "rebalance", "--timeout", "60")
+        assert asked.rc == 3 and asked.json()["answered"] is True and asked.json()["outcome"] == "Paused"
+        assert dnb(*argv, "cluster", "rebalance", "--strategy", "fair").rc == 2  # a what-if of --dry-run only
     finally:
         cluster.close()
         metadata.close()

@@ -247,3 +247,34 @@ def test_plan_rebalance_stops_at_the_budget_and_the_lower_threshold() -> None:
     assert balance_stats(counts).cv < 0.15
     assert len(plan_rebalance(view, fair(max_moves_per_hour=3), NOW, max_moves=100)) == 3
     assert len(plan_rebalance(view, fair(), NOW, max_moves=2)) == 2
+
+
+# -- an operator's request for one cycle now ------------------------------------------------
+
+def test_a_request_runs_one_check_now_even_when_not_due_or_disabled_and_waives_only_the_hit_count() -> None:
+    from tiered.cluster.actions import AnswerRebalance
+
+    cfg = fair(enabled=False, hit_count=5, aggressiveness="conservative")
+    assert decide(skewed(), cfg, READY, NOW).actions == ()  # disabled: no check at all
+    d = decide(replace(skewed(), rebalance_request="r1"), cfg, READY, NOW)
+    [t] = transfers(d)
+    assert (t.topic, t.from_broker, t.to_broker, t.rebalance_request) == ("/a/1", "a", "c", "r1")
+    assert not any(isinstance(a, AnswerRebalance) for a in d.actions)  # the move is the answer
+    # Not due (checked a second ago): a request still runs a check.
+    state = replace(READY, last_check_at=NOW - 1)
+    assert transfers(decide(replace(skewed(), rebalance_request="r2"), fair(), state, NOW))
+
+
+@pytest.mark.parametrize("view, cfg, reason", [
+    (lambda: cluster({"a": ["/a/1", "/a/2"], "b": ["/b/1", "/b/2"]}), fair(), "Balanced"),  # below the threshold
+    (lambda: skewed(), fair(paused=True), "Paused"),
+    (lambda: replace(skewed(), history=[record(f"/z/{i}", "a", "c", NOW - 10 * i - 100) for i in range(40)]),
+     fair(max_moves_per_hour=40, settle_delay_s=0.0, cooldown_s=0.0), "RateLimit"),
+    (lambda: skewed(), fair(blacklist_topics=("/a/*",)), "NoCandidate"),
+])
+def test_a_request_that_moves_nothing_is_answered_with_the_reason(view, cfg, reason) -> None:
+    from tiered.cluster.actions import AnswerRebalance
+
+    d = decide(replace(view(), rebalance_request="r1"), cfg, READY, NOW)
+    assert transfers(d) == []
+    assert [a for a in d.actions if isinstance(a, AnswerRebalance)] == [AnswerRebalance("r1", reason)]

@@ -140,6 +140,7 @@ class BrokerServer:
         key = _b64(body["key_b64"], "key_b64") if body.get("key_b64") is not None else None
         if not payloads:
             raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")
+        hosted.activity.produced_by(_connection(request))
         try:
             first, last = await asyncio.to_thread(hosted.produce_many, payloads, key, ack=ack)
         except (OwnershipLostError, LifecycleError) as e:
@@ -174,6 +175,7 @@ class BrokerServer:
             raise _below_retention(e) from e
         except ReadError as e:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
+        hosted.activity.read_by(_connection(request))
         tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
         if not self._read_slots.acquire(blocking=False):
             reader.close()
@@ -303,6 +305,14 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
         wake.set()
         reader.close()
     return messages, moved
+
+
+def _connection(request: web.Request) -> Any:
+    """The client connection a request came on (peer address and port; one HTTP
+    keep-alive connection), for the topic's connection count in load reports."""
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return tuple(peer) if isinstance(peer, (tuple, list)) else (request.remote, id(transport))
 
 
 def _message_json(m: Any) -> dict[str, Any]:

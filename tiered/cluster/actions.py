@@ -38,6 +38,8 @@ class Transfer:
     cv_before: float | None = None
     cv_after: float | None = None
     request_id: str | None = None
+    #: The operator's rebalance request this move answers (answered in the same write).
+    rebalance_request: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,16 @@ class RejectRequest:
     reason: str
 
 
-Action = Assign | Transfer | CompleteTransfer | Reassign | RetryAssign | DropMarker | MarkDrained | RejectRequest
+@dataclass(frozen=True, slots=True)
+class AnswerRebalance:
+    """Answer an operator's rebalance request with why its cycle moved nothing."""
+
+    request_id: str
+    outcome: str
+
+
+Action = (Assign | Transfer | CompleteTransfer | Reassign | RetryAssign | DropMarker | MarkDrained | RejectRequest
+          | AnswerRebalance)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,13 @@ leader (fenced). What an operator writes here is an input the leader reads:
   into a manual transfer (seal where it is, then assign the target).
 * ``set_mode`` — ``/cluster/broker_state/<b>`` active/draining (drained is the leader's).
 * ``set_paused`` — ``/cluster/lm/config``.
+* ``request_rebalance`` — ``/cluster/lm/rebalance_request``: one rebalancing cycle now,
+  run by the leader under its rules and limits; it answers in the record.
 """
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import asdict
 from typing import Any
 
@@ -24,7 +27,7 @@ from tiered.cluster.decide import decide, plan_rebalance
 from tiered.cluster.leader import read_leader
 from tiered.cluster.observe import ViewBuilder, read_snapshot
 from tiered.metadata import keys
-from tiered.metadata.base import MetadataStore, Put, absent
+from tiered.metadata.base import Delete, MetadataStore, Put, absent, mod_revision_is
 from wal.topics import TopicName
 
 
@@ -156,3 +159,45 @@ def rebalance_plan(metadata: MetadataStore, config: LoadManagerConfig | None = N
     view = ViewBuilder(config).build(read_snapshot(metadata), now)
     plan = plan_rebalance(view, config, now, max_moves)
     return {"dry_run": True, "moves": [asdict(m) for m in plan]}
+
+
+def request_rebalance(metadata: MetadataStore, timeout_s: float = 30.0, by: str = "operator",
+                      poll_s: float = 0.05) -> dict[str, Any]:
+    """``rebalance`` (not ``--dry-run``): ask the leader for one rebalancing cycle now and
+    wait up to ``timeout_s`` for its answer.
+
+    Nothing here writes a placement: the leader runs the cycle with its usual gates
+    (pause, warm-up, stale reports, moves in flight, settling), hysteresis thresholds,
+    hourly limit, cooldowns, blacklist and candidate rules, and answers in the request
+    record (fenced; a move and its answer are one write). Unanswered in time (no leader,
+    say), the request is withdrawn (deleted only if still pending and unchanged), so it
+    cannot start a move later; ``answered`` is then False."""
+    request_id = uuid.uuid4().hex[:16]
+    record = records.RebalanceRequestRecord(request_id, time.time(), by)
+    key = records.REBALANCE_REQUEST_KEY
+    current = metadata.get(key)
+    if current is not None:
+        held = records.decode(records.RebalanceRequestRecord, key, current.value)
+        if held.state == "pending":
+            raise RequestRefused(f"rebalance request {held.request_id} is pending already")
+        guard = mod_revision_is(key, current.mod_revision)
+    else:
+        guard = absent(key)
+    if not metadata.txn([guard], [Put(key, records.encode(record))]).succeeded:
+        raise RequestRefused("another rebalance request was made at the same time")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        kv = metadata.get(key)
+        held = records.decode(records.RebalanceRequestRecord, key, kv.value) if kv is not None else None
+        if held is None or held.request_id != request_id:
+            return {"request_id": request_id, "answered": False, "outcome": "withdrawn by someone else", "moves": []}
+        if held.state == "answered":
+            return {"request_id": request_id, "answered": True, "outcome": held.outcome, "moves": held.moves,
+                    "term": held.term}
+        if time.monotonic() >= deadline:
+            assert kv is not None
+            if metadata.txn([mod_revision_is(key, kv.mod_revision)], [Delete(key)]).succeeded:
+                return {"request_id": request_id, "answered": False,
+                        "outcome": f"no leader answered within {timeout_s:g}s; request withdrawn", "moves": []}
+            continue  # answered just now: read the answer
+        time.sleep(poll_s)

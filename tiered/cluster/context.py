@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tiered.cluster.actions import Action, Alarm, Assign, DropMarker, MarkDrained, RejectRequest, RetryAssign
+from tiered.cluster.actions import (
+    Action,
+    Alarm,
+    AnswerRebalance,
+    Assign,
+    DropMarker,
+    MarkDrained,
+    RejectRequest,
+    RetryAssign,
+)
 from tiered.cluster.config import LoadManagerConfig
 from tiered.cluster.history import HistoryIndex
 from tiered.cluster.placement import band, round_robin
@@ -88,4 +97,4 @@ class Context:
 
 
 #: Actions that start no move.
-_PASSIVE = (Assign, DropMarker, MarkDrained, RejectRequest, RetryAssign)
+_PASSIVE = (AnswerRebalance, Assign, DropMarker, MarkDrained, RejectRequest, RetryAssign)

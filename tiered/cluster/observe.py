@@ -57,6 +57,8 @@ class Snapshot:
     #: history key → record
     history: dict[str, records.HistoryRecord] = field(default_factory=dict)
     overrides: records.LmOverrides = field(default_factory=records.LmOverrides)
+    #: The operator's rebalance request, if pending: (record, mod_revision).
+    rebalance_request: tuple[records.RebalanceRequestRecord, int] | None = None
     #: topic → (owner record or None, mod_revision; 0 = absent) for topics in flux
     owners: dict[str, tuple[OwnerRecord | None, int]] = field(default_factory=dict)
     #: Records that did not parse (key, problem): reported, never acted on.
@@ -105,6 +107,13 @@ def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snaps
     kv = metadata.get(records.LM_CONFIG_KEY)
     if kv is not None:
         _parse(snap, kv, lambda: setattr(snap, "overrides", records.decode(records.LmOverrides, kv.key, kv.value)))
+    kv = metadata.get(records.REBALANCE_REQUEST_KEY)
+    if kv is not None:
+        def request(kv=kv) -> None:
+            record = records.decode(records.RebalanceRequestRecord, kv.key, kv.value)
+            if record.state == "pending":
+                snap.rebalance_request = (record, kv.mod_revision)
+        _parse(snap, kv, request)
     wanted = set(snap.placements) | set(snap.assignments) if owners_for == "all" else \
         {t for t, (p, _) in snap.placements.items() if p.state != "owned"} | \
         {t for t in snap.assignments if t not in snap.placements}
@@ -171,7 +180,8 @@ class ViewBuilder:
                               h.completed_at, h.estimated_load)
                    for h in snap.history.values() if h.kind in MoveKind._value2member_map_]
         return ClusterView(brokers=brokers, placements=placements, topic_loads=dict(self._topic_loads),
-                           markers=markers, history=history, leader=leader or LeaderHealth())
+                           markers=markers, history=history, leader=leader or LeaderHealth(),
+                           rebalance_request=snap.rebalance_request[0].request_id if snap.rebalance_request else None)
 
     def _fold_report(self, broker: str, record: records.LoadReportRecord | None) -> LoadReport | None:
         if record is None:

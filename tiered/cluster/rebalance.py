@@ -24,6 +24,14 @@ through these gates, each a skip reason when it stops the check:
    best gain is moved. Source and target must differ by ``pair_gap_min`` of the mean (a
    smaller gap may be noise). Else ``NoCandidate``.
 
+**An operator's request** (``dnb cluster rebalance``, :attr:`ClusterView.rebalance_request`)
+runs one check now, whatever the schedule and whether automatic rebalancing is enabled,
+through the same gates, limits and candidate rules. Only the hit count is waived (the
+request is the confirmation): the check moves if the imbalance is above the threshold,
+or above ``stop_ratio × threshold`` while a rebalancing is under way. The move carries
+the request (answered in the same write); a check that moves nothing answers it with
+its skip reason (:class:`~tiered.cluster.actions.AnswerRebalance`).
+
 Why this cannot ping-pong on a steady load: every move strictly lowers Σ(score − mean)²
 of the scores it was computed on, and a topic never returns to a broker it left within
 the window.
@@ -35,7 +43,7 @@ import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
 
-from tiered.cluster.actions import Transfer
+from tiered.cluster.actions import AnswerRebalance, Transfer
 from tiered.cluster.config import EffectiveRebalancing, RebalancingConfig
 from tiered.cluster.context import Context
 from tiered.cluster.history import HistoryIndex
@@ -65,33 +73,43 @@ def check(ctx: Context) -> None:
     cfg = ctx.config.rebalancing
     eff = cfg.effective()
     state = ctx.state
-    if not cfg.enabled:
+    request = ctx.view.rebalance_request
+    if not cfg.enabled and request is None:
         return
-    if state.last_check_at is not None and ctx.now - state.last_check_at < eff.check_interval_s:
+    if request is None and state.last_check_at is not None and ctx.now - state.last_check_at < eff.check_interval_s:
         ctx.wake_at(state.last_check_at + eff.check_interval_s)
         return
     ctx.checked = True
     ctx.state = replace(state, last_check_at=ctx.now)
     ctx.wake_at(ctx.now + eff.check_interval_s)
-    reason = _gate(ctx, cfg, eff)
+    reason = _cycle(ctx, cfg, eff, request)
     if reason is not None:
         ctx.skipped.append(reason)
-        return
+        if request is not None:
+            ctx.act(AnswerRebalance(request, reason))
+
+
+def _cycle(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing, request: str | None) -> str | None:
+    """One check: a move (None) or why none (a skip reason)."""
+    reason = _gate(ctx, cfg, eff)
+    if reason is not None:
+        return reason
     stats = balance_stats(ctx.model.balance_loads())
     spreads = Spreads(ctx.model)
     ctx.balance = replace(stats, cpu_cv=spreads.cpu.cv if spreads.cpu is not None else None)
-    if not _hysteresis(ctx, cfg, eff, spreads.imbalance):
-        return
+    reason = _hysteresis(ctx, cfg, eff, spreads.imbalance, requested=request is not None)
+    if reason is not None:
+        return reason
     if ctx.history.moves_in_last_hour(ctx.now) >= eff.max_moves_per_hour:
-        ctx.skipped.append("RateLimit")
-        return
+        return "RateLimit"
     move = select_move(ctx.model, ctx.view, ctx.owned, ctx.history, cfg, eff, ctx.now, exclude=ctx.touched)
     if move is None:
-        ctx.skipped.append("NoCandidate")
-        return
+        return "NoCandidate"
     ctx.model.place(move.topic, move.target)
     ctx.act(Transfer(move.topic, move.source, move.target, MoveKind.AUTO, ctx.move_id(),
-                     topic_load_score(ctx.model.load_of(move.topic)), spreads.imbalance, move.cv_after), move.topic)
+                     topic_load_score(ctx.model.load_of(move.topic)), spreads.imbalance, move.cv_after,
+                     rebalance_request=request), move.topic)
+    return None
 
 
 def _gate(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing) -> str | None:
@@ -129,22 +147,22 @@ def _failover_pending(ctx: Context, eff: EffectiveRebalancing) -> bool:
     return last is not None and ctx.now - last < pause_s
 
 
-def _hysteresis(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing, cv: float) -> bool:
-    """Update hit count / active flag; True when this check may move."""
+def _hysteresis(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing, cv: float,
+                requested: bool = False) -> str | None:
+    """Update hit count / active flag; None when this check may move, else why not.
+    ``requested`` (an operator's request) counts as the last hit needed."""
     state = ctx.state
     if state.rebalancing:
         if cv < cfg.stop_ratio * eff.cv_threshold:
             ctx.state = replace(state, rebalancing=False, hits=0)
-            ctx.skipped.append("Balanced")
-            return False
-        return True
+            return "Balanced"
+        return None
     hits = state.hits + 1 if cv > eff.cv_threshold else 0
-    if hits >= cfg.hit_count:
+    if hits >= cfg.hit_count or (requested and hits):
         ctx.state = replace(state, rebalancing=True, hits=hits)
-        return True
+        return None
     ctx.state = replace(state, hits=hits)
-    ctx.skipped.append("HitCount" if hits else "Balanced")
-    return False
+    return "HitCount" if hits else "Balanced"
 
 
 class Spread:

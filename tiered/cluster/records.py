@@ -14,6 +14,7 @@ key                                                 value
 /cluster/load/<broker>                              :class:`LoadReportRecord` (session lease)
 /cluster/rebalancing_history/<ms:020d>-<move_id>    :class:`HistoryRecord`
 /cluster/lm/config                                  :class:`LmOverrides` (pause/resume)
+/cluster/lm/rebalance_request                       :class:`RebalanceRequestRecord`
 ==================================================  ===========================================
 
 Existing keys it uses: ``/cluster/registered/<b>`` (liveness, read only),
@@ -44,6 +45,7 @@ from tiered.metadata.keys import (
     LM_CONFIG_KEY,
     LOAD_PREFIX,
     PLACEMENT_PREFIX,
+    REBALANCE_REQUEST_KEY,
     broker_from_key,
     broker_state_key,
     history_key,
@@ -220,3 +222,33 @@ class LmOverrides:
     """Operator overrides the leader applies on top of its configuration."""
 
     paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceRequestRecord:
+    """``dnb cluster rebalance``: an operator asks for one rebalancing cycle now.
+
+    The operator writes it ``pending`` (create-if-absent, or over an answered one); the
+    leader answers it in place (``answered``) in a transaction fenced by its leader
+    record and compared on the request's ``mod_revision``. When the cycle moves a topic,
+    the answer lands in the same transaction as the move, so a request is answered at
+    most once and never makes two moves, whichever leader sees it. An operator that
+    stops waiting deletes its still-pending request (compared on its revision)."""
+
+    request_id: str
+    requested_at: float
+    by: str | None = None
+    state: str = "pending"
+    #: "moved", or why nothing moved (the check's skip reason).
+    outcome: str | None = None
+    moves: list = field(default_factory=list)  # list[dict]: topic, from, to, cv_before, cv_after
+    term: int = 0
+    answered_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.request_id, str) or not _rate(self.requested_at):
+            raise ValueError("request_id must be a string and requested_at a time")
+        if self.state not in ("pending", "answered"):
+            raise ValueError(f"unknown request state {self.state!r}")
+        if not isinstance(self.moves, list):
+            raise ValueError("moves must be a list")

@@ -2,13 +2,23 @@
 ``interval_s`` under its session lease (so a dead broker's report vanishes with its
 registration).
 
-What a report holds today: the hosted topics and, per topic, the message and byte rates
-in since the last report (from the change of its next offset and of its WAL's
-``dnb_wal_append_bytes``, keyed by ``(topic, epoch)`` so a topic that moved away and
-back starts a new rate instead of a negative one; none in a topic's first interval) and
-its subscription count; this process's CPU use (process CPU time over wall time, as a
-percentage of the machine's cores) and the machine's memory use (``/proc/meminfo``).
-Bytes out, connection counts and backlog are not measured yet (0).
+What a report holds: the hosted topics and, per topic,
+
+* the message and byte rates in since the last report (from the change of its next
+  offset and of its WAL's ``dnb_wal_append_bytes``);
+* the byte rate out (from the change of the bytes its readers handed out,
+  :attr:`HostedTopic.activity <tiered.lifecycle.activity.TopicActivity>`);
+* its producers and consumers: the client connections that produced to or read from it
+  during the interval (consumers at least the readers open now);
+* its subscription count and backlog (``next offset − (cursor + 1)`` summed over its
+  subscriptions open here);
+
+rates keyed by ``(topic, epoch)`` so a topic that moved away and back starts a new
+rate instead of a negative one (none in a topic's first interval). The broker's
+``net_in_bps``/``net_out_bps`` are the sums of its topics' byte rates. Plus this
+process's CPU use (process CPU time over wall time, as a percentage of the machine's
+cores) and the machine's memory use (``/proc/meminfo``). The leader smooths every one of
+these numbers (:mod:`tiered.cluster.smoothing`).
 """
 from __future__ import annotations
 
@@ -55,9 +65,8 @@ class LoadReporter:
         self.seq = 0
         self._last_at: float | None = None
         self._last_cpu: float | None = None
-        self._offsets: dict[tuple[str, int], int] = {}
-        self._bytes: dict[tuple[str, int], float] = {}
-        self._bytes_now: dict[tuple[str, int], float] = {}
+        #: (topic, epoch) → (next offset, bytes in, bytes out) at the last report.
+        self._counters: dict[tuple[str, int], tuple[float, float, float]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -69,32 +78,36 @@ class LoadReporter:
         cpu_pct = 0.0
         if elapsed and elapsed > 0 and self._last_cpu is not None:
             cpu_pct = min(100.0, max(0.0, 100.0 * (cpu_now - self._last_cpu) / elapsed / cores))
-        offsets: dict[tuple[str, int], int] = {}
+        counters: dict[tuple[str, int], tuple[float, float, float]] = {}
         topics = []
+        net_in = net_out = 0.0
         for hosted in self.host.topics():
             name = str(hosted.topic)
             try:
                 next_offset = hosted.next_offset
+                backlog = _backlog(hosted)
             except Exception:  # noqa: BLE001 - a topic closing under us reports no rate
                 continue
             key = (name, hosted.token.epoch)
-            written = _wal_bytes(hosted)
-            offsets[key] = next_offset
-            self._bytes_now[key] = written
-            before = self._offsets.get(key)
-            rate = (next_offset - before) / elapsed if before is not None and elapsed else 0.0
-            bytes_before = self._bytes.get(key)
-            byte_rate = (written - bytes_before) / elapsed if bytes_before is not None and elapsed else 0.0
-            topics.append(asdict(records.TopicReport(name, hosted.token.epoch, msg_in_rate=max(rate, 0.0),
-                                                     bytes_in_rate=max(byte_rate, 0.0),
-                                                     subscriptions=float(_subscriptions(hosted)))))
-        self._offsets = offsets
-        self._bytes, self._bytes_now = self._bytes_now, {}
+            now_counts = (float(next_offset), _wal_bytes(hosted), _bytes_out(hosted))
+            counters[key] = now_counts
+            before = self._counters.get(key)
+            rates = [0.0, 0.0, 0.0]
+            if before is not None and elapsed:
+                rates = [max((c - b) / elapsed, 0.0) for c, b in zip(now_counts, before)]
+            producers, consumers = _connections(hosted)
+            net_in += rates[1]
+            net_out += rates[2]
+            topics.append(asdict(records.TopicReport(
+                name, hosted.token.epoch, msg_in_rate=rates[0], bytes_in_rate=rates[1], bytes_out_rate=rates[2],
+                producers=float(producers), consumers=float(consumers),
+                subscriptions=float(_subscriptions(hosted)), backlog=float(backlog))))
+        self._counters = counters
         self._last_at, self._last_cpu = now, cpu_now
         mem_pct, mem_bytes = memory_pct()
         self.seq += 1
         return records.LoadReportRecord(self.broker_id, self.seq, time.time(), cpu_pct, mem_pct, cores, mem_bytes,
-                                        topics=topics)
+                                        net_in_bps=net_in, net_out_bps=net_out, topics=topics)
 
     def report_once(self) -> bool:
         """Write one report under the current session lease; False if it did not land."""
@@ -134,6 +147,30 @@ def _wal_bytes(hosted) -> float:
         return float(hosted.wal.metrics.bytes._value.get())
     except AttributeError:
         return 0.0
+
+
+def _bytes_out(hosted) -> float:
+    activity = getattr(hosted, "activity", None)
+    return float(activity.bytes_out) if activity is not None else 0.0
+
+
+def _connections(hosted) -> tuple[int, int]:
+    """(producers, consumers): connections seen since the last report; consumers at
+    least the readers open now (a long poll or an in-process reader is one)."""
+    activity = getattr(hosted, "activity", None)
+    producers, consumers = activity.take_connections() if activity is not None else (0, 0)
+    try:
+        consumers = max(consumers, hosted.open_readers())
+    except AttributeError:
+        pass
+    return producers, consumers
+
+
+def _backlog(hosted) -> int:
+    try:
+        return int(hosted.backlog())
+    except AttributeError:
+        return 0
 
 
 def _subscriptions(hosted) -> int:

@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry
 from tiered.cluster import records
 from tiered.cluster.actions import (
     Action,
+    AnswerRebalance,
     Assign,
     CompleteTransfer,
     Decision,
@@ -189,7 +190,32 @@ class Executor:
                                move_id=move_id, kind=a.kind.value, reason=a.kind.value, history_key=hkey),
                Put(keys.unassigned_key(a.topic), marker.to_json()),
                Delete(keys.assignment_key(a.from_broker, a.topic)), hput]
-        return self.txn(token, self._placement_guard(snap, a.topic), ops)
+        compares = list(self._placement_guard(snap, a.topic))
+        if a.rebalance_request is not None:
+            # The move and the answer to the operator's request land together or not at
+            # all: a request never makes two moves, even across leaders.
+            moved = [{"topic": a.topic, "from": a.from_broker, "to": a.to_broker, "move_id": move_id,
+                      "cv_before": a.cv_before, "cv_after": a.cv_after}]
+            guard, put = self._answer(snap, token, a.rebalance_request, "moved", moved)
+            compares.append(guard)
+            ops.append(put)
+        return self.txn(token, compares, ops)
+
+    def _answer(self, snap: Snapshot, token: LeaderToken, request_id: str, outcome: str,
+                moves: list) -> tuple[Compare, Put]:
+        """The compare and write that answer the pending rebalance request ``request_id``."""
+        held = snap.rebalance_request
+        if held is None or held[0].request_id != request_id:
+            raise ClusterError(f"rebalance request {request_id} is not the pending one")
+        record, rev = held
+        answered = replace(record, state="answered", outcome=outcome, moves=moves, term=token.term,
+                           answered_at=self.clock())
+        return (mod_revision_is(records.REBALANCE_REQUEST_KEY, rev),
+                Put(records.REBALANCE_REQUEST_KEY, records.encode(answered)))
+
+    def _AnswerRebalance(self, a: AnswerRebalance, snap: Snapshot, token: LeaderToken) -> bool:
+        guard, put = self._answer(snap, token, a.request_id, a.outcome, [])
+        return self.txn(token, [guard], [put])
 
     def _CompleteTransfer(self, a: CompleteTransfer, snap: Snapshot, token: LeaderToken) -> bool:
         held = snap.placements[a.topic][0]

@@ -190,6 +190,8 @@ class ClusterView:
     history: Sequence[MoveRecord] = ()
     leader: LeaderHealth = field(default_factory=LeaderHealth)
     requests: Sequence[MoveRequest] = ()
+    #: A pending operator request for one rebalancing cycle now (its id), if any.
+    rebalance_request: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from tiered.errors import MalformedRecord, StorageError
 from tiered.logs import describe
 from tiered.metadata.keys import progress_key
 from tiered.metadata.owned import OwnedRecord, RecordFenced
+from tiered.lifecycle.activity import TopicActivity
 from tiered.lifecycle.errors import ProduceTimeout, TopicUnloading
 from tiered.lifecycle.losses import RetiredWal
 from tiered.lifecycle.config import BrokerConfig
@@ -98,6 +99,8 @@ class HostedTopic:
         self.last_committed_offset: int | None = None
         self._append_lock = threading.Lock()
         self._readers: "weakref.WeakSet[TieredReader]" = weakref.WeakSet()
+        #: Bytes served and client connections, for the broker's load report.
+        self.activity = TopicActivity()
         self._progress_lock = threading.Lock()
         self._progress_published: int | None = -1
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
@@ -298,11 +301,21 @@ class HostedTopic:
         """A tiered reader (cloud → WAL → live) starting at ``start``; ``options`` go to
         :func:`tiered.read.reader.create_reader` (prefetch_objects, memory_bytes_max)."""
         reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
-                               live=live, metrics=self.host.read_metrics, **options)
+                               live=live, metrics=self.host.read_metrics, on_served=self.activity.served, **options)
         self._readers.add(reader)
         if self.state is not TopicState.OPEN:
             reader.move_away()  # created while the topic is leaving: nothing more is served
         return reader
+
+    def open_readers(self) -> int:
+        """Readers of this topic that are not closed (each one is a consumer being served)."""
+        return sum(1 for reader in list(self._readers) if not reader.closed)
+
+    def backlog(self) -> int:
+        """Messages not yet acknowledged, summed over the subscriptions open here
+        (``next offset − (cursor + 1)`` each)."""
+        tip = self.next_offset
+        return sum(max(tip - sub.cursor - 1, 0) for sub in list(self.subscriptions.subscriptions.values()))
 
     def move_readers_away(self) -> None:
         """Every reader of this topic ends with TopicMoved (carrying its next offset) now:

@@ -204,6 +204,8 @@ BROKER_STATE_PREFIX = "/cluster/broker_state/"
 LOAD_PREFIX = "/cluster/load/"
 HISTORY_PREFIX = "/cluster/rebalancing_history/"
 LM_CONFIG_KEY = "/cluster/lm/config"
+#: An operator's request for one rebalancing cycle now, answered in place by the leader.
+REBALANCE_REQUEST_KEY = "/cluster/lm/rebalance_request"
 
 
 def placement_key(topic: TopicName | str) -> str:

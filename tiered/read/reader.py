@@ -39,7 +39,7 @@ import asyncio
 import collections
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Literal
 
 from native.format import Record
@@ -80,7 +80,8 @@ _PHASE_CLOUD, _PHASE_WAL, _PHASE_DONE = "cloud", "wal", "done"
 def create_reader(topic: TopicName | str, wal: WalTailSource | None, metadata: MetadataStore, objects: ObjectStore,
                   start: Start, *, live: bool = True, prefetch_objects: int = 1,
                   memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT,
-                  metrics: ReadMetrics | None = None) -> "TieredReader":
+                  metrics: ReadMetrics | None = None,
+                  on_served: Callable[[int], None] | None = None) -> "TieredReader":
     """A reader of ``topic`` from ``start``; see the module docstring for the tier choice."""
     topic = TopicName.parse(topic)
     tomb, _raw = keys.read_tombstone(metadata, topic)
@@ -91,7 +92,8 @@ def create_reader(topic: TopicName | str, wal: WalTailSource | None, metadata: M
         raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
     offset = resolve_start(topic, wal, metadata, start)
     return TieredReader(topic, wal, metadata, objects, offset, live=live,
-                        prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max, metrics=metrics)
+                        prefetch_objects=prefetch_objects, memory_bytes_max=memory_bytes_max, metrics=metrics,
+                        on_served=on_served)
 
 
 def resolve_start(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore, start: Start) -> int:
@@ -134,8 +136,11 @@ class TieredReader:
 
     def __init__(self, topic: TopicName | str, wal: WalTailSource | None, metadata: MetadataStore, objects: ObjectStore,
                  start_offset: int, *, live: bool = True, prefetch_objects: int = 1,
-                 memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT, metrics: ReadMetrics | None = None) -> None:
+                 memory_bytes_max: int = MEMORY_BYTES_MAX_DEFAULT, metrics: ReadMetrics | None = None,
+                 on_served: Callable[[int], None] | None = None) -> None:
         self.topic = TopicName.parse(topic)
+        #: Called with the size (payload + key) of every message handed out (load reports).
+        self._on_served = on_served
         self.metrics = metrics if metrics is not None else ReadMetrics.create()
         self._reads = {tier: self.metrics.reads.labels(tier) for tier in (TIER_CLOUD, TIER_WAL, TIER_LIVE)}
         self.wal = wal
@@ -168,6 +173,10 @@ class TieredReader:
     def position(self) -> int:
         """The next offset this reader will yield."""
         return self._position
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def tier(self) -> str:
@@ -402,6 +411,8 @@ class TieredReader:
         self._position = offset + 1
         self._reads[message.tier].inc()
         self._served += 1
+        if self._on_served is not None:
+            self._on_served(len(message.payload) + (len(message.key) if message.key else 0))
         if self._served % LAG_SAMPLE_MESSAGES == 0 and self.wal is not None:
             lag = topic_gauge(self.metrics.registry, self.metrics.lag, self.topic)
             lag.set(max(0, int(self.wal.next_offset) - self._position))

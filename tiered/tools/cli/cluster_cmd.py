@@ -8,6 +8,10 @@ mean, σ, min/max and rankings, optionally under another ``--strategy``), ``move
 (placements in flux and pending requests), ``history [--topic T] [--since EPOCH_S]``,
 ``rebalance --dry-run [--max-moves N]``.
 
+``rebalance`` without ``--dry-run``: the leader runs one rebalancing cycle now (at most
+one move, under every rule and limit of automatic rebalancing) and answers; exit 3 if
+it moved nothing or no leader answered within ``--timeout``.
+
 Inputs for the leader (it acts on them, fenced): ``assign TOPIC [--to B]`` (place a new
 topic), ``move TOPIC [--to B]`` (a manual transfer of a placed topic), ``drain B``,
 ``undrain B``, ``pause``, ``resume``.
@@ -33,7 +37,7 @@ STRATEGIES = ("fair", "balanced", "weighted_load")
 
 
 @click.group("cluster", cls=DnbGroup, help="load manager: brokers, leader, balance, moves, history, assign/move, "
-             "drain/undrain, pause/resume, rebalance --dry-run")
+             "drain/undrain, pause/resume, rebalance [--dry-run]")
 def cluster() -> None:
     pass
 
@@ -116,17 +120,26 @@ def history(inv: Invocation, subject: str | None, topic: str | None, since: floa
     _show(inv, lambda admin, m: admin.history(m, topic or subject, since), _render_history)
 
 
-@cluster.command("rebalance", help="the moves the leader would make now (only with --dry-run; changes nothing)")
-@click.option("--dry-run", is_flag=True, help="print the moves, change nothing (required)")
-@click.option("--max-moves", type=int, default=10, show_default=True, help="at most this many moves")
+@cluster.command("rebalance", help="ask the leader for one rebalancing cycle now (exit 3 if nothing moved); "
+                 "--dry-run: the moves it would make, changing nothing")
+@click.option("--dry-run", is_flag=True, help="print the moves, change nothing")
+@click.option("--max-moves", type=int, default=10, show_default=True, help="--dry-run: at most this many moves")
+@click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True,
+              help="seconds to wait for the leader's answer (then the request is withdrawn)")
 @strategy_option
 @pass_invocation
-def rebalance(inv: Invocation, dry_run: bool, max_moves: int, strategy: str | None) -> None:
-    if not dry_run:
-        raise click.UsageError("only `dnb cluster rebalance --dry-run` exists: automatic rebalancing is the "
-                               "leader's (enable it in the load-manager config; pause/resume it with "
-                               "`dnb cluster pause|resume`)")
-    _show(inv, lambda admin, m: admin.rebalance_plan(m, _config(strategy), max_moves), _render_plan)
+def rebalance(inv: Invocation, dry_run: bool, max_moves: int, timeout_s: float, strategy: str | None) -> int | None:
+    if dry_run:
+        _show(inv, lambda admin, m: admin.rebalance_plan(m, _config(strategy), max_moves), _render_plan)
+        return None
+    if strategy is not None:
+        raise click.UsageError("--strategy is a what-if of --dry-run; the leader rebalances with its own strategy")
+    from tiered.cluster import admin  # deferred: keeps `dnb --help` light
+
+    with _metadata(inv.settings()) as metadata:
+        answer = admin.request_rebalance(metadata, timeout_s)
+    inv.out.emit(answer, render=_render_answer)
+    return None if answer["outcome"] == "moved" else EXIT_REFUSED
 
 
 @cluster.command("assign", help="place a new topic (optionally on --to BROKER); exit 3 if already requested")
@@ -231,6 +244,13 @@ def _render_plan(r: dict[str, Any]) -> str:
     if not r["moves"]:
         return "no move would help now (balanced, within limits, or no candidate)"
     cols = ["topic", "source", "target", "gain", "cv_after"]
+    return render_table(cols, [[_fmt(m[c]) for c in cols] for m in r["moves"]])
+
+
+def _render_answer(r: dict[str, Any]) -> str:
+    if r["outcome"] != "moved":
+        return f"nothing moved: {r['outcome']}"
+    cols = ["topic", "from", "to", "cv_before", "cv_after"]
     return render_table(cols, [[_fmt(m[c]) for c in cols] for m in r["moves"]])
 
 

@@ -34,6 +34,10 @@ Invariants (the names a failure reports):
 * ``object-pinned``: an archived object replaced after its commit (another history, a
   stale owner on a store that ignores conditional puts) is never served: readers raise
   CorruptArchive and verify reports it.
+* ``lm-move-completes``: a move the load manager's leader starts (rebalancing or a drain)
+  ends with the topic owned, hosted where its placement says, within a bounded number of
+  leader steps, also when the leader was lost in the middle (``tiered.tools.harness.lm``).
+* ``lm-fenced``: once a new leader's term began, a write of the old term is refused.
 * ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
 """
 from __future__ import annotations
@@ -145,6 +149,10 @@ class Scenario:
         self.model = TopicModel()
         self.owner = 0
         self.takeovers: list[Takeover] = []
+        #: Between the two halves of a move (sealed on the owner, not loaded yet).
+        self.sealed = False
+        self.sealed_at: int | None = None
+        self._lm: Any = None
 
     def note(self, text: str) -> None:
         self.result.notes.append(text)
@@ -216,15 +224,40 @@ class Scenario:
     # -- moves and crashes --------------------------------------------------------------
     def step_move(self, step: Step, index: int) -> None:
         target = self.other_broker(step.args["to"])
+        self.seal_for_move()
+        self.load_after_seal(target)
+
+    def seal_for_move(self) -> None:
+        """The owner seals the topic (a move's first half)."""
         hosted = self.hosted()
         tip = hosted.next_offset - 1
         last = self.cluster.host(self.owner).unload(TOPIC)
         check(last == (None if tip < 0 else tip), "seal-continuity", f"seal returned {last}, WAL tip was {tip}")
         self.promote_pending(tip)
+        self.sealed, self.sealed_at = True, last
+
+    def load_after_seal(self, target: int) -> None:
+        """Broker ``target`` loads the sealed topic (a move's second half)."""
+        last = self.sealed_at
+        self.sealed = False
         self.load_on(target)
         nxt = self.hosted().next_offset
         check(nxt == (0 if last is None else last + 1), "seal-continuity",
               f"sealed at {last}, but broker {target} starts at {nxt}")
+
+    # -- the load manager (tiered.tools.harness.lm) --------------------------------------
+    def lm(self) -> Any:
+        if self._lm is None:
+            from tiered.tools.harness.lm import LoadManagerDriver
+
+            self._lm = LoadManagerDriver(self)
+        return self._lm
+
+    def step_lm_move(self, step: Step, index: int) -> None:
+        self.lm().rebalance_step(index, step.args["to"], step.args["leader_loss"])
+
+    def step_lm_drain(self, step: Step, index: int) -> None:
+        self.lm().drain_step(index, step.args["leader_loss"])
 
     def promote_pending(self, tip: int) -> None:
         """After a flush + seal everything appended up to the tip is durable."""

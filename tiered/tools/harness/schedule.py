@@ -30,7 +30,10 @@ STEP_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("stale_owner", 4),     # another broker takes over while the owner still runs: it must stop acking
     ("delayed_write", 3),   # a cursor write times out and is applied later, after a newer one
     ("impostor", 3),        # a committed object is replaced behind the archive's back; readers refuse it
+    ("lm_move", 6),         # the load manager's leader moves the topic off its loaded broker (maybe losing its lease mid-move)
+    ("lm_drain", 3),        # the owner's broker is drained by the leader (maybe losing its lease mid-move), then undrained
 )
+LEADER_LOSS = (None, None, "transfer", "released", "assign")
 LOAD_FAILURE_STEPS = ("open WAL", "mark topic open", "clamp subscription cursors", "start uploader",
                       "open subscriptions")
 SUBSCRIPTIONS = ("s0", "s1")
@@ -92,6 +95,10 @@ def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
         return {"which": rng.random(), "byte": rng.random()}
     if kind == "delayed_write":
         return {"subscription": rng.choice(SUBSCRIPTIONS), "max": rng.randint(2, 12)}
+    if kind == "lm_move":
+        return {"to": rng.randrange(brokers), "leader_loss": rng.choice(LEADER_LOSS)}
+    if kind == "lm_drain":
+        return {"leader_loss": rng.choice(LEADER_LOSS)}
     if kind == "sigkill":
         return {"count": rng.randint(5, 40), "after_s": round(rng.uniform(0.0, 0.5), 3)}
     return {}
