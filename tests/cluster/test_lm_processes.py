@@ -164,7 +164,8 @@ def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(t
         allowed = {survivor} if first != "2" else {"1", "3"}
         wait_for(lambda: settled(allowed), "the stopped broker's topics failed over", HANG_GUARD_S)
         before = {t: len(acked[t]) for t in TOPICS}
-        wait_for(lambda: all(len(acked[t]) > before[t] for t in TOPICS), "produce after the failover",
+        # Enough traffic to mean something, however slowly a loaded machine produces.
+        wait_for(lambda: all(len(acked[t]) > max(before[t], 5) for t in TOPICS), "produce after the failover",
                  HANG_GUARD_S)
     finally:
         stop.set()
@@ -312,7 +313,9 @@ def test_leader_sigkilled_mid_move_the_next_one_finishes_within_the_hourly_limit
         assert dnb(*brokers["1"].argv, "--json", "cluster", "drain", "1").rc == 0
         wait_for(lambda: settled({"2", "3"}), "broker 1 drained despite the hourly limit", HANG_GUARD_S)
         before = {t: len(acked[t]) for t in TOPICS}
-        wait_for(lambda: all(len(acked[t]) > before[t] for t in TOPICS), "produce after the drain", HANG_GUARD_S)
+        # Enough traffic to mean something, however slowly a loaded machine produces.
+        wait_for(lambda: all(len(acked[t]) > max(before[t], 5) for t in TOPICS), "produce after the drain",
+                 HANG_GUARD_S)
     finally:
         stop.set()
         if producer.is_alive():
