@@ -115,6 +115,10 @@ KEYS: dict[str, tuple[str, str]] = {
                                  "Kafka `delivery.timeout.ms`; Pulsar `sendTimeoutMs`"),
     "broker.flush_timeout_s": ("Bound on the unload's WAL flush step.", NONE),
     "broker.close_timeout_s": ("Bound on each close step of a hosted topic (readers, uploader, WAL).", NONE),
+    "broker.metrics_per_topic": ("Metric series per topic (`true`) or one aggregated `topic=\"_all\"` series "
+                                 "per family (`false`, for hosts of many topics; docs/METRICS.md). Unset: per "
+                                 "topic.", "Kafka's per-topic `kafka.log` / `BrokerTopicMetrics` MBeans (always "
+                                 "per topic); Pulsar `exposeTopicLevelMetricsInPrometheus`"),
     "broker.cursor_flush_every_acks": ("Write a subscription's cursor after this many acks ...", NONE),
     "broker.cursor_flush_interval_s": ("... or after this long, whichever comes first.",
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "

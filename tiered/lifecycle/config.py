@@ -40,6 +40,11 @@ class BrokerConfig:
     # Subscription cursor flush policy (passed to SubscriptionManager).
     cursor_flush_every_acks: int = 1000
     cursor_flush_interval_s: float = 5.0
+    # Metric cardinality of the host's registry (``wal.metrics.set_per_topic``): True one
+    # series per topic, False one aggregated ``topic="_all"`` series (hosts of many
+    # topics, docs/METRICS.md); None keeps the registry's choice (per topic unless set).
+    # ``BrokerHost(metrics_per_topic=...)`` overrides it.
+    metrics_per_topic: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
