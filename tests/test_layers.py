@@ -17,7 +17,7 @@ PACKAGES = ("native", "wal", "uploader", "tiered")
 STOREYS = {
     "native": 0,
     "wal": 1,
-    "tiered.backoff": 1, "tiered.logs": 1, "tiered.metrics": 1, "tiered.timers": 1,
+    "tiered.backoff": 1, "tiered.logs": 1, "tiered.metrics": 1, "tiered.timers": 1, "tiered._distribution": 1,
     "tiered.errors": 2, "tiered.metadata": 2, "tiered.objects": 2,
     "tiered.archive": 3,
     "uploader": 4, "tiered.read": 4, "tiered.spark": 4,

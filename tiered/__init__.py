@@ -21,3 +21,8 @@ Shells
 
 ``docs/ARCHITECTURE.md`` draws the data paths through these folders.
 """
+from tiered._distribution import check_siblings
+
+# A user's own module named like a sibling package must fail here, naming itself, not
+# deep inside an import that needed the real package.
+check_siblings(__file__, ("native", "wal", "uploader"))

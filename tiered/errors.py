@@ -35,6 +35,11 @@ class OperationTimeout(StorageUnavailable, TimeoutError):
     """A call hit its deadline; the outcome of a write is unknown."""
 
 
+class BucketNotFound(StorageError, LookupError):
+    """The object store's bucket does not exist at its endpoint (a configuration error:
+    retrying does not help). The message names the bucket and the endpoint."""
+
+
 class PermissionDenied(StorageError, PermissionError):
     """Credentials were rejected or lack a permission."""
 

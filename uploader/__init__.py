@@ -12,6 +12,10 @@ and every reader share.
 """
 from __future__ import annotations
 
+from tiered._distribution import check_siblings
+
+check_siblings(__file__, ("native", "wal", "tiered"))  # a shadowing module fails here, named
+
 from uploader.archive_retention import ArchiveRetention
 from uploader.config import ArchiveRetentionConfig, RetentionConfig, UploaderConfig
 from uploader.errors import (

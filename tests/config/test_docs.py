@@ -4,6 +4,7 @@ import dataclasses
 
 from tiered.broker.config import BrokerProcessConfig
 from tiered.cluster.config import FailoverConfig, LoadManagerConfig, RebalancingConfig, WeightedLoadConfig
+from tiered.objects.config import ObjectStoreConfig
 from tiered.config import docs_sync
 from tiered.config.model import DnbConfig
 from tiered.config.reference import KEYS
@@ -20,6 +21,7 @@ SECTIONS = {"": DnbConfig, "wal": WalConfig, "uploader": UploaderConfig, "upload
             "broker": BrokerConfig, "watcher": WatcherConfig, "server": BrokerProcessConfig,
             "load_manager": LoadManagerConfig, "load_manager.rebalancing": RebalancingConfig,
             "load_manager.failover": FailoverConfig, "load_manager.weighted_load": WeightedLoadConfig}
+SECTIONS["object_store"] = ObjectStoreConfig
 
 
 def test_config_md_matches_the_dataclasses():

@@ -55,3 +55,27 @@ def test_an_aggregated_registry_sums_topics_and_exports_no_per_topic_gauge(tmp_p
     finally:
         host.close(unload=False)
         metadata.close()  # type: ignore[attr-defined]
+
+
+def test_the_config_key_chooses_the_cardinality_and_the_argument_overrides_it(tmp_path) -> None:
+    from dataclasses import replace
+
+    from tiered.config import load_config
+
+    loaded = load_config(environ={"DNB_BROKER_METRICS_PER_TOPIC": "false"})
+    assert loaded.config.broker_config().metrics_per_topic is False
+    aggregated, per_topic = CollectorRegistry(), CollectorRegistry()
+    config = replace(FAST_BROKER, metrics_per_topic=False)
+    metadata, objects = local_stores(str(tmp_path))
+    hosts = [BrokerHost("A", str(tmp_path / "wal-A"), metadata, objects, config, metrics_registry=aggregated),
+             BrokerHost("B", str(tmp_path / "wal-B"), metadata, objects, config, metrics_registry=per_topic,
+                        metrics_per_topic=True)]
+    try:
+        hosts[0].load(TOPIC).produce(b"x")
+        hosts[1].load(OTHER).produce(b"y")
+        assert _topics(aggregated, "dnb_wal_appends") == {"_all"}
+        assert _topics(per_topic, "dnb_wal_appends") == {OTHER}
+    finally:
+        for host in hosts:
+            host.close(unload=False)
+        metadata.close()  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from tiered.cluster import records
 from tiered.cluster.errors import ClusterError
 from tiered.errors import LeaseNotFound, StorageError
+from tiered.logs import FailureLog
 from tiered.metadata.base import (
     lease_clock,
     Compare,
@@ -125,6 +126,11 @@ class LeaderElection:
         self.healthy_since: float | None = None
         #: (monotonic time, reason) of every step-down, for logs and tests.
         self.step_downs: list[tuple[float, str]] = []
+        # Each retried activity logs its first failure with the cause, repeats at most
+        # every 30 s and its recovery once (tiered/logs.py).
+        self._refresh_log = FailureLog(log, f"load manager {candidate_id}: leader lease refresh")
+        self._step_log = FailureLog(log, f"load manager {candidate_id}: election step")
+        self._watch_log = FailureLog(log, f"load manager {candidate_id}: leader watch")
 
     # -- queries ----------------------------------------------------------------------
     def current(self) -> LeaderToken | None:
@@ -191,9 +197,9 @@ class LeaderElection:
         except StorageError as e:
             self.refresh_failures += 1
             self.healthy_since = None
-            log.warning("load manager: leader lease refresh failed (%d in a row, %.1fs certain): %s",
-                        self.refresh_failures, self.remaining_s(), e)
+            self._refresh_log.failed(e, f"failed ({self.remaining_s():.1f}s of the lease certain)")
         else:
+            self._refresh_log.succeeded()
             with self._lock:
                 if self._token is token:
                     self._valid_until = sent + self.ttl_s
@@ -267,11 +273,12 @@ class LeaderElection:
         while not self._stop.is_set():
             try:
                 delay_s = self.tick()
+                self._step_log.succeeded()
             except Exception as e:  # noqa: BLE001 - the election must outlive one bad step
                 if isinstance(e, StorageError):
-                    log.warning("load manager: election step failed: %s", e)
+                    self._step_log.failed(e)
                 else:
-                    log.exception("load manager: election step failed")
+                    self._step_log.failed(e, level=logging.ERROR, exc_info=True)
                 delay_s = self.ttl_s / 3
                 with self._lock:
                     token = self._token
@@ -290,7 +297,9 @@ class LeaderElection:
         try:
             if self._watch is None or self._watch.cancelled:
                 self._watch = self.metadata.watch_prefix(records.LEADER_KEY)
-                if self.metadata.get(records.LEADER_KEY) is None:
+                vacant = self.metadata.get(records.LEADER_KEY) is None
+                self._watch_log.succeeded()  # the read behind the new watch worked
+                if vacant:
                     return  # vacant already: campaign now
             deadline = self.clock() + timeout_s
             while not self._stop.is_set():
@@ -301,7 +310,7 @@ class LeaderElection:
                 if isinstance(event, DeleteEvent) and event.key == records.LEADER_KEY:
                     return
         except StorageError as e:
-            log.info("load manager: leader watch failed (%s); polling", e)
+            self._watch_log.failed(e, "failed; polling", level=logging.INFO)
             if self._watch is not None:
                 self._watch.cancel()
             self._watch = None

@@ -31,6 +31,7 @@ from dataclasses import asdict
 
 from tiered.cluster import records
 from tiered.errors import LeaseNotFound, StorageError
+from tiered.logs import FailureLog
 from tiered.metadata.base import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class LoadReporter:
         self._counters: dict[tuple[str, int], tuple[float, float, float]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures = FailureLog(log, f"broker {self.broker_id}: load report")
 
     def build(self) -> records.LoadReportRecord:
         now = self.clock()
@@ -117,11 +119,12 @@ class LoadReporter:
         record = self.build()
         try:
             self.metadata.put(records.load_key(self.broker_id), records.encode(record), session.lease_id)
+            self._failures.succeeded()
             return True
         except LeaseNotFound:
             return False  # the session is re-registering; the next report uses the new lease
         except StorageError as e:
-            log.info("broker %s: load report failed: %s", self.broker_id, e)
+            self._failures.failed(e, level=logging.INFO)
             return False
 
     def start(self) -> "LoadReporter":

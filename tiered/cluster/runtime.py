@@ -64,6 +64,7 @@ from tiered.cluster.observe import Snapshot, ViewBuilder, read_snapshot
 from tiered.cluster.view import CoreState, LeaderHealth, MoveKind
 from tiered.errors import StorageError
 from tiered.lifecycle.ownership import owner_key, registered_key
+from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import (
     Compare,
@@ -426,6 +427,9 @@ class LoadManager:
         #: Called after every step (tests wait on it).
         self.on_step: Callable[[StepReport], None] | None = None
         self.fenced_writes = 0
+        # First failure with its cause, repeats at most every 30 s, one recovery line.
+        self._step_failures = FailureLog(log, f"load manager {node_id}: step")
+        self._watch_failures: dict[str, FailureLog] = {}
 
     # -- one step ------------------------------------------------------------------------
     def step(self) -> StepReport:
@@ -577,11 +581,12 @@ class LoadManager:
         while not self._stop.is_set():
             try:
                 self.last = report = self.step()
+                self._step_failures.succeeded()
             except StorageError as e:
-                log.warning("load manager: step failed (%s); retrying", e)
+                self._step_failures.failed(e, "failed; retrying")
                 report = StepReport(leader=self.election.is_leader())
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad step
-                log.exception("load manager: step failed")
+            except Exception as e:  # noqa: BLE001 - the loop must outlive one bad step
+                self._step_failures.failed(e, "failed", level=logging.ERROR, exc_info=True)
                 report = StepReport(leader=self.election.is_leader())
             if self.on_step is not None:
                 self.on_step(report)
@@ -596,6 +601,7 @@ class LoadManager:
                 self._stop.wait(self.runtime.debounce_s)
 
     def _watch_loop(self, prefix: str) -> None:
+        failures = self._watch_failures.setdefault(prefix, FailureLog(log, f"load manager: watch of {prefix}"))
         while not self._stop.is_set():
             try:
                 watch = self.metadata.watch_prefix(prefix)
@@ -603,10 +609,11 @@ class LoadManager:
                 if self._stop.is_set():
                     watch.cancel()
                 for event in watch:
+                    failures.succeeded()  # an event proves the watch works (opening it may not)
                     if self._interesting(event.key):
                         self._wake.set()
             except Exception as e:  # noqa: BLE001 - polling still covers a dead watch
-                log.info("load manager: watch of %s failed (%s); rewatching", prefix, e)
+                failures.failed(e, "failed; rewatching", level=logging.INFO)
                 self._stop.wait(0.5)
 
     @staticmethod

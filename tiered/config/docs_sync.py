@@ -35,6 +35,8 @@ SECTIONS = {
     "load_manager.rebalancing": "`[load_manager.rebalancing]` (`tiered.cluster.config.RebalancingConfig`)",
     "load_manager.failover": "`[load_manager.failover]` (`tiered.cluster.config.FailoverConfig`)",
     "load_manager.weighted_load": "`[load_manager.weighted_load]` (`tiered.cluster.config.WeightedLoadConfig`)",
+    "object_store": "`[object_store]`: how an S3 object store retries and times out "
+                    "(`tiered.objects.config.ObjectStoreConfig`)",
 }
 
 

@@ -18,6 +18,7 @@ from tiered.broker.config import BrokerProcessConfig
 from tiered.cluster.config import LoadManagerConfig
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.watcher import WatcherConfig
+from tiered.objects.config import ObjectStoreConfig
 from uploader.config import UploaderConfig
 from wal.config import WalConfig
 
@@ -48,6 +49,7 @@ class DnbConfig:
     watcher: WatcherConfig = field(default_factory=WatcherConfig)
     server: BrokerProcessConfig = field(default_factory=BrokerProcessConfig)
     load_manager: LoadManagerConfig = field(default_factory=LoadManagerConfig)
+    object_store: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
 
     def __post_init__(self) -> None:
         for name in ("broker_id", "data_dir"):

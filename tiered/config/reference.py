@@ -141,6 +141,10 @@ KEYS: dict[str, tuple[str, str]] = {
                            "production so a typo'd name is an error, not a new topic. A deleted topic is "
                            "never re-created implicitly.",
                            "Kafka `auto.create.topics.enable`; Pulsar `allowAutoTopicCreation`"),
+    "broker.metrics_per_topic": ("Metric series per topic (`true`) or one aggregated `topic=\"_all\"` series "
+                                 "per family (`false`, for hosts of many topics; docs/METRICS.md). Unset: per "
+                                 "topic.", "Kafka's per-topic `kafka.log` / `BrokerTopicMetrics` MBeans (always "
+                                 "per topic); Pulsar `exposeTopicLevelMetricsInPrometheus`"),
     "broker.cursor_flush_every_acks": ("Write a subscription's cursor after this many acks ...", NONE),
     "broker.cursor_flush_interval_s": ("... or after this long, whichever comes first.",
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "
@@ -235,4 +239,16 @@ KEYS: dict[str, tuple[str, str]] = {
                                                         "Pulsar `loadBalancerBrokerOverloadedThresholdPercentage`"),
     "load_manager.weighted_load.topic_load_capacity": ("Weighted topic load one capacity unit carries. Unset: "
                                                        "relative to the most loaded broker.", NONE),
+    # -- object_store --------------------------------------------------------------------
+    "object_store.max_attempts": ("Attempts per S3 call, the first included (botocore `standard` retries with "
+                                  "backoff). Unset: 5 in `dnb broker run`, 2 in a one-shot command. A "
+                                  "`?max_attempts=` in the objects URL wins.",
+                                  "Kafka RSM `s3.client.retry…` (plugin-specific); AWS SDK `max_attempts`"),
+    "object_store.connect_timeout_s": ("Wait for a TCP connection to the S3 endpoint this long. Unset: 3 in "
+                                       "`dnb broker run`, 1 in a one-shot command.",
+                                       "AWS SDK `connect_timeout`"),
+    "object_store.read_timeout_s": ("Wait for a response this long once connected.", "AWS SDK `read_timeout`"),
+    "object_store.check_bucket": ("HEAD the bucket when a broker or command opens the store: a missing bucket "
+                                  "(`BucketNotFound`, exit 2) or an unreachable endpoint "
+                                  "(`StorageUnavailable`, exit 4) fails the start, not the first upload.", NONE),
 }

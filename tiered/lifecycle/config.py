@@ -50,6 +50,11 @@ class BrokerConfig:
     # unloading thread, not in the pool. Each busy worker holds about two objects in
     # memory (uploader.object_target_bytes of frames and its encoding).
     upload_workers_max: int = 4
+    # Metric cardinality of the host's registry (``wal.metrics.set_per_topic``): True one
+    # series per topic, False one aggregated ``topic="_all"`` series (hosts of many
+    # topics, docs/METRICS.md); None keeps the registry's choice (per topic unless set).
+    # ``BrokerHost(metrics_per_topic=...)`` overrides it.
+    metrics_per_topic: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",

@@ -112,7 +112,8 @@ class BrokerHost:
         uploaders' metrics; the host is a composition root, so it defaults to
         prometheus_client's process-wide ``REGISTRY``. ``metrics_per_topic`` chooses the
         registry's cardinality (``wal.metrics.set_per_topic``; None keeps the registry's
-        choice, per topic unless set): turn it off for hosts of many topics (see
+        choice, per topic unless set; None here falls back to ``config.metrics_per_topic``,
+        the ``broker.metrics_per_topic`` key): turn it off for hosts of many topics (see
         docs/METRICS.md)."""
         keys.broker_assignments_prefix(broker_id)  # validates the id as a key segment
         self.broker_id = broker_id
@@ -122,6 +123,8 @@ class BrokerHost:
         self.config = config or BrokerConfig()
         self.wal_fs = wal_fs
         self.metrics_registry = metrics_registry if metrics_registry is not None else REGISTRY
+        if metrics_per_topic is None:
+            metrics_per_topic = self.config.metrics_per_topic
         if metrics_per_topic is not None:
             set_per_topic(self.metrics_registry, metrics_per_topic)
         self.metrics = LifecycleMetrics.create(self.metrics_registry)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from tiered.errors import (  # noqa: F401 - OwnershipError re-exported: callers import it from here
     LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError, TopicDeleted,
 )
+from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import (
     Compare,
@@ -385,6 +386,8 @@ class BrokerSession:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.keepalive_failures = 0
+        # First failure with its cause, repeats at most every 30 s, one recovery line.
+        self._keepalive_log = FailureLog(log, f"broker {broker_id}: lease keep-alive")
 
     def start(self) -> "BrokerSession":
         self._register()
@@ -450,15 +453,11 @@ class BrokerSession:
                     log.warning("broker %s: session lease %x lapsed; registering a new one",
                                 self.broker_id, self.lease_id)
                     self._register()
-                if self.keepalive_failures:
-                    log.info("broker %s: lease keep-alive works again after %d failure(s)",
-                             self.broker_id, self.keepalive_failures)
+                self._keepalive_log.succeeded()
                 self.keepalive_failures = 0
             except StorageError as e:
                 self.keepalive_failures += 1
-                if self.keepalive_failures == 1 or self.keepalive_failures % 10 == 0:
-                    log.warning("broker %s: lease keep-alive failed (%d in a row; %.1fs of lease certain): %s",
-                                self.broker_id, self.keepalive_failures, self.remaining_s(), e)
+                self._keepalive_log.failed(e, f"failed ({self.remaining_s():.1f}s of the lease certain)")
 
     def stop(self, revoke: bool = True) -> None:
         """Stop refreshing; ``revoke`` ends the lease now (deregisters the broker)."""

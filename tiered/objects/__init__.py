@@ -30,7 +30,8 @@ def open_objects(url: str, **options: Any) -> ObjectStore:
 
     * ``file:///abs/dir``
     * ``s3://bucket[/prefix][?endpoint=http://host:port&region=...]``; without
-      ``endpoint`` boto3 uses ``AWS_ENDPOINT_URL`` or AWS itself.
+      ``endpoint`` boto3 uses ``AWS_ENDPOINT_URL`` or AWS itself. An option in the URL
+      wins over the same keyword in ``options`` (the URL is the more specific choice).
     """
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme == "file":
@@ -63,7 +64,7 @@ def _open_s3(parsed: urllib.parse.SplitResult, options: dict[str, Any]) -> Objec
             raise ValueError(f"s3 URL option {name}={value!r} is not a valid {kind.__name__}") from e
         if kind in (int, float) and not converted > 0:
             raise ValueError(f"s3 URL option {name}={value!r} must be > 0")
-        options.setdefault(arg, converted)
+        options[arg] = converted
     return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
 
 

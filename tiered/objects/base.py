@@ -163,6 +163,11 @@ class ObjectStore(abc.ABC):
             return False
         return True
 
+    def check(self) -> None:
+        """Raise now if the store cannot serve at all (S3: the bucket is missing or the
+        endpoint unreachable), so a process learns it when it opens the store rather than
+        at its first upload. The default (a store that cannot be missing) does nothing."""
+
     def close(self) -> None:
         """Release connections; the default has nothing to release."""
 

@@ -5,7 +5,14 @@
 * Endpoint: ``endpoint_url`` argument, else ``AWS_ENDPOINT_URL`` (boto3 reads it).
 * Every call is bounded: explicit connect/read timeouts and botocore "standard"
   retries (exponential backoff with jitter on throttling, 5xx and timeouts) with
-  ``max_attempts``. After that the caller gets a typed, retryable error.
+  ``max_attempts``. After that the caller gets a typed, retryable error. The defaults
+  suit a long-lived broker; a one-shot command passes fewer attempts and a shorter
+  connect timeout (``tiered.objects.config.ObjectStoreConfig``) so an unreachable
+  endpoint fails it in about a second.
+* :meth:`S3ObjectStore.check` (HEAD bucket; the CLI and ``dnb broker run`` call it when
+  they open the store): a missing bucket is :class:`BucketNotFound` naming bucket and
+  endpoint, an unreachable endpoint :class:`StorageUnavailable`. Any other call on a
+  missing bucket raises :class:`BucketNotFound` too.
 * Objects larger than ``multipart_threshold_bytes`` go up as a multipart upload
   (parts in parallel, bounded by ``upload_threads_max``), aborted on failure so no
   half object is visible. ``if_absent`` uses ``IfNoneMatch='*'`` on the single PUT
@@ -43,6 +50,7 @@ from botocore.exceptions import ConnectTimeoutError, NoCredentialsError, ReadTim
 from prometheus_client import CollectorRegistry, Gauge
 
 from tiered.errors import (
+    BucketNotFound,
     InvalidRange,
     ObjectNotFound,
     OperationTimeout,
@@ -105,7 +113,9 @@ class S3ObjectStore(ObjectStore):
         self.part_size_bytes = part_size_bytes
         self.upload_threads_max = upload_threads_max
         config = Config(
-            retries={"max_attempts": max_attempts, "mode": "standard"},
+            # botocore's "max_attempts" counts retries (one more attempt in all);
+            # "total_max_attempts" counts attempts, the first included, as ours does.
+            retries={"total_max_attempts": max_attempts, "mode": "standard"},
             connect_timeout=connect_timeout_s,
             read_timeout=read_timeout_s,
             max_pool_connections=max(10, upload_threads_max * 2),
@@ -300,6 +310,20 @@ class S3ObjectStore(ObjectStore):
                         item["LastModified"].timestamp(),
                     )
 
+    def check(self) -> None:
+        """HEAD the bucket: :class:`BucketNotFound` when it does not exist at the endpoint,
+        :class:`StorageUnavailable` when the endpoint cannot be reached (within this
+        store's attempts and connect timeout), :class:`PermissionDenied` when refused."""
+        try:
+            with self._mapped("", "check bucket"):
+                self._client.head_bucket(Bucket=self.bucket)
+        except ObjectNotFound as e:  # a HEAD answer has no body: a missing bucket is a bare 404
+            raise self._bucket_not_found() from e.__cause__
+
+    def _bucket_not_found(self) -> BucketNotFound:
+        return BucketNotFound(f"bucket {self.bucket!r} does not exist at {self.endpoint} "
+                              "(create it, or fix the bucket or endpoint of the objects URL)")
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.close()
@@ -315,7 +339,7 @@ class S3ObjectStore(ObjectStore):
         try:
             yield
         except ClientError as e:
-            raise _map_client_error(e, where, what) from e
+            raise _map_client_error(e, where, what, self) from e
         except (ConnectTimeoutError, ReadTimeoutError) as e:
             raise OperationTimeout(f"{what} {where}: timed out ({self.endpoint})") from e
         except NoCredentialsError as e:
@@ -326,11 +350,13 @@ class S3ObjectStore(ObjectStore):
             raise StorageError(f"{what} {where}: {type(e).__name__}") from e
 
 
-def _map_client_error(e: ClientError, where: str, what: str) -> StorageError:
+def _map_client_error(e: ClientError, where: str, what: str, store: S3ObjectStore) -> StorageError:
     error = e.response.get("Error", {})
     code = str(error.get("Code", ""))
     status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
     text = f"{what} {where}: {code or status}"
+    if code == "NoSuchBucket":
+        return store._bucket_not_found()
     if code in _NOT_FOUND or (status == "404" and code != "NoSuchBucket"):
         return ObjectNotFound(f"{text}: not found")
     if code in _PRECONDITION or status == "412":

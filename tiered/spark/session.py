@@ -1,9 +1,14 @@
 """A quiet, local Spark session for ``dnb query``, the tests and the benchmark.
 
-Everything here must happen *before* the JVM starts: Spark reads ``SPARK_CONF_DIR``
-(for ``log4j2.properties``), ``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` only at launch.
-Calling :func:`local_session` when a session already runs returns that session with
-the runtime settings applied (``getOrCreate`` semantics).
+A library must not change the process environment behind its caller's back, so nothing
+here writes to ``os.environ``: what a Spark driver would usually take from environment
+variables at launch is passed as Spark settings on the command line of the JVM it starts
+(``spark.driver.bindAddress``/``spark.driver.host`` instead of ``SPARK_LOCAL_IP``, a
+``-Dlog4j2.configurationFile`` Java option instead of ``SPARK_CONF_DIR``,
+``spark.executorEnv.PYTHONPATH`` instead of ``PYTHONPATH``), and the interpreter the Python
+workers run (``PYSPARK_PYTHON``) is set on the session's context, where PySpark keeps it.
+Calling :func:`local_session` when a session already runs returns that session with the
+runtime settings applied (``getOrCreate`` semantics).
 """
 from __future__ import annotations
 
@@ -69,25 +74,28 @@ def _conf_dir() -> str:
     return path
 
 
-def prepare_environment() -> None:
-    """Set the process environment a local Spark driver and its Python workers need.
+def launch_conf(master: str) -> dict[str, str]:
+    """The Spark settings that replace the environment variables a local driver needs.
 
-    * ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` = this interpreter, else workers run
-      the system Python without our packages.
-    * ``PYTHONPATH`` gets the repository root, so workers can import ``tiered`` even when
-      the package is not installed into the interpreter (it is harmless when it is).
-    * ``SPARK_LOCAL_IP`` pins the driver to loopback (no DNS look-up, no warning).
-    * ``SPARK_CONF_DIR`` points at the quiet log4j2 configuration unless the caller
-      already chose a conf dir on purpose.
+    * ``spark.executorEnv.PYTHONPATH`` puts the repository root on the workers' path, so
+      they can import ``tiered`` even when the package is not installed into the
+      interpreter (harmless when it is; Spark appends the JVM's own ``PYTHONPATH``).
+    * ``spark.driver.bindAddress`` / ``spark.driver.host`` pin a local driver to loopback
+      (no DNS look-up, no warning), unless ``SPARK_LOCAL_IP`` already chooses an address.
+    * ``spark.driver.extraJavaOptions`` points log4j2 at the quiet configuration, unless
+      ``SPARK_CONF_DIR`` already chooses a configuration on purpose.
+
+    Nothing here reads more of the environment than those two opt-outs; callers override
+    any setting through ``local_session(conf=...)``.
     """
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("SPARK_CONF_DIR", _conf_dir())
-    root = _repo_root()
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    settings = {"spark.executorEnv.PYTHONPATH": _repo_root()}
+    if master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ:
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+        settings["spark.driver.host"] = "127.0.0.1"
+    if "SPARK_CONF_DIR" not in os.environ:
+        log4j2 = os.path.join(_conf_dir(), "log4j2.properties")
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j2}"
+    return settings
 
 
 def local_session(
@@ -102,16 +110,21 @@ def local_session(
     filters on ``offset`` / ``publish_time`` prune objects and blocks; the source works
     either way.
     """
-    prepare_environment()
     from pyspark.sql import SparkSession
 
     settings = dict(DEFAULT_CONF)
+    settings.update(launch_conf(master))
     settings["spark.sql.python.filterPushdown.enabled"] = "true" if filter_pushdown else "false"
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    # PySpark reads PYSPARK_PYTHON once, into the context's ``pythonExec``, and hands that to
+    # every Python function it ships (the data source included). Without the variable it is
+    # "python3" from the PATH, which may lack our packages: use this interpreter instead.
+    if "PYSPARK_PYTHON" not in os.environ:
+        spark.sparkContext.pythonExec = sys.executable
     # getOrCreate on a running session ignores static settings but runtime SQL settings
     # must still hold for this caller.
     for key, value in settings.items():

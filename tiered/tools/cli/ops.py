@@ -278,7 +278,7 @@ def restore(settings: Settings, topic: str, takeover: bool = False, discard_loca
 
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     name = TopicName.parse(topic)
-    with open_stores(settings) as (metadata, _objects):
+    with open_stores(settings, check_objects=False) as (metadata, _objects):
         check_not_deleted(metadata, name)
         record, _kv = read_owner(metadata, name)
         if record is None and not metadata.range(keys.storage_prefix(name), limit=1):
@@ -417,7 +417,7 @@ def run_broker(settings: Settings, load_manager: bool = False, load_manager_conf
         lm_config, lm_runtime = load_manager_settings(load_manager_config)
     else:
         lm_config, lm_runtime = config.load_manager, RuntimeConfig()
-    with open_stores(settings) as (metadata, objects):
+    with open_stores(settings, role="broker") as (metadata, objects):
         return asyncio.run(serve(settings.broker_id, settings.wal_dir, metadata, objects, config.broker_config(),
                                  config.server, watcher=config.watcher,
                                  load_report_interval_s=load_report_interval_s or lm_config.load_report_interval_s,
@@ -429,7 +429,7 @@ def move(settings: Settings, topic: str, to_broker: str, timeout_s: float) -> di
     """Request the unload where the topic is assigned, wait for the seal, assign it to
     ``to_broker``: the seed's move, driven through metadata (running brokers act on it)."""
     name = TopicName.parse(topic)
-    with open_stores(settings) as (metadata, _objects):
+    with open_stores(settings, check_objects=False) as (metadata, _objects):
         current = keys.topic_assignments(metadata, name)
         if current == [to_broker]:
             return {"topic": str(name), "from": to_broker, "to": to_broker, "last_committed_offset": None,

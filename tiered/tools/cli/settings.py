@@ -87,8 +87,16 @@ def redact_url(url: str) -> str:
 
 
 @contextlib.contextmanager
-def open_stores(settings: Settings) -> Iterator[tuple[object, object]]:
-    """Open (metadata, objects) for one command and always close them again."""
+def open_stores(settings: Settings, role: str = "command",
+                check_objects: bool = True) -> Iterator[tuple[object, object]]:
+    """Open (metadata, objects) for one command (``role="command"``) or a broker process
+    (``role="broker"``) and always close them again.
+
+    An S3 store gets the ``[object_store]`` retry/timeout policy of its role and, unless
+    ``object_store.check_bucket`` is off, its bucket is checked at once: a missing bucket
+    (``BucketNotFound``) or an unreachable endpoint (``StorageUnavailable``, exit 4) fails
+    here, before the command does anything. Commands that only read metadata pass
+    ``check_objects=False`` (``inspect`` must work while the object store is down)."""
     from tiered.metadata import open_metadata  # deferred: keeps `dnb --help` light
     from tiered.objects import open_objects  # deferred: keeps `dnb --help` light
 
@@ -98,8 +106,12 @@ def open_stores(settings: Settings) -> Iterator[tuple[object, object]]:
         os.makedirs(urllib.parse.unquote(urllib.parse.urlsplit(settings.objects_url).path), exist_ok=True)
     metadata = open_metadata(settings.metadata_url)
     try:
-        objects = open_objects(settings.objects_url)
+        policy = settings.config.object_store
+        s3 = settings.objects_url.startswith("s3:")
+        objects = open_objects(settings.objects_url, **(policy.s3_options(role) if s3 else {}))
         try:
+            if policy.check_bucket and check_objects:
+                objects.check()
             yield metadata, objects
         finally:
             objects.close()
