@@ -8,6 +8,9 @@ owner stay out)."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -250,3 +253,92 @@ def test_auto_create_off_refuses_unknown_topics_and_writes_nothing(any_cluster: 
     assert a.load(T).wal.next_offset == 2  # an existing topic loads
     _again, fresh = a.create(T)
     assert not fresh
+
+
+def test_delete_racing_a_load_on_the_same_host_seals_the_loaded_topic_first(local_cluster: Cluster,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete that starts while a load of the same topic on the same host is past its
+    acquire (owner record names this broker, the topic not hosted yet) must not delete
+    under the load: it waits for the load and seals what it loaded, or the load is refused.
+    Never a topic that acknowledges offsets after the tombstone."""
+    from tiered.lifecycle import host as hostmod
+
+    a = local_cluster.broker("a")
+    hosted = a.load(T)
+    produce_range(hosted, 0, 4, ack="archived")
+    a.unload(T)
+
+    acquired, resume, delete_waits = threading.Event(), threading.Event(), threading.Event()
+    real_plan = hostmod.plan_restore
+
+    def paused_plan(*args: Any, **kwargs: Any) -> Any:
+        acquired.set()  # ownership is taken; the load holds the topic lock
+        assert resume.wait(30)
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(hostmod, "plan_restore", paused_plan)
+    real_lock = a._topic_lock
+
+    def watched_lock(topic: TopicName) -> threading.Lock:
+        if threading.current_thread().name == "deleter":
+            delete_waits.set()  # the delete reached the topic lock the load holds
+        return real_lock(topic)
+
+    monkeypatch.setattr(a, "_topic_lock", watched_lock)
+    results: dict[str, Any] = {}
+
+    def run(name: str, fn: Callable[[], Any]) -> None:
+        try:
+            results[name] = fn()
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            results[name] = e
+
+    loader = threading.Thread(target=run, args=("load", lambda: a.load(T)), name="loader")
+    loader.start()
+    assert acquired.wait(30)
+    deleter = threading.Thread(target=run, args=("delete", lambda: a.delete(T)), name="deleter")
+    deleter.start()
+    assert delete_waits.wait(30)
+    resume.set()
+    loader.join(60)
+    deleter.join(60)
+    assert not loader.is_alive() and not deleter.is_alive()
+
+    report = results["delete"]
+    assert not isinstance(report, Exception), report
+    assert report.outcome == "deleted" and report.next_offset == 5
+    assert a.topics() == []
+    loaded = results["load"]
+    if not isinstance(loaded, Exception):
+        # The load finished first; the delete sealed it before the tombstone.
+        assert loaded.state is not hostmod.TopicState.OPEN
+        with pytest.raises(Exception):
+            loaded.produce(b"after the tombstone", timeout_s=5)
+    _assert_deleted(local_cluster, report.epoch, 5)
+    b = local_cluster.broker("b")
+    created, _fresh = b.create(T)
+    assert created.wal.next_offset == 5
+
+
+def test_load_whose_topic_is_deleted_after_its_acquire_fails_with_topic_deleted(
+        local_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tombstone rewrites the owner record a load just took (a holder that looks dead:
+    no registration): the load fails with TopicDeleted and hosts nothing."""
+    from tiered.lifecycle import host as hostmod
+
+    a = local_cluster.broker("a", register_session=False)
+    real_plan = hostmod.plan_restore
+
+    def delete_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+        return real_plan(*args, **kwargs)
+
+    hosted = a.load(T)
+    produce_range(hosted, 0, 2, ack="archived")
+    a.unload(T)
+    monkeypatch.setattr(hostmod, "plan_restore", delete_meanwhile)
+    with pytest.raises(TopicDeleted):
+        a.load(T)
+    assert a.topics() == []
+    tomb, _raw = keys.read_tombstone(local_cluster.metadata, T)
+    assert tomb is not None and tomb.phase == "deleted" and tomb.next_offset == 3
