@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tiered.archive.naming import topic_objects_prefix
-from tiered.errors import OwnershipLost, TopicDeleted, TopicNotFound
-from tiered.lifecycle.delete import STEPS, delete_topic
+from tiered.errors import MalformedRecord, OwnershipLost, TopicDeleted, TopicNotFound
+from tiered.lifecycle.delete import STEPS, delete_topic, list_topics
 from tiered.lifecycle.ownership import TopicOwnedElsewhere, read_owner
 from tiered.metadata import keys
 from tiered.read.reader import create_reader
@@ -342,3 +342,19 @@ def test_load_whose_topic_is_deleted_after_its_acquire_fails_with_topic_deleted(
     assert a.topics() == []
     tomb, _raw = keys.read_tombstone(local_cluster.metadata, T)
     assert tomb is not None and tomb.phase == "deleted" and tomb.next_offset == 3
+
+
+def test_one_malformed_tombstone_is_a_malformed_row_and_the_list_goes_on(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("a")
+    for name in ("/default/ok1", TOPIC, "/default/ok2"):
+        a.load(name)
+        a.unload(name)
+    local_cluster.metadata.put(keys.tombstone_key(T), b'{"phase": "recreated", "epoch": -1}')
+    rows = {r.topic: r for r in list_topics(local_cluster.metadata)}
+    assert rows["/default/ok1"].status == rows["/default/ok2"].status == "sealed"
+    bad = rows[TOPIC]
+    assert bad.status == "malformed" and bad.error and keys.tombstone_key(T) in bad.error
+    assert bad.to_json()["error"] == bad.error
+    # The topic itself stays refused (fail closed): nothing is loaded or deleted on a guess.
+    with pytest.raises(MalformedRecord):
+        a.load(T)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import topic_objects_prefix
 from tiered.archive.start import incarnation_first_offset
-from tiered.errors import TopicDeleted
+from tiered.errors import MalformedRecord, TopicDeleted
 from tiered.lifecycle.ownership import (
     OwnerRecord,
     OwnershipConflict,
@@ -290,7 +290,9 @@ LIST_PAGE = 500
 class TopicSummary:
     """One row of :func:`list_topics`. ``status``: ``owned`` (``owner`` holds it; ``live``
     says whether that broker is registered), ``sealed``, ``open`` (unsealed, nobody holds
-    it: a failover is due), ``deleting``, ``deleted`` or ``new`` (owned once, no state)."""
+    it: a failover is due), ``deleting``, ``deleted``, ``new`` (owned once, no state) or
+    ``malformed`` (one of its owner, state or tombstone records does not parse: ``error``
+    says which; listed, never hidden, even without ``include_deleted``)."""
 
     topic: str
     status: str
@@ -301,11 +303,16 @@ class TopicSummary:
     last_offset: int | None = None
     archived_objects: int = 0
     archived_bytes: int = 0
+    error: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"topic": self.topic, "status": self.status, "owner": self.owner, "live": self.live,
-                "epoch": self.epoch, "first_offset": self.first_offset, "last_offset": self.last_offset,
-                "archived_objects": self.archived_objects, "archived_bytes": self.archived_bytes}
+        out: dict[str, object] = {
+            "topic": self.topic, "status": self.status, "owner": self.owner, "live": self.live,
+            "epoch": self.epoch, "first_offset": self.first_offset, "last_offset": self.last_offset,
+            "archived_objects": self.archived_objects, "archived_bytes": self.archived_bytes}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
@@ -328,7 +335,11 @@ def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
             name = f"/{parts[0]}/{parts[1]}"
             row = rows.setdefault(name, TopicSummary(name, "new"))
             if parts[2] == "objects" and len(parts) == 4:
-                d = keys.ObjectDescriptor.from_json(kv.key, kv.value)
+                try:
+                    d = keys.ObjectDescriptor.from_json(kv.key, kv.value)
+                except MalformedRecord as e:
+                    row.error = row.error or str(e)
+                    continue
                 row.archived_objects += 1
                 row.archived_bytes += d.size
                 row.first_offset = d.start_offset if row.first_offset is None else row.first_offset
@@ -341,7 +352,16 @@ def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
     out = []
     for name, row in rows.items():
         records = raw.get(name, {})
-        _describe(metadata, row, records)
+        try:
+            _describe(metadata, row, records)
+        except (MalformedRecord, ValueError) as e:
+            row.error = str(e)
+        if row.error is not None:
+            # One damaged record must not hide every other topic: this row says so, and
+            # the topic itself stays refused (loads, deletes, creates fail closed on it).
+            row.status, row.owner, row.live = "malformed", None, None
+            out.append(row)
+            continue
         if row.status != "deleted" or include_deleted:
             out.append(row)
     return out
