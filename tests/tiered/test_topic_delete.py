@@ -358,3 +358,20 @@ def test_one_malformed_tombstone_is_a_malformed_row_and_the_list_goes_on(local_c
     # The topic itself stays refused (fail closed): nothing is loaded or deleted on a guess.
     with pytest.raises(MalformedRecord):
         a.load(T)
+
+
+def test_verify_accepts_a_recreated_topic_sealed_empty_and_with_data(local_cluster: Cluster) -> None:
+    from tiered.tools.verify import verify_topic
+
+    _sealed_topic_with_data(local_cluster, last=4)
+    local_cluster.broker("ops").delete(T)
+    b = local_cluster.broker("b")
+    b.create(T)
+    assert b.unload(T) == 4  # sealed while empty: its "last offset" is just below its start
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert report.ok, report.problems
+    assert report.archive_start == 5
+    produce_range(b.load(T), 5, 7, ack="archived")
+    b.unload(T)
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert report.ok and report.problems == [], report.problems
