@@ -375,3 +375,42 @@ def test_verify_accepts_a_recreated_topic_sealed_empty_and_with_data(local_clust
     b.unload(T)
     report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
     assert report.ok and report.problems == [], report.problems
+
+
+def test_old_incarnation_wal_with_a_damaged_owner_marker_is_quarantined_without_a_false_loss(
+        local_cluster: Cluster) -> None:
+    """A dead owner's WAL (0..4 archived, 5..9 acknowledged but never archived nor
+    published) outlives a delete and a re-creation, and its ``.owner`` marker is damaged.
+    Its restart must not record a loss in the new incarnation (whose own 5.. are intact):
+    the WAL is quarantined, its bytes kept."""
+    from tiered.tools.verify import verify_topic
+
+    a = local_cluster.broker("a", register_session=False)
+    hosted = a.load(T)
+    publish = hosted.publish_progress
+    hosted.publish_progress = lambda: None  # type: ignore[method-assign]  # only the call below publishes
+    produce_range(hosted, 0, 4, ack="archived")
+    publish()
+    produce_range(hosted, 5, 9)
+    wal_dir = os.path.join(local_cluster.wal_root("a"), *TOPIC.strip("/").split("/"))
+    a.close(unload=False)  # a crash
+    with open(os.path.join(wal_dir, ".owner"), "r+b") as f:
+        raw = bytearray(f.read())
+        raw[len(raw) // 2] ^= 0x5A  # one flipped byte: the marker no longer checks out
+        f.seek(0)
+        f.write(raw)
+    report = local_cluster.broker("ops").delete(T)
+    first = report.next_offset
+    assert first == 5  # the dead owner's unpublished 5..9 are beyond what metadata knows
+    b = local_cluster.broker("b")
+    created, _fresh = b.create(T)
+    produce_range(created, first, first + 5, ack="archived")
+    b.unload(T)
+
+    again = local_cluster.broker("a")
+    assert [(r.lost_start, r.quarantine_path is not None) for r in again.retired] == [(None, True)]
+    assert os.listdir(again.retired[0].quarantine_path)  # the bytes are kept
+    assert not os.path.exists(wal_dir)
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    verified = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert verified.ok and verified.problems == [], verified.problems
