@@ -414,3 +414,32 @@ def test_old_incarnation_wal_with_a_damaged_owner_marker_is_quarantined_without_
     assert keys.read_lost_ranges(local_cluster.metadata, T) == []
     verified = verify_topic(T, local_cluster.metadata, local_cluster.objects)
     assert verified.ok and verified.problems == [], verified.problems
+
+
+def test_a_zombie_publishing_between_the_next_offset_read_and_the_tombstone_fails_the_tombstone_txn(
+        local_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tombstone's next offset is read, then written in one txn: a zombie holder (no
+    registration) that publishes its durable tip in between must make that txn fail and
+    the delete read again, never a tombstone below what metadata knew when it landed."""
+    from tiered.lifecycle import delete as deletemod
+
+    a = local_cluster.broker("a", register_session=False)
+    hosted = a.load(T)
+    publish = hosted.publish_progress
+    hosted.publish_progress = lambda: None  # type: ignore[method-assign]  # only the hook publishes
+    produce_range(hosted, 0, 4, ack="archived")
+    hosted.uploader.stop(5.0)
+    produce_range(hosted, 5, 9)  # durable, not archived, not published
+    real_next = deletemod._next_offset
+    calls: list[int] = []
+
+    def zombie_publishes_meanwhile(*args: Any, **kwargs: Any) -> int:
+        value = real_next(*args, **kwargs)
+        if not calls:
+            publish()  # the zombie's fenced write still passes: the tombstone is not written yet
+        calls.append(value)
+        return value
+
+    monkeypatch.setattr(deletemod, "_next_offset", zombie_publishes_meanwhile)
+    report = delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+    assert calls[0] == 5 and report.next_offset == 10

@@ -220,8 +220,11 @@ class BrokerHost:
         ``deleted``; a delete still in progress raises TopicDeleted) moves to
         ``recreated`` in the transaction that takes ownership, so the new incarnation's
         epoch continues above the deleted one's (a zombie of it stays fenced) and its
-        offsets start at the tombstone's ``next_offset`` (a stale local WAL of it lies
-        below them and is retired, never resumed). An existing topic is just loaded."""
+        offsets start at the tombstone's ``next_offset``. A stale local WAL of the deleted
+        incarnation is retired, never resumed; it may hold offsets at or above that start
+        (a dead owner's ``durable`` acks past its last published tip, the failover bound),
+        which are never recorded as the new incarnation's loss. An existing topic is just
+        loaded."""
         topic = TopicName.parse(name)
         self._check_open()
         existed = topic_exists(self.metadata, topic)
