@@ -205,3 +205,24 @@ def test_a_read_below_the_archive_start_is_a_404_naming_the_first_retained_offse
     assert (body["error"]["type"], body["error"]["offset"], body["error"]["first_retained_offset"]) == (
         "OffsetBelowRetention", 1, 6)
     assert offsets == [6, 7, 8]
+
+
+def test_a_deleted_topic_is_a_410_and_an_unknown_one_without_auto_create_a_404(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+    a.delete(TOPIC)
+    strict = local_cluster.broker("B", auto_create=False)
+
+    async def scenario(client):
+        out = []
+        for path in (PATH, "/topics/default/never_created/messages"):
+            response = await client.post(path, json={"messages": [{"payload": "x"}]})
+            out.append((response.status, (await response.json())["error"]["type"]))
+            response = await client.get(path, params={"from": "0"})
+            out.append((response.status, (await response.json())["error"]["type"]))
+        return out
+
+    assert _run(strict, scenario) == [(410, "TopicDeleted"), (410, "TopicDeleted"),
+                                      (404, "TopicNotFound"), (404, "TopicNotFound")]
+    # With auto_create on, a topic nobody owns yet may be created by its next load: retry (503).
+    assert _run(a, scenario)[2:] == [(503, "Unavailable"), (503, "Unavailable")]

@@ -70,3 +70,15 @@ def test_an_object_missing_above_the_start_is_still_the_stores_error(archive):
         objects.delete(archive["keys"][3])  # 30-39: damage, not retention
     with pytest.raises(ObjectNotFound):
         _rows(parts)
+
+
+def test_a_topic_whose_delete_began_is_refused_not_planned_from_its_leftovers(archive):
+    """A delete that crashed right after its tombstone (phase ``deleting``) leaves every
+    descriptor in place: the source by topic refuses it like every other reader."""
+    from tiered.errors import TopicDeleted
+
+    with open_metadata(archive["metadata"]) as metadata:
+        tomb = keys.TopicTombstone("deleting", 1, 40, "ops", time.time())
+        metadata.put(keys.tombstone_key(TOPIC), tomb.to_json())
+    with pytest.raises(TopicDeleted):
+        _plan(archive)

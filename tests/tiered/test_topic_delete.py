@@ -8,12 +8,15 @@ owner stay out)."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from tiered.archive.naming import topic_objects_prefix
-from tiered.errors import OwnershipLost, TopicDeleted, TopicNotFound
-from tiered.lifecycle.delete import STEPS, delete_topic
+from tiered.errors import MalformedRecord, OwnershipLost, TopicDeleted, TopicNotFound
+from tiered.lifecycle.delete import STEPS, delete_topic, list_topics
 from tiered.lifecycle.ownership import TopicOwnedElsewhere, read_owner
 from tiered.metadata import keys
 from tiered.read.reader import create_reader
@@ -250,3 +253,193 @@ def test_auto_create_off_refuses_unknown_topics_and_writes_nothing(any_cluster: 
     assert a.load(T).wal.next_offset == 2  # an existing topic loads
     _again, fresh = a.create(T)
     assert not fresh
+
+
+def test_delete_racing_a_load_on_the_same_host_seals_the_loaded_topic_first(local_cluster: Cluster,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete that starts while a load of the same topic on the same host is past its
+    acquire (owner record names this broker, the topic not hosted yet) must not delete
+    under the load: it waits for the load and seals what it loaded, or the load is refused.
+    Never a topic that acknowledges offsets after the tombstone."""
+    from tiered.lifecycle import host as hostmod
+
+    a = local_cluster.broker("a")
+    hosted = a.load(T)
+    produce_range(hosted, 0, 4, ack="archived")
+    a.unload(T)
+
+    acquired, resume, delete_waits = threading.Event(), threading.Event(), threading.Event()
+    real_plan = hostmod.plan_restore
+
+    def paused_plan(*args: Any, **kwargs: Any) -> Any:
+        acquired.set()  # ownership is taken; the load holds the topic lock
+        assert resume.wait(30)
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(hostmod, "plan_restore", paused_plan)
+    real_lock = a._topic_lock
+
+    def watched_lock(topic: TopicName) -> threading.Lock:
+        if threading.current_thread().name == "deleter":
+            delete_waits.set()  # the delete reached the topic lock the load holds
+        return real_lock(topic)
+
+    monkeypatch.setattr(a, "_topic_lock", watched_lock)
+    results: dict[str, Any] = {}
+
+    def run(name: str, fn: Callable[[], Any]) -> None:
+        try:
+            results[name] = fn()
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            results[name] = e
+
+    loader = threading.Thread(target=run, args=("load", lambda: a.load(T)), name="loader")
+    loader.start()
+    assert acquired.wait(30)
+    deleter = threading.Thread(target=run, args=("delete", lambda: a.delete(T)), name="deleter")
+    deleter.start()
+    assert delete_waits.wait(30)
+    resume.set()
+    loader.join(60)
+    deleter.join(60)
+    assert not loader.is_alive() and not deleter.is_alive()
+
+    report = results["delete"]
+    assert not isinstance(report, Exception), report
+    assert report.outcome == "deleted" and report.next_offset == 5
+    assert a.topics() == []
+    loaded = results["load"]
+    if not isinstance(loaded, Exception):
+        # The load finished first; the delete sealed it before the tombstone.
+        assert loaded.state is not hostmod.TopicState.OPEN
+        with pytest.raises(Exception):
+            loaded.produce(b"after the tombstone", timeout_s=5)
+    _assert_deleted(local_cluster, report.epoch, 5)
+    b = local_cluster.broker("b")
+    created, _fresh = b.create(T)
+    assert created.wal.next_offset == 5
+
+
+def test_load_whose_topic_is_deleted_after_its_acquire_fails_with_topic_deleted(
+        local_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tombstone rewrites the owner record a load just took (a holder that looks dead:
+    no registration): the load fails with TopicDeleted and hosts nothing."""
+    from tiered.lifecycle import host as hostmod
+
+    a = local_cluster.broker("a", register_session=False)
+    real_plan = hostmod.plan_restore
+
+    def delete_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+        return real_plan(*args, **kwargs)
+
+    hosted = a.load(T)
+    produce_range(hosted, 0, 2, ack="archived")
+    a.unload(T)
+    monkeypatch.setattr(hostmod, "plan_restore", delete_meanwhile)
+    with pytest.raises(TopicDeleted):
+        a.load(T)
+    assert a.topics() == []
+    tomb, _raw = keys.read_tombstone(local_cluster.metadata, T)
+    assert tomb is not None and tomb.phase == "deleted" and tomb.next_offset == 3
+
+
+def test_one_malformed_tombstone_is_a_malformed_row_and_the_list_goes_on(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("a")
+    for name in ("/default/ok1", TOPIC, "/default/ok2"):
+        a.load(name)
+        a.unload(name)
+    local_cluster.metadata.put(keys.tombstone_key(T), b'{"phase": "recreated", "epoch": -1}')
+    rows = {r.topic: r for r in list_topics(local_cluster.metadata)}
+    assert rows["/default/ok1"].status == rows["/default/ok2"].status == "sealed"
+    bad = rows[TOPIC]
+    assert bad.status == "malformed" and bad.error and keys.tombstone_key(T) in bad.error
+    assert bad.to_json()["error"] == bad.error
+    # The topic itself stays refused (fail closed): nothing is loaded or deleted on a guess.
+    with pytest.raises(MalformedRecord):
+        a.load(T)
+
+
+def test_verify_accepts_a_recreated_topic_sealed_empty_and_with_data(local_cluster: Cluster) -> None:
+    from tiered.tools.verify import verify_topic
+
+    _sealed_topic_with_data(local_cluster, last=4)
+    local_cluster.broker("ops").delete(T)
+    b = local_cluster.broker("b")
+    b.create(T)
+    assert b.unload(T) == 4  # sealed while empty: its "last offset" is just below its start
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert report.ok, report.problems
+    assert report.archive_start == 5
+    produce_range(b.load(T), 5, 7, ack="archived")
+    b.unload(T)
+    report = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert report.ok and report.problems == [], report.problems
+
+
+def test_old_incarnation_wal_with_a_damaged_owner_marker_is_quarantined_without_a_false_loss(
+        local_cluster: Cluster) -> None:
+    """A dead owner's WAL (0..4 archived, 5..9 acknowledged but never archived nor
+    published) outlives a delete and a re-creation, and its ``.owner`` marker is damaged.
+    Its restart must not record a loss in the new incarnation (whose own 5.. are intact):
+    the WAL is quarantined, its bytes kept."""
+    from tiered.tools.verify import verify_topic
+
+    a = local_cluster.broker("a", register_session=False)
+    hosted = a.load(T)
+    publish = hosted.publish_progress
+    hosted.publish_progress = lambda: None  # type: ignore[method-assign]  # only the call below publishes
+    produce_range(hosted, 0, 4, ack="archived")
+    publish()
+    produce_range(hosted, 5, 9)
+    wal_dir = os.path.join(local_cluster.wal_root("a"), *TOPIC.strip("/").split("/"))
+    a.close(unload=False)  # a crash
+    with open(os.path.join(wal_dir, ".owner"), "r+b") as f:
+        raw = bytearray(f.read())
+        raw[len(raw) // 2] ^= 0x5A  # one flipped byte: the marker no longer checks out
+        f.seek(0)
+        f.write(raw)
+    report = local_cluster.broker("ops").delete(T)
+    first = report.next_offset
+    assert first == 5  # the dead owner's unpublished 5..9 are beyond what metadata knows
+    b = local_cluster.broker("b")
+    created, _fresh = b.create(T)
+    produce_range(created, first, first + 5, ack="archived")
+    b.unload(T)
+
+    again = local_cluster.broker("a")
+    assert [(r.lost_start, r.quarantine_path is not None) for r in again.retired] == [(None, True)]
+    assert os.listdir(again.retired[0].quarantine_path)  # the bytes are kept
+    assert not os.path.exists(wal_dir)
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    verified = verify_topic(T, local_cluster.metadata, local_cluster.objects)
+    assert verified.ok and verified.problems == [], verified.problems
+
+
+def test_a_zombie_publishing_between_the_next_offset_read_and_the_tombstone_fails_the_tombstone_txn(
+        local_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tombstone's next offset is read, then written in one txn: a zombie holder (no
+    registration) that publishes its durable tip in between must make that txn fail and
+    the delete read again, never a tombstone below what metadata knew when it landed."""
+    from tiered.lifecycle import delete as deletemod
+
+    a = local_cluster.broker("a", register_session=False)
+    hosted = a.load(T)
+    publish = hosted.publish_progress
+    hosted.publish_progress = lambda: None  # type: ignore[method-assign]  # only the hook publishes
+    produce_range(hosted, 0, 4, ack="archived")
+    hosted.uploader.stop(5.0)
+    produce_range(hosted, 5, 9)  # durable, not archived, not published
+    real_next = deletemod._next_offset
+    calls: list[int] = []
+
+    def zombie_publishes_meanwhile(*args: Any, **kwargs: Any) -> int:
+        value = real_next(*args, **kwargs)
+        if not calls:
+            publish()  # the zombie's fenced write still passes: the tombstone is not written yet
+        calls.append(value)
+        return value
+
+    monkeypatch.setattr(deletemod, "_next_offset", zombie_publishes_meanwhile)
+    report = delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
+    assert calls[0] == 5 and report.next_offset == 10

@@ -8,6 +8,8 @@ Every route that names a topic answers for the topic's *owner* only:
 * hosted here but leaving (unload began, fenced) -> ``503`` with ``Retry-After``;
 * not hosted here, and :meth:`BrokerHost.lookup` names a live owner that advertised an
   address -> ``307`` to the same path there;
+* nobody owns it and a delete's tombstone blocks it -> ``410 TopicDeleted``; never created
+  and ``broker.auto_create`` off -> ``404 TopicNotFound``;
 * otherwise (moving, nobody owns it, owner dead) -> ``503`` with ``Retry-After``.
 
 Never a silent empty answer. Payloads travel base64-encoded in JSON (``payload_b64``);
@@ -44,6 +46,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
+from tiered.errors import TopicDeleted, TopicNotFound
+from tiered.lifecycle.delete import check_not_deleted, topic_exists
 from tiered.metadata import keys
 from tiered.read.errors import InvalidAck, ReadError, TopicMoved, UnknownOffset
 from wal.errors import OffsetBelowRetention
@@ -125,9 +129,26 @@ class BrokerServer:
         owner = await self.host.lookup_async(topic)
         if owner is not None and owner.live and owner.address and owner.broker_id != self.host.broker_id:
             raise web.HTTPTemporaryRedirect(owner.address.rstrip("/") + request.path_qs)
+        if owner is None:
+            gone = await asyncio.to_thread(self._gone, topic)
+            if gone is not None:
+                raise gone
         why = "nobody owns it now (moving or not assigned)" if owner is None else \
             f"its owner {owner.broker_id} is {'not reachable by address' if owner.live else 'not alive'}"
         raise _unavailable(f"topic {topic} is not served here: {why}")
+
+    def _gone(self, topic: TopicName) -> web.HTTPException | None:
+        """For a topic nobody owns: ``410 TopicDeleted`` when a delete's tombstone blocks it,
+        ``404 TopicNotFound`` when it was never created and this broker does not create
+        topics (``broker.auto_create`` off); None (the 503 that says "retry") otherwise."""
+        try:
+            check_not_deleted(self.host.metadata, topic)
+        except TopicDeleted as e:
+            return _error(web.HTTPGone, "TopicDeleted", str(e))
+        if not self.host.config.auto_create and not topic_exists(self.host.metadata, topic):
+            return _error(web.HTTPNotFound, "TopicNotFound",
+                          str(TopicNotFound(topic, "auto_create is off; create it first (dnb topic create)")))
+        return None
 
     # -- routes --------------------------------------------------------------------
     async def produce(self, request: web.Request) -> web.Response:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import topic_objects_prefix
 from tiered.archive.start import incarnation_first_offset
-from tiered.errors import TopicDeleted
+from tiered.errors import MalformedRecord, TopicDeleted
 from tiered.lifecycle.ownership import (
     OwnerRecord,
     OwnershipConflict,
@@ -199,8 +199,12 @@ def _any_trace(metadata: MetadataStore, objects: ObjectStore, topic: TopicName) 
 
 
 def _next_offset(metadata: MetadataStore, topic: TopicName, epoch_first: int) -> int:
-    """The first offset the deleted incarnation never used (as far as metadata knows): past
-    the seal, the last descriptor, the last published durable tip and every lost range."""
+    """The first offset the deleted incarnation never used as far as metadata knows: past
+    the seal, the last descriptor, the last published durable tip and every lost range.
+    A dead (or zombie) owner's ``durable`` acks past its last published tip are not known
+    here, so a re-created topic may number them again: the same bound a failover has
+    (docs/SAFETY.md). The tombstone txn compares the records read here
+    (:func:`_tip_compares`), so a write landing in between makes it read again."""
     candidates = [epoch_first, DescriptorChain(metadata, topic).next_offset()]
     sealed = read_sealed_state(metadata, topic)
     if sealed is not None:
@@ -211,6 +215,25 @@ def _next_offset(metadata: MetadataStore, topic: TopicName, epoch_first: int) ->
     for lost in keys.read_lost_ranges(metadata, topic):
         candidates.append(lost.start_offset if lost.end_offset is None else lost.end_offset + 1)
     return max(candidates)
+
+
+def _tip_compares(metadata: MetadataStore, topic: TopicName, first: int) -> list[Compare]:
+    """Compares that hold while the records :func:`_next_offset` reads stay as they are:
+    the progress and state records unchanged, and no descriptor at the offsets where the
+    next one would begin (the chain's end, or with an empty chain the state's and the
+    incarnation's first offset)."""
+    out: list[Compare] = []
+    for key in (keys.progress_key(topic), keys.state_key(topic)):
+        kv = metadata.get(key)
+        out.append(absent(key) if kv is None else value_is(key, kv.value))
+    last = DescriptorChain(metadata, topic).last()
+    if last is not None:
+        starts = {last.end_offset + 1}
+    else:
+        sealed = read_sealed_state(metadata, topic)
+        starts = {first, 0} | ({sealed.next_offset} if sealed is not None else set())
+    out.extend(absent(keys.descriptor_key(topic, start)) for start in sorted(starts))
+    return out
 
 
 def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str) -> keys.TopicTombstone:
@@ -235,6 +258,11 @@ def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str) 
                                    owner.previous_broker_id)
             ops.append(Put(keys.owner_key(topic), released.encode()))
         first = topic_first_offset(metadata, topic)
+        # The next offset is read from the chain, the state and the progress record: a
+        # zombie holder committing a descriptor or publishing progress between those reads
+        # and this txn makes it fail (and the next attempt reads again), so the tombstone
+        # never lands below something metadata knew when it was written.
+        compares.extend(_tip_compares(metadata, topic, first))
         new = keys.TopicTombstone("deleting", epoch, _next_offset(metadata, topic, first), broker_id, time.time())
         ops.append(Put(keys.tombstone_key(topic), new.to_json()))
         if metadata.txn(compares, ops).succeeded:
@@ -290,7 +318,9 @@ LIST_PAGE = 500
 class TopicSummary:
     """One row of :func:`list_topics`. ``status``: ``owned`` (``owner`` holds it; ``live``
     says whether that broker is registered), ``sealed``, ``open`` (unsealed, nobody holds
-    it: a failover is due), ``deleting``, ``deleted`` or ``new`` (owned once, no state)."""
+    it: a failover is due), ``deleting``, ``deleted``, ``new`` (owned once, no state) or
+    ``malformed`` (one of its owner, state or tombstone records does not parse: ``error``
+    says which; listed, never hidden, even without ``include_deleted``)."""
 
     topic: str
     status: str
@@ -301,11 +331,16 @@ class TopicSummary:
     last_offset: int | None = None
     archived_objects: int = 0
     archived_bytes: int = 0
+    error: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"topic": self.topic, "status": self.status, "owner": self.owner, "live": self.live,
-                "epoch": self.epoch, "first_offset": self.first_offset, "last_offset": self.last_offset,
-                "archived_objects": self.archived_objects, "archived_bytes": self.archived_bytes}
+        out: dict[str, object] = {
+            "topic": self.topic, "status": self.status, "owner": self.owner, "live": self.live,
+            "epoch": self.epoch, "first_offset": self.first_offset, "last_offset": self.last_offset,
+            "archived_objects": self.archived_objects, "archived_bytes": self.archived_bytes}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
@@ -328,7 +363,11 @@ def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
             name = f"/{parts[0]}/{parts[1]}"
             row = rows.setdefault(name, TopicSummary(name, "new"))
             if parts[2] == "objects" and len(parts) == 4:
-                d = keys.ObjectDescriptor.from_json(kv.key, kv.value)
+                try:
+                    d = keys.ObjectDescriptor.from_json(kv.key, kv.value)
+                except MalformedRecord as e:
+                    row.error = row.error or str(e)
+                    continue
                 row.archived_objects += 1
                 row.archived_bytes += d.size
                 row.first_offset = d.start_offset if row.first_offset is None else row.first_offset
@@ -341,7 +380,16 @@ def list_topics(metadata: MetadataStore, *, include_deleted: bool = False,
     out = []
     for name, row in rows.items():
         records = raw.get(name, {})
-        _describe(metadata, row, records)
+        try:
+            _describe(metadata, row, records)
+        except (MalformedRecord, ValueError) as e:
+            row.error = str(e)
+        if row.error is not None:
+            # One damaged record must not hide every other topic: this row says so, and
+            # the topic itself stays refused (loads, deletes, creates fail closed on it).
+            row.status, row.owner, row.live = "malformed", None, None
+            out.append(row)
+            continue
         if row.status != "deleted" or include_deleted:
             out.append(row)
     return out

@@ -42,10 +42,11 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from tiered.archive.chain import DescriptorChain
 from tiered.lifecycle import seal as sealing
-from tiered.errors import TopicNotFound
+from tiered.errors import TopicDeleted, TopicNotFound
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.delete import (
     DeleteReport,
+    check_not_deleted,
     delete_topic,
     recreate_compares,
     tombstone_compare,
@@ -230,8 +231,11 @@ class BrokerHost:
         ``deleted``; a delete still in progress raises TopicDeleted) moves to
         ``recreated`` in the transaction that takes ownership, so the new incarnation's
         epoch continues above the deleted one's (a zombie of it stays fenced) and its
-        offsets start at the tombstone's ``next_offset`` (a stale local WAL of it lies
-        below them and is retired, never resumed). An existing topic is just loaded."""
+        offsets start at the tombstone's ``next_offset``. A stale local WAL of the deleted
+        incarnation is retired, never resumed; it may hold offsets at or above that start
+        (a dead owner's ``durable`` acks past its last published tip, the failover bound),
+        which are never recorded as the new incarnation's loss. An existing topic is just
+        loaded."""
         topic = TopicName.parse(name)
         self._check_open()
         existed = topic_exists(self.metadata, topic)
@@ -265,23 +269,35 @@ class BrokerHost:
         holder = lookup(self.metadata, topic)
         if holder is not None and holder.broker_id != self.broker_id and holder.live:
             raise TopicOwnedElsewhere(topic, holder.broker_id, holder.epoch)
-        try:
-            self.topic(topic)
-            hosted_here = True
-        except TopicNotHosted:
-            hosted_here = False
-        if hosted_here:
-            try:
-                self.unload(topic)
-            except Exception as e:  # noqa: BLE001 - the topic is going away; its data need not be sealed
-                log.warning("topic %s: seal before delete failed (%s: %s); abandoning it and deleting anyway",
-                            topic, type(e).__name__, e)
-                quietly(lambda: self.abandon(topic))
+        how = None
+        # One hold of the topic lock from "is it hosted here?" to the end of the delete: a
+        # load of the topic on this host (which holds the same lock from its acquire to
+        # publishing the hosted topic) either finishes first, and is sealed here, or starts
+        # after the tombstone and is refused by it. Never a topic this host runs while
+        # delete_topic treats "held by this broker" as "no longer running".
         with self._topic_lock(topic):
-            report = delete_topic(self.metadata, self.objects, topic, broker_id=self.broker_id,
-                                  on_step=on_step, fault_hook=fault_hook)
-            if self.root.exists(topic):
-                self.stale.delete(topic)
+            with self._lock:
+                hosted_here = topic in self._topics
+            if hosted_here:
+                try:
+                    self._unload_locked(topic)
+                    how = "sealed"
+                except Exception as e:  # noqa: BLE001 - the topic is going away; its data need not be sealed
+                    log.warning("topic %s: seal before delete failed (%s: %s); abandoning it and deleting anyway",
+                                topic, type(e).__name__, e)
+                    quietly(lambda: self._abandon_locked(topic))
+                    how = "abandoned"
+            with self._lock:
+                if topic in self._topics:  # not unloaded nor abandoned: never delete under a running topic
+                    raise LoadError(topic, "delete", "the topic is still hosted here and could not be stopped")
+            try:
+                report = delete_topic(self.metadata, self.objects, topic, broker_id=self.broker_id,
+                                      on_step=on_step, fault_hook=fault_hook)
+                if self.root.exists(topic):
+                    self.stale.delete(topic)
+            finally:
+                if how is not None:
+                    self._notify(1, topic, how)
         return report
 
     async def load_async(self, name: TopicName | str, *, force: bool = False,
@@ -323,9 +339,17 @@ class BrokerHost:
             uploader = run_step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
             subs = run_step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
-        except BaseException:
+            opened.append(lambda: subs.close(flush=False))
+            # A delete whose tombstone landed after our acquire (it rewrote the owner record,
+            # so every fenced write of ours from then on fails) must not leave a topic served
+            # here: checked once more before the topic is published as hosted.
+            check_not_deleted(self.metadata, topic)
+        except BaseException as e:
             undo(opened)
             self._after_failed_load(token, plan, wal)
+            deleted = _deleted_meanwhile(self.metadata, topic) if isinstance(e, Exception) else None
+            if deleted is not None and not isinstance(e, TopicDeleted):
+                raise deleted from e  # the typed cause: the topic was deleted under the load
             raise
         report = RestoreReport(wal.next_offset if recovered else plan.start_offset, recovered,
                                plan.previous_owner, unarchived,
@@ -527,15 +551,20 @@ class BrokerHost:
         the topic never had a message). See the module docstring for the steps."""
         topic = TopicName.parse(name)
         with self._topic_lock(topic):
-            hosted = self.topic(topic)
-            started = time.monotonic()
-            last = sealing.seal(hosted, self.metadata, self.config)
-            sealing.cleanup(hosted, self.config)
-            with self._lock:
-                self._topics.pop(topic, None)
+            last = self._unload_locked(topic)
+        self._notify(1, topic, "sealed")
+        return last
+
+    def _unload_locked(self, topic: TopicName) -> int | None:
+        """:meth:`unload` for a caller holding the topic lock (listeners not told)."""
+        hosted = self.topic(topic)
+        started = time.monotonic()
+        last = sealing.seal(hosted, self.metadata, self.config)
+        sealing.cleanup(hosted, self.config)
+        with self._lock:
+            self._topics.pop(topic, None)
         self.metrics.unload_seconds.observe(time.monotonic() - started)
         log.info("topic %s: unloaded, sealed at %s (%.3fs)", topic, last, time.monotonic() - started)
-        self._notify(1, topic, "sealed")
         return last
 
     async def unload_async(self, name: TopicName | str) -> int | None:
@@ -548,20 +577,24 @@ class BrokerHost:
         for a topic fenced by a newer owner."""
         topic = TopicName.parse(name)
         with self._topic_lock(topic):
-            hosted = self.topic(topic)
-            hosted.refuse_appends()  # no more appends
-            # The durable tip as of now, so a takeover's record says how much this WAL
-            # holds (a short-lived process would otherwise leave "at least 0"). Fenced:
-            # refused, and harmless, when a newer owner exists.
-            quietly(hosted.publish_progress)
-            hosted.state = TopicState.CLOSED
-            hosted.move_readers_away()
-            quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
-            quietly(lambda: hosted.subscriptions.close(flush=False))
-            quietly(hosted.wal.close)
-            with self._lock:
-                self._topics.pop(topic, None)
+            self._abandon_locked(topic)
         self._notify(1, topic, "abandoned")
+
+    def _abandon_locked(self, topic: TopicName) -> None:
+        """:meth:`abandon` for a caller holding the topic lock (listeners not told)."""
+        hosted = self.topic(topic)
+        hosted.refuse_appends()  # no more appends
+        # The durable tip as of now, so a takeover's record says how much this WAL
+        # holds (a short-lived process would otherwise leave "at least 0"). Fenced:
+        # refused, and harmless, when a newer owner exists.
+        quietly(hosted.publish_progress)
+        hosted.state = TopicState.CLOSED
+        hosted.move_readers_away()
+        quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
+        quietly(lambda: hosted.subscriptions.close(flush=False))
+        quietly(hosted.wal.close)
+        with self._lock:
+            self._topics.pop(topic, None)
 
     def close(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
         """Stop hosting. Graceful by default: seal every hosted topic (its next owner
@@ -697,6 +730,18 @@ class BrokerHost:
             if self._closed.wait(gap_s):
                 return
 
+
+
+def _deleted_meanwhile(metadata: MetadataStore, topic: TopicName) -> TopicDeleted | None:
+    """The TopicDeleted a load should raise when a delete's tombstone now blocks the topic
+    (None: no blocking tombstone, or it could not be read: the load's own error stands)."""
+    try:
+        check_not_deleted(metadata, topic)
+    except TopicDeleted as e:
+        return e
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+    return None
 
 
 def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 
+from tiered.archive import list_descriptors
 from tiered.errors import StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
@@ -100,6 +101,19 @@ class StaleWals:
             retired = RetiredWal(topic, first, tip, None, None, deleted[0], None)
             self.retired.append(retired)
             return retired
+        unattributed = self._unattributed_after_delete(topic, first)
+        if unattributed is not None:
+            leaf = f"deleted-incarnation-{unattributed.epoch:0{keys.OFFSET_DIGITS}d}"
+            qpath = self.quarantine(topic, path, leaf)
+            topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
+            log.error("topic %s: quarantined local WAL %d..%s at %s: its .owner marker is unreadable and it "
+                      "is not known to hold anything of the topic's current incarnation (created again after "
+                      "the delete at epoch %d, tombstone %s), so it is taken for the deleted incarnation's: "
+                      "kept for an operator, no loss recorded against the new incarnation", topic, first, tip,
+                      qpath, unattributed.epoch, keys.tombstone_key(topic))
+            retired = RetiredWal(topic, first, tip, None, None, unattributed.epoch, qpath)
+            self.retired.append(retired)
+            return retired
         record = None
         if start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
@@ -154,6 +168,26 @@ class StaleWals:
         if marker is None or marker > tomb.epoch:
             return None
         return marker, tomb.epoch
+
+    def _unattributed_after_delete(self, topic: TopicName, first: int) -> keys.TopicTombstone | None:
+        """The tombstone, when the topic was deleted, this WAL's ``.owner`` marker is
+        unreadable (damaged or missing), and nothing says the WAL belongs to the current
+        incarnation: it starts below the tombstone's ``next_offset`` (every WAL of the
+        new incarnation starts at or past it), or this broker has no history in the new
+        incarnation (no descriptor of it, and no LostRange naming it, above the
+        tombstone's epoch). Such a WAL is quarantined without a loss record: the usual
+        rules would count the deleted incarnation's offsets as losses of the new one
+        (offsets it never had, or ones it acknowledged itself). None: the usual rules."""
+        tomb, _raw = keys.read_tombstone(self.metadata, topic)
+        if tomb is None or self.root.read_owner_marker(topic) is not None:
+            return None
+        if first < tomb.next_offset:
+            return tomb
+        newer = any(d.broker_id == self.broker_id and d.epoch > tomb.epoch
+                    for d in list_descriptors(self.metadata, topic))
+        newer = newer or any(r.broker_id == self.broker_id and r.epoch > tomb.epoch
+                             for r in keys.read_lost_ranges(self.metadata, topic))
+        return None if newer else tomb
 
     def discard_unreadable(self, topic: TopicName, plan: RestorePlan, epoch: int | None) -> RetiredWal:
         """The operator chose to give up a WAL that does not open: record, then quarantine.

@@ -546,9 +546,13 @@ class TopicTombstone(_Record):
     """A topic delete, written under compare-and-swap before anything is removed.
 
     ``epoch`` is the last ownership epoch of the deleted incarnation and ``next_offset``
-    the first offset it never used: a topic created again under the same name takes
-    ownership at a higher epoch and numbers from ``next_offset`` on, so a zombie owner of
-    the old incarnation stays fenced and a stale local WAL of it lies below the new start.
+    the first offset it never used as far as metadata knew when the tombstone was written
+    (seal, chain end, published durable tip, lost ranges): a topic created again under the
+    same name takes ownership at a higher epoch and numbers from ``next_offset`` on, so a
+    zombie owner of the old incarnation stays fenced. A dead owner's offsets acknowledged
+    ``durable`` past its last published tip may lie at or above ``next_offset`` (the bound
+    a failover has too); a stale local WAL of it is never resumed nor recorded as a loss of
+    the new incarnation (``tiered.lifecycle.retire``).
     """
 
     phase: str

@@ -253,11 +253,17 @@ def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:
     from tiered.archive.chain import DescriptorChain
     from tiered.archive.naming import descriptor_object_key
     from tiered.archive.start import OffsetBelowArchiveStart, archive_start
-    from tiered.metadata import open_metadata
+    from tiered.errors import TopicDeleted
+    from tiered.metadata import keys, open_metadata
 
     assert options.metadata_url is not None
     candidates: list[_Candidate] = []
     with open_metadata(options.metadata_url) as meta:
+        # A deleted topic (its delete may have crashed before the descriptors went) is
+        # refused like every other reader refuses it: never planned from its leftovers.
+        tomb, _raw = keys.read_tombstone(meta, options.topic)
+        if tomb is not None and tomb.blocks:
+            raise TopicDeleted(options.topic, tomb.phase, tomb.next_offset)
         start = archive_start(meta, options.topic)
         if options.starting_offset is not None and options.starting_offset < start:
             raise OffsetBelowArchiveStart(options.topic, options.starting_offset, start)

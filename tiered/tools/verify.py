@@ -96,8 +96,10 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     name = TopicName.parse(topic)
     report = VerifyReport(str(name))
     snapshot = _Snapshot.read(name, metadata)
-    report.archive_start = _archive_start(snapshot, report)
-    descriptors = _retained(_load_descriptors(snapshot, report), report)
+    cut = _archive_start(snapshot, report)
+    snapshot.incarnation_first = _incarnation_first(snapshot, report)
+    report.archive_start = max(cut, snapshot.incarnation_first)
+    descriptors = _retained(_load_descriptors(snapshot, report), report, cut)
     _check_chain(descriptors, report)
     if check_objects:
         _check_objects(name, descriptors, objects, report, progress or _no_progress)
@@ -120,6 +122,10 @@ class _Snapshot:
     owner: Any
     lost: list[Any]
     start: Any = None
+    tombstone: Any = None
+    #: Where the topic's current incarnation starts (a re-created name: the tombstone's
+    #: next offset; else 0). Set by :func:`verify_topic`.
+    incarnation_first: int = 0
 
     @classmethod
     def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
@@ -136,6 +142,8 @@ class _Snapshot:
                 snapshot.owner = kv
             elif kv.key == keys.archive_start_key(topic):
                 snapshot.start = kv
+            elif kv.key == keys.tombstone_key(topic):
+                snapshot.tombstone = kv
         return snapshot
 
 
@@ -176,7 +184,21 @@ def _archive_start(snapshot: _Snapshot, report: VerifyReport) -> int:
         return 0
 
 
-def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) -> list[keys.ObjectDescriptor]:
+def _incarnation_first(snapshot: _Snapshot, report: VerifyReport) -> int:
+    """A re-created topic starts at its tombstone's next offset: nothing below it is missing."""
+    kv = snapshot.tombstone
+    if kv is None:
+        return 0
+    try:
+        tomb = keys.TopicTombstone.from_json(kv.key, kv.value)
+    except MalformedRecord as e:
+        report.add("malformed", str(e), key=kv.key)
+        return 0
+    return tomb.next_offset if tomb.phase == "recreated" else 0
+
+
+def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport,
+              cut: int) -> list[keys.ObjectDescriptor]:
     """The descriptors from the archive start on; the ones wholly below it are reported
     once (a retention cut interrupted between its steps) and left out of every check."""
     start = report.archive_start
@@ -194,7 +216,9 @@ def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) ->
             report.add("gap", f"offsets {start}-{kept[0].start_offset - 1} are in no object (the archive "
                               f"starts at {start}, its first object at {kept[0].start_offset})",
                        first_offset=start, last_offset=kept[0].start_offset - 1)
-    elif start > 0:
+    elif cut > 0:
+        # Retention never removes the archive's tip, so a cut leaves an object at or past
+        # it. A re-created topic with nothing archived yet starts empty: no gap.
         report.add("gap", f"the archive starts at {start} but no object holds it or anything after it",
                    first_offset=start, last_offset=None)
     report.descriptors = len(kept)
@@ -285,6 +309,9 @@ def _check_sealed_state(snapshot: _Snapshot, report: VerifyReport) -> None:
         report.add("malformed", str(e), key=kv.key)
         return
     last, named = report.archive_last_offset, state.last_committed_offset
+    if snapshot.incarnation_first > 0 and (last is None or last < snapshot.incarnation_first - 1):
+        # A re-created topic's archive "ends" just below its first offset until it holds one.
+        last = snapshot.incarnation_first - 1
     if named is not None and (last is None or named > last):
         report.add("sealed_mismatch", f"{'sealed' if state.sealed else 'open'} state names offset {named}, "
                                       f"beyond the archive's end {_fmt(last)}", sealed=named, archive=last)
