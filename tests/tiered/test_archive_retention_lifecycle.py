@@ -105,11 +105,14 @@ def test_an_interrupted_cut_is_finished_by_the_next_owner(any_cluster: Cluster) 
     assert report.ok and report.problems == [], report.problems
 
 
-def test_a_stale_sealed_wal_whose_descriptors_retention_removed_is_deleted_not_recorded_lost(
+def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quarantine_not_deleted(
         local_cluster: Cluster) -> None:
     """A crash between the seal and the WAL delete leaves a WAL of offsets all archived;
-    when it comes back after another owner's retention removed those descriptors, it is
-    still nothing lost (no quarantine, no LostRange)."""
+    when it comes back after another owner's retention removed those descriptors, nothing
+    this broker still reads proves that THIS WAL's bytes were archived (offsets below the
+    archive start were archived by some owner; a failover could have given them to other
+    messages). Without that proof the WAL is never deleted: it is quarantined (bytes kept)
+    and the unproven range recorded, from the first offset no descriptor of ours covers."""
     import os
     import shutil
 
@@ -134,6 +137,81 @@ def test_a_stale_sealed_wal_whose_descriptors_retention_removed_is_deleted_not_r
     b.unload(TOPIC)
 
     again = local_cluster.broker("A")
-    assert [(r.first_offset, r.last_offset, r.lost_start) for r in again.retired] == [(0, 29, None)]
-    assert keys.read_lost_ranges(local_cluster.metadata, TOPIC) == []
+    [retired] = again.retired
+    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end) == (0, 29, 0, 29)
+    assert retired.quarantine_path is not None and os.listdir(retired.quarantine_path)
+    assert [(r.start_offset, r.end_offset, r.exact, r.quarantine_path)
+            for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 29, True, retired.quarantine_path)]
     assert not os.path.exists(wal_dir)
+
+
+@pytest.mark.parametrize("cut", [True, False], ids=["cut", "no_cut"])
+def test_a_returning_owners_unarchived_wal_is_quarantined_whether_or_not_retention_cut_the_takeover(
+        local_cluster: Cluster, monkeypatch, cut: bool) -> None:
+    """A archives 0-29 and holds 30-99 durable only, then dies; B takes over at 30 and
+    archives to 179. With a cut, retention removes every descriptor that overlapped A's
+    WAL (the evidence of the takeover). A's ``.owner`` marker is lost and its first load
+    fails after the acquire (it keeps ownership, so the owner record names A again).
+
+    A's WAL must end the same way with or without the cut: 30-99 were acknowledged and
+    never archived, so the WAL is quarantined and the exact LostRange 30-99 written. Its
+    offsets lying below the archive start is no proof that THIS WAL's bytes were archived
+    (another owner archived other messages under those numbers)."""
+    import os
+
+    from tiered.lifecycle import BrokerHost
+    import tiered.lifecycle.host as host_module
+    from tiered.metadata import keys
+
+    a = local_cluster.broker("A")
+    on_a = a.load(TOPIC)
+    archive_in_three_objects(on_a)
+    produce_range(on_a, 30, 99)  # durable on A only (epoch 1)
+    on_a.wal.flush()
+    for hosted in a.topics():
+        a.abandon(hosted.topic)
+    a.close(unload=False)
+
+    b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
+    on_b = b.load(TOPIC)
+    assert on_b.next_offset == 30
+    for first in range(30, 180, 10):
+        produce_range(on_b, first, first + 9)
+        assert on_b.uploader.upload_once() == first + 9
+    if cut:
+        run = on_b.uploader.archive_retention.run(on_b.uploader.committed_through)
+        assert run.start_after == 170
+        assert [d.start_offset for d in list_descriptors(local_cluster.metadata, TOPIC)] == [170]
+    for hosted in b.topics():
+        b.abandon(hosted.topic)
+    b.close(unload=False)
+
+    root_a = local_cluster.wal_root("A")
+    wal_dir = os.path.join(root_a, "default", "reliable_topic")
+    os.remove(os.path.join(wal_dir, ".owner"))  # the marker is lost
+    again = BrokerHost("A", root_a, local_cluster.metadata, local_cluster.objects, local_cluster.config,
+                       retire_stale_wals=False)
+    local_cluster.hosts.append(again)
+    real_plan = host_module.plan_restore
+    calls = {"n": 0}
+
+    def plan_failing_once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise TimeoutError("injected: metadata read timed out")
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(host_module, "plan_restore", plan_failing_once)
+    with pytest.raises(TimeoutError):
+        again.load(TOPIC)  # fails after the acquire: A keeps ownership at epoch 3
+    hosted = again.load(TOPIC)
+    assert hosted.next_offset == 180
+    assert not hosted.report.recovered_local_wal
+    [retired] = again.retired
+    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end, retired.epoch) == (
+        0, 99, 30, 99, 1)
+    assert retired.quarantine_path is not None
+    assert any(name.endswith(".seg") for name in os.listdir(retired.quarantine_path)), "the only copy is gone"
+    exact = [r for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC) if r.exact]
+    assert [(r.start_offset, r.end_offset, r.broker_id, r.epoch, r.quarantine_path) for r in exact] == [
+        (30, 99, "A", 1, retired.quarantine_path)]
