@@ -26,8 +26,8 @@ Preconditions of a cut (each refused, never bent; tests in
 * only the current owner cuts: every write is fenced by the owner record, so a fenced
   (stale) owner can neither raise the start nor delete a descriptor, and deletes objects
   only of descriptors its own fenced transaction deleted;
-* the retained chain is whole: it starts exactly at the current start and has no gap or
-  overlap; otherwise nothing is cut (a cut past a hole would hide it from ``dnb verify``);
+* the retained chain is whole: it starts exactly at the current start (``archive_start``:
+  the last cut, or a re-created topic's first offset) and has no gap or overlap; otherwise nothing is cut (a cut past a hole would hide it from ``dnb verify``);
 * the new start is a descriptor boundary, and never past the start of the chain's last
   descriptor: the tip (what restore needs to continue at ``last_committed_offset + 1``)
   is never removed;
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import descriptor_object_key, key_start_offset
-from tiered.archive.start import read_archive_start
+from tiered.archive.start import incarnation_first_offset, read_archive_start
 from tiered.errors import ObjectNotFound
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, Delete, Get, KeyValue, MetadataStore, Put, TxnResult, absent, mod_revision_is
@@ -162,7 +162,12 @@ class ArchiveRetention:
         ``committed_through + 1`` is ever cut). Raises OwnershipLost when fenced, storage
         errors as they come (the next run resumes)."""
         record, start_kv = read_archive_start(self.metadata, self.topic)
-        start = 0 if record is None else record.first_offset
+        # The start is :func:`tiered.archive.start.archive_start` (computed from the record
+        # read here, whose entry the raise compares on): past the last cut AND at or past
+        # the incarnation's first offset, so a re-created topic's retained chain is checked
+        # from where its numbering began, not from 0 (a "gap" there would refuse every cut).
+        start = max(0 if record is None else record.first_offset,
+                    incarnation_first_offset(self.metadata, self.topic))
         chain = DescriptorChain(self.metadata, self.topic)
         if not self.policy.enabled:
             # Retention off: only finish a cut an earlier run left behind (cheap check:

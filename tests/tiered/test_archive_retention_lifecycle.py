@@ -215,3 +215,36 @@ def test_a_returning_owners_unarchived_wal_is_quarantined_whether_or_not_retenti
     exact = [r for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC) if r.exact]
     assert [(r.start_offset, r.end_offset, r.broker_id, r.epoch, r.quarantine_path) for r in exact] == [
         (30, 99, "A", 1, retired.quarantine_path)]
+
+
+def test_retention_and_verify_start_a_recreated_topic_at_its_incarnations_first_offset(
+        local_cluster: Cluster) -> None:
+    """A deleted and re-created topic continues its numbering past the deleted
+    incarnation (here at 30): the archive starts there. Retention checks the retained
+    chain from there (it used to see a "gap at 0" and refuse every cut, letting the
+    archive grow without bound), and verify reports no gap 0-29 and no cursor below it."""
+    a = local_cluster.broker("A", uploader=CUT_ALL.uploader)
+    archive_in_three_objects(a.load(TOPIC))
+    a.delete(TOPIC)
+    hosted, fresh = a.create(TOPIC)
+    assert fresh and hosted.next_offset == 30
+    assert archive_start(local_cluster.metadata, TOPIC) == 30
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert report.ok and report.problems == [], report.problems  # nothing archived yet: no gap either
+    sub = hosted.subscribe("s", initial="earliest")
+    for first in (30, 40, 50):
+        produce_range(hosted, first, first + 9)
+        assert hosted.uploader.upload_once() == first + 9
+    sub.ack(39)
+    sub.flush()
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert report.ok and report.problems == [], report.problems
+    assert report.archive_start == 30
+
+    run = hosted.uploader.archive_retention.run(hosted.uploader.committed_through)
+    assert run.refused is None, run.refused
+    assert (run.start_before, run.start_after, run.descriptors_deleted) == (30, 50, 2)
+    assert [d.start_offset for d in list_descriptors(local_cluster.metadata, TOPIC)] == [50]
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert report.archive_start == 50 and report.archive_first_offset == 50
+    assert [p["kind"] for p in report.problems] == ["cursor_below_retention"]

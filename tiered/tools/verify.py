@@ -47,6 +47,7 @@ from tiered.archive.chain import decode_descriptor
 from tiered.archive.fetch import ObjectMismatch, ObjectPin
 from tiered.archive.naming import descriptor_object_key
 from tiered.archive.orphans import find_orphans
+from tiered.archive.start import incarnation_start
 from tiered.errors import MalformedRecord, ObjectNotFound
 from tiered.lifecycle.ownership import OwnerRecord
 from tiered.metadata import keys
@@ -70,8 +71,9 @@ class VerifyReport:
     descriptors: int = 0
     objects_checked: int = 0
     archive_first_offset: int | None = None
-    #: The archive start (first retained offset; 0 when nothing was ever cut).
+    #: The archive start (first retained offset: past the last cut and the incarnation's first offset).
     archive_start: int = 0
+    archive_cut: bool = False  # archive retention moved the start (past the incarnation's first offset)
     archive_last_offset: int | None = None
     wal_first_offset: int | None = None
     wal_last_offset: int | None = None
@@ -120,6 +122,7 @@ class _Snapshot:
     owner: Any
     lost: list[Any]
     start: Any = None
+    tombstone: Any = None
 
     @classmethod
     def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
@@ -136,6 +139,8 @@ class _Snapshot:
                 snapshot.owner = kv
             elif kv.key == keys.archive_start_key(topic):
                 snapshot.start = kv
+            elif kv.key == keys.tombstone_key(topic):
+                snapshot.tombstone = kv
         return snapshot
 
 
@@ -166,14 +171,23 @@ def _load_descriptors(snapshot: _Snapshot, report: VerifyReport) -> list[keys.Ob
 
 
 def _archive_start(snapshot: _Snapshot, report: VerifyReport) -> int:
-    kv = snapshot.start
-    if kv is None:
-        return 0
+    """What :func:`tiered.archive.start.archive_start` says, from the snapshot: past the
+    last cut and at or past the incarnation's first offset (a re-created topic's numbering
+    continues past the deleted incarnation's: offsets below are gone by decision)."""
+    cut = incarnation = 0
     try:
-        return keys.ArchiveStart.from_json(kv.key, kv.value).first_offset
+        if snapshot.start is not None:
+            cut = keys.ArchiveStart.from_json(snapshot.start.key, snapshot.start.value).first_offset
     except MalformedRecord as e:
-        report.add("malformed", str(e), key=kv.key)
-        return 0
+        report.add("malformed", str(e), key=snapshot.start.key)
+    try:
+        if snapshot.tombstone is not None:
+            kv = snapshot.tombstone
+            incarnation = incarnation_start(keys.TopicTombstone.from_json(kv.key, kv.value))
+    except MalformedRecord as e:
+        report.add("malformed", str(e), key=snapshot.tombstone.key)
+    report.archive_cut = cut > incarnation
+    return max(cut, incarnation)
 
 
 def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) -> list[keys.ObjectDescriptor]:
@@ -194,7 +208,7 @@ def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) ->
             report.add("gap", f"offsets {start}-{kept[0].start_offset - 1} are in no object (the archive "
                               f"starts at {start}, its first object at {kept[0].start_offset})",
                        first_offset=start, last_offset=kept[0].start_offset - 1)
-    elif start > 0:
+    elif report.archive_cut:  # a cut never removes the tip (a new incarnation may have no object yet)
         report.add("gap", f"the archive starts at {start} but no object holds it or anything after it",
                    first_offset=start, last_offset=None)
     report.descriptors = len(kept)
@@ -285,6 +299,8 @@ def _check_sealed_state(snapshot: _Snapshot, report: VerifyReport) -> None:
         report.add("malformed", str(e), key=kv.key)
         return
     last, named = report.archive_last_offset, state.last_committed_offset
+    if last is None and report.archive_start > 0:
+        last = report.archive_start - 1  # a re-created topic with nothing archived yet ends there
     if named is not None and (last is None or named > last):
         report.add("sealed_mismatch", f"{'sealed' if state.sealed else 'open'} state names offset {named}, "
                                       f"beyond the archive's end {_fmt(last)}", sealed=named, archive=last)
