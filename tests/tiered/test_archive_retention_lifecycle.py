@@ -248,3 +248,54 @@ def test_retention_and_verify_start_a_recreated_topic_at_its_incarnations_first_
     report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
     assert report.archive_start == 50 and report.archive_first_offset == 50
     assert [p["kind"] for p in report.problems] == ["cursor_below_retention"]
+
+
+def test_an_archived_produce_completes_while_a_cuts_object_deletes_are_blocked(local_cluster: Cluster) -> None:
+    """A cut's object deletes (step 3) run outside the uploader's pass lock and off its
+    pass: with every object delete blocked, archived produces still complete (their
+    descriptors are committed), and the blocked objects are deleted once released."""
+    import threading
+
+    from tiered.lifecycle import BrokerHost
+    from tiered.objects.local import LocalObjectStore
+
+    entered, release = threading.Event(), threading.Event()
+
+    class BlockedDeletes(LocalObjectStore):
+        def _blocked(self) -> None:
+            entered.set()
+            assert release.wait(120), "never released"
+
+        def delete(self, key: str) -> None:
+            self._blocked()
+            super().delete(key)
+
+        def delete_many(self, keys) -> None:
+            self._blocked()
+            super().delete_many(keys)
+
+    objects = BlockedDeletes(f"{local_cluster.root}/objects")
+    every_pass = replace(FAST_BROKER, produce_timeout_s=30.0, uploader=replace(
+        FAST_UPLOADER, archive_retention=ArchiveRetentionConfig(bytes_max=0, check_interval_s=1e-6)))
+    host = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, objects, every_pass)
+    local_cluster.hosts.append(host)
+    hosted = host.load(TOPIC)
+    try:
+        offset = 0
+        while not entered.is_set():  # each archived produce commits an object; the next pass cuts the older
+            assert hosted.produce(payload_for(offset), ack="archived") == offset
+            offset += 1
+            assert offset < 50, "no cut deleted an object"
+        # A cut's deletes are blocked now: archived produces still go through.
+        for _ in range(3):
+            assert hosted.produce(payload_for(offset), ack="archived") == offset
+            offset += 1
+        assert hosted.uploader.committed_through == offset - 1
+    finally:
+        release.set()
+    assert hosted.uploader.wait_object_deletes(120)
+    start = archive_start(local_cluster.metadata, TOPIC)
+    assert start > 0
+    hosted.uploader.upload_once()  # nothing is left below the start once its deletes ran
+    from tiered.archive.orphans import find_orphans
+    assert [o.key for o in find_orphans(local_cluster.metadata, objects, TOPIC) if o.below_start] == []
