@@ -12,7 +12,13 @@ A *cut* removes a prefix of the descriptor chain in three steps, each safe to st
    also conditioned on the start record being the one just written or read (a descriptor
    is never deleted unless a start at or above its end is in place);
 3. **delete their objects** (only the objects of descriptors this run deleted; a missing
-   object is fine: the step is idempotent).
+   object is fine: the step is idempotent), in batch requests of at most
+   :data:`OBJECT_DELETE_BATCH_MAX` keys (``ObjectStore.delete_many``: one S3
+   ``DeleteObjects`` each). :meth:`ArchiveRetention.cut` does steps 1-2 and returns the
+   objects pending; :meth:`ArchiveRetention.delete_objects` does step 3. The uploader
+   runs step 3 OUTSIDE its pass lock, on a thread of its own: once their descriptors are
+   gone (under fencing) the objects are orphans nothing references, so deleting them
+   needs no lock, and an ``ack="archived"`` producer never waits on it.
 
 A crash or a lost reply between steps leaves a state every reader explains: after (1)
 readers already answer ``OffsetBelowRetention`` below the start and ignore the leftover
@@ -26,8 +32,8 @@ Preconditions of a cut (each refused, never bent; tests in
 * only the current owner cuts: every write is fenced by the owner record, so a fenced
   (stale) owner can neither raise the start nor delete a descriptor, and deletes objects
   only of descriptors its own fenced transaction deleted;
-* the retained chain is whole: it starts exactly at the current start and has no gap or
-  overlap; otherwise nothing is cut (a cut past a hole would hide it from ``dnb verify``);
+* the retained chain is whole: it starts exactly at the current start (``archive_start``:
+  the last cut, or a re-created topic's first offset) and has no gap or overlap; otherwise nothing is cut (a cut past a hole would hide it from ``dnb verify``);
 * the new start is a descriptor boundary, and never past the start of the chain's last
   descriptor: the tip (what restore needs to continue at ``last_committed_offset + 1``)
   is never removed;
@@ -52,12 +58,11 @@ from dataclasses import dataclass, field
 
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import descriptor_object_key, key_start_offset
-from tiered.archive.start import read_archive_start
-from tiered.errors import ObjectNotFound
+from tiered.archive.start import incarnation_first_offset, read_archive_start
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, Delete, Get, KeyValue, MetadataStore, Put, TxnResult, absent, mod_revision_is
 from tiered.metadata.keys import ArchiveStart, ObjectDescriptor
-from tiered.objects.base import ObjectStore
+from tiered.objects.base import DELETE_MANY_MAX, ObjectStore
 from uploader.config import ArchiveRetentionConfig
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
@@ -67,9 +72,12 @@ log = logging.getLogger(__name__)
 
 #: Descriptor deletes per metadata transaction (etcd's default ``--max-txn-ops`` is 128).
 DELETE_BATCH_MAX = 64
-#: Descriptors one run removes at most (a run holds the uploader's pass lock, and deletes
-#: objects one request each): a longer cut goes on at the uploader's next pass.
+#: Descriptors one run removes at most (its metadata steps hold the uploader's pass lock:
+#: at most CUT_DESCRIPTORS_MAX / DELETE_BATCH_MAX transactions): a longer cut goes on at
+#: the uploader's next pass.
 CUT_DESCRIPTORS_MAX = 1024
+#: Object keys per ``delete_many`` request of step 3.
+OBJECT_DELETE_BATCH_MAX = DELETE_MANY_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,8 @@ class RetentionRun:
     objects_deleted: int = 0
     bytes_deleted: int = 0
     deleted_keys: list[str] = field(default_factory=list)
+    #: (key, size) of objects whose descriptors this run deleted, not deleted yet (step 3).
+    pending_objects: list[tuple[str, int]] = field(default_factory=list)
 
 
 def plan_cut(retained: Sequence[ObjectDescriptor], age_max_s: float | None, bytes_max: int | None,
@@ -143,7 +153,8 @@ class ArchiveRetention:
     def __init__(self, topic: TopicName | str, metadata: MetadataStore, objects: ObjectStore, *,
                  fencing: Sequence[Compare], policy: ArchiveRetentionConfig, broker_id: str, epoch: int,
                  metrics: UploaderMetrics, wall_clock: Callable[[], float] = time.time,
-                 fault_hook: Callable[[str], None] | None = None) -> None:
+                 fault_hook: Callable[[str], None] | None = None,
+                 object_batch_max: int = OBJECT_DELETE_BATCH_MAX) -> None:
         self.topic = TopicName.parse(topic)
         self.metadata = metadata
         self.objects = objects
@@ -154,15 +165,26 @@ class ArchiveRetention:
         self.metrics = metrics
         self.wall_clock = wall_clock
         self.fault_hook = fault_hook
+        self.object_batch_max = max(1, min(object_batch_max, DELETE_MANY_MAX))
 
     def run(self, committed_through: int | None) -> RetentionRun:
-        """Finish any interrupted cut, then cut what the limits ask for.
+        """:meth:`cut`, then :meth:`delete_objects`: all three steps, in this thread."""
+        return self.delete_objects(self.cut(committed_through))
+
+    def cut(self, committed_through: int | None) -> RetentionRun:
+        """Steps 1 and 2: finish any interrupted cut, then cut what the limits ask for;
+        the objects to delete are left in ``pending_objects`` (:meth:`delete_objects`).
 
         ``committed_through``: the uploader's last committed offset (nothing at or past
         ``committed_through + 1`` is ever cut). Raises OwnershipLost when fenced, storage
         errors as they come (the next run resumes)."""
         record, start_kv = read_archive_start(self.metadata, self.topic)
-        start = 0 if record is None else record.first_offset
+        # The start is :func:`tiered.archive.start.archive_start` (computed from the record
+        # read here, whose entry the raise compares on): past the last cut AND at or past
+        # the incarnation's first offset, so a re-created topic's retained chain is checked
+        # from where its numbering began, not from 0 (a "gap" there would refuse every cut).
+        start = max(0 if record is None else record.first_offset,
+                    incarnation_first_offset(self.metadata, self.topic))
         chain = DescriptorChain(self.metadata, self.topic)
         if not self.policy.enabled:
             # Retention off: only finish a cut an earlier run left behind (cheap check:
@@ -202,9 +224,9 @@ class ArchiveRetention:
         self.metrics.retention_cuts.labels(cut.reason).inc()
         self._hook("after_start_raised")
         self._delete(list(cut.removed), new_kv, result)
-        log.info("topic %s: archive retention (%s) moved the start %d -> %d: %d descriptors, %d objects, "
-                 "%d bytes deleted", self.topic, cut.reason, start, cut.new_start, result.descriptors_deleted,
-                 result.objects_deleted, result.bytes_deleted)
+        log.info("topic %s: archive retention (%s) moved the start %d -> %d: %d descriptors deleted, %d objects "
+                 "(%d bytes) to delete", self.topic, cut.reason, start, cut.new_start, result.descriptors_deleted,
+                 len(result.pending_objects), sum(size for _key, size in result.pending_objects))
         return result
 
     # -- the steps ---------------------------------------------------------------------
@@ -245,21 +267,31 @@ class ArchiveRetention:
             self._delete_objects(batch, start, result)
 
     def _delete_objects(self, batch: list[ObjectDescriptor], start: int, result: RetentionRun) -> None:
+        """Note the objects of ``batch`` (descriptors just deleted) for step 3."""
         for d in batch:
             key = descriptor_object_key(self.topic, d)
             named = key_start_offset(self.topic, key)
             if named is None or named >= start or d.end_offset >= start:
                 continue  # not an object of a range below the start: never ours to delete here
-            try:
-                self.objects.delete(key)
-            except ObjectNotFound:
-                continue  # deleted by an earlier, interrupted run or by GC
-            result.objects_deleted += 1
-            result.bytes_deleted += d.size
-            result.deleted_keys.append(key)
-            self.metrics.retention_objects.inc()
-            self.metrics.retention_bytes.inc(d.size)
+            result.pending_objects.append((key, d.size))
+
+    def delete_objects(self, result: RetentionRun) -> RetentionRun:
+        """Step 3: delete ``result.pending_objects``, ``object_batch_max`` keys per
+        request, counting each batch done. Needs no lock and no fencing: their
+        descriptors are gone, so nothing references them (an error leaves the rest as
+        orphans below the start, which orphan GC or a retry deletes)."""
+        while result.pending_objects:
+            batch = result.pending_objects[:self.object_batch_max]
+            self.objects.delete_many([key for key, _size in batch])
+            del result.pending_objects[:len(batch)]
+            size = sum(s for _key, s in batch)
+            result.objects_deleted += len(batch)
+            result.bytes_deleted += size
+            result.deleted_keys.extend(key for key, _size in batch)
+            self.metrics.retention_objects.inc(len(batch))
+            self.metrics.retention_bytes.inc(size)
             self._hook("after_object_deleted")
+        return result
 
     # -- helpers -----------------------------------------------------------------------
     def _fencing_reads(self) -> list[Get]:
@@ -287,4 +319,4 @@ class ArchiveRetention:
             self.fault_hook(step)
 
 
-__all__ = ["ArchiveRetention", "CUT_DESCRIPTORS_MAX", "Cut", "DELETE_BATCH_MAX", "RetentionRun", "chain_problem", "plan_cut"]
+__all__ = ["ArchiveRetention", "CUT_DESCRIPTORS_MAX", "Cut", "DELETE_BATCH_MAX", "OBJECT_DELETE_BATCH_MAX", "RetentionRun", "chain_problem", "plan_cut"]

@@ -124,6 +124,11 @@ class Uploader:
         self._archive_retention_due_s = clock()  # the first pass also finishes an interrupted cut
         #: The last archive retention run (None: none yet).
         self.last_archive_retention: RetentionRun | None = None
+        #: Cuts whose objects are still to delete (step 3, outside the pass lock), and the
+        #: thread deleting them (None: none running); both guarded by _deletes_lock.
+        self._deletes_lock = threading.Lock()
+        self._deletes_pending: list[RetentionRun] = []
+        self._deleter: threading.Thread | None = None
         #: Called (once, from the failing thread) with the fatal error, e.g. OwnershipLost:
         #: the host uses it to stop acknowledging the moment a fenced commit tells it.
         self.on_fatal: Callable[[BaseException], None] | None = None
@@ -187,6 +192,10 @@ class Uploader:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
             ended = not thread.is_alive()
+        with self._deletes_lock:
+            deleter = self._deleter
+        if deleter is not None and deleter is not threading.current_thread():
+            deleter.join(timeout_s)  # ends after its current batch (it checks _stopping)
         self.metrics.forget_topic(str(self.topic))
         return ended
 
@@ -227,9 +236,11 @@ class Uploader:
     # -- one pass, drain ---------------------------------------------------------------
     def upload_once(self) -> int | None:
         """Archive everything durable now, whatever its size or age (bounded retries);
-        returns committed_through."""
+        returns committed_through. An explicit call also waits (bounded) for the object
+        deletes of a retention cut it made (background passes never wait for them)."""
         deadline_s = time.monotonic() + self.config.drain_timeout_s
         self._pass_with_retries(deadline_s, retention=True, force=True)
+        self.wait_object_deletes(max(0.0, deadline_s - time.monotonic()))
         return self._committed_through
 
     def drain(self, timeout_s: float | None = None,
@@ -320,6 +331,7 @@ class Uploader:
                 with self._pass_lock:
                     self._raise_if_fatal()
                     self._pass(retention, force)
+                self._start_object_deletes()
                 self._failure_log.succeeded()
                 self._last_error = None
                 return
@@ -603,9 +615,51 @@ class Uploader:
         # repeat on every pass; the uploads themselves are already committed).
         self._archive_retention_due_s = now_s + self.config.archive_retention.check_interval_s
         self._chain_tip()  # ownership checked, committed_through at least the chain end
-        self.last_archive_retention = self.archive_retention.run(self._committed_through)
-        if self.last_archive_retention.capped:
+        run = self.archive_retention.cut(self._committed_through)
+        self.last_archive_retention = run
+        if run.pending_objects:
+            with self._deletes_lock:
+                self._deletes_pending.append(run)
+        if run.capped:
             self._archive_retention_due_s = now_s  # a long cut goes on at the next pass
+
+    def _start_object_deletes(self) -> None:
+        """Step 3 of the cuts of this pass (after the pass lock is released), on a thread
+        of its own that ends when nothing is pending: slow deletes never hold up uploads
+        or the ``archived`` waiters they answer. The objects are orphans already."""
+        with self._deletes_lock:
+            if not self._deletes_pending or self._deleter is not None:
+                return  # nothing to do, or the running deleter takes these too
+            self._deleter = threading.Thread(target=self._delete_objects, daemon=True,
+                                             name=f"archive-retention-deletes-{self.topic}")
+            self._deleter.start()
+
+    def _delete_objects(self) -> None:
+        while True:
+            with self._deletes_lock:
+                if not self._deletes_pending or self._stopping.is_set():
+                    self._deleter = None  # left over on stop: orphans below the start, GC's
+                    return
+                run = self._deletes_pending[0]
+            try:
+                self.archive_retention.delete_objects(run)
+            except Exception as e:  # noqa: BLE001 - what is left is orphans below the start
+                log.warning("topic %s: archive retention left %d objects to orphan GC: %s: %s", self.topic,
+                            len(run.pending_objects), type(e).__name__, e)
+            with self._deletes_lock:
+                self._deletes_pending.remove(run)
+
+    def wait_object_deletes(self, timeout_s: float) -> bool:
+        """Wait (bounded) until no cut's objects are left to delete; False on timeout."""
+        deadline_s = time.monotonic() + timeout_s
+        while True:
+            with self._deletes_lock:
+                deleter = self._deleter
+            if deleter is None:
+                return True
+            deleter.join(max(0.0, deadline_s - time.monotonic()))
+            if deleter.is_alive():
+                return False
 
     # -- background ------------------------------------------------------------------
     def _run(self) -> None:

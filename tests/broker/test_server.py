@@ -226,3 +226,34 @@ def test_a_deleted_topic_is_a_410_and_an_unknown_one_without_auto_create_a_404(l
                                       (404, "TopicNotFound"), (404, "TopicNotFound")]
     # With auto_create on, a topic nobody owns yet may be created by its next load: retry (503).
     assert _run(a, scenario)[2:] == [(503, "Unavailable"), (503, "Unavailable")]
+
+
+def test_a_data_gap_met_mid_read_reaches_the_http_client_as_a_typed_error(local_cluster: Cluster) -> None:
+    """A reader error other than the read's own deadline (here a DataGap: an archived
+    object above the start is gone) is never answered as an empty or silently short
+    200: what was read before it is served, and the read that starts at the gap gets
+    the error with its type."""
+    from tiered.archive import list_descriptors
+    from tiered.archive.naming import descriptor_object_key
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    for first in (0, 3, 6):
+        for offset in range(first, first + 3):
+            assert hosted.produce(f"m{offset}".encode()) == offset
+        hosted.uploader.upload_once()
+    assert a.unload(TOPIC) == 8
+    b = local_cluster.broker("B")
+    b.load(TOPIC)  # B's WAL holds nothing: every read below 9 comes from the archive
+    [hole] = [d for d in list_descriptors(local_cluster.metadata, TOPIC) if d.start_offset == 3]
+    local_cluster.objects.delete(descriptor_object_key(TOPIC, hole))
+
+    async def scenario(client):
+        before = await (await client.get(PATH, params={"from": "0", "max": "10", "wait_s": "0.2"})).json()
+        at_gap = await client.get(PATH, params={"from": "3", "max": "10", "wait_s": "0.2"})
+        return [m["offset"] for m in before["messages"]], before["next"], at_gap.status, await at_gap.json()
+
+    served, next_offset, status, body = _run(b, scenario)
+    assert served == [0, 1, 2] and next_offset == 3
+    assert status == 422, body
+    assert body["error"]["type"] == "DataGap"

@@ -85,6 +85,19 @@ class ObjectsContract:
         assert [i.size for i in objects.list("m/")] == [3]
         assert list(objects.list("nothing/")) == []
 
+    def test_delete_many_deletes_only_the_keys_named_and_ignores_missing_ones(self, objects: ObjectStore) -> None:
+        from tiered.objects.base import DELETE_MANY_MAX
+
+        for i in range(5):
+            objects.put(f"m/{i}", b"x")
+        objects.put("keep/0", b"y")
+        objects.delete_many(["m/0", "m/1", "m/2", "m/3", "m/4", "m/absent"])
+        objects.delete_many([])
+        assert [o.key for o in objects.list()] == ["keep/0"]
+        with pytest.raises(ValueError):
+            objects.delete_many([f"m/{i}" for i in range(DELETE_MANY_MAX + 1)])
+        assert objects.get("keep/0") == b"y"
+
     def test_missing_objects(self, objects: ObjectStore) -> None:
         for call in (objects.get, objects.head, 
                      lambda k: objects.get_range(k, RangeByteRequest(0, 2)),

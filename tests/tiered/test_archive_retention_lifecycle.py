@@ -105,11 +105,14 @@ def test_an_interrupted_cut_is_finished_by_the_next_owner(any_cluster: Cluster) 
     assert report.ok and report.problems == [], report.problems
 
 
-def test_a_stale_sealed_wal_whose_descriptors_retention_removed_is_deleted_not_recorded_lost(
+def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quarantine_not_deleted(
         local_cluster: Cluster) -> None:
     """A crash between the seal and the WAL delete leaves a WAL of offsets all archived;
-    when it comes back after another owner's retention removed those descriptors, it is
-    still nothing lost (no quarantine, no LostRange)."""
+    when it comes back after another owner's retention removed those descriptors, nothing
+    this broker still reads proves that THIS WAL's bytes were archived (offsets below the
+    archive start were archived by some owner; a failover could have given them to other
+    messages). Without that proof the WAL is never deleted: it is quarantined (bytes kept)
+    and the unproven range recorded, from the first offset no descriptor of ours covers."""
     import os
     import shutil
 
@@ -134,6 +137,165 @@ def test_a_stale_sealed_wal_whose_descriptors_retention_removed_is_deleted_not_r
     b.unload(TOPIC)
 
     again = local_cluster.broker("A")
-    assert [(r.first_offset, r.last_offset, r.lost_start) for r in again.retired] == [(0, 29, None)]
-    assert keys.read_lost_ranges(local_cluster.metadata, TOPIC) == []
+    [retired] = again.retired
+    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end) == (0, 29, 0, 29)
+    assert retired.quarantine_path is not None and os.listdir(retired.quarantine_path)
+    assert [(r.start_offset, r.end_offset, r.exact, r.quarantine_path)
+            for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 29, True, retired.quarantine_path)]
     assert not os.path.exists(wal_dir)
+
+
+@pytest.mark.parametrize("cut", [True, False], ids=["cut", "no_cut"])
+def test_a_returning_owners_unarchived_wal_is_quarantined_whether_or_not_retention_cut_the_takeover(
+        local_cluster: Cluster, monkeypatch, cut: bool) -> None:
+    """A archives 0-29 and holds 30-99 durable only, then dies; B takes over at 30 and
+    archives to 179. With a cut, retention removes every descriptor that overlapped A's
+    WAL (the evidence of the takeover). A's ``.owner`` marker is lost and its first load
+    fails after the acquire (it keeps ownership, so the owner record names A again).
+
+    A's WAL must end the same way with or without the cut: 30-99 were acknowledged and
+    never archived, so the WAL is quarantined and the exact LostRange 30-99 written. Its
+    offsets lying below the archive start is no proof that THIS WAL's bytes were archived
+    (another owner archived other messages under those numbers)."""
+    import os
+
+    from tiered.lifecycle import BrokerHost
+    import tiered.lifecycle.host as host_module
+    from tiered.metadata import keys
+
+    a = local_cluster.broker("A")
+    on_a = a.load(TOPIC)
+    archive_in_three_objects(on_a)
+    produce_range(on_a, 30, 99)  # durable on A only (epoch 1)
+    on_a.wal.flush()
+    for hosted in a.topics():
+        a.abandon(hosted.topic)
+    a.close(unload=False)
+
+    b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
+    on_b = b.load(TOPIC)
+    assert on_b.next_offset == 30
+    for first in range(30, 180, 10):
+        produce_range(on_b, first, first + 9)
+        assert on_b.uploader.upload_once() == first + 9
+    if cut:
+        run = on_b.uploader.archive_retention.run(on_b.uploader.committed_through)
+        assert run.start_after == 170
+        assert [d.start_offset for d in list_descriptors(local_cluster.metadata, TOPIC)] == [170]
+    for hosted in b.topics():
+        b.abandon(hosted.topic)
+    b.close(unload=False)
+
+    root_a = local_cluster.wal_root("A")
+    wal_dir = os.path.join(root_a, "default", "reliable_topic")
+    os.remove(os.path.join(wal_dir, ".owner"))  # the marker is lost
+    again = BrokerHost("A", root_a, local_cluster.metadata, local_cluster.objects, local_cluster.config,
+                       retire_stale_wals=False)
+    local_cluster.hosts.append(again)
+    real_plan = host_module.plan_restore
+    calls = {"n": 0}
+
+    def plan_failing_once(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise TimeoutError("injected: metadata read timed out")
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(host_module, "plan_restore", plan_failing_once)
+    with pytest.raises(TimeoutError):
+        again.load(TOPIC)  # fails after the acquire: A keeps ownership at epoch 3
+    hosted = again.load(TOPIC)
+    assert hosted.next_offset == 180
+    assert not hosted.report.recovered_local_wal
+    [retired] = again.retired
+    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end, retired.epoch) == (
+        0, 99, 30, 99, 1)
+    assert retired.quarantine_path is not None
+    assert any(name.endswith(".seg") for name in os.listdir(retired.quarantine_path)), "the only copy is gone"
+    exact = [r for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC) if r.exact]
+    assert [(r.start_offset, r.end_offset, r.broker_id, r.epoch, r.quarantine_path) for r in exact] == [
+        (30, 99, "A", 1, retired.quarantine_path)]
+
+
+def test_retention_and_verify_start_a_recreated_topic_at_its_incarnations_first_offset(
+        local_cluster: Cluster) -> None:
+    """A deleted and re-created topic continues its numbering past the deleted
+    incarnation (here at 30): the archive starts there. Retention checks the retained
+    chain from there (it used to see a "gap at 0" and refuse every cut, letting the
+    archive grow without bound), and verify reports no gap 0-29 and no cursor below it."""
+    a = local_cluster.broker("A", uploader=CUT_ALL.uploader)
+    archive_in_three_objects(a.load(TOPIC))
+    a.delete(TOPIC)
+    hosted, fresh = a.create(TOPIC)
+    assert fresh and hosted.next_offset == 30
+    assert archive_start(local_cluster.metadata, TOPIC) == 30
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert report.ok and report.problems == [], report.problems  # nothing archived yet: no gap either
+    sub = hosted.subscribe("s", initial="earliest")
+    for first in (30, 40, 50):
+        produce_range(hosted, first, first + 9)
+        assert hosted.uploader.upload_once() == first + 9
+    sub.ack(39)
+    sub.flush()
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert report.ok and report.problems == [], report.problems
+    assert report.archive_start == 30
+
+    run = hosted.uploader.archive_retention.run(hosted.uploader.committed_through)
+    assert run.refused is None, run.refused
+    assert (run.start_before, run.start_after, run.descriptors_deleted) == (30, 50, 2)
+    assert [d.start_offset for d in list_descriptors(local_cluster.metadata, TOPIC)] == [50]
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert report.archive_start == 50 and report.archive_first_offset == 50
+    assert [p["kind"] for p in report.problems] == ["cursor_below_retention"]
+
+
+def test_an_archived_produce_completes_while_a_cuts_object_deletes_are_blocked(local_cluster: Cluster) -> None:
+    """A cut's object deletes (step 3) run outside the uploader's pass lock and off its
+    pass: with every object delete blocked, archived produces still complete (their
+    descriptors are committed), and the blocked objects are deleted once released."""
+    import threading
+
+    from tiered.lifecycle import BrokerHost
+    from tiered.objects.local import LocalObjectStore
+
+    entered, release = threading.Event(), threading.Event()
+
+    class BlockedDeletes(LocalObjectStore):
+        def _blocked(self) -> None:
+            entered.set()
+            assert release.wait(120), "never released"
+
+        def delete(self, key: str) -> None:
+            self._blocked()
+            super().delete(key)
+
+        def delete_many(self, keys) -> None:
+            self._blocked()
+            super().delete_many(keys)
+
+    objects = BlockedDeletes(f"{local_cluster.root}/objects")
+    every_pass = replace(FAST_BROKER, produce_timeout_s=30.0, uploader=replace(
+        FAST_UPLOADER, archive_retention=ArchiveRetentionConfig(bytes_max=0, check_interval_s=1e-6)))
+    host = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, objects, every_pass)
+    local_cluster.hosts.append(host)
+    hosted = host.load(TOPIC)
+    try:
+        offset = 0
+        while not entered.is_set():  # each archived produce commits an object; the next pass cuts the older
+            assert hosted.produce(payload_for(offset), ack="archived") == offset
+            offset += 1
+            assert offset < 50, "no cut deleted an object"
+        # A cut's deletes are blocked now: archived produces still go through.
+        for _ in range(3):
+            assert hosted.produce(payload_for(offset), ack="archived") == offset
+            offset += 1
+        assert hosted.uploader.committed_through == offset - 1
+    finally:
+        release.set()
+    assert hosted.uploader.wait_object_deletes(120)
+    start = archive_start(local_cluster.metadata, TOPIC)
+    assert start > 0
+    hosted.uploader.upload_once()  # nothing is left below the start once its deletes ran
+    from tiered.archive.orphans import find_orphans
+    assert [o.key for o in find_orphans(local_cluster.metadata, objects, TOPIC) if o.below_start] == []

@@ -309,8 +309,10 @@ def test_crash_after_descriptors_are_deleted_leaves_orphans_that_gc_collects(env
 
 def test_crash_midway_through_the_objects_is_finished_by_gc(env) -> None:
     uploader, _wal, descriptors = build_archive(env, 4)
+    one_at_a_time = retention(env, bytes_max=0, hook=crash_at("after_object_deleted"))
+    one_at_a_time.object_batch_max = 1
     with pytest.raises(Crash):
-        retention(env, bytes_max=0, hook=crash_at("after_object_deleted")).run(uploader.committed_through)
+        one_at_a_time.run(uploader.committed_through)
     assert len(object_keys(env)) == 3  # one of the three deleted
     assert len(collect_garbage(env.raw_metadata, env.raw_objects, env.topic, grace_s=0)) == 2
     assert object_keys(env) == {descriptor_object_key(env.topic, descriptors[-1])}

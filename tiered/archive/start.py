@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 
 from tiered.metadata import keys
 from tiered.metadata.base import KeyValue, MetadataStore
-from tiered.metadata.keys import ArchiveStart, ObjectDescriptor
+from tiered.metadata.keys import ArchiveStart, ObjectDescriptor, TopicTombstone
 from wal.errors import OffsetBelowRetention, WalError
 from wal.topics import TopicName
 
@@ -58,6 +58,11 @@ def incarnation_first_offset(metadata: MetadataStore, topic: TopicName | str) ->
     created again, the tombstone's ``next_offset`` (numbering continues past the deleted
     incarnation, so no offset is ever given to two messages under one name)."""
     tomb, _raw = keys.read_tombstone(metadata, topic)
+    return incarnation_start(tomb)
+
+
+def incarnation_start(tomb: TopicTombstone | None) -> int:
+    """:func:`incarnation_first_offset` from a tombstone already read (None: none)."""
     return tomb.next_offset if tomb is not None and tomb.phase == "recreated" else 0
 
 
@@ -83,5 +88,5 @@ def retained(descriptors: Iterable[ObjectDescriptor], start: int) -> Iterator[Ob
     return (d for d in descriptors if d.end_offset >= start)
 
 
-__all__ = ["OffsetBelowArchiveStart", "archive_start", "check_retained", "incarnation_first_offset", "read_archive_start",
-           "retained"]
+__all__ = ["OffsetBelowArchiveStart", "archive_start", "check_retained", "incarnation_first_offset", "incarnation_start",
+           "read_archive_start", "retained"]

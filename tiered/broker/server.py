@@ -207,6 +207,8 @@ class BrokerServer:
                 self._reads, _read_batch, reader, start, tip, limit, wait_s)
         except OffsetBelowRetention as e:  # archive retention overtook the read
             raise _below_retention(e) from e
+        except ReadError as e:  # a data error met mid-read (DataGap, CorruptArchive, ...): typed, as above
+            raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         finally:
             self._read_slots.release()
         return web.json_response({"messages": [_message_json(m) for m in messages],
@@ -277,7 +279,12 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     for a first message; once there are messages and the read caught up with ``tip``,
     take what arrives within READ_LINGER_S and answer. A watchdog closes the reader at
     the deadline (a live read blocks); a message is returned only if it was fully fetched
-    before that."""
+    before that.
+
+    Only the watchdog's own close ends a read quietly. Any other reader error (a
+    ``DataGap``, ``CorruptArchive``, ``OffsetOutOfOrder``, ``OffsetBelowRetention``) is
+    raised when nothing was read yet; after messages it ends the batch there (what was
+    served is contiguous and real) and the next read, which starts at it, gets the error."""
     messages: list = []
     moved = False
     begun = time.monotonic()
@@ -285,6 +292,7 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     caught_up_at: list[float] = []  # when the read reached the tip with messages in hand
     stop = threading.Event()
     wake = threading.Event()  # the deadline may have moved (or stop was set)
+    timed_out = threading.Event()  # the watchdog closed the reader at the deadline
 
     def deadline() -> float:
         if caught_up_at:
@@ -297,6 +305,7 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
         while not stop.is_set():
             remaining_s = deadline() - time.monotonic()
             if remaining_s <= 0:
+                timed_out.set()
                 reader.close()
                 return
             wake.wait(remaining_s)
@@ -315,7 +324,10 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     except TopicMoved:
         moved = True
     except ReadError:
-        pass  # closed by the watchdog: what was read is the answer
+        if not timed_out.is_set() and not messages:
+            raise  # a data error, not the deadline: the answer is the error
+        # Closed by the watchdog (what was read is the answer), or an error after
+        # messages: the next read starts at it and gets it.
     except OffsetBelowRetention:
         if not messages:
             raise  # the answer is the error (404 naming the first retained offset)

@@ -417,9 +417,11 @@ class BrokerHost:
                     # a damaged marker say. Retired as stale, against its takeover record.
                     ours = not foreign
                 if ours:
-                    # Our own unsealed WAL that does not join the archive: numbering restarts
-                    # at the planned offset, so whatever it holds from there on is lost here
-                    # and now (recorded exactly before the WAL moves). It is the previous
+                    # Our own unsealed WAL that does not join the archive: it begins past
+                    # the archive's end (a hole; a WAL the archive went past is foreign
+                    # above). Numbering restarts at the planned offset, below the WAL's
+                    # first, so all it holds is lost here and now (recorded exactly before
+                    # the WAL moves; never deleted as archived). It is the previous
                     # epoch's history, so its record is the takeover's record too.
                     retired.append(replace(self.stale.retire(topic, plan.start_offset, wal_epoch),
                                            current=True))
@@ -445,7 +447,15 @@ class BrokerHost:
         at all, by this broker: it was opened where the topic continued under our epoch and
         nobody else wrote since. A descriptor of another broker overlapping it means a
         takeover happened after it was written (the owner record can name us again after a
-        failed load of ours, and a damaged ``.owner`` cannot tell the epochs apart)."""
+        failed load of ours, and a damaged ``.owner`` cannot tell the epochs apart).
+
+        Archive retention may have removed those descriptors (the takeover's evidence):
+        the archive continuing PAST this WAL's tip is then the evidence left, because our
+        own uploader never commits past our WAL's tip. Such a WAL is reported ``foreign``
+        too and retired against its takeover record (quarantined with its exact lost
+        range when it holds unarchived offsets), never deleted as "all archived": offsets
+        below the archive start were archived by SOME owner, not necessarily from these
+        bytes (docs/SAFETY.md, "retire a stale WAL")."""
         wal = self.root.open_local(topic)
         first, tip_next = wal.first_offset, wal.next_offset
         if tip_next > first:
@@ -462,6 +472,12 @@ class BrokerHost:
             log.info("topic %s: recovered local WAL %d..%d (archive continues at %d)",
                      topic, first, tip_next - 1, plan.start_offset)
             return wal, False
+        if plan.start_offset > tip_next:
+            log.warning("topic %s: local WAL %d..%d ends below where the archive continues (%d): offsets past "
+                        "its tip were archived by another owner since it was written; retiring it as stale",
+                        topic, first, tip_next - 1, plan.start_offset)
+            wal.close()
+            return None, True
         log.warning("topic %s: local WAL %d..%d does not join the archive at %d; retiring it",
                     topic, first, tip_next - 1, plan.start_offset)
         wal.close()

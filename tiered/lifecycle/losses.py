@@ -25,7 +25,6 @@ from tiered.metadata.base import MetadataStore, Put, absent, value_is
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
 from tiered.lifecycle.restore import RestorePlan, unarchived_by
 from tiered.archive import list_descriptors
-from tiered.archive.start import archive_start
 from wal.topics import TopicName
 
 
@@ -70,10 +69,14 @@ class LossRecords:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
         this broker covers, and the newest epoch this broker archived under (0: none).
 
-        Offsets below the archive start count as covered: archive retention removes only
-        committed descriptors (never the tip), so they were archived, and their
-        descriptors being gone is no loss of this WAL's (it would be a false LostRange)."""
-        covered, epoch = max(first, archive_start(self.metadata, topic)) - 1, 0
+        Only this broker's own descriptors count. Offsets below the archive start whose
+        descriptors retention removed do NOT count as archived by us: some owner archived
+        those numbers, not necessarily from this WAL's bytes (a failover may have given
+        them to other messages). Where that evidence is gone the caller quarantines the
+        WAL and records the range, keeping the bytes, rather than deleting it: a possibly
+        false LostRange below the archive start costs an operator a look, a wrong delete
+        would lose the only copy of acknowledged messages."""
+        covered, epoch = first - 1, 0
         for d in list_descriptors(self.metadata, topic):
             if d.broker_id != self.broker_id:
                 continue

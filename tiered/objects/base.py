@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tiered.errors import InvalidKey
@@ -114,6 +114,10 @@ def check_prefix(prefix: str) -> str:
 Data = bytes | bytearray | memoryview | os.PathLike[str] | str
 
 
+#: Keys one :meth:`ObjectStore.delete_many` takes (S3's ``DeleteObjects`` limit).
+DELETE_MANY_MAX = 1000
+
+
 class ObjectStore(abc.ABC):
     """Abstract object store. See the module docstring for the semantics."""
 
@@ -153,6 +157,21 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, key: str) -> None: ...
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete every key in ``keys`` (at most :data:`DELETE_MANY_MAX`); a missing key
+        is no error. Stores with a batch request override this (S3 ``DeleteObjects``:
+        one request); the default deletes one by one. On an error some keys may be
+        deleted and others not: callers only pass keys safe to delete in any order."""
+        if len(keys) > DELETE_MANY_MAX:
+            raise ValueError(f"delete_many takes at most {DELETE_MANY_MAX} keys, got {len(keys)}")
+        from tiered.errors import ObjectNotFound
+
+        for key in keys:
+            try:
+                self.delete(key)
+            except ObjectNotFound:
+                continue
 
     def exists(self, key: str) -> bool:
         from tiered.errors import ObjectNotFound

@@ -16,7 +16,7 @@ import errno
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from tiered.errors import (
     InvalidKey,
@@ -28,6 +28,7 @@ from tiered.errors import (
     StorageUnavailable,
 )
 from tiered.objects.base import (
+    DELETE_MANY_MAX,
     ByteRequest,
     Capabilities,
     Data,
@@ -129,6 +130,23 @@ class LocalObjectStore(ObjectStore):
             except FileNotFoundError:
                 return
             _fsync_dir(os.path.dirname(path))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Unlink each key's file, then fsync each directory touched once."""
+        if len(keys) > DELETE_MANY_MAX:
+            raise ValueError(f"delete_many takes at most {DELETE_MANY_MAX} keys, got {len(keys)}")
+        touched: dict[str, str] = {}
+        for key in keys:
+            path = self._path(key)
+            with _mapped(key):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+            touched.setdefault(os.path.dirname(path), key)
+        for directory, key in touched.items():
+            with _mapped(key):
+                _fsync_dir(directory)
 
     def sweep_temp(self) -> int:
         """Remove temp files left by crashed puts; returns how many. Call at startup only."""

@@ -39,7 +39,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -60,6 +60,7 @@ from tiered.errors import (
     StorageUnavailable,
 )
 from tiered.objects.base import (
+    DELETE_MANY_MAX,
     ByteRequest,
     Capabilities,
     Data,
@@ -230,6 +231,22 @@ class S3ObjectStore(ObjectStore):
     def delete(self, key: str) -> None:
         with self._mapped(key, "delete"):
             self._client.delete_object(Bucket=self.bucket, Key=self._full(key))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """One ``DeleteObjects`` request (quiet: only failures are answered); a key that
+        failed raises, naming the first failure, after the others were deleted."""
+        if len(keys) > DELETE_MANY_MAX:
+            raise ValueError(f"delete_many takes at most {DELETE_MANY_MAX} keys, got {len(keys)}")
+        if not keys:
+            return
+        with self._mapped(keys[0], "delete_many"):
+            resp = self._client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": self._full(k)} for k in keys], "Quiet": True})
+        errors = resp.get("Errors") or []
+        if errors:
+            first = errors[0]
+            raise StorageError(f"delete_many {self._where(keys[0])}: {len(errors)} of {len(keys)} keys not deleted, "
+                               f"first {first.get('Key')}: {first.get('Code')} {first.get('Message')} ({self.endpoint})")
 
     # -- reads -------------------------------------------------------------
     def get(self, key: str) -> bytes:

@@ -47,6 +47,7 @@ from tiered.archive.chain import decode_descriptor
 from tiered.archive.fetch import ObjectMismatch, ObjectPin
 from tiered.archive.naming import descriptor_object_key
 from tiered.archive.orphans import find_orphans
+from tiered.archive.start import incarnation_start
 from tiered.errors import MalformedRecord, ObjectNotFound
 from tiered.lifecycle.ownership import OwnerRecord
 from tiered.metadata import keys
@@ -70,8 +71,9 @@ class VerifyReport:
     descriptors: int = 0
     objects_checked: int = 0
     archive_first_offset: int | None = None
-    #: The archive start (first retained offset; 0 when nothing was ever cut).
+    #: The archive start (first retained offset: past the last cut and the incarnation's first offset).
     archive_start: int = 0
+    archive_cut: bool = False  # archive retention moved the start (past the incarnation's first offset)
     archive_last_offset: int | None = None
     wal_first_offset: int | None = None
     wal_last_offset: int | None = None
@@ -96,10 +98,8 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     name = TopicName.parse(topic)
     report = VerifyReport(str(name))
     snapshot = _Snapshot.read(name, metadata)
-    cut = _archive_start(snapshot, report)
-    snapshot.incarnation_first = _incarnation_first(snapshot, report)
-    report.archive_start = max(cut, snapshot.incarnation_first)
-    descriptors = _retained(_load_descriptors(snapshot, report), report, cut)
+    report.archive_start = _archive_start(snapshot, report)
+    descriptors = _retained(_load_descriptors(snapshot, report), report)
     _check_chain(descriptors, report)
     if check_objects:
         _check_objects(name, descriptors, objects, report, progress or _no_progress)
@@ -123,9 +123,6 @@ class _Snapshot:
     lost: list[Any]
     start: Any = None
     tombstone: Any = None
-    #: Where the topic's current incarnation starts (a re-created name: the tombstone's
-    #: next offset; else 0). Set by :func:`verify_topic`.
-    incarnation_first: int = 0
 
     @classmethod
     def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
@@ -174,31 +171,26 @@ def _load_descriptors(snapshot: _Snapshot, report: VerifyReport) -> list[keys.Ob
 
 
 def _archive_start(snapshot: _Snapshot, report: VerifyReport) -> int:
-    kv = snapshot.start
-    if kv is None:
-        return 0
+    """What :func:`tiered.archive.start.archive_start` says, from the snapshot: past the
+    last cut and at or past the incarnation's first offset (a re-created topic's numbering
+    continues past the deleted incarnation's: offsets below are gone by decision)."""
+    cut = incarnation = 0
     try:
-        return keys.ArchiveStart.from_json(kv.key, kv.value).first_offset
+        if snapshot.start is not None:
+            cut = keys.ArchiveStart.from_json(snapshot.start.key, snapshot.start.value).first_offset
     except MalformedRecord as e:
-        report.add("malformed", str(e), key=kv.key)
-        return 0
-
-
-def _incarnation_first(snapshot: _Snapshot, report: VerifyReport) -> int:
-    """A re-created topic starts at its tombstone's next offset: nothing below it is missing."""
-    kv = snapshot.tombstone
-    if kv is None:
-        return 0
+        report.add("malformed", str(e), key=snapshot.start.key)
     try:
-        tomb = keys.TopicTombstone.from_json(kv.key, kv.value)
+        if snapshot.tombstone is not None:
+            kv = snapshot.tombstone
+            incarnation = incarnation_start(keys.TopicTombstone.from_json(kv.key, kv.value))
     except MalformedRecord as e:
-        report.add("malformed", str(e), key=kv.key)
-        return 0
-    return tomb.next_offset if tomb.phase == "recreated" else 0
+        report.add("malformed", str(e), key=snapshot.tombstone.key)
+    report.archive_cut = cut > incarnation
+    return max(cut, incarnation)
 
 
-def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport,
-              cut: int) -> list[keys.ObjectDescriptor]:
+def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) -> list[keys.ObjectDescriptor]:
     """The descriptors from the archive start on; the ones wholly below it are reported
     once (a retention cut interrupted between its steps) and left out of every check."""
     start = report.archive_start
@@ -216,9 +208,7 @@ def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport,
             report.add("gap", f"offsets {start}-{kept[0].start_offset - 1} are in no object (the archive "
                               f"starts at {start}, its first object at {kept[0].start_offset})",
                        first_offset=start, last_offset=kept[0].start_offset - 1)
-    elif cut > 0:
-        # Retention never removes the archive's tip, so a cut leaves an object at or past
-        # it. A re-created topic with nothing archived yet starts empty: no gap.
+    elif report.archive_cut:  # a cut never removes the tip (a new incarnation may have no object yet)
         report.add("gap", f"the archive starts at {start} but no object holds it or anything after it",
                    first_offset=start, last_offset=None)
     report.descriptors = len(kept)
@@ -309,9 +299,8 @@ def _check_sealed_state(snapshot: _Snapshot, report: VerifyReport) -> None:
         report.add("malformed", str(e), key=kv.key)
         return
     last, named = report.archive_last_offset, state.last_committed_offset
-    if snapshot.incarnation_first > 0 and (last is None or last < snapshot.incarnation_first - 1):
-        # A re-created topic's archive "ends" just below its first offset until it holds one.
-        last = snapshot.incarnation_first - 1
+    if last is None and report.archive_start > 0:
+        last = report.archive_start - 1  # a re-created topic with nothing archived yet ends there
     if named is not None and (last is None or named > last):
         report.add("sealed_mismatch", f"{'sealed' if state.sealed else 'open'} state names offset {named}, "
                                       f"beyond the archive's end {_fmt(last)}", sealed=named, archive=last)
