@@ -257,3 +257,28 @@ def test_catches_a_leader_that_never_completes_a_move(monkeypatch):
     [seed] = _lm_seeds(1, leader_loss=False)
     result = run_scenario(seed)
     assert not result.ok and result.violation.startswith("lm-move-completes"), result.to_json()
+
+
+def test_a_slow_machine_cannot_end_a_leader_term(monkeypatch):
+    """The harness's leader terms end only at its leader-loss steps. Here every reading of
+    the lease clock (the store's lease countdown and the election's default clock) is
+    5 s later than the one before: a machine so slow that each metadata operation takes
+    seconds. Each seed must still pass, with the same leader losses as on a fast machine."""
+    from tiered.cluster import leader
+    from tiered.metadata import base, sqlite
+
+    real = base.lease_clock
+    lag = [0.0]
+
+    def slow_machine() -> float:
+        lag[0] += 5.0
+        return real() + lag[0]
+
+    monkeypatch.setattr(sqlite, "lease_clock", slow_machine)
+    defaults = tuple(slow_machine if d is real else d for d in leader.LeaderElection.__init__.__defaults__)
+    monkeypatch.setattr(leader.LeaderElection.__init__, "__defaults__", defaults)
+    for seed in _lm_seeds(4, leader_loss=True) + _lm_seeds(2, leader_loss=False):
+        result = run_scenario(seed)
+        assert result.ok, result.to_json()
+        losses = [s for s in result.schedule if s.kind.startswith("lm_") and s.args["leader_loss"] is not None]
+        assert sum("leader lost at" in n for n in result.notes) == len(losses), result.notes

@@ -118,11 +118,22 @@ class Cluster:
         self.metadata.close()
 
 
+#: The bound of every wait that ends on an event (an fsync, an upload, a drain, a
+#: thread's exit). Reaching it is a failure, so it is far beyond what a loaded machine
+#: needs: a seed's outcome must not depend on the machine's speed. Waiting costs only
+#: the time the event takes; faults end by retry counts, not by these bounds (the one
+#: exception, a seal under a fault that never heals, uses ``FAULTED_SEAL_DRAIN_S``).
+WAIT_BOUND_S = 120.0
+#: The drain bound of a seal under a fault that stays until the seal gave up: that seal
+#: fails however long it tries, so a short bound only keeps the scenario fast.
+FAULTED_SEAL_DRAIN_S = 2.0
+
+
 def _config(hook: CrashHook) -> Any:
-    # Small bounds so faults resolve in milliseconds: a scenario must take ~0.3 s.
+    # Small retry backoffs so faults resolve in milliseconds: a scenario takes ~0.3 s.
     uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
-                              retry_backoff_max_s=0.005, drain_timeout_s=2.0, poll_interval_s=5.0,
+                              retry_backoff_max_s=0.005, drain_timeout_s=WAIT_BOUND_S, poll_interval_s=5.0,
                               compression="none", fault_hook=hook)
-    return BrokerConfig(wal_config=WalConfig(close_timeout_s=5.0), uploader=uploader,
-                        register_session=False, progress_interval_s=0.05, produce_timeout_s=5.0,
-                        flush_timeout_s=2.0, close_timeout_s=2.0)
+    return BrokerConfig(wal_config=WalConfig(close_timeout_s=WAIT_BOUND_S), uploader=uploader,
+                        register_session=False, progress_interval_s=0.05, produce_timeout_s=WAIT_BOUND_S,
+                        flush_timeout_s=WAIT_BOUND_S, close_timeout_s=WAIT_BOUND_S)

@@ -22,8 +22,15 @@ real topic and plays the parts the harness owns, synchronously and deterministic
   does: the owner seals when its assignment is gone, the assignee loads once the topic
   is released. Every seal and load goes through the harness's usual continuity checks.
 
-The leader runs on a simulated clock (one second per round) and real leases. Leader
-loss is the old leader's lease ending (revoked: what its expiry looks like to the
+**Time.** Nothing here reads the machine's clock, so a seed plays out the same on a fast
+and on a loaded machine. The load manager, its load reports and its election all run
+on the harness clock (:meth:`LoadManagerDriver.clock`: one second per round, still
+between rounds); the election's lease is refreshed at every round, and it is granted
+for ``LEADER_TTL_S``: a day, in harness seconds for the election's own certainty and in
+real seconds for the store's countdown, far longer than any scenario lasts (a few
+hundred rounds at most). So a term ends only where the schedule says.
+
+Leader loss is the old leader's lease ending (revoked: what its expiry looks like to the
 store) between two steps of a move, at the step the schedule names; a new leader
 reconciles from stored state and finishes the move. The stale leader's token is then
 used for one more write, which the fence must refuse (``lm-fenced``). A move the leader
@@ -60,7 +67,10 @@ LM_CONFIG = LoadManagerConfig(
                                   min_topic_age_s=0.0, hit_count=1, settle_delay_s=0.0, cv_threshold=0.1,
                                   pingpong_window_s=0.0, blacklist_topics=(BALLAST_NS + "*",)),
 )
-LM_RUNTIME = RuntimeConfig(leader_ttl_s=60.0)
+#: The leader lease: a day (see "Time" in the module docstring). Only an explicit
+#: leader-loss step ends a term, never a slow machine.
+LEADER_TTL_S = 86_400.0
+LM_RUNTIME = RuntimeConfig(leader_ttl_s=LEADER_TTL_S)
 
 
 class LoadManagerDriver:
@@ -89,7 +99,8 @@ class LoadManagerDriver:
         if self.lm is None:
             self.leaders += 1
             node = f"lm-{self.leaders}"
-            election = LeaderElection(self.metadata, node, LM_RUNTIME.leader_ttl_s)
+            election = LeaderElection(self.metadata, node, LM_RUNTIME.leader_ttl_s, clock=self.clock,
+                                      wall_clock=self.clock)
             self.lm = LoadManager(self.metadata, node, LM_CONFIG, LM_RUNTIME, election=election, clock=self.clock)
             election.tick()
             check(election.is_leader(), "lm-leader", f"{node} did not win a vacant election")
@@ -193,8 +204,8 @@ class LoadManagerDriver:
         self.now += 1.0
         self.report()
         lm = self._leader()
-        if lm.election.remaining_s() < LM_RUNTIME.leader_ttl_s / 2:
-            lm.election.tick()  # a long scenario (a slow machine) must not lose the lease by itself
+        lm.election.tick()  # refresh, as the election thread would (harness time: see the docstring)
+        check(lm.election.is_leader(), "lm-leader", f"{lm.node_id} lost its lease without a leader-loss step")
         report = lm.step()
         check(not report.fenced, "lm-fenced", "the only leader's write was refused by its own fence")
         if report.decision is not None and report.decision.checked:

@@ -42,6 +42,7 @@ Invariants (the names a failure reports):
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -59,7 +60,7 @@ from tiered.metadata import keys
 from tiered.read.cloud import CloudReader
 from tiered.read.errors import CorruptArchive, UnknownOffset
 from tiered.read.reader import read_messages
-from tiered.tools.harness.cluster import Cluster, HarnessCrash
+from tiered.tools.harness.cluster import FAULTED_SEAL_DRAIN_S, WAIT_BOUND_S, Cluster, HarnessCrash
 from tiered.tools.harness.model import SubscriptionModel, TopicModel, Violation, check
 from tiered.tools.harness.schedule import Step, make_schedule
 from tiered.tools.harness.subproc import kill_broker_mid_produce
@@ -293,7 +294,7 @@ class Scenario:
         # drains what was appended, so the WAL on that disk ends exactly at this tip.
         # (A stale owner keeps running; every append it made is already durable.)
         if keep_dead_running:
-            dead_hosted.wal.flush(5.0)
+            dead_hosted.wal.flush(WAIT_BOUND_S)
         else:
             self.cluster.crash(dead)
         dead_tip = _durable_tip(dead_hosted)
@@ -409,7 +410,7 @@ class Scenario:
             check(not old_hosted.check_ownership(), "fenced-refuses",
                   f"broker b{old} still believes it owns the topic after b{self.owner} took it over")
         try:
-            offset = old_hosted.produce(b"stale", timeout_s=2.0)
+            offset = old_hosted.produce(b"stale")
         except OwnershipLostError:
             pass
         else:
@@ -538,7 +539,7 @@ class Scenario:
             self.cluster.clear_faults()
             self.recover_uploader(index)
             return
-        self.faulted_seal(index)
+        self.faulted_seal(index, heals=step.args["transient"])
 
     def recover_uploader(self, index: int) -> None:
         """A fatal uploader error (e.g. a storage error it does not retry) stops it for
@@ -551,11 +552,21 @@ class Scenario:
         self.hosted().uploader.upload_once()
         self.check_descriptors()
 
-    def faulted_seal(self, index: int) -> None:
+    def faulted_seal(self, index: int, heals: bool = True) -> None:
+        """Seal under the armed fault. A fault that ``heals`` (fails once) is ridden out
+        within the usual generous bound; one that stays fails the seal whatever its drain
+        bound (it is cleared only afterwards), so that seal gets a short one."""
         host, hosted = self.cluster.host(self.owner), self.hosted()
         tip = hosted.next_offset - 1
+        if not heals:
+            config = host.config
+            host.config = dataclasses.replace(config, uploader=dataclasses.replace(
+                config.uploader, drain_timeout_s=FAULTED_SEAL_DRAIN_S))
         try:
-            last = host.unload(TOPIC)
+            try:
+                last = host.unload(TOPIC)
+            finally:
+                host.config = self.cluster.config
         except Exception as e:  # noqa: BLE001 - the failure is allowed; what it leaves is checked
             self.note(f"step {index}: seal under fault failed: {type(e).__name__}: {str(e)[:80]}")
             self.cluster.clear_faults()
@@ -617,7 +628,7 @@ class Scenario:
         hosted = self.hosted()
         # Unacknowledged appends of the last steps become readable once fsynced: readers
         # only ever see durable offsets, so flush before comparing against the tip.
-        hosted.wal.flush(5.0)
+        hosted.wal.flush(WAIT_BOUND_S)
         hosted.uploader.upload_once()
         tip = hosted.next_offset
         got = read_messages(hosted.create_reader("earliest", live=False), None)
