@@ -13,6 +13,7 @@ Never a pass/fail test. Run (about 1 minute for 1,000 + 10,000 on two cores):
 from __future__ import annotations
 
 import argparse
+import resource
 import gc
 import json
 import os
@@ -47,6 +48,15 @@ def measure(topics: int, directory: str) -> dict[str, float]:
     from tiered.metadata import open_metadata
     from tiered.objects import open_objects
 
+    # Each hosted topic keeps two descriptors open (its segment and its WAL directory), so
+    # a host of N topics needs a file limit above 2N (Kafka's docs advise 100,000 or more).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = 2 * topics + 256
+    if soft < needed <= hard or (soft < needed and hard == resource.RLIM_INFINITY):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    elif soft < needed:
+        raise SystemExit(f"{topics} topics need about {needed} open files; this machine allows {hard} "
+                         f"(raise `ulimit -n` or measure fewer topics)")
     os.makedirs(os.path.join(directory, "objects"), exist_ok=True)
     metadata = open_metadata(f"sqlite:///{directory}/metadata.db")
     objects = open_objects(f"file://{directory}/objects")
