@@ -66,13 +66,17 @@ def incarnation_start(tomb: TopicTombstone | None) -> int:
     return tomb.next_offset if tomb is not None and tomb.phase == "recreated" else 0
 
 
+def archive_cut(metadata: MetadataStore, topic: TopicName | str) -> int:
+    """Where archive retention's last cut left the start (0: nothing was ever cut)."""
+    record, _ = read_archive_start(metadata, topic)
+    return 0 if record is None else record.first_offset
+
+
 def archive_start(metadata: MetadataStore, topic: TopicName | str) -> int:
     """The first offset the topic still holds: past archive retention's cut and, for a
     re-created topic, at or past its incarnation's first offset (0 when neither applies).
     Everything below it is gone by decision (:class:`OffsetBelowArchiveStart`)."""
-    record, _ = read_archive_start(metadata, topic)
-    cut = 0 if record is None else record.first_offset
-    return max(cut, incarnation_first_offset(metadata, topic))
+    return max(archive_cut(metadata, topic), incarnation_first_offset(metadata, topic))
 
 
 def check_retained(metadata: MetadataStore, topic: TopicName | str, offset: int) -> None:
@@ -88,5 +92,5 @@ def retained(descriptors: Iterable[ObjectDescriptor], start: int) -> Iterator[Ob
     return (d for d in descriptors if d.end_offset >= start)
 
 
-__all__ = ["OffsetBelowArchiveStart", "archive_start", "check_retained", "incarnation_first_offset", "incarnation_start",
-           "read_archive_start", "retained"]
+__all__ = ["OffsetBelowArchiveStart", "archive_cut", "archive_start", "check_retained", "incarnation_first_offset",
+           "incarnation_start", "read_archive_start", "retained"]

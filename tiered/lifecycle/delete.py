@@ -126,12 +126,6 @@ def recreate_compares(metadata: MetadataStore, topic: TopicName) -> tuple[list[C
             tomb.next_offset)
 
 
-def topic_first_offset(metadata: MetadataStore, topic: TopicName) -> int:
-    """The first offset of the topic's current incarnation: the tombstone's ``next_offset``
-    when the name was deleted and created again, else 0."""
-    return incarnation_first_offset(metadata, topic)
-
-
 def topic_exists(metadata: MetadataStore, topic: TopicName) -> bool:
     """True when the topic was created (an owner record) and is not deleted."""
     tomb, _raw = keys.read_tombstone(metadata, topic)
@@ -257,7 +251,7 @@ def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str) 
             released = OwnerRecord(owner.broker_id, owner.epoch, owner.acquired_at, time.time(),
                                    owner.previous_broker_id)
             ops.append(Put(keys.owner_key(topic), released.encode()))
-        first = topic_first_offset(metadata, topic)
+        first = incarnation_first_offset(metadata, topic)
         # The next offset is read from the chain, the state and the progress record: a
         # zombie holder committing a descriptor or publishing progress between those reads
         # and this txn makes it fail (and the next attempt reads again), so the tombstone

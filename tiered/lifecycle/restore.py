@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from native.format import MAX_OFFSET
 from tiered.archive.chain import DescriptorChain
-from tiered.archive.start import archive_start, incarnation_first_offset
+from tiered.archive.start import archive_cut, archive_start, incarnation_first_offset
 from tiered.errors import MalformedRecord, MetadataError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
@@ -68,7 +68,8 @@ def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
     raised always has one at or above it (none is a broken chain: where the topic ends is
     unknown). A re-created topic that has not archived anything yet has none either: its
     start is its incarnation's first offset, not a cut."""
-    start = archive_start(metadata, topic)
+    cut, first = archive_cut(metadata, topic), incarnation_first_offset(metadata, topic)
+    start = max(cut, first)  # what archive_start() says, each record read once
     expected = start
     seen = False
     for d in DescriptorChain(metadata, topic).all():  # every record decoded before any is judged
@@ -82,7 +83,7 @@ def checked_chain_end(metadata: MetadataStore, topic: TopicName) -> int | None:
             raise BrokenChain(topic, f"{kind}: descriptor {d.start_offset}-{d.end_offset} follows {before}")
         expected = d.end_offset + 1
     if not seen:
-        if start > incarnation_first_offset(metadata, topic):
+        if cut > first:
             raise BrokenChain(topic, f"the archive starts at {start} but no descriptor reaches it")
         return None
     return expected - 1
@@ -155,9 +156,8 @@ def read_progress(metadata: MetadataStore, topic: TopicName) -> Progress | None:
 def plan_restore(metadata: MetadataStore, token: OwnerToken) -> RestorePlan:
     topic = token.topic
     sealed = read_sealed_state(metadata, topic)
-    first = archive_start(metadata, topic)
     descriptor_end = checked_chain_end(metadata, topic)
-    archive_next = first if descriptor_end is None else descriptor_end + 1
+    archive_next = archive_start(metadata, topic) if descriptor_end is None else descriptor_end + 1
     previous = token.previous
     previous_owner = previous.broker_id if previous is not None else None
     if _is_sealed(sealed):
