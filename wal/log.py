@@ -43,6 +43,8 @@ from wal.recovery import recover
 from wal.segment import Segment, SegmentInfo
 from wal.topics import TopicName
 from wal.group import CommitGroup, GroupMember, MemberHooks
+from wal.identity import ensure_wal_id
+from wal.journal import journal_exists, replay_standalone
 from wal.writer import Batch, CommitHooks, GroupCommitWriter, SegmentAppender
 
 _log = logging.getLogger(__name__)
@@ -84,6 +86,10 @@ class WriteAheadLog:
             group.check()  # a failed group's syncs vouch for nothing: touch no file for it
             fs = group.fs
         fs = fs or RealFs()
+        if group is None and journal_exists(fs, root_dir):
+            # The root has a shared journal: rounds of this WAL may live only there until it
+            # is replayed (under the journal's lock: WalLocked while a group uses it).
+            replay_standalone(fs, root_dir)
         directory = os.path.join(root_dir, name.namespace, name.name)
         fs.makedirs(directory)
         # Both names makedirs may have created must survive a power loss: the topic's (in the
@@ -97,10 +103,13 @@ class WriteAheadLog:
         lock = _take_lock(fs, directory)
         wal = None
         try:
+            # A journaled group names this WAL instance in its journal entries: the id must
+            # be durable before the first round is (wal/identity.py).
+            wal_id = ensure_wal_id(fs, directory) if group is not None and group.journal is not None else None
             recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
                                 config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
-                      group)
+                      group, wal_id)
             wal._dir_lock = lock
             wal._write_checkpoint()
             wal._writer.start()
@@ -115,7 +124,7 @@ class WriteAheadLog:
 
     def __init__(self, topic: TopicName, directory: str, config: WalConfig, fs: FileSystem,
                  segments: list[Segment], next_offset: int, metrics_registry: CollectorRegistry | None,
-                 group: CommitGroup | None = None) -> None:
+                 group: CommitGroup | None = None, wal_id: bytes | None = None) -> None:
         assert segments and segments[-1].last_offset + 1 == next_offset
         self.topic = topic
         self.directory = directory
@@ -167,7 +176,7 @@ class WriteAheadLog:
             try:
                 self._member = self._writer = group.join(
                     MemberHooks(commit=hooks, take_ready=self._take_ready, park=self._core.park),
-                    appender, str(topic))
+                    appender, str(topic), wal_id)
             except BaseException:
                 appender.close()
                 self.metrics.close()

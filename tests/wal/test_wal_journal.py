@@ -1,0 +1,526 @@
+"""The shared journal (wal/journal.py, format: native/journal_format.py).
+
+The promises: every offset acknowledged to any topic of a journaled group survives a power
+loss at any moment (the journal's unsynced tail and the segments' unsynced rounds torn in
+any page order), every WAL opens again; a topic deleted (or deleted and created again) is
+never resurrected by a replay; damage to a journal round that had been synced is refused
+with nothing touched; a checkpoint or journal sync failure fails every topic closed and
+loses nothing acknowledged; checkpoints keep the journal bounded whatever the idle topics;
+a closed WAL never needs the journal; one journal per root, one opener at a time.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from native.journal_format import JOURNAL_DIR, parse_journal_file_name
+from tests.wal.helpers import check_payload, payload_for, read_all, small_config
+from wal import WalFailed, WriteAheadLog
+from wal.errors import CorruptLog, WalLocked
+from wal.group import CommitGroup
+from wal.identity import WAL_ID_NAME
+from wal.journal import JournalConfig
+from wal.testing import FaultFs
+
+ROOT = "/wal"
+JOURNAL = os.path.join(ROOT, JOURNAL_DIR)
+# Small files and frequent checkpoints: the runs below cross many file switches, recycles
+# and checkpoints.
+SMALL_JOURNAL = JournalConfig(file_bytes=16 * 1024, checkpoint_bytes=8 * 1024, checkpoint_interval_s=0.02)
+# No checkpoint unless asked: the journal holds every round written.
+NO_CHECKPOINTS = JournalConfig(file_bytes=1 << 20, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0)
+
+
+def _topic(index: int) -> str:
+    return f"/ns/t{index}"
+
+
+def _wait_until(predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.0005)
+
+
+class _Acks:
+    """Highest offset each topic's durable listener reported (what was acknowledged)."""
+
+    def __init__(self, topics: int) -> None:
+        self._lock = threading.Lock()
+        self.highest = [-1] * topics
+
+    def listener(self, index: int):
+        def on_durable(offset: int) -> None:
+            with self._lock:
+                self.highest[index] = max(self.highest[index], offset)
+        return on_durable
+
+    def snapshot(self) -> list[int]:
+        with self._lock:
+            return list(self.highest)
+
+
+def _open(fs: FaultFs, group: CommitGroup | None, index: int, config, acks: _Acks | None = None) -> WriteAheadLog:
+    wal = WriteAheadLog.open(ROOT, _topic(index), config, fs=fs, group=group)
+    if acks is not None:
+        wal.add_durable_listener(acks.listener(index))
+    return wal
+
+
+def _check_recovered(wal: WriteAheadLog, acked_through: int, appended: dict[int, bytes]) -> None:
+    records = read_all(wal)
+    assert [r.offset for r in records] == list(range(wal.next_offset)), f"{wal.topic}: offsets contiguous from 0"
+    assert wal.next_offset >= acked_through + 1, f"{wal.topic}: acknowledged offset {acked_through} was lost"
+    for record in records:
+        check_payload(record.payload)
+        assert record.payload == appended[record.offset], (
+            f"{wal.topic}: offset {record.offset} holds a message never appended under it")
+
+
+def _journal_files(fs: FaultFs) -> list[int]:
+    return sorted(s for s in map(parse_journal_file_name, fs.listdir(JOURNAL)) if s is not None)
+
+
+def test_many_topics_sharing_a_journal_survive_power_loss_at_random_points():
+    topics = 10
+    images = held = rejoined = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        config = small_config(segment_bytes_max=rng.choice((4096, 16 * 1024, 1 << 20)), max_message_bytes=16 * 1024)
+        journal = rng.choice((SMALL_JOURNAL, NO_CHECKPOINTS,
+                              JournalConfig(file_bytes=4096 * 16, checkpoint_bytes=2048, checkpoint_interval_s=0.001)))
+        fs = FaultFs()
+        appended: list[dict[int, bytes]] = [{} for _ in range(topics)]
+        acked = [-1] * topics
+        for incarnation in range(3):
+            group = CommitGroup(ROOT, fs, journal=journal)
+            acks = _Acks(topics)
+            wals = [_open(fs, group, i, config, acks) for i in range(topics)]
+            for i, wal in enumerate(wals):
+                _check_recovered(wal, acked[i], appended[i])
+            for step in range(rng.randrange(5, 150)):
+                i = rng.randrange(topics)
+                if rng.random() < 0.04:  # a topic leaves mid-run and joins again
+                    wals[i].close()
+                    wals[i] = _open(fs, group, i, config, acks)
+                    _check_recovered(wals[i], acks.snapshot()[i], appended[i])
+                    rejoined += 1
+                    continue
+                first = wals[i].next_offset
+                batch = [payload_for(first + k, incarnation, rng.choice((5, 80, 700, 3000)))
+                         for k in range(rng.randrange(1, 5))]
+                assert wals[i].append_batch(batch) == first
+                appended[i].update(zip(range(first, first + len(batch)), batch))
+                if rng.random() < 0.1:
+                    wals[i].flush()
+                if rng.random() < 0.02:
+                    group.journal.checkpoint()  # a checkpoint racing the rounds
+            if rng.random() < 0.5:
+                acked = acks.snapshot()  # acknowledged before the image, so synced before it
+                image = fs.random_crash_image(rng) if rng.random() < 0.7 else fs.crash_image(
+                    rng.randrange(0, 3000), bytes(rng.randrange(0, 64)))
+            else:
+                # In the middle of a round: written to several topics' segments and to the
+                # journal, its fdatasync in flight.
+                fs.hold_syncs()
+                try:
+                    for i in rng.sample(range(topics), 4):
+                        first = wals[i].next_offset
+                        batch = [payload_for(first + k, incarnation, 1500) for k in range(3)]
+                        assert wals[i].append_batch(batch) == first
+                        appended[i].update(zip(range(first, first + len(batch)), batch))
+                    _wait_until(lambda: fs.syncs_waiting >= 1)
+                    acked = acks.snapshot()
+                    image = fs.random_crash_image(rng)
+                    held += 1
+                finally:
+                    fs.release_syncs()
+            for wal in wals:
+                wal.close()
+            group.close()
+            images += 1
+            fs = image
+        # Replayed by a standalone opener as well as by a group (the loop above).
+        for i in range(topics):
+            wal = _open(fs, None, i, config)
+            _check_recovered(wal, acked[i], appended[i])
+            wal.close()
+    assert images == 90 and held >= 25 and rejoined >= 20, (images, held, rejoined)
+
+
+def test_one_journal_fdatasync_per_round_whatever_the_number_of_topics():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, small_config(segment_bytes_max=1 << 20)) for i in range(100)]
+    before_all, before_fs = fs.sync_calls, fs.syncfs_calls
+    fs.hold_syncs()
+    try:
+        wals[0].append(b"first")  # round 1: its sync is held
+        _wait_until(lambda: fs.syncs_waiting == 1)
+        for wal in wals:
+            wal.append(b"x" * 100)  # all of these form round 2
+    finally:
+        fs.release_syncs()
+    for wal in wals:
+        wal.flush()
+    assert fs.sync_calls - before_all == 2, "100 topics' rounds need one journal fdatasync each round"
+    assert fs.syncfs_calls == before_fs, "and no syncfs"
+    assert [w.durable_offset for w in wals] == [1] + [0] * 99
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_a_deleted_topic_is_never_resurrected_by_a_replay():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    old = _open(fs, group, 0, config)
+    keeper = _open(fs, group, 1, config)
+    for n in range(20):
+        old.append(payload_for(n, 1))
+        keeper.append(payload_for(n, 1))
+    old.flush()
+    keeper.flush()
+    old.close()
+    old.delete()  # sealed and moved away: its rounds are still in the journal
+    image_deleted = fs.crash_image()
+    # Created again at the same path while the old instance's rounds are in the journal.
+    new = _open(fs, group, 0, config)
+    assert new.next_offset == 0
+    for n in range(3):
+        new.append(payload_for(n, 2))
+    new.flush()
+    keeper.flush()
+    image_recreated = fs.random_crash_image(random.Random(7))
+    new.close()
+    keeper.close()
+    group.close()
+
+    group = CommitGroup(ROOT, image_deleted, journal=NO_CHECKPOINTS)
+    assert group.journal.replayed.skipped_entries > 0, "the deleted WAL's entries were seen and skipped"
+    assert not image_deleted.exists(os.path.join(ROOT, "ns", "t0")), "the deleted WAL came back"
+    kept = _open(image_deleted, group, 1, config)
+    assert [check_payload(r.payload) for r in read_all(kept)] == [(n, 1) for n in range(20)]
+    kept.close()
+    group.close()
+
+    group = CommitGroup(ROOT, image_recreated, journal=NO_CHECKPOINTS)
+    wal = _open(image_recreated, group, 0, config)
+    assert [check_payload(r.payload) for r in read_all(wal)] == [(n, 2) for n in range(3)], \
+        "the re-created WAL holds only its own messages"
+    wal.close()
+    group.close()
+
+
+def test_damage_to_a_synced_journal_round_is_refused_and_nothing_is_touched():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(3)]
+    for n in range(6):  # six rounds, each synced before the next
+        for wal in wals:
+            wal.append(payload_for(n, 0, 500))
+        for wal in wals:
+            wal.flush()
+    # The power goes while a seventh round's journal sync is held.
+    fs.hold_syncs()
+    try:
+        for wal in wals:
+            wal.append(payload_for(6, 0, 500))
+        _wait_until(lambda: fs.syncs_waiting == 1)
+        image = fs.random_crash_image(random.Random(3))
+    finally:
+        fs.release_syncs()
+    for wal in wals:
+        wal.close()
+    group.close()
+    # Flip one byte inside the third round's frames: that round was synced (later rounds
+    # follow it), so this is corruption, not a torn tail.
+    current = _journal_files(image)[-1]
+    path = os.path.join(JOURNAL, f"{current:020d}.jnl")
+    data = bytearray(image.read_all(path))
+    target = data.index(payload_for(2, 0, 500)[8:40])
+    data[target] ^= 0x40
+    _overwrite(image, path, bytes(data))
+    segments = _segment_bytes(image)
+    with pytest.raises(CorruptLog, match="had been synced"):
+        CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    with pytest.raises(CorruptLog):
+        _open(image, None, 0, config)  # a standalone opener replays, so it refuses too
+    assert _segment_bytes(image) == segments, "a refused replay wrote nothing"
+
+
+def test_a_torn_last_journal_round_is_ignored_whatever_its_bytes():
+    for seed in range(40):
+        rng = random.Random(seed)
+        fs = FaultFs()
+        config = small_config(segment_bytes_max=1 << 20)
+        group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+        wals = [_open(fs, group, i, config) for i in range(4)]
+        for n in range(5):
+            for wal in wals:
+                wal.append(payload_for(n, 0, rng.choice((10, 900, 5000))))
+            for wal in wals:
+                wal.flush()
+        fs.hold_syncs()
+        try:
+            for wal in wals:
+                wal.append_batch([payload_for(5 + k, 0, 3000) for k in range(3)])
+            _wait_until(lambda: fs.syncs_waiting == 1)
+            image = fs.random_crash_image(rng)
+        finally:
+            fs.release_syncs()
+        for wal in wals:
+            wal.close()
+        group.close()
+        group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+        for i in range(4):
+            wal = _open(image, group, i, config)
+            got = [check_payload(r.payload)[0] for r in read_all(wal)]
+            assert got[:5] == list(range(5)) and got == list(range(len(got))), (seed, i, got)
+            wal.close()
+        group.close()
+
+
+def test_checkpoints_keep_the_journal_bounded_and_idle_topics_pin_nothing():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=64 * 1024)
+    journal = JournalConfig(file_bytes=32 * 1024, checkpoint_bytes=16 * 1024, checkpoint_interval_s=3600.0)
+    group = CommitGroup(ROOT, fs, journal=journal)
+    idle = [_open(fs, group, i, config) for i in range(1, 51)]
+    for wal in idle:
+        wal.append(payload_for(0))  # written once, then never again
+        wal.flush()
+    busy = _open(fs, group, 0, config)
+    most = 0
+    for n in range(600):
+        busy.append(payload_for(n, 0, 1000))
+        if n % 5 == 0:
+            busy.flush()
+            most = max(most, len(_journal_files(fs)))
+    busy.flush()
+    assert group.journal.checkpoints >= 20, group.journal.checkpoints
+    assert most <= 4, f"the journal kept {most} files: something pins it"
+    image = fs.random_crash_image(random.Random(1))
+    for wal in [busy, *idle]:
+        wal.close()
+    group.close()
+    group = CommitGroup(ROOT, image, journal=journal)
+    assert group.journal.replayed.bytes < 64 * 1024, "replay is bounded by the checkpoint, not the history"
+    wal = _open(image, group, 0, config)
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(600))
+    wal.close()
+    for i in range(1, 51):
+        wal = _open(image, group, i, config)
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == [0]
+        wal.close()
+    group.close()
+
+
+def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(3)]
+    for n in range(10):
+        for wal in wals:
+            wal.append(payload_for(n))
+        for wal in wals:
+            wal.flush()
+    fs.fail_sync_after = fs.sync_calls  # the checkpoint's first segment sync fails
+    with pytest.raises(OSError):
+        group.journal.checkpoint()
+    group.journal._fail(OSError("injected"))  # what the checkpointer thread does with it
+    for wal in wals:
+        _wait_until(lambda: wal.failed)
+        with pytest.raises(WalFailed):
+            wal.append(b"more")
+    assert group.failed
+    for wal in wals:
+        wal.close()
+    group.close()
+    fs.fail_sync_after = None
+    image = fs.random_crash_image(random.Random(5))
+    group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    for i in range(3):
+        wal = _open(image, group, i, config)
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(10))
+        wal.close()
+    group.close()
+
+
+def test_a_journal_sync_failure_fails_every_topic_closed():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, small_config()) for i in range(3)]
+    for wal in wals:
+        wal.append(payload_for(0))
+        wal.flush()
+    fs.fail_sync_after = fs.sync_calls
+    offset = wals[0].append(payload_for(1))
+    with pytest.raises(WalFailed):
+        wals[0].wait_durable(offset, 30.0)
+    for wal in wals:
+        _wait_until(lambda: wal.failed)
+        assert wal.durable_offset == 0
+    with pytest.raises(WalFailed):
+        _open(fs, group, 9, small_config())
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_a_closed_wal_never_needs_the_journal():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    for n in range(30):
+        wal.append(payload_for(n, 0, 300))
+    wal.close()
+    other = _open(fs, group, 1, config)
+    other.append(payload_for(0))
+    other.flush()
+    image = fs.random_crash_image(random.Random(2))
+    other.close()
+    group.close()
+    # Even with the whole journal gone, the closed WAL is whole.
+    for name in image.listdir(JOURNAL):
+        image.remove(os.path.join(JOURNAL, name))
+    image.rmdir(JOURNAL)
+    wal = _open(image, None, 0, config)
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(30))
+    wal.close()
+
+
+def test_one_journal_opener_at_a_time():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    with pytest.raises(WalLocked):
+        CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    with pytest.raises(WalLocked):
+        WriteAheadLog.open(ROOT, _topic(0), fs=fs)  # a standalone opener would replay under it
+    with pytest.raises(WalLocked):
+        CommitGroup(ROOT, fs)  # nor may a syncfs group of the same root
+    group.close()
+    CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS).close()
+
+
+def test_replay_without_a_readable_checkpoint_writes_the_same_bytes_again():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=8192)
+    journal = JournalConfig(file_bytes=64 * 1024, checkpoint_bytes=16 * 1024, checkpoint_interval_s=3600.0)
+    group = CommitGroup(ROOT, fs, journal=journal)
+    wals = [_open(fs, group, i, config) for i in range(3)]
+    for n in range(120):
+        for wal in wals:
+            wal.append(payload_for(n, 0, 400))
+        if n % 3 == 0:
+            for wal in wals:
+                wal.flush()
+    for wal in wals:
+        wal.flush()
+    image = fs.random_crash_image(random.Random(11))
+    for wal in wals:
+        wal.close()
+    group.close()
+    _overwrite(image, os.path.join(JOURNAL, "wal.ckpt"), b"{not json")
+    group = CommitGroup(ROOT, image, journal=journal)
+    for i in range(3):
+        wal = _open(image, group, i, config)
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(120))
+        wal.close()
+    group.close()
+
+
+def test_a_crash_during_replay_replays_again():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=4096)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(5)]
+    for n in range(40):
+        for wal in wals:
+            wal.append(payload_for(n, 0, 200))
+        for wal in wals:
+            wal.flush()
+    image = fs.random_crash_image(random.Random(4))
+    for wal in wals:
+        wal.close()
+    group.close()
+    for fail_after in range(0, 12, 2):
+        attempt = image.crash_image()
+        attempt.fail_sync_after = attempt.sync_calls + fail_after
+        with pytest.raises(OSError):
+            CommitGroup(ROOT, attempt, journal=NO_CHECKPOINTS)
+        attempt.fail_sync_after = None
+        after = attempt.random_crash_image(random.Random(fail_after))
+        group = CommitGroup(ROOT, after, journal=NO_CHECKPOINTS)
+        for i in range(5):
+            wal = _open(after, group, i, config)
+            assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(40))
+            wal.close()
+        group.close()
+
+
+def test_entries_of_segments_retention_removed_are_skipped():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=2048)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    for n in range(60):
+        wal.append(payload_for(n, 0, 300))
+        wal.flush()
+    removed = wal.truncate_before(40)
+    assert removed > 0
+    first = wal.first_offset
+    image = fs.random_crash_image(random.Random(9))
+    wal.close()
+    group.close()
+    group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    assert group.journal.replayed.skipped_entries > 0
+    wal = _open(image, group, 0, config)
+    assert wal.first_offset == first
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(first, 60))
+    wal.close()
+    group.close()
+
+
+def test_a_wal_whose_id_file_is_gone_is_not_replayed_into():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    assert fs.exists(os.path.join(ROOT, "ns", "t0", WAL_ID_NAME))
+    wal.append(payload_for(0))
+    wal.flush()
+    wal.close()
+    group.close()
+    # A directory (say, restored from elsewhere) without the id: nothing is written into it.
+    fs.remove(os.path.join(ROOT, "ns", "t0", WAL_ID_NAME))
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    assert group.journal.replayed.wals == 0
+    group.close()
+
+
+def _overwrite(fs: FaultFs, path: str, data: bytes) -> None:
+    fs.remove(path)
+    handle = fs.open_append(path)
+    handle.write([data])
+    handle.sync()
+    handle.close()
+    fs.fsync_dir(os.path.dirname(path))
+
+
+def _segment_bytes(fs: FaultFs) -> dict[str, bytes]:
+    found = {}
+    for i in range(3):
+        directory = os.path.join(ROOT, "ns", f"t{i}")
+        for name in fs.listdir(directory):
+            if name.endswith(".seg"):
+                found[os.path.join(directory, name)] = fs.read_all(os.path.join(directory, name))
+    return found
