@@ -506,6 +506,28 @@ def replay_standalone(fs: FileSystem, root: str) -> ReplayReport:
         lock.release()
 
 
+def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str, tuple[int, bytes]]:
+    """Read-only: what a replay of ``root``'s journal would write into the WAL at
+    ``directory`` (``{segment path: (truncate to, bytes appended there)}``; empty without a
+    journal or without rounds of that WAL). For checkers that must not open a WAL (``dnb
+    verify``): a journaled WAL's segments hold the truth only once this is laid over them.
+    Raises CorruptLog where replay would."""
+    journal_dir = os.path.join(root, JOURNAL_DIR)
+    if not fs.exists(journal_dir):
+        return {}
+    wal_id = read_wal_id(fs, directory)
+    if wal_id is None:
+        return {}
+    files = sorted(s for s in map(parse_journal_file_name, fs.listdir(journal_dir)) if s is not None)
+    rounds, _end, _start = _scan(fs, journal_dir, files, read_checkpoint(fs, journal_dir, name=_CHECKPOINT))
+    entries = [(entry, payload) for round_ in rounds for entry, payload in round_.entries if entry.wal_id == wal_id]
+    if not entries:
+        return {}
+    _check_chain(directory, entries)
+    plans, _skipped = _plan_segments(fs, directory, entries)
+    return {plan.path: (plan.truncate_to, b"".join(plan.parts)) for plan in plans}
+
+
 # ---------------------------------------------------------------------- replay
 @dataclass
 class _Round:
