@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from prometheus_client import CollectorRegistry
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -42,6 +43,7 @@ from native.format import ROUND_MARKER_BYTES
 from wal.errors import WalFailed, WalTimeout
 from wal.fs import FileSystem, SyncHandle
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
+from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
 
 _log = logging.getLogger(__name__)
@@ -100,16 +102,19 @@ class GroupMember:
 class CommitGroup:
     """The commit group of one WAL root (see the module docstring). Thread-safe."""
 
-    def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None) -> None:
+    def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
         """``journal``: make rounds durable through the root's shared journal (replayed
-        here first, before any WAL of the root opens); None: one ``syncfs`` per round."""
+        here first, before any WAL of the root opens); None: one ``syncfs`` per round.
+        ``metrics_registry``: where the group's metrics go (a private one when None)."""
         self.root = root
         self.fs = fs
         fs.makedirs(root)
+        self.metrics = GroupMetrics(metrics_registry)
         self.journal: Journal | None = None
         self._sync: SyncHandle | None = None
         if journal is not None:
-            self.journal = Journal.open(root, fs, journal, on_failure=self.fail)
+            self.journal = Journal.open(root, fs, journal, on_failure=self.fail, metrics=self.metrics)
         else:
             if journal_exists(fs, root):
                 # A journal an earlier run left (in journal mode): replay it before any WAL opens.
@@ -229,11 +234,12 @@ class CommitGroup:
                 written = self._write(members)
                 if not written:
                     return
-                journal.write()
+                journal_bytes = journal.write()
             started = time.perf_counter()
             journal.sync()  # raises: as syncfs above
         seconds = time.perf_counter() - started
         self.rounds += 1
+        self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
         for member, done in written:
             member.hooks.commit.on_durable(done.batch, done.segment, done.position, done.size_bytes, seconds)
         for member, _done in written:

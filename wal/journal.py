@@ -61,6 +61,7 @@ from wal.errors import CorruptLog, WalFailed, WalLocked
 from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
+from wal.metrics import GroupMetrics
 from wal.segment import parse_segment_name
 
 _log = logging.getLogger(__name__)
@@ -189,7 +190,8 @@ class Journal:
 
     @classmethod
     def open(cls, root: str, fs: FileSystem, config: JournalConfig | None = None,
-             on_failure: Callable[[BaseException], None] | None = None) -> "Journal":
+             on_failure: Callable[[BaseException], None] | None = None,
+             metrics: GroupMetrics | None = None) -> "Journal":
         """Take the journal's lock, replay what the last run left (into the WALs of
         ``root``, before any of them opens), and start a fresh file for new rounds.
         Raises WalLocked when another process (or group) has this root's journal open,
@@ -199,15 +201,17 @@ class Journal:
         lock = _lock_journal(fs, root, directory)
         try:
             report = replay(fs, root)
-            journal = cls(root, fs, config, lock, report, on_failure)
+            journal = cls(root, fs, config, lock, report, on_failure, metrics or GroupMetrics())
         except BaseException:
             lock.release()
             raise
         return journal
 
     def __init__(self, root: str, fs: FileSystem, config: JournalConfig, lock: DirLock, report: ReplayReport,
-                 on_failure: Callable[[BaseException], None] | None) -> None:
+                 on_failure: Callable[[BaseException], None] | None, metrics: GroupMetrics) -> None:
         self.root = root
+        self.metrics = metrics
+        metrics.on_replay(report.rounds, report.seconds)
         self.fs = fs
         self.config = config
         self.directory = os.path.join(root, JOURNAL_DIR)
@@ -262,11 +266,11 @@ class Journal:
         self._round_bytes += ENTRY_HEADER_BYTES + nbytes
         self._dirty[id(source)] = source
 
-    def write(self) -> bool:
+    def write(self) -> int:
         """Append the round built by ``add`` to the journal (one positioned write, no sync);
-        False when nothing was added. Called with ``round_lock`` held."""
+        its size in bytes (0 when nothing was added). Called with ``round_lock`` held."""
         if not self._entry_headers:
-            return False
+            return 0
         length = ROUND_HEADER_BYTES + self._round_bytes
         writer = self._writer
         if writer.position + length > self.config.file_bytes and writer.position > FILE_HEADER_BYTES:
@@ -282,7 +286,7 @@ class Journal:
         self._since_checkpoint += length
         if self._since_checkpoint >= self.config.checkpoint_bytes and not self._checkpoint_wanted:
             self._request_checkpoint()
-        return True
+        return length
 
     def discard(self) -> None:
         """Forget a round that was being built (its write failed; nothing was acknowledged)."""
@@ -439,6 +443,7 @@ class Journal:
         write_checkpoint(self.fs, self.directory, _checkpoint_state(snapshot), name=_CHECKPOINT)
         self._checkpointed = snapshot
         self.checkpoints += 1
+        self.metrics.on_checkpoint(time.perf_counter() - started, len(files) + len(retired))
         _log.debug("journal %s: checkpoint at file %d byte %d (round %d): %d segment files synced in %.3f s",
                    self.directory, snapshot.file, snapshot.position, snapshot.round, len(files) + len(retired),
                    time.perf_counter() - started)

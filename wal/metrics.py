@@ -189,3 +189,79 @@ class WalMetrics:
                     pass
         elif self._failed and not self._per_topic:
             self.failed.dec()
+
+
+_TOPICS_BUCKETS = (1, 2, 4, 8, 16, 64, 256, 1024, 4096, 16384)
+_CHECKPOINT_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class _GroupFamilies:
+    rounds: Counter
+    sync_seconds: Histogram
+    topics_per_round: Histogram
+    journal_bytes: Counter
+    checkpoints: Counter
+    checkpoint_seconds: Histogram
+    checkpoint_files: Counter
+    replayed_rounds: Counter
+    replay_seconds: Gauge
+
+
+def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
+    return _GroupFamilies(
+        rounds=Counter("dnb_wal_group_rounds", "Commit rounds of a WAL root's commit group (one sync each)",
+                       registry=registry),
+        sync_seconds=Histogram("dnb_wal_group_sync_seconds",
+                               "The one sync of a round (journal fdatasync or syncfs)",
+                               buckets=_FSYNC_BUCKETS_S, registry=registry),
+        topics_per_round=Histogram("dnb_wal_group_topics_per_round", "Topics made durable by one round",
+                                   buckets=_TOPICS_BUCKETS, registry=registry),
+        journal_bytes=Counter("dnb_wal_journal_bytes", "Bytes appended to the shared journal", registry=registry),
+        checkpoints=Counter("dnb_wal_journal_checkpoints",
+                            "Journal checkpoints (segment files synced, journal recycled behind them)",
+                            registry=registry),
+        checkpoint_seconds=Histogram("dnb_wal_journal_checkpoint_seconds",
+                                     "Time to sync a checkpoint's segment files and record it",
+                                     buckets=_CHECKPOINT_BUCKETS_S, registry=registry),
+        checkpoint_files=Counter("dnb_wal_journal_checkpoint_files",
+                                 "Segment files synced by journal checkpoints", registry=registry),
+        replayed_rounds=Counter("dnb_wal_journal_replayed_rounds",
+                                "Journal rounds replayed into segments when the root opened", registry=registry),
+        replay_seconds=Gauge("dnb_wal_journal_replay_seconds", "Duration of the last journal replay",
+                             registry=registry),
+    )
+
+
+class GroupMetrics:
+    """Metrics of a WAL root's commit group and its shared journal (no topic label: one
+    group per root, one root per broker host). Counted per round, never per message."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        families = families_for(self.registry, _make_group_families)
+        self.rounds = families.rounds
+        self.sync_seconds = families.sync_seconds
+        self.topics_per_round = families.topics_per_round
+        self.journal_bytes = families.journal_bytes
+        self.checkpoints = families.checkpoints
+        self.checkpoint_seconds = families.checkpoint_seconds
+        self.checkpoint_files = families.checkpoint_files
+        self.replayed_rounds = families.replayed_rounds
+        self.replay_seconds = families.replay_seconds
+
+    def on_round(self, topics: int, sync_s: float, journal_bytes: int) -> None:
+        self.rounds.inc()
+        self.sync_seconds.observe(sync_s)
+        self.topics_per_round.observe(topics)
+        if journal_bytes:
+            self.journal_bytes.inc(journal_bytes)
+
+    def on_checkpoint(self, seconds: float, files: int) -> None:
+        self.checkpoints.inc()
+        self.checkpoint_seconds.observe(seconds)
+        self.checkpoint_files.inc(files)
+
+    def on_replay(self, rounds: int, seconds: float) -> None:
+        self.replayed_rounds.inc(rounds)
+        self.replay_seconds.set(seconds)

@@ -86,14 +86,14 @@ class WalRoot:
             # Replays what the last run left in the journal before any WAL of the root opens.
             return CommitGroup(self.wal_root, self.fs, journal=JournalConfig(
                 file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
-                checkpoint_interval_s=config.journal_checkpoint_interval_s))
+                checkpoint_interval_s=config.journal_checkpoint_interval_s), metrics_registry=self.metrics_registry)
         if isinstance(self.fs, RealFs) and not syncfs_reports_errors():
             # Before Linux 5.8 syncfs returned success even when write-back failed: a group
             # could acknowledge lost data. Per-topic fdatasync reports its file's errors.
             _log.warning("WAL root %s: this kernel's syncfs does not report write-back errors; "
                          "using one writer and fdatasync per topic instead of a commit group", self.wal_root)
             return None
-        return CommitGroup(self.wal_root, self.fs)
+        return CommitGroup(self.wal_root, self.fs, metrics_registry=self.metrics_registry)
 
     def release(self) -> None:
         """Stop the commit group (every WAL of the root must be closed by now) and let go
