@@ -89,7 +89,10 @@ class GroupMember:
         self._group._leave(self)
         if not self.left.wait(timeout_s):
             return False
-        if self._group.journal is not None and not self.failed:
+        if self._group.journal is not None:
+            # Also after this topic alone failed (a write error): its acknowledged rounds
+            # must not depend on the journal once it is closed. After the GROUP failed the
+            # files were abandoned and this does nothing.
             try:
                 self.appender.close()
             except BaseException as exc:  # noqa: BLE001 - the journal is the only copy now

@@ -105,18 +105,23 @@ class ReplayReport:
 
 
 class SegmentFile:
-    """A topic's active segment file in a journaled group: written by the group's thread
-    without syncing, synced by the checkpointer, and synced before it is closed (a closed
-    WAL never depends on the journal). ``sync`` and ``close`` are serialised, so a
-    checkpoint never syncs a descriptor that was closed (and maybe reused) under it."""
+    """A topic's segment file in a journaled group: written by the group's thread without
+    syncing, synced by the checkpointer, and synced before it is closed (a closed WAL never
+    depends on the journal). ``sync`` and ``close`` are serialised, so a checkpoint never
+    syncs a descriptor that was closed (and maybe reused) under it; ``write`` and the
+    closing calls are serialised too (a separate lock, so a write never waits for a sync)."""
 
     def __init__(self, inner: AppendFile) -> None:
         self._inner = inner
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # sync, close, abandon
+        self._io_lock = threading.Lock()  # write against close/abandon
         self._state = "open"  # open | closed (synced first) | failed | abandoned
 
     def write(self, chunks: Sequence[Chunk]) -> None:
-        self._inner.write(chunks)
+        with self._io_lock:
+            if self._state != "open":
+                raise WalFailed(f"write to a segment file that is {self._state}")
+            self._inner.write(chunks)
 
     def sync(self) -> None:
         """fdatasync; nothing to do once closed (a close syncs first)."""
@@ -127,18 +132,20 @@ class SegmentFile:
                 raise WalFailed(f"segment file {self._state}: its unsynced bytes live only in the journal")
 
     def close(self) -> None:
-        """Sync, then close: what it holds is durable without the journal from now on."""
+        """Sync, then close: what it holds is durable without the journal from now on.
+        Nothing to do if it was closed or abandoned already."""
         with self._lock:
             if self._state == "open":
                 self._sync_locked()
-                self._inner.close()
-                self._state = "closed"
+                with self._io_lock:
+                    self._inner.close()
+                    self._state = "closed"
             elif self._state == "failed":
                 raise WalFailed("segment file failed to sync; its unsynced bytes live only in the journal")
 
     def abandon(self) -> None:
         """Close without syncing (the group failed: nothing more is acknowledged anyway)."""
-        with self._lock:
+        with self._io_lock:
             if self._state == "open":
                 self._inner.close()
                 self._state = "abandoned"
@@ -147,8 +154,9 @@ class SegmentFile:
         try:
             self._inner.sync()
         except BaseException:
-            self._state = "failed"
-            self._inner.close()
+            with self._io_lock:
+                self._state = "failed"
+                self._inner.close()
             raise
 
 

@@ -199,6 +199,7 @@ class WriteAheadLog:
         group); idempotent."""
         with self._lock:
             already = self._closing
+            failed_before = self._failure is not None
             # Refuse first: an append either completed before this (its frames are pending
             # and the writer drains them because _closing is set) or raises WalClosed.
             if self._core.refusal is None:
@@ -221,6 +222,11 @@ class WriteAheadLog:
         if drained and self._dir_lock is not None:
             self._dir_lock.release()
         self.metrics.close()
+        if drained and not already and not failed_before and self._failure is not None:
+            # Draining failed (the last round, or a commit group's last sync of this WAL's
+            # segments): what was appended is not known to be durable in these files on
+            # their own, so no caller may move or delete them as if it were.
+            raise WalFailed(f"WAL {self.topic} failed while closing: {self._failure!r}") from self._failure
 
     def delete(self) -> None:
         """Removes the topic's files (after a seal). The WAL must be closed first."""

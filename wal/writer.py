@@ -86,6 +86,7 @@ class SegmentAppender:
         # Journaled (set by ``journaled``): files are SegmentFiles, synced lazily by the
         # journal's checkpoints; a rotated-away file goes to ``_retire`` instead of closing.
         self._retire: Callable[[SegmentFile], None] | None = None
+        self._retired: list[SegmentFile] = []  # journaled: files rotation left, synced at close
         self._lock = threading.Lock()  # guards _file against the checkpointer's snapshot
 
     def journaled(self, retire: Callable[[SegmentFile], None]) -> None:
@@ -123,12 +124,18 @@ class SegmentAppender:
         self._file.sync()
 
     def close(self) -> None:
-        """Close the active file; in journaled mode it is synced first (SegmentFile.close),
-        so a closed WAL never needs the journal."""
+        """Close the active file. Journaled, every file this appender wrote that a
+        checkpoint may not have synced yet (those rotation left behind, then the active
+        one) is synced first (SegmentFile.close), so a closed WAL never needs the journal."""
+        for retired in self._retired:
+            retired.close()
+        self._retired = []
         self._file.close()
 
     def abandon(self) -> None:
         """Close without syncing: the WAL failed, nothing more will be acknowledged."""
+        for retired in self._retired:
+            retired.abandon()
         if isinstance(self._file, SegmentFile):
             self._file.abandon()
         else:
@@ -155,6 +162,7 @@ class SegmentAppender:
             self._file = SegmentFile(opened) if self._retire is not None else opened
         if self._retire is not None:
             assert isinstance(old_file, SegmentFile)
+            self._retired.append(old_file)
             self._retire(old_file)
         else:
             old_file.close()

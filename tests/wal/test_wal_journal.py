@@ -377,24 +377,55 @@ def test_a_journal_sync_failure_fails_every_topic_closed():
 
 def test_a_closed_wal_never_needs_the_journal():
     fs = FaultFs()
-    config = small_config()
+    config = small_config(segment_bytes_max=2048)  # rotations: files a checkpoint has not synced yet
     group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
     wal = _open(fs, group, 0, config)
-    for n in range(30):
+    for n in range(60):
         wal.append(payload_for(n, 0, 300))
+        wal.flush()
+    assert len(wal.segments()) > 4
     wal.close()
     other = _open(fs, group, 1, config)
     other.append(payload_for(0))
     other.flush()
-    image = fs.random_crash_image(random.Random(2))
+    image = fs.crash_image()  # every unsynced byte lost
     other.close()
     group.close()
-    # Even with the whole journal gone, the closed WAL is whole.
+    # Even with the whole journal gone, the closed WAL is whole (as after a quarantine,
+    # which moves a closed WAL out of the root, where no replay looks).
     for name in image.listdir(JOURNAL):
         image.remove(os.path.join(JOURNAL, name))
     image.rmdir(JOURNAL)
     wal = _open(image, None, 0, config)
-    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(30))
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(60))
+    wal.close()
+
+
+def test_a_topic_that_failed_alone_is_still_synced_when_it_closes():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    broken, fine = _open(fs, group, 0, config), _open(fs, group, 1, config)
+    for n in range(10):
+        broken.append(payload_for(n))
+        fine.append(payload_for(n))
+    broken.flush()
+    fine.flush()
+    fs.disk_full = True  # the next segment write fails: that topic alone fails
+    offset = broken.append(payload_for(10))
+    with pytest.raises(WalFailed):
+        broken.wait_durable(offset, 30.0)
+    fs.disk_full = False
+    assert not group.failed
+    broken.close()
+    fine.close()
+    image = fs.crash_image()
+    group.close()
+    for name in image.listdir(JOURNAL):
+        image.remove(os.path.join(JOURNAL, name))
+    image.rmdir(JOURNAL)
+    wal = _open(image, None, 0, config)
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(10))
     wal.close()
 
 
