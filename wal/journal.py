@@ -243,6 +243,7 @@ class Journal:
         # Until the new checkpoint below is durable, the replayed files stay as they are: a
         # crash in between replays them again. Only files below the old checkpoint recycle.
         self._checkpointed = _Snapshot(report.start_file, 0, 0)
+        self._remove_temp_files()
         # A fresh file for this run: whatever followed the replayed rounds (a torn round,
         # stale bytes) is never written over, so it can never be mistaken for our rounds.
         first = self._prepare(max(report.end_file, self._highest_file()) + 1)
@@ -374,9 +375,18 @@ class Journal:
                       if s is not None and s < limit)
 
     def _recycle_below(self, sequence: int) -> None:
-        """Keep one recyclable file (the next spare), delete the others."""
+        """Keep one recyclable file (the next spare), delete the others. Called with
+        ``_prepare_lock`` held (or before the checkpointer starts): ``_prepare`` recycles
+        and renames files of this same set."""
         for old in self._recyclable(sequence)[1:]:
-            self.fs.remove(self._path(old))
+            try:
+                self.fs.remove(self._path(old))
+            except FileNotFoundError:
+                pass
+
+    def _remove_temp_files(self) -> None:
+        """Leftovers of a run that crashed while preparing a file: never renamed in, so
+        nothing refers to them. Only before any thread of this journal runs."""
         for name in self.fs.listdir(self.directory):
             if name.endswith(_TEMP_SUFFIX):
                 self.fs.remove(os.path.join(self.directory, name))
@@ -466,7 +476,7 @@ class Journal:
             if self.fs.exists(self._path(sequence)):
                 return  # prepared by the group's thread meanwhile
             self._spare = self._prepare(sequence)
-        self._recycle_below(self._checkpointed.file)
+            self._recycle_below(self._checkpointed.file)
 
     def mark_failed(self, exc: BaseException) -> None:
         """The group failed: no more checkpoints (the journal stays the copy of record)."""

@@ -596,3 +596,27 @@ def _materialize(fs: FaultFs, root: str, target: str) -> None:
                 f.write(fs.read_all(source))
         else:
             _materialize(fs, source, destination)
+
+
+def test_file_preparation_and_recycling_never_race_the_commit_path(tmp_path):
+    """Tiny journal files on the real disk: the writer switches files every few rounds
+    while the checkpointer prepares spares and recycles, often both at once. Nothing may
+    fail (a race between them once removed the writer's file under it)."""
+    from wal.fs import RealFs
+
+    root = os.fspath(tmp_path)
+    journal = JournalConfig(file_bytes=2048, checkpoint_bytes=1024, checkpoint_interval_s=0.001)
+    group = CommitGroup(root, RealFs(), journal=journal)
+    wals = [WriteAheadLog.open(root, _topic(i), small_config(segment_bytes_max=1 << 20), group=group)
+            for i in range(4)]
+    for n in range(1500):
+        wal = wals[n % 4]
+        wal.append(payload_for(n // 4, 0, 200))
+        if n % 3 == 0:
+            wal.flush()
+    for wal in wals:
+        wal.flush()
+        wal.close()
+    assert not group.failed
+    assert group.journal.checkpoints > 20
+    group.close()
