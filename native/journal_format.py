@@ -44,18 +44,21 @@ fdatasync before the next round is written. A 48-byte round header::
     16  8  round sequence   u64; +1 per round across the journal's files, never reused
     24  8  round length     bytes, this header included
     32  4  entry count      >= 1
-    36  4  entries CRC32C   over every entry header of the round, in order
+    36  4  entries CRC32C   over every entry header and its path, in order
     40  8  reserved         0
 
-then ``entry count`` entries, each a 48-byte entry header followed by its bytes::
+then ``entry count`` entries, each a 56-byte entry header, the WAL's path, then its bytes::
 
     0   16 WAL id           the topic WAL directory's ``.walid`` (which WAL instance wrote it)
     16  8  segment base     u64, the base offset (= file name) of the segment written to
     24  8  segment position u64, where in that segment the entry's bytes were written
     32  8  first offset     u64, the offset of the first frame
     40  4  record count     u32, >= 1
-    44  4  length L         u32, bytes that follow
-    48  L  bytes            exactly what the round wrote to the segment: a round marker,
+    44  4  length L         u32, bytes after the path
+    48  2  path length P    u16, 1 <= P <= 1024
+    50  6  reserved         0
+    56  P  path             UTF-8, the WAL directory relative to the root (``<namespace>/<topic>``)
+    56+P L bytes            exactly what the round wrote to the segment: a round marker,
                             then the frames (``native/format.py``, "Commit rounds")
 
 A round is valid when its header CRC, tag, nonce and sequence (the one expected next) hold,
@@ -67,7 +70,13 @@ Checkpoint and replay
 =====================
 ``<root>/.journal/wal.ckpt`` (written like a WAL checkpoint: temp, fsync, rename, fsync dir)
 holds ``file``, ``position`` and ``round``: every segment byte of every round before that
-point is synced in its segment file, so replay starts there. Replay reads valid rounds in
+point is synced in its segment file, so replay starts there. It is written when the journal
+is created (right after its first file) and only ever names a file that is durable, so a
+checkpoint that is unreadable, names a missing file, or a file at or after it whose header
+is invalid or names another sequence, is damage: ``CorruptLog``, nothing written (replay
+cannot know where the rounds start, and guessing could cut data written outside the
+journal since). No checkpoint at all is fine only while no file holds a round header of its
+nonce (a crash while the journal was being created). Replay reads valid rounds in
 sequence; the log ends at the first position where no valid round with the expected
 sequence starts, unless the next file's first round continues the sequence (the writer
 starts a new file when a round does not fit the current one).
@@ -83,15 +92,15 @@ ignored, whatever its bytes look like.
 Each WAL's entries after the checkpoint must be contiguous (offsets, and positions within a
 segment). They are applied to the WAL whose ``.walid`` they name: the segment is truncated
 at the first entry's position (what follows it there is either what the journal holds or
-was never acknowledged), the entries' bytes are written, the file is fsynced. An entry of a
-WAL id no directory holds (the WAL was deleted; a directory created later at the same path
-has a new id) or of a segment below the WAL's first segment (retention removed it) is
-skipped. A segment the entries need that is missing, or shorter than the first entry's
-position (synced bytes lost), is ``CorruptLog``.
-
-If the checkpoint is unreadable, replay starts at the oldest file of the newest run of
-consecutive file sequences: replaying rounds a checkpoint had already covered writes the
-same bytes again.
+was never acknowledged), the entries' bytes are written, the file is fsynced. Entries of a
+WAL id no directory of the root holds are skipped when the directory at their path is gone
+(the WAL was deleted, or moved out of the root after it was closed, which synced it), holds
+no segment, or has another readable id (deleted and created again); when that directory
+holds segments but its ``.walid`` is missing or damaged, nothing can tell whether the
+entries are its own: ``CorruptLog``. Two directories with the id of an entry: ``CorruptLog``.
+Entries of a segment below the WAL's first segment (retention removed it) are skipped. A
+segment the entries need that is missing, or shorter than the first entry's position
+(synced bytes lost), is ``CorruptLog``.
 """
 from __future__ import annotations
 
@@ -112,8 +121,10 @@ FILE_HEADER_BYTES = FILE_HEADER.size  # 32
 ROUND_HEADER = struct.Struct("<IIQQQIIQ")  # crc, tag, nonce, round, length, count, entries crc, reserved
 ROUND_HEADER_BYTES = ROUND_HEADER.size  # 48
 ROUND_TAG = 0x524E4A44
-ENTRY_HEADER = struct.Struct("<16sQQQII")  # wal id, segment base, position, first offset, count, length
-ENTRY_HEADER_BYTES = ENTRY_HEADER.size  # 48
+# wal id, segment base, position, first offset, count, length, path length, reserved
+ENTRY_HEADER = struct.Struct("<16sQQQIIH6s")
+ENTRY_HEADER_BYTES = ENTRY_HEADER.size  # 56
+ENTRY_PATH_BYTES_MAX = 1024
 WAL_ID_BYTES = 16
 #: An entry's length field is a u32: a topic's round larger than this cannot be journaled.
 ENTRY_BYTES_MAX = (1 << 32) - 1
@@ -141,6 +152,8 @@ class EntryHeader(NamedTuple):
     first_offset: int
     record_count: int
     length: int
+    path_length: int
+    reserved: bytes
 
 
 def journal_file_name(sequence: int) -> str:
@@ -193,18 +206,23 @@ def decode_round_header(data: bytes | memoryview, position: int) -> RoundHeader 
 
 
 def encode_entry_header(wal_id: bytes, segment_base: int, position: int, first_offset: int, record_count: int,
-                        length: int) -> bytes:
-    return ENTRY_HEADER.pack(wal_id, segment_base, position, first_offset, record_count, length)
+                        length: int, path: bytes) -> bytes:
+    """The entry header followed by the WAL's path (what the entries CRC covers)."""
+    return ENTRY_HEADER.pack(wal_id, segment_base, position, first_offset, record_count, length, len(path),
+                             b"\0" * 6) + path
 
 
 def decode_entry_header(data: bytes | memoryview, position: int) -> EntryHeader:
     return EntryHeader(*ENTRY_HEADER.unpack_from(data, position))
 
 
-def find_round_tags(data: bytes, start: int) -> Iterator[int]:
-    """Positions at or after ``start`` where a round header's tag would put a header start
-    (candidates only: the caller checks each header), found with ``bytes.find``."""
-    at = data.find(_TAG_BYTES, start + 4)
+def find_round_headers(data: bytes, start: int, nonce: int) -> Iterator[int]:
+    """Positions at or after ``start`` where a round header of the file with ``nonce``
+    could start (its tag and nonce are there; the caller checks the header's CRC), found
+    with ``bytes.find``: stale rounds of a recycled file and payload bytes cannot match
+    without the nonce."""
+    needle = _TAG_BYTES + struct.pack("<Q", nonce)
+    at = data.find(needle, start + 4)
     while at != -1:
         yield at - 4
-        at = data.find(_TAG_BYTES, at + 1)
+        at = data.find(needle, at + 1)

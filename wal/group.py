@@ -40,7 +40,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from native.format import ROUND_MARKER_BYTES
-from wal.errors import WalFailed, WalTimeout
+from native.journal_format import ENTRY_BYTES_MAX
+from wal.errors import CorruptLog, WalFailed, WalTimeout
 from wal.fs import FileSystem, SyncHandle
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
 from wal.metrics import GroupMetrics
@@ -65,12 +66,13 @@ class GroupMember:
     """One topic's membership; what the WAL holds instead of its own writer thread."""
 
     def __init__(self, group: "CommitGroup", hooks: MemberHooks, appender: SegmentAppender, name: str,
-                 wal_id: bytes | None) -> None:
+                 wal_id: bytes | None, wal_path: bytes) -> None:
         self._group = group
         self.hooks = hooks
         self.appender = appender
         self.name = name
         self.wal_id = wal_id  # journaled groups: the WAL's .walid, named by its journal entries
+        self.wal_path = wal_path  # ... and its directory relative to the root
         self.leaving = False
         self.failed = False
         self.left = threading.Event()
@@ -137,17 +139,23 @@ class CommitGroup:
 
     # -- membership -----------------------------------------------------------
     def join(self, hooks: MemberHooks, appender: SegmentAppender, name: str,
-             wal_id: bytes | None = None) -> GroupMember:
+             wal_id: bytes | None = None, wal_path: str = "") -> GroupMember:
         """Add a topic (its WAL recovered, nothing appended yet). Raises WalFailed once the
         group failed: its syncs cannot vouch for anything any more. A journaled group needs
-        the WAL's id (``wal.identity``), which its journal entries name."""
+        the WAL's id (``wal.identity``) and its directory relative to the root, which its
+        journal entries name; a second WAL with the same id (a copied directory) is refused
+        with CorruptLog, as replay could not tell their rounds apart."""
         if self.journal is not None:
-            if wal_id is None:
-                raise ValueError("a journaled commit group needs the WAL's id")
-            appender.journaled(self.journal.retire)
-        member = GroupMember(self, hooks, appender, name, wal_id)
+            if wal_id is None or not wal_path:
+                raise ValueError("a journaled commit group needs the WAL's id and path")
+        member = GroupMember(self, hooks, appender, name, wal_id, wal_path.encode())
         with self._lock:
             self._check_locked()
+            if wal_id is not None and any(m.wal_id == wal_id for m in self._members):
+                raise CorruptLog(wal_path, 0, f"WAL id {wal_id.hex()} is already the id of another WAL of "
+                                 "this group (a copied directory?): give one of them a new .walid")
+            if self.journal is not None:
+                appender.journaled(self.journal.retire)
             self._members.add(member)
             # Looked at in the next round, which parks its core: appends made before that
             # are taken then, later ones wake the group.
@@ -258,6 +266,9 @@ class CommitGroup:
                 self._settle(member)
                 continue
             try:
+                if journal is not None and ROUND_MARKER_BYTES + batch.nbytes > ENTRY_BYTES_MAX:
+                    raise WalFailed(f"a round of {batch.nbytes} bytes exceeds a journal entry's limit "
+                                    f"({ENTRY_BYTES_MAX})")
                 done = member.appender.write_round(batch)
             except BaseException as exc:  # noqa: BLE001 - one file's write error fails its topic only
                 member.failed = True
@@ -267,7 +278,7 @@ class CommitGroup:
             written.append((member, done))
             if journal is not None:
                 assert member.wal_id is not None
-                journal.add(member.wal_id, done.segment.base_offset, done.position - ROUND_MARKER_BYTES,
+                journal.add(member.wal_id, member.wal_path, done.segment.base_offset, done.position - ROUND_MARKER_BYTES,
                             batch.first_offset, batch.last_offset - batch.first_offset + 1, done.parts,
                             ROUND_MARKER_BYTES + batch.nbytes, member.appender)
         return written

@@ -44,13 +44,18 @@ def has_wal_id_file(fs: FileSystem, directory: str) -> bool:
 
 def ensure_wal_id(fs: FileSystem, directory: str) -> bytes:
     """The directory's WAL id, created durably (temp, fsync, rename, fsync dir) if it has
-    none yet. A file that exists but does not parse is never replaced here: the caller
-    must decide (the journal may hold rounds of that instance)."""
-    found = read_wal_id(fs, directory)
+    none yet. A directory that holds no WAL yet (no segment, no checkpoint: new, or what an
+    interrupted delete left) always gets a NEW id, so rounds a journal still holds of a
+    deleted instance never name the one created in its place. A file that exists but does
+    not parse, beside segments, is never replaced here: the journal may hold rounds of that
+    instance (replay refuses such a directory first)."""
+    names = fs.listdir(directory)
+    holds_wal = any(n.endswith(".seg") or n == "wal.ckpt" for n in names)
+    found = read_wal_id(fs, directory) if holds_wal else None
     if found is not None:
         return found
     path = os.path.join(directory, WAL_ID_NAME)
-    if fs.exists(path):
+    if holds_wal and fs.exists(path):
         raise CorruptLog(path, 0, "the WAL id file does not parse or fails its checksum")
     wal_id = os.urandom(WAL_ID_BYTES)
     temp = path + _TEMP_SUFFIX

@@ -51,7 +51,8 @@ from native.journal_format import (
     encode_entry_header,
     encode_file_header,
     encode_round_header,
-    find_round_tags,
+    ENTRY_PATH_BYTES_MAX,
+    find_round_headers,
     journal_file_name,
     new_nonce,
     parse_journal_file_name,
@@ -262,17 +263,17 @@ class Journal:
         self._thread.start()
 
     # ------------------------------------------------------------------ the group's side
-    def add(self, wal_id: bytes, segment_base: int, position: int, first_offset: int, count: int,
-            parts: Sequence[Chunk], nbytes: int, source: "HasSegmentFile") -> None:
+    def add(self, wal_id: bytes, wal_path: bytes, segment_base: int, position: int, first_offset: int,
+            count: int, parts: Sequence[Chunk], nbytes: int, source: "HasSegmentFile") -> None:
         """One topic's round, already written to its segment at ``position`` (round marker
-        first): journal it. Called with ``round_lock`` held."""
-        if nbytes > ENTRY_BYTES_MAX:
-            raise WalFailed(f"a topic's round of {nbytes} bytes exceeds the journal entry limit {ENTRY_BYTES_MAX}")
-        header = encode_entry_header(wal_id, segment_base, position, first_offset, count, nbytes)
+        first): journal it. ``wal_path``: the WAL's directory relative to the root
+        (``entry_path``). The caller checked ``nbytes <= ENTRY_BYTES_MAX``. Called with
+        ``round_lock`` held."""
+        header = encode_entry_header(wal_id, segment_base, position, first_offset, count, nbytes, wal_path)
         self._entry_headers.append(header)
         self._entries.append(header)
         self._entries.extend(parts)
-        self._round_bytes += ENTRY_HEADER_BYTES + nbytes
+        self._round_bytes += len(header) + nbytes
         self._dirty[id(source)] = source
 
     def write(self) -> int:
@@ -542,8 +543,8 @@ def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str
     if wal_id is None:
         return {}
     files = sorted(s for s in map(parse_journal_file_name, fs.listdir(journal_dir)) if s is not None)
-    rounds, _end, _start = _scan(fs, journal_dir, files, read_checkpoint(fs, journal_dir, name=_CHECKPOINT))
-    entries = [(entry, payload) for round_ in rounds for entry, payload in round_.entries if entry.wal_id == wal_id]
+    rounds, _end, _start = _scan(fs, journal_dir, files)
+    entries = [entry for round_ in rounds for entry in round_.entries if entry[0].wal_id == wal_id]
     if not entries:
         return {}
     _check_chain(directory, entries)
@@ -557,7 +558,7 @@ class _Round:
     file: int
     position: int
     sequence: int
-    entries: list[tuple[EntryHeader, memoryview]]
+    entries: list[tuple[EntryHeader, bytes, memoryview]]
 
 
 def replay(fs: FileSystem, root: str) -> ReplayReport:
@@ -570,8 +571,7 @@ def replay(fs: FileSystem, root: str) -> ReplayReport:
     if not fs.exists(directory):
         return report
     files = sorted(s for s in map(parse_journal_file_name, fs.listdir(directory)) if s is not None)
-    checkpoint = read_checkpoint(fs, directory, name=_CHECKPOINT)
-    rounds, end, report.start_file = _scan(fs, directory, files, checkpoint)
+    rounds, end, report.start_file = _scan(fs, directory, files)
     report.end_file, report.end_position, report.next_round = end
     report.rounds = len(rounds)
     if rounds:
@@ -584,62 +584,78 @@ def replay(fs: FileSystem, root: str) -> ReplayReport:
     return report
 
 
-def _scan(fs: FileSystem, directory: str, files: list[int],
-          checkpoint: dict[str, object] | None) -> tuple[list[_Round], tuple[int, int, int], int]:
+def _scan(fs: FileSystem, directory: str, files: list[int]) -> tuple[list[_Round], tuple[int, int, int], int]:
     """The valid rounds after the checkpoint, where they end (file, position, next round),
-    and the file replay started from."""
-    if checkpoint is not None:
-        start_file = int(str(checkpoint["file"]))
-        start_position = int(str(checkpoint["position"]))
-        expected: int | None = int(str(checkpoint["round"]))
-        later = [s for s in files if s >= start_file]
-        if start_file not in files:
-            if later:
-                raise CorruptLog(os.path.join(directory, journal_file_name(start_file)), 0,
-                                 "the journal checkpoint names a file that is missing, and later files exist")
-            return [], (start_file, start_position, int(str(checkpoint["round"]))), start_file
-    else:
-        if not files:
-            return [], (0, FILE_HEADER_BYTES, 0), 0
-        # No readable checkpoint: the newest run of consecutive files, from its oldest.
-        run = [files[-1]]
-        for s in reversed(files[:-1]):
-            if s != run[0] - 1:
-                break
-            run.insert(0, s)
-        _log.warning("journal %s: checkpoint unreadable; replaying from file %d (rounds a checkpoint had "
-                     "covered are written again, unchanged)", directory, run[0])
-        start_file, start_position, expected, later = run[0], FILE_HEADER_BYTES, None, run
-    rounds: list[_Round] = []
+    and the file replay started from. CorruptLog where the format's rules say the journal
+    is damaged (native/journal_format.py, "Checkpoint and replay")."""
+    checkpoint_path = os.path.join(directory, _CHECKPOINT)
+    checkpoint = read_checkpoint(fs, directory, name=_CHECKPOINT)
     datas: dict[int, bytes] = {}
     nonces: dict[int, int | None] = {}
-    for sequence in later:
+
+    def load(sequence: int) -> None:
         data = fs.read_all(os.path.join(directory, journal_file_name(sequence)))
         datas[sequence] = data
         header = decode_file_header(data)
         nonces[sequence] = header.nonce if header is not None and header.sequence == sequence else None
+
+    if checkpoint is None:
+        if fs.exists(checkpoint_path):
+            raise CorruptLog(checkpoint_path, 0, "the journal checkpoint is unreadable, so replay cannot know where "
+                             "the journal's rounds start (nothing was written). Restore it, or move the .journal "
+                             "directory aside to open the WALs as their segments are (rounds only the journal "
+                             "holds are then lost)")
+        # The journal was being created when the process stopped: fine while no file holds
+        # a round of its own (the checkpoint is written before the first round).
+        for sequence in files:
+            load(sequence)
+            nonce = nonces[sequence]
+            if nonce is not None and next(find_round_headers(datas[sequence], FILE_HEADER_BYTES, nonce), None) \
+                    is not None:
+                raise CorruptLog(checkpoint_path, 0, "the journal checkpoint is missing, but journal file "
+                                 f"{sequence} holds rounds: replay cannot know where they start")
+        last = files[-1] if files else 0
+        return [], (last, FILE_HEADER_BYTES, 0), last
+    try:
+        start_file = int(checkpoint["file"])
+        start_position = int(checkpoint["position"])
+        expected = int(checkpoint["round"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLog(checkpoint_path, 0, f"the journal checkpoint does not hold a position: {exc}") from exc
+    later = [s for s in files if s >= start_file]
+    if start_file not in files:
+        raise CorruptLog(os.path.join(directory, journal_file_name(start_file)), 0,
+                         "the journal checkpoint names this file, which is missing (a checkpoint only ever names "
+                         "a file already durable)")
+    for sequence in later:
+        load(sequence)
+        if nonces[sequence] is None:
+            raise CorruptLog(os.path.join(directory, journal_file_name(sequence)), 0,
+                             "the journal file's header is invalid or names another file, at or after the "
+                             "checkpoint (files are named only once their header is durable)")
+    if start_position < FILE_HEADER_BYTES:
+        raise CorruptLog(checkpoint_path, 0, f"the journal checkpoint's position {start_position} is inside a header")
+    rounds: list[_Round] = []
     at_file, at = start_file, start_position
-    index = later.index(start_file)
+    index = 0
     while True:
         nonce = nonces[at_file]
-        parsed = _parse_round(datas[at_file], at, nonce, expected) if nonce is not None else None
+        assert nonce is not None
+        parsed = _parse_round(datas[at_file], at, nonce, expected)
         if parsed is not None:
             rounds.append(_Round(at_file, at, parsed[0], parsed[1]))
             expected = parsed[0] + 1
             at += parsed[2]
             continue
         # No valid round here: the next file continues the sequence, or the log ends here.
-        if index + 1 < len(later):
+        if index + 1 < len(later) and later[index + 1] == at_file + 1:
             following = later[index + 1]
             nonce_next = nonces[following]
-            first = (_parse_round(datas[following], FILE_HEADER_BYTES, nonce_next, expected)
-                     if nonce_next is not None and following == at_file + 1 else None)
-            if first is not None:
+            assert nonce_next is not None
+            if _parse_round(datas[following], FILE_HEADER_BYTES, nonce_next, expected) is not None:
                 at_file, at, index = following, FILE_HEADER_BYTES, index + 1
                 continue
         break
-    if expected is None:
-        expected = 0
     _check_nothing_later(directory, later, index, at, datas, nonces, expected)
     return rounds, (at_file, at, expected), start_file
 
@@ -654,11 +670,10 @@ def _check_nothing_later(directory: str, files: list[int], index: int, position:
     for i in range(index, len(files)):
         sequence = files[i]
         nonce = nonces[sequence]
-        if nonce is None:
-            continue
+        assert nonce is not None
         data = datas[sequence]
         start = position if i == index else FILE_HEADER_BYTES
-        for candidate in find_round_tags(data, start):
+        for candidate in find_round_headers(data, start, nonce):
             found = decode_round_header(data, candidate)
             if found is not None and found.nonce == nonce and found.round > expected:
                 raise CorruptLog(os.path.join(directory, journal_file_name(sequence)), candidate,
@@ -668,10 +683,11 @@ def _check_nothing_later(directory: str, files: list[int], index: int, position:
 
 
 def _parse_round(data: bytes, position: int, nonce: int,
-                 expected: int | None) -> tuple[int, list[tuple[EntryHeader, memoryview]], int] | None:
-    """(sequence, entries, length) of the valid round at ``position``, else None."""
+                 expected: int) -> tuple[int, list[tuple[EntryHeader, bytes, memoryview]], int] | None:
+    """(sequence, entries as (header, path, bytes), length) of the valid round at
+    ``position``, else None."""
     header = decode_round_header(data, position)
-    if header is None or header.nonce != nonce or (expected is not None and header.round != expected):
+    if header is None or header.nonce != nonce or header.round != expected:
         return None
     if header.entry_count < 1 or header.length < ROUND_HEADER_BYTES or position + header.length > len(data):
         return None
@@ -684,17 +700,19 @@ def _parse_round(data: bytes, position: int, nonce: int,
         if at + ENTRY_HEADER_BYTES > end:
             return None
         entry = decode_entry_header(view, at)
-        headers.append(view[at:at + ENTRY_HEADER_BYTES])
-        at += ENTRY_HEADER_BYTES
-        if entry.length < ROUND_MARKER_BYTES or at + entry.length > end or entry.record_count < 1:
+        if not 1 <= entry.path_length <= ENTRY_PATH_BYTES_MAX or entry.reserved != bytes(6):
             return None
-        entries.append((entry, view[at:at + entry.length]))
-        at += entry.length
+        path_end = at + ENTRY_HEADER_BYTES + entry.path_length
+        if entry.length < ROUND_MARKER_BYTES or path_end + entry.length > end or entry.record_count < 1:
+            return None
+        headers.append(view[at:path_end])
+        entries.append((entry, bytes(view[at + ENTRY_HEADER_BYTES:path_end]), view[path_end:path_end + entry.length]))
+        at = path_end + entry.length
     if at != end:
         return None
     if crc32c(b"".join(headers)) != header.entries_crc:
         return None
-    for entry, payload in entries:
+    for entry, _path, payload in entries:
         scan = scan_frames(payload, expected_offset=entry.first_offset, decode=False, rounds=True)
         if (scan.error is not None or scan.count != entry.record_count or scan.end != entry.length
                 or scan.first_offset != entry.first_offset):
@@ -702,9 +720,17 @@ def _parse_round(data: bytes, position: int, nonce: int,
     return header.round, entries, header.length
 
 
-def _wal_directories(fs: FileSystem, root: str) -> dict[bytes, str]:
-    """WAL id -> directory, for every ``<root>/<namespace>/<topic>`` with a readable id."""
-    found: dict[bytes, str] = {}
+@dataclass
+class _Directories:
+    """The WAL directories of a root, by id."""
+
+    by_id: dict[bytes, list[str]] = field(default_factory=dict)  # id -> directories (two: a copy)
+    #: Directories (relative to the root) holding segments but no readable ``.walid``.
+    unidentified: dict[str, str] = field(default_factory=dict)
+
+
+def _wal_directories(fs: FileSystem, root: str) -> _Directories:
+    found = _Directories()
     for namespace in fs.listdir(root):
         if namespace.startswith("."):
             continue
@@ -718,16 +744,15 @@ def _wal_directories(fs: FileSystem, root: str) -> dict[bytes, str]:
                 continue
             path = os.path.join(ns_path, name)
             try:
-                if not fs.exists(os.path.join(path, WAL_ID_NAME)):
-                    continue
-            except NotADirectoryError:
+                listing = fs.listdir(path)
+            except (NotADirectoryError, FileNotFoundError):
                 continue
-            wal_id = read_wal_id(fs, path)
-            if wal_id is None:
-                continue
-            if wal_id in found:
-                raise CorruptLog(path, 0, f"WAL id {wal_id.hex()} is also the id of {found[wal_id]}")
-            found[wal_id] = path
+            wal_id = read_wal_id(fs, path) if WAL_ID_NAME in listing else None
+            if wal_id is not None:
+                found.by_id.setdefault(wal_id, []).append(path)
+            elif any(parse_segment_name(n) is not None for n in listing):
+                why = "damaged" if WAL_ID_NAME in listing else "missing"
+                found.unidentified[f"{namespace}/{name}"] = why
     return found
 
 
@@ -738,18 +763,40 @@ class _SegmentPlan:
     parts: list[Chunk]
 
 
+_Entry = tuple[EntryHeader, bytes, memoryview]  # header, the WAL's path, its bytes
+
+
+def _owner(root: str, directories: _Directories, wal_id: bytes, entries: list[_Entry]) -> str | None:
+    """The directory the entries of ``wal_id`` belong to, or None when that WAL is no longer
+    in the root (deleted, moved out after its close, or deleted and created again)."""
+    paths = directories.by_id.get(wal_id, [])
+    if len(paths) > 1:
+        raise CorruptLog(paths[1], 0, f"the journal holds rounds of WAL id {wal_id.hex()}, which both "
+                         f"{paths[0]} and {paths[1]} have (a copied directory?): replay cannot choose")
+    if paths:
+        return paths[0]
+    recorded = entries[0][1].decode("utf-8", "replace")
+    why = directories.unidentified.get(recorded)
+    if why is not None:
+        raise CorruptLog(os.path.join(root, recorded, WAL_ID_NAME), 0,
+                         f"the journal holds acknowledged rounds of the WAL that was at {recorded}, whose "
+                         f".walid is now {why}: nothing can tell whether they are this directory's (nothing "
+                         f"was written)")
+    return None
+
+
 def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport) -> None:
-    ordered: dict[bytes, list[tuple[EntryHeader, memoryview]]] = {}
+    ordered: dict[bytes, list[_Entry]] = {}
     for round_ in rounds:
-        for entry, payload in round_.entries:
-            ordered.setdefault(entry.wal_id, []).append((entry, payload))
+        for entry in round_.entries:
+            ordered.setdefault(entry[0].wal_id, []).append(entry)
     directories = _wal_directories(fs, root)
     plans: dict[str, list[_SegmentPlan]] = {}
     for wal_id, entries in ordered.items():
         report.entries += len(entries)
-        path = directories.get(wal_id)
+        path = _owner(root, directories, wal_id, entries)
         if path is None:
-            report.skipped_entries += len(entries)  # the WAL was deleted (or moved out of the root)
+            report.skipped_entries += len(entries)
             continue
         _check_chain(path, entries)
         segment_plans, skipped = _plan_segments(fs, path, entries)
@@ -774,8 +821,8 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
         report.wals += 1
 
 
-def _check_chain(path: str, entries: list[tuple[EntryHeader, memoryview]]) -> None:
-    for (previous, _p), (entry, _e) in zip(entries, entries[1:]):
+def _check_chain(path: str, entries: list[_Entry]) -> None:
+    for (previous, _pp, _p), (entry, _ep, _e) in zip(entries, entries[1:]):
         last = previous.first_offset + previous.record_count - 1
         if entry.first_offset != last + 1:
             raise CorruptLog(path, 0, f"journal entries of this WAL skip from offset {last} to {entry.first_offset}")
@@ -788,13 +835,13 @@ def _check_chain(path: str, entries: list[tuple[EntryHeader, memoryview]]) -> No
                              f"after offset {last}")
 
 
-def _plan_segments(fs: FileSystem, path: str, entries: list[tuple[EntryHeader, memoryview]]) -> tuple[list[_SegmentPlan], int]:
+def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[list[_SegmentPlan], int]:
     """What to write where for one WAL; the number of entries skipped (segments that
     retention or a delete removed, all below the WAL's first segment)."""
     bases = sorted(b for b in (parse_segment_name(n) for n in fs.listdir(path)) if b is not None)
     plans: list[_SegmentPlan] = []
     skipped = 0
-    for entry, payload in entries:
+    for entry, _wal_path, payload in entries:
         segment = os.path.join(path, segment_file_name(entry.segment_base))
         if plans and plans[-1].path == segment:
             plans[-1].parts.append(payload)

@@ -176,7 +176,7 @@ class WriteAheadLog:
             try:
                 self._member = self._writer = group.join(
                     MemberHooks(commit=hooks, take_ready=self._take_ready, park=self._core.park),
-                    appender, str(topic), wal_id)
+                    appender, str(topic), wal_id, topic.path)
             except BaseException:
                 appender.close()
                 self.metrics.close()

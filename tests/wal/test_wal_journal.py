@@ -442,13 +442,14 @@ def test_one_journal_opener_at_a_time():
     CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS).close()
 
 
-def test_replay_without_a_readable_checkpoint_writes_the_same_bytes_again():
+def _journaled_image(topics: int = 3, messages: int = 30, seed: int = 11):
+    """A power-loss image of a root whose WALs' acknowledged rounds live partly only in
+    the journal (no checkpoint ran), and what each WAL acknowledged."""
     fs = FaultFs()
     config = small_config(segment_bytes_max=8192)
-    journal = JournalConfig(file_bytes=64 * 1024, checkpoint_bytes=16 * 1024, checkpoint_interval_s=3600.0)
-    group = CommitGroup(ROOT, fs, journal=journal)
-    wals = [_open(fs, group, i, config) for i in range(3)]
-    for n in range(120):
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(topics)]
+    for n in range(messages):
         for wal in wals:
             wal.append(payload_for(n, 0, 400))
         if n % 3 == 0:
@@ -456,17 +457,100 @@ def test_replay_without_a_readable_checkpoint_writes_the_same_bytes_again():
                 wal.flush()
     for wal in wals:
         wal.flush()
-    image = fs.random_crash_image(random.Random(11))
+    image = fs.crash_image_pages(lambda path, pages: pages if path.endswith(".jnl") else [], keep_size=True)
     for wal in wals:
         wal.close()
     group.close()
+    return image, config
+
+
+def _refused_and_untouched(image: FaultFs, match: str) -> None:
+    before = _segment_bytes(image)
+    with pytest.raises(CorruptLog, match=match):
+        CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    with pytest.raises(CorruptLog, match=match):
+        _open(image, None, 0, small_config())  # a standalone opener replays too
+    assert _segment_bytes(image) == before, "a refused replay wrote nothing"
+
+
+def test_an_unreadable_journal_checkpoint_is_refused_with_nothing_touched():
+    # Replaying from a guess could cut data written outside the journal since (a run with
+    # the group off), or chain rounds of two runs across a torn one.
+    image, _config = _journaled_image()
     _overwrite(image, os.path.join(JOURNAL, "wal.ckpt"), b"{not json")
-    group = CommitGroup(ROOT, image, journal=journal)
-    for i in range(3):
-        wal = _open(image, group, i, config)
-        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(120))
-        wal.close()
+    _refused_and_untouched(image, "checkpoint is unreadable")
+
+
+def test_a_damaged_or_missing_journal_file_is_refused_with_nothing_touched():
+    image, _config = _journaled_image()
+    current = _journal_files(image)[-1]
+    path = os.path.join(JOURNAL, f"{current:020d}.jnl")
+    data = bytearray(image.read_all(path))
+    data[12] ^= 0x01  # one bit of the file header (synced long before the rounds)
+    damaged = image.crash_image()
+    _overwrite(damaged, path, bytes(data))
+    _refused_and_untouched(damaged, "header is invalid")
+    gone = image.crash_image()
+    for sequence in _journal_files(gone):
+        gone.remove(os.path.join(JOURNAL, f"{sequence:020d}.jnl"))
+    _refused_and_untouched(gone, "missing")
+
+
+@pytest.mark.parametrize("damage", ["removed", "flipped"])
+def test_a_wal_whose_id_file_is_gone_or_damaged_is_refused_while_the_journal_holds_its_rounds(damage):
+    image, config = _journaled_image()
+    id_path = os.path.join(ROOT, "ns", "t0", WAL_ID_NAME)
+    if damage == "removed":
+        image.remove(id_path)
+    else:
+        raw = bytearray(image.read_all(id_path))
+        raw[14] ^= 0x01
+        _overwrite(image, id_path, bytes(raw))
+    _refused_and_untouched(image, "t0")
+    # The other WALs are not the question: once the id is back, everything replays.
+
+
+def test_an_interrupted_delete_never_hands_its_id_to_the_wal_created_in_its_place():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    wal.append(payload_for(0))
+    wal.close()
+    old_id = fs.read_all(os.path.join(ROOT, "ns", "t0", WAL_ID_NAME))
+    directory = os.path.join(ROOT, "ns", "t0")
+    for name in fs.listdir(directory):  # a delete that stopped before its bookkeeping files
+        if not name.startswith("."):
+            fs.remove(os.path.join(directory, name))
+    wal = _open(fs, group, 0, config)
+    assert wal.next_offset == 0
+    assert fs.read_all(os.path.join(directory, WAL_ID_NAME)) != old_id
+    wal.close()
     group.close()
+
+
+def test_a_copied_wal_directory_is_refused_by_the_group_and_by_replay_only_if_named():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    original = _open(fs, group, 0, config)
+    original.append(payload_for(0))
+    original.flush()
+    copy_dir = os.path.join(ROOT, "ns", "t9")
+    fs.makedirs(copy_dir)
+    for name in fs.listdir(os.path.join(ROOT, "ns", "t0")):
+        if name != ".lock":
+            _overwrite(fs, os.path.join(copy_dir, name), fs.read_all(os.path.join(ROOT, "ns", "t0", name)))
+    with pytest.raises(CorruptLog, match="already the id"):
+        _open(fs, group, 9, config)
+    image = fs.crash_image()
+    original.close()
+    group.close()
+    # The journal holds rounds of that id: replay cannot choose between the two.
+    with pytest.raises(CorruptLog, match="both"):
+        CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    # A clean stop left nothing to replay: the copy bothers nobody else.
+    CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS).close()
 
 
 def test_a_crash_during_replay_replays_again():
@@ -521,7 +605,7 @@ def test_entries_of_segments_retention_removed_are_skipped():
     group.close()
 
 
-def test_a_wal_whose_id_file_is_gone_is_not_replayed_into():
+def test_a_wal_whose_id_file_is_gone_after_a_clean_stop_gets_a_new_one():
     fs = FaultFs()
     config = small_config()
     group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
@@ -539,7 +623,8 @@ def test_a_wal_whose_id_file_is_gone_is_not_replayed_into():
 
 
 def _overwrite(fs: FaultFs, path: str, data: bytes) -> None:
-    fs.remove(path)
+    if fs.exists(path):
+        fs.remove(path)
     handle = fs.open_append(path)
     handle.write([data])
     handle.sync()

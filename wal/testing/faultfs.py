@@ -224,10 +224,13 @@ class FaultFs:
 
     def _crashed_inode(self, inode: _Inode, torn_bytes: int, garbage: bytes) -> _Inode:
         base = bytes(inode.durable[:inode.dirty_from])
-        if inode is self._last_write and torn_bytes > 0:
+        # Only a write that was not synced can be torn: a file whose every byte was synced
+        # (the temp file of a checkpoint, say, then renamed) keeps exactly those bytes.
+        torn = inode is self._last_write and len(inode.data) > inode.dirty_from
+        if torn and torn_bytes > 0:
             tail = bytes(inode.data[inode.dirty_from:inode.dirty_from + torn_bytes])
             base += tail + garbage
-        elif inode is self._last_write:
+        elif torn:
             base += garbage
         # An overwrite (pwrite into a file's synced bytes) that did not reach the disk leaves
         # the old bytes there, not a shorter file (appended files have none past dirty_from).
