@@ -39,8 +39,15 @@ def _made() -> set[tuple[str, str, tuple[str, ...]]]:
         registry = CollectorRegistry()
         build(registry)
         for collector in list(registry._collector_to_names):  # the families, labelled or not
-            name = collector._name + ("_total" if collector._type == "counter" else "")
-            families.add((name, collector._type, tuple(collector._labelnames)))
+            if hasattr(collector, "_name"):  # a prometheus_client metric
+                name = collector._name + ("_total" if collector._type == "counter" else "")
+                families.add((name, collector._type, tuple(collector._labelnames)))
+                continue
+            # A collector of our own (wal.metrics' WAL families): its families as scraped.
+            for family in collector.collect():
+                name = family.name + ("_total" if family.type == "counter" else "")
+                labels = {k for sample in family.samples for k in sample.labels if k != "le"}
+                families.add((name, family.type, tuple(sorted(labels))))
     return families
 
 

@@ -164,7 +164,7 @@ class WriteAheadLog:
         self.append = self._core.append  # type: ignore[method-assign]  # same signature, see above
         self.append_batch = self._core.append_batch  # type: ignore[method-assign]
         self.metrics = WalMetrics(str(topic), metrics_registry)
-        self.metrics.durable_offset.set(next_offset - 1)
+        self.metrics.set_durable(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
         hooks = CommitHooks(take_batch=self._take_batch, on_durable=self._on_durable,
                             on_rotate=self._on_rotate, fail=self._fail)
@@ -478,7 +478,7 @@ class WriteAheadLog:
             old.sealed = True
             self._segments.append(new)
             self._segment_bases.append(new.base_offset)
-        self.metrics.segments.inc()
+        self.metrics.on_segment()
         self._write_checkpoint()
 
     def _fail(self, exc: BaseException) -> None:

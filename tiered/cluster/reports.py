@@ -147,7 +147,7 @@ def _wal_bytes(hosted) -> float:
     """Bytes the topic's WAL wrote so far (its ``dnb_wal_append_bytes`` counter; 0 if the
     WAL keeps no metrics)."""
     try:
-        return float(hosted.wal.metrics.bytes._value.get())
+        return float(hosted.wal.metrics.append_bytes)
     except AttributeError:
         return 0.0
 
