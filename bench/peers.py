@@ -17,8 +17,10 @@ makes a batch of them durable with ONE sync, which is the policy of the WAL's gr
 * ``lmdb``: one environment, ``sync=True, metasync=True``; one write transaction per batch
   (``putmulti``), synced on commit.
 
-``bench_wal.py`` feeds them closed-loop batches. ``write_batch`` is called from one thread
-at a time.
+``bench_wal.py`` feeds them closed-loop batches; ``bench_latency.py`` feeds them an
+open-loop stream through ``PeerGroup`` (below), which takes whatever the producer queued
+since the last round, as ``wal.group.CommitGroup`` does. ``write_batch`` is called from one
+thread at a time (the caller's, or the group's).
 
 The floors: ``fdatasync_floor`` (4 KiB write + fdatasync in a loop, in Python) and
 ``fio_write_sync`` (fio's sequential writes with an fdatasync every N blocks).
@@ -129,6 +131,121 @@ def open_peer(name: str, path: str, map_bytes: int, ascending_keys: bool = False
     if name == "lmdb":
         return LmdbPeer(path, map_bytes, ascending_keys)
     raise ValueError(f"unknown peer {name!r} (one of {', '.join(PEERS)})")
+
+
+class PeerGroup:
+    """T topics over one peer store, committed like ``wal.group.CommitGroup`` commits WALs.
+
+    ``append(topic)(payload)`` gives the message the topic's next offset (0, 1, ...) and
+    queues it; one writer thread takes EVERYTHING queued since its last round as one batch
+    (all topics), makes it durable with the peer's one sync, then calls each topic's
+    listener once with the topic's last offset in the batch (as a WAL's durable listener
+    is called once per round). An idle writer is woken by the next append; nothing waits
+    for a timer. Appends block while ``pending_bytes_max`` payload bytes are queued and
+    not yet taken (the WAL's backpressure bound, ``WalConfig.pending_bytes_max``), for at
+    most ``append_timeout_s``.
+    """
+
+    def __init__(self, store: PeerStore, listeners: Sequence[Callable[[int], None]],
+                 pending_bytes_max: int, append_timeout_s: float = 30.0) -> None:
+        self._store = store
+        self._listeners = list(listeners)
+        self._pending_bytes_max = pending_bytes_max
+        self._append_timeout_s = append_timeout_s
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._rows: list[Row] = []
+        self._pending_bytes = 0
+        self._next = [0] * len(self._listeners)  # each topic's next offset
+        self._durable_next = [0] * len(self._listeners)
+        self._writing = False
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self.syncs = 0
+        self._thread = threading.Thread(target=self._run, name=f"peer-group:{store.name}", daemon=True)
+        self._thread.start()
+
+    def append(self, topic: int) -> Callable[[bytes], int]:
+        """Topic ``topic``'s append function: ``append(payload) -> offset``."""
+        lock, work, next_offset = self._lock, self._work, self._next
+
+        def append(payload: bytes) -> int:
+            with lock:
+                if self._pending_bytes >= self._pending_bytes_max:
+                    self._wait_for_room()
+                offset = next_offset[topic]
+                next_offset[topic] = offset + 1
+                self._rows.append((topic, offset, payload))  # self._rows: swapped every round
+                self._pending_bytes += len(payload)
+                if not self._writing:
+                    work.notify()
+            return offset
+
+        return append
+
+    def _wait_for_room(self) -> None:
+        deadline = time.monotonic() + self._append_timeout_s
+        while self._pending_bytes >= self._pending_bytes_max and self._failure is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{self._store.name}: append blocked {self._append_timeout_s} s "
+                                   "on a full queue")
+            self._room.wait(remaining)
+        if self._failure is not None:
+            raise RuntimeError(f"{self._store.name} writer failed") from self._failure
+
+    def _run(self) -> None:
+        try:
+            while (rows := self._take()) is not None:
+                self._store.write_batch(rows)
+                self.syncs += 1
+                last = {topic: offset for topic, offset, _ in rows}  # rows of a topic are in offset order
+                for topic, offset in last.items():
+                    assert offset >= self._durable_next[topic], "durable offsets must not go back"
+                    self._durable_next[topic] = offset + 1
+                    self._listeners[topic](offset)
+        except BaseException as exc:  # noqa: BLE001 - kept for drain() and append() to raise
+            with self._lock:
+                self._failure = exc
+                self._room.notify_all()
+                self._idle.notify_all()
+
+    def _take(self) -> list[Row] | None:
+        """Everything queued (blocks while nothing is), or None to stop."""
+        with self._lock:
+            self._writing = False
+            self._idle.notify_all()  # drain() waits for an idle writer with nothing queued
+            while not self._rows:
+                if self._stopping:
+                    return None
+                self._work.wait()
+            rows, self._rows = self._rows, []
+            self._pending_bytes = 0
+            self._writing = True
+            self._room.notify_all()
+            return rows
+
+    def drain(self, timeout_s: float) -> None:
+        """Returns once everything appended before the call is durable."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while (self._rows or self._writing) and self._failure is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self._store.name}: drain did not finish in {timeout_s} s")
+                self._idle.wait(remaining)
+            if self._failure is not None:
+                raise RuntimeError(f"{self._store.name} writer failed") from self._failure
+        assert self._durable_next == self._next, "every appended offset must be durable after a drain"
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        with self._lock:
+            self._stopping = True
+            self._work.notify_all()
+        self._thread.join(timeout_s)
+        self._store.close()
 
 
 def fdatasync_floor(directory: str, count: int = 300) -> list[float]:
