@@ -429,7 +429,7 @@ class RunSpec:
 def run_one(spec: RunSpec) -> dict:
     """One mode, one case, in this process: the row of the table (see the module docstring)."""
     row: dict = {**asdict(spec), "offered": spec.rate}
-    del row["directory"]
+    del row["directory"], row["rate"]
     mode = MODES[spec.mode]
     refusal = _files_allow(spec.topics * mode.files_per_topic + 256)
     if refusal is not None:
@@ -465,11 +465,14 @@ def run_one(spec: RunSpec) -> dict:
 def run_child(spec: RunSpec) -> dict:
     """``run_one`` in a fresh process (its threads and RSS are the run's own)."""
     command = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(asdict(spec))]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=spec.seconds + 600)
+    failed = {"mode": spec.mode, "topics": spec.topics, "offered": spec.rate, "payload_bytes": spec.payload_bytes}
+    timeout_s = spec.seconds + 600  # opening 10,000 topics and a 120 s drain fit in it
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**failed, "failed": f"no result within {timeout_s:.0f} s"}
     if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        return {"mode": spec.mode, "topics": spec.topics, "offered": spec.rate,
-                "payload_bytes": spec.payload_bytes, "failed": reason}
+        return {**failed, "failed": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
