@@ -96,7 +96,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.peers import PEERS, PeerGroup, fdatasync_floor, fio_available, fio_write_sync, open_peer  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
-from wal.fs import AppendFile, FileSystem, RealFs, SyncHandle  # noqa: E402
+from wal.fs import AppendFile, Chunk, RealFs, SyncHandle  # noqa: E402
 from wal.group import CommitGroup  # noqa: E402
 from wal.metrics import set_per_topic  # noqa: E402
 
@@ -165,7 +165,7 @@ class _Journal:
         self.position = 0
         self.lock = threading.Lock()
 
-    def append(self, chunks: list[bytes]) -> None:
+    def append(self, chunks: list[Chunk]) -> None:
         size = sum(map(len, chunks))
         with self.lock:
             if self.position + size > _JOURNAL_BYTES:
@@ -187,7 +187,7 @@ class _TeeFile:
     def __init__(self, inner: AppendFile, journal: _Journal) -> None:
         self._inner, self._journal = inner, journal
 
-    def write(self, chunks: Sequence[bytes]) -> None:
+    def write(self, chunks: Sequence[Chunk]) -> None:
         self._inner.write(chunks)
         self._journal.append(list(chunks))
 
@@ -213,15 +213,21 @@ class JournalFs(RealFs):
         return self.journal
 
 
-class WalTarget:
-    """T WALs of this project under one root: per-topic writers, or one commit group."""
+#: Opens the commit group of a WAL root: (root, metrics registry) -> group.
+GroupFactory = Callable[[str, CollectorRegistry], CommitGroup]
 
-    def __init__(self, setup: Setup, group_fs: FileSystem | None = None, journal: _Journal | None = None) -> None:
+
+class WalTarget:
+    """T WALs of this project under one root: per-topic writers (``make_group`` None), or all
+    of them in the commit group ``make_group`` opens. ``on_close`` runs after the group closed."""
+
+    def __init__(self, setup: Setup, make_group: GroupFactory | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
         self._registry = CollectorRegistry()
         set_per_topic(self._registry, False)  # one aggregated series, as a broker host has
         root = os.path.join(setup.directory, "wal")
-        self._journal = journal
-        self._group = CommitGroup(root, group_fs) if group_fs is not None else None
+        self._on_close = on_close
+        self._group = make_group(root, self._registry) if make_group is not None else None
         self._wals: list[WriteAheadLog] = []
         try:
             for i in range(setup.topics):
@@ -245,12 +251,14 @@ class WalTarget:
             wal.flush(max(0.1, deadline - time.monotonic()))
 
     def close(self) -> None:
-        for wal in self._wals:
-            wal.close()
-        if self._group is not None:
-            self._group.close()
-        if self._journal is not None:
-            self._journal.close()
+        try:
+            for wal in self._wals:
+                wal.close()
+            if self._group is not None:
+                self._group.close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
 
 def open_wal(setup: Setup) -> Target:
@@ -258,13 +266,15 @@ def open_wal(setup: Setup) -> Target:
 
 
 def open_group(setup: Setup) -> Target:
-    return WalTarget(setup, RealFs())
+    """The commit group with one syncfs per round (``wal.group_sync = syncfs``)."""
+    return WalTarget(setup, lambda root, registry: CommitGroup(root, RealFs(), metrics_registry=registry))
 
 
 def open_journal_pattern(setup: Setup) -> Target:
     journal = _Journal(os.path.join(setup.directory, "journal.bin"))
     try:
-        return WalTarget(setup, JournalFs(journal), journal)
+        return WalTarget(setup, lambda root, registry: CommitGroup(root, JournalFs(journal), metrics_registry=registry),
+                         on_close=journal.close)
     except BaseException:
         journal.close()
         raise
@@ -296,9 +306,9 @@ MODES: dict[str, Mode] = {
     "wal": Mode(open_wal, files_per_topic=2),  # segment + directory lock
     "group": Mode(open_group, files_per_topic=2),
     "journal-pattern": Mode(open_journal_pattern, files_per_topic=2),
-    # The project's shared journal (being built in wal/) goes here: a function that opens
-    # setup.topics WALs sharing one journal under setup.directory, adds setup.listeners[i]
-    # as topic i's durable listener and returns a Target whose syncs() counts journal syncs.
+    # The project's shared journal (wal/journal.py) goes here, as one more group factory:
+    # "journal": Mode(lambda setup: WalTarget(setup, lambda root, registry: CommitGroup(
+    #     root, RealFs(), journal=JournalConfig(...), metrics_registry=registry)), 2),
     **{name: Mode(functools.partial(open_peer_target, name), files_per_topic=0) for name in PEERS},
 }
 
