@@ -9,8 +9,9 @@ Systems (``--modes``), each fed the same stream:
 
 * ``wal``: per-topic WALs, each with its own writer thread and fdatasync per round
   (``wal.commit_group = false``).
-* ``group``: every topic in one ``wal.group.CommitGroup`` (one writer thread; a round writes
-  every topic's segment, then ONE ``syncfs``).
+* ``group``: every topic in one ``wal.group.CommitGroup`` without a journal
+  (``wal.group_sync = syncfs``: one writer thread; a round writes every topic's segment,
+  then ONE ``syncfs``).
 * ``journal-pattern``: the shared journal's I/O pattern through the same group code: every
   segment write also goes to one journal file (zero-filled in advance, reused circularly, as
   BookKeeper preallocates its journal) and a round is made durable by ONE fdatasync of the
