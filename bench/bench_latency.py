@@ -12,6 +12,10 @@ Systems (``--modes``), each fed the same stream:
 * ``group``: every topic in one ``wal.group.CommitGroup`` without a journal
   (``wal.group_sync = syncfs``: one writer thread; a round writes every topic's segment,
   then ONE ``syncfs``).
+* ``journal``: every topic in one ``CommitGroup`` with the root's shared journal
+  (``wal.group_sync = journal``, the default of a broker host): a round writes every topic's
+  segment and appends it to the journal, then ONE fdatasync of the journal; segments are
+  synced by the journal's checkpoints (``wal/journal.py``).
 * ``journal-pattern``: the shared journal's I/O pattern through the same group code: every
   segment write also goes to one journal file (zero-filled in advance, reused circularly, as
   BookKeeper preallocates its journal) and a round is made durable by ONE fdatasync of the
@@ -99,6 +103,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
 from wal.fs import AppendFile, Chunk, RealFs, SyncHandle  # noqa: E402
 from wal.group import CommitGroup  # noqa: E402
+from wal.journal import JournalConfig  # noqa: E402
 from wal.metrics import set_per_topic  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "latency.json")
@@ -303,13 +308,18 @@ def open_peer_target(name: str, setup: Setup) -> Target:
     return PeerTarget(name, setup)
 
 
+_DEFAULT_JOURNAL = JournalConfig(file_bytes=WalConfig().journal_file_bytes,
+                                 checkpoint_bytes=WalConfig().journal_checkpoint_bytes,
+                                 checkpoint_interval_s=WalConfig().journal_checkpoint_interval_s)
+
 MODES: dict[str, Mode] = {
     "wal": Mode(open_wal, files_per_topic=2),  # segment + directory lock
     "group": Mode(open_group, files_per_topic=2),
     "journal-pattern": Mode(open_journal_pattern, files_per_topic=2),
-    # The project's shared journal (wal/journal.py) goes here, as one more group factory:
-    # "journal": Mode(lambda setup: WalTarget(setup, lambda root, registry: CommitGroup(
-    #     root, RealFs(), journal=JournalConfig(...), metrics_registry=registry)), 2),
+    # The project's shared journal (wal/journal.py), with WalConfig's journal defaults: what
+    # a broker host runs.
+    "journal": Mode(lambda setup: WalTarget(setup, lambda root, registry: CommitGroup(
+        root, RealFs(), journal=_DEFAULT_JOURNAL, metrics_registry=registry)), files_per_topic=2),
     **{name: Mode(functools.partial(open_peer_target, name), files_per_topic=0) for name in PEERS},
 }
 
@@ -614,7 +624,7 @@ def _parse_modes(text: str) -> list[str]:
     modes = [m for m in text.split(",") if m]
     for m in modes:
         if m not in MODES:
-            hint = " (the journal's I/O pattern is 'journal-pattern')" if m == "journal" else ""
+            hint = ""
             raise SystemExit(f"unknown mode {m!r}{hint}; modes: {', '.join(MODES)}")
     return modes
 
