@@ -94,6 +94,9 @@ class _RealAppendFile:
 
     def write(self, chunks: Sequence[Chunk]) -> None:
         """Writes every chunk, in order; one syscall per 1,024 chunks, no joining copy."""
+        if len(chunks) <= _IOV_MAX:
+            _writev_all(self._fd, chunks)
+            return
         for start in range(0, len(chunks), _IOV_MAX):
             _writev_all(self._fd, chunks[start:start + _IOV_MAX])
 
@@ -108,7 +111,7 @@ class _RealAppendFile:
 
 def _writev_all(fd: int, chunks: Sequence[Chunk]) -> None:
     """writev until every byte is out: a short write (e.g. a signal) must not lose data."""
-    total = sum(len(c) for c in chunks)
+    total = sum(map(len, chunks))
     written = os.writev(fd, chunks)
     if written == total:
         return

@@ -139,6 +139,7 @@ class WriteAheadLog:
         self._origin_offset = segments[0].base_offset
         self._durable_next = next_offset
         self._room_waiters = 0
+        self._durable_waiters = 0  # threads in _durable.wait (under the lock)
         self._closing = False
         self._closed = False
         self._failure: BaseException | None = None
@@ -345,7 +346,11 @@ class WriteAheadLog:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            self._durable.wait(remaining)
+            self._durable_waiters += 1  # the writer notifies only while someone waits
+            try:
+                self._durable.wait(remaining)
+            finally:
+                self._durable_waiters -= 1
         return True
 
     async def wait_durable_async(self, offset: int, timeout_s: float | None = None) -> bool:
@@ -460,13 +465,18 @@ class WriteAheadLog:
                 self._cache.clear()
             else:
                 self._cache.add(*tail)
-            self._durable.notify_all()
-            ready, self._async_waiters = _split_ready(self._async_waiters, self._durable_next)
+            if self._durable_waiters:
+                self._durable.notify_all()
+            if self._async_waiters:
+                ready, self._async_waiters = _split_ready(self._async_waiters, self._durable_next)
+            else:
+                ready = []
             listeners = self._listeners
         assert self._durable_next == batch.last_offset + 1
         records = batch.last_offset - batch.first_offset + 1
         self.metrics.on_fsync(records, batch.nbytes, fsync_s, batch.last_offset)
-        _resolve_all(ready, None)
+        if ready:
+            _resolve_all(ready, None)
         for callback in listeners:
             try:
                 callback(batch.last_offset)
