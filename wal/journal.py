@@ -420,6 +420,7 @@ class Journal:
 
     def _checkpointer(self) -> None:
         try:
+            self._prepare_spare()  # the writer's first switch must not prepare its file itself
             while True:
                 with self._wake:
                     if not (self._stopping or self._checkpoint_wanted):
@@ -808,14 +809,16 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
         lock = _lock_wal(fs, path)
         try:
             for plan in segment_plans:
-                fs.truncate(plan.path, plan.truncate_to)
-                handle = fs.open_append(plan.path)
+                # The journal's bytes over what is there, then cut whatever followed them:
+                # truncate fsyncs the file, one sync for both (a crash in between replays again).
+                size = sum(map(len, plan.parts))
+                handle = fs.open_rw(plan.path)
                 try:
-                    handle.write(plan.parts)
-                    handle.sync()
+                    handle.pwrite(plan.parts, plan.truncate_to)
                 finally:
                     handle.close()
-                report.bytes += sum(map(len, plan.parts))
+                fs.truncate(plan.path, plan.truncate_to + size)
+                report.bytes += size
         finally:
             lock.release()
         report.wals += 1

@@ -91,12 +91,14 @@ class WriteAheadLog:
             # is replayed (under the journal's lock: WalLocked while a group uses it).
             replay_standalone(fs, root_dir)
         directory = os.path.join(root_dir, name.namespace, name.name)
-        fs.makedirs(directory)
-        # Both names makedirs may have created must survive a power loss: the topic's (in the
-        # namespace directory) and the namespace's (in the root). Else acknowledged messages
-        # vanish with the directory and offsets restart from scratch.
-        fs.fsync_dir(os.path.dirname(directory))
-        fs.fsync_dir(root_dir)
+        if not fs.exists(directory):
+            fs.makedirs(directory)
+            # Both names makedirs may have created must survive a power loss: the topic's
+            # (in the namespace directory) and the namespace's (in the root). Else
+            # acknowledged messages vanish with the directory and offsets restart from
+            # scratch. (An existing directory was made durable by the open that made it.)
+            fs.fsync_dir(os.path.dirname(directory))
+            fs.fsync_dir(root_dir)
         # One writer per directory, for the WAL's whole life: a second opener (another
         # process, or this one twice) would recover, truncate and append to the same
         # segments and hand out the same offsets for different messages.
@@ -106,12 +108,12 @@ class WriteAheadLog:
             # A journaled group names this WAL instance in its journal entries: the id must
             # be durable before the first round is (wal/identity.py).
             wal_id = ensure_wal_id(fs, directory) if group is not None and group.journal is not None else None
-            recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
-                                config.index_interval_bytes)
+            checkpoint = read_checkpoint(fs, directory)
+            recovered = recover(fs, directory, checkpoint, initial_offset, config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
                       group, wal_id)
             wal._dir_lock = lock
-            wal._write_checkpoint()
+            wal._write_checkpoint(unless_equal=checkpoint)
             wal._writer.start()
         except BaseException:
             if wal is not None:
@@ -505,11 +507,15 @@ class WriteAheadLog:
         self.metrics.on_failed()
         _resolve_all(waiters, error)
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, unless_equal: dict[str, object] | None = None) -> None:
+        """Rewrite ``wal.ckpt``; not when it already says exactly this (``unless_equal``:
+        what was read at open; a broker reopening 1,000 unchanged WALs then writes none)."""
         with self._checkpoint_lock:
             with self._lock:
                 state = {"topic": str(self.topic), "first_offset": self._segment_bases[0],
                          "sealed_next_offset": self._segment_bases[-1], "next_offset": self._durable_next}
+            if unless_equal is not None and {k: unless_equal.get(k) for k in state} == state:
+                return
             write_checkpoint(self._fs, self.directory, state)
 
     # ------------------------------------------------------------------ retention
