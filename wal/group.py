@@ -118,6 +118,14 @@ class CommitGroup:
         self.metrics = GroupMetrics(metrics_registry)
         self.journal: Journal | None = None
         self._sync: SyncHandle | None = None
+        # The state first: the journal's checkpointer may fail the group (``fail``) as soon
+        # as the journal is open.
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._members: set[GroupMember] = set()
+        self._ready_members: dict[GroupMember, None] = {}  # an ordered set: woken since the last round
+        self._failure: BaseException | None = None
+        self._stopping = False
         if journal is not None:
             self.journal = Journal.open(root, fs, journal, on_failure=self.fail, metrics=self.metrics)
         else:
@@ -127,12 +135,6 @@ class CommitGroup:
             # Opened before any member writes: syncfs reports only write-back errors that
             # happened after the descriptor was opened (wal.fs.RealFs.open_syncfs).
             self._sync = fs.open_syncfs(root)
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._members: set[GroupMember] = set()
-        self._ready_members: dict[GroupMember, None] = {}  # an ordered set: woken since the last round
-        self._failure: BaseException | None = None
-        self._stopping = False
         self.rounds = 0  # rounds synced so far (one sync each)
         self._thread = threading.Thread(target=self._run, name=f"wal-commit-group:{root}", daemon=True)
         self._thread.start()

@@ -10,6 +10,7 @@ a closed WAL never needs the journal; one journal per root, one opener at a time
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -23,7 +24,7 @@ from wal import WalFailed, WriteAheadLog
 from wal.errors import CorruptLog, WalLocked
 from wal.group import CommitGroup
 from wal.identity import WAL_ID_NAME
-from wal.journal import JournalConfig
+from wal.journal import Journal, JournalConfig
 from wal.testing import FaultFs
 
 ROOT = "/wal"
@@ -241,10 +242,11 @@ def test_damage_to_a_synced_journal_round_is_refused_and_nothing_is_touched():
     group.close()
     # Flip one byte inside the third round's frames: that round was synced (later rounds
     # follow it), so this is corruption, not a torn tail.
-    current = _journal_files(image)[-1]
-    path = os.path.join(JOURNAL, f"{current:020d}.jnl")
+    needle = payload_for(2, 0, 500)[8:40]
+    path = next(p for p in (os.path.join(JOURNAL, f"{s:020d}.jnl") for s in _journal_files(image))
+                if needle in image.read_all(p))
     data = bytearray(image.read_all(path))
-    target = data.index(payload_for(2, 0, 500)[8:40])
+    target = data.index(needle)
     data[target] ^= 0x40
     _overwrite(image, path, bytes(data))
     segments = _segment_bytes(image)
@@ -483,7 +485,7 @@ def test_an_unreadable_journal_checkpoint_is_refused_with_nothing_touched():
 
 def test_a_damaged_or_missing_journal_file_is_refused_with_nothing_touched():
     image, _config = _journaled_image()
-    current = _journal_files(image)[-1]
+    current = _journal_files(image)[-2]  # the last is the spare prepared ahead
     path = os.path.join(JOURNAL, f"{current:020d}.jnl")
     data = bytearray(image.read_all(path))
     data[12] ^= 0x01  # one bit of the file header (synced long before the rounds)
@@ -567,10 +569,18 @@ def test_a_crash_during_replay_replays_again():
     for wal in wals:
         wal.close()
     group.close()
-    for fail_after in range(0, 12, 2):
+    # How many syncs a whole replay makes (the group's constructor: replay, then its new
+    # file and checkpoint); then a crash after each of them.
+    probe = image.crash_image()
+    before = probe.sync_calls
+    with _no_checkpointer():
+        CommitGroup(ROOT, probe, journal=NO_CHECKPOINTS).close()
+    syncs = probe.sync_calls - before
+    assert syncs >= 5
+    for fail_after in range(syncs):
         attempt = image.crash_image()
         attempt.fail_sync_after = attempt.sync_calls + fail_after
-        with pytest.raises(OSError):
+        with _no_checkpointer(), pytest.raises(OSError):
             CommitGroup(ROOT, attempt, journal=NO_CHECKPOINTS)
         attempt.fail_sync_after = None
         after = attempt.random_crash_image(random.Random(fail_after))
@@ -620,6 +630,18 @@ def test_a_wal_whose_id_file_is_gone_after_a_clean_stop_gets_a_new_one():
     group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
     assert group.journal.replayed.wals == 0
     group.close()
+
+
+@contextlib.contextmanager
+def _no_checkpointer():
+    """Journals opened inside do not start their checkpointer thread (its first spare file
+    would make syncs of its own, racing the ones a test counts)."""
+    original = Journal._checkpointer
+    Journal._checkpointer = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Journal._checkpointer = original  # type: ignore[method-assign]
 
 
 def _overwrite(fs: FaultFs, path: str, data: bytes) -> None:

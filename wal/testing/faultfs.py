@@ -342,9 +342,11 @@ class FaultFs:
     def truncate(self, path: str, size: int) -> None:
         with self._lock:
             inode = self._inode(path)
+            if size > len(inode.data):
+                inode.data += bytes(size - len(inode.data))
             del inode.data[size:]
             inode.dirty_from = min(inode.dirty_from, size)
-            self._sync_locked(inode)  # RealFs.truncate fsyncs too
+        self._sync(inode, False)  # RealFs.truncate fsyncs too: counted, and it can fail
 
     def rename(self, src: str, dst: str) -> None:
         with self._lock:
