@@ -41,7 +41,12 @@ cdef inline uint64_t _clock_ms() noexcept nogil:
 
 
 cdef enum:
-    APPEND_CHUNK = 1024 * 1024      # pending frames live in chunks of this size (or one batch)
+    # Pending frames live in chunks of APPEND_CHUNK_MIN to APPEND_CHUNK bytes (a batch larger
+    # than APPEND_CHUNK gets a chunk of its own). The first chunk after a take() is sized by
+    # what that take() held, later ones double: a topic that gets one small message per
+    # commit round allocates a few KiB per round, not APPEND_CHUNK.
+    APPEND_CHUNK_MIN = 4 * 1024
+    APPEND_CHUNK = 1024 * 1024
 
 
 cdef class AppendBuffer:
@@ -64,11 +69,16 @@ cdef class AppendBuffer:
     record over ``max_message_bytes``, and ``normalize(message)`` for batch elements that are
     neither bytes nor a tuple. Callbacks run outside the atomic step.
 
-    Frames are encoded in place into bytes chunks of APPEND_CHUNK (a batch larger than that
-    gets a chunk of its own; a batch never spans chunks, so it can be written past the
-    counted end and counted only once whole). ``take()`` hands the writer every chunk in one
-    call without copying them (the last one is shrunk in place), ready for writev; copying
-    tens of MB per group commit into fresh memory cost more than encoding them. It also says
+    Frames are encoded in place into bytes chunks (a batch never spans chunks, so it can be
+    written past the counted end and counted only once whole; a batch larger than the chunk
+    size gets a chunk of its own). Chunk sizes adapt: the first chunk after a take() is the
+    power of two that would have held that take() (at least APPEND_CHUNK_MIN, at most
+    APPEND_CHUNK), each further one twice the last, up to APPEND_CHUNK. A fixed APPEND_CHUNK
+    cost every idle topic a 1 MiB allocation (and its page faults) per commit round for one
+    small message; a busy topic still reaches APPEND_CHUNK in its first chunk. ``take()``
+    hands the writer every chunk in one call without copying them (the last one is shrunk in
+    place), ready for writev; copying tens of MB per group commit into fresh memory cost more
+    than encoding them. It also says
     where the newest frames that fit ``tail_messages_max``/``tail_bytes_max`` start, so the
     WAL's cache of recent frames keeps working when one take holds thousands of records.
     """
@@ -76,6 +86,7 @@ cdef class AppendBuffer:
     cdef object cur               # the chunk being filled (refcount 1, never exposed) or None
     cdef uint8_t *buf             # PyBytes_AS_STRING(cur)
     cdef Py_ssize_t cur_used, cap # bytes counted in cur / its size
+    cdef Py_ssize_t chunk_next    # size of the next chunk to allocate (before fitting a batch)
     cdef Py_ssize_t used          # pending bytes across chunks and cur
     cdef uint64_t next_off        # the offset the next append gets
     cdef uint64_t first_off       # offset of the first pending frame (== next_off when empty)
@@ -92,6 +103,7 @@ cdef class AppendBuffer:
         self.chunks = []
         self.cur = None
         self.used = self.cur_used = self.cap = 0
+        self.chunk_next = APPEND_CHUNK_MIN
 
     def __init__(self, next_offset, *, max_message_bytes, pending_bytes_max, batch_bytes,
                  tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
@@ -167,10 +179,16 @@ cdef class AppendBuffer:
         cdef Py_ssize_t size
         if self.cur is None or self.cur_used + n > self.cap:
             self._seal_chunk()
-            size = APPEND_CHUNK if n <= APPEND_CHUNK else n
+            size = self.chunk_next
+            while size < n and size < APPEND_CHUNK:
+                size *= 2
+            if size < n:
+                size = n  # a batch larger than APPEND_CHUNK: a chunk of its own
             self.cur = PyBytes_FromStringAndSize(NULL, size)
             self.buf = <uint8_t *>PyBytes_AS_STRING(self.cur)
             self.cap = size
+            # Geometric growth within a round: many small chunks only while a round is small.
+            self.chunk_next = size * 2 if size < APPEND_CHUNK // 2 else APPEND_CHUNK
         return self.buf + self.cur_used
 
     cdef int _write(self, MsgInfo *infos, Py_ssize_t n, Py_ssize_t total) except -1:
@@ -339,6 +357,11 @@ cdef class AppendBuffer:
             tail_position = self.used if k == 0 else self.ring[(self.count - k) % self.tail_cap]
             result = (chunks, self.first_off, <object>self.next_off - 1, self.count,
                       tail_position, k)
+            if self.used:
+                # The next round starts with a chunk that would have held this one.
+                self.chunk_next = APPEND_CHUNK_MIN
+                while self.chunk_next < self.used and self.chunk_next < APPEND_CHUNK:
+                    self.chunk_next *= 2
             self.first_off = self.next_off
             self.count = 0
             self.used = 0

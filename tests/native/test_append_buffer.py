@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import native
 from native.errors import CodecError
@@ -335,3 +338,84 @@ def test_encode_batch_survives_a_publish_time_index_that_drops_earlier_messages(
     scan = codec.scan_frames(data, expected_offset=0)
     assert scan.error is None and scan.count == 2
     assert scan.records[0].payload == b"A" * 300 and scan.records[0].key == b"K" * 40
+
+
+def _payload(size: int, seed: int) -> bytes:
+    return bytes([seed % 251]) * size
+
+
+def _run_rounds(twin, rounds: list) -> list[tuple]:
+    """Feeds ``rounds`` (each a list of single sizes or lists of sizes for one batch), takes
+    after each round and returns what each take() gave, chunks joined; every chunk must hold
+    whole frames on its own."""
+    core, _ = make(twin, next_offset=11, max_message_bytes=300_000, pending_bytes_max=1 << 30,
+                   tail_messages_max=50, tail_bytes_max=400_000)
+    taken = []
+    seed = 0
+    for round_ in rounds:
+        for item in round_:
+            seed += 1
+            if isinstance(item, list):
+                core.append_batch([_payload(size, seed + i) for i, size in enumerate(item)],
+                                  publish_time=seed)
+            else:
+                core.append(_payload(item, seed), publish_time=seed)
+        chunks, first, *rest = core.take()
+        assert all(chunks), "no empty chunks"
+        expected = first
+        for chunk in chunks:  # how frames are split is free, but never inside a frame
+            scan = twin.scan_frames(chunk, expected_offset=expected, decode=False)
+            assert scan.error is None and scan.end == len(chunk)
+            expected += scan.count
+        taken.append((b"".join(chunks), first, *rest))
+    return taken
+
+
+# Idle rounds of one small message, a round that needs chunks of every size, a batch larger
+# than the largest chunk, an idle round right after a busy one, an empty take.
+ROUND_SHAPES = [
+    [[100], [100], [3]],
+    [[1000] * 3000],
+    [[7]],
+    [[5000, [250_000] * 6, 10, [4000] * 3]],
+    [[], [1], [[1, 2, 3]]],
+    [[200_000] * 8, [60] * 40],
+]
+
+
+@pytest.mark.parametrize("rounds", ROUND_SHAPES, ids=range(len(ROUND_SHAPES)))
+def test_twins_take_identical_bytes_whatever_the_chunk_sizes(rounds):
+    results = [_run_rounds(twin, rounds) for twin in native.available_codecs()]
+    assert all(result == results[0] for result in results)
+
+
+_sizes = st.sampled_from([1, 90, 4000, 4100, 9000, 70_000, 140_000, 300_000 - 26])
+_items = st.one_of(_sizes, st.lists(_sizes, min_size=1, max_size=8))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(_items, max_size=6), min_size=1, max_size=5))
+def test_twins_take_identical_bytes_for_any_rounds(rounds):
+    results = [_run_rounds(twin, rounds) for twin in native.available_codecs()]
+    assert all(result == results[0] for result in results)
+
+
+def test_an_idle_round_allocates_kilobytes_not_a_whole_chunk(codec):
+    """A topic that gets one small message per commit round must not allocate a 1 MiB chunk
+    per round (1,000 idle topics would cost 1,000 of them per round)."""
+    core, _ = make(codec, max_message_bytes=100_000, pending_bytes_max=1 << 30,
+                   tail_messages_max=1000, tail_bytes_max=1 << 20)
+    core.append_batch([b"x" * 90_000] * 30, publish_time=1)  # a busy round: 2.7 MB
+    core.take()
+    core.append(b"s" * 100, publish_time=1)  # the round after a busy one may start big
+    core.take()
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            tracemalloc.reset_peak()
+            core.append(b"s" * 100, publish_time=1)
+            chunks = core.take()[0]
+            assert tracemalloc.get_traced_memory()[1] < 16 * 1024
+            assert len(b"".join(chunks)) == 16 + 10 + 100
+    finally:
+        tracemalloc.stop()
