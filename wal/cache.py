@@ -1,21 +1,36 @@
 """Bounded cache of recent *durable* frames, kept encoded exactly as on disk.
 
-The writer thread adds one chunk per fsync (the tail of what it just wrote), so the
-append path does no per-message cache work. Readers decode chunks with the codec. It is
+The writer thread adds one entry per fsync (the tail of what it just wrote), so the
+append path does no per-message cache work. Readers decode entries with the codec. It is
 bounded in messages and in bytes; whatever it evicts is still in the segment files, so a
 reader that misses the cache falls back to files and never loses a message.
+
+An entry holds the append core's chunks themselves (immutable bytes the writer has just
+written), not a copy: joining the tail of every commit round into one fresh bytes object
+copied up to ``bytes_max`` per round (8 MiB by default, so for large messages about one
+extra copy of everything written). The tail may start inside a chunk: that chunk is then
+kept as a ``memoryview`` from the tail's first frame on, which keeps the whole chunk alive,
+so the cache counts the whole chunk: ``bytes_max`` bounds the memory the cache keeps
+alive, not only the frames it can serve. Only when a view would pass ``bytes_max`` is that
+first piece copied (at most one chunk, never the whole tail).
 """
 from __future__ import annotations
 
 import bisect
 from collections import deque
+from collections.abc import Sequence
 from typing import NamedTuple
+
+from native.format import Buffer
 
 
 class CacheChunk(NamedTuple):
     first_offset: int
     last_offset: int
-    data: bytes  # whole frames for first_offset..last_offset, back to back
+    #: Whole frames for first_offset..last_offset, back to back across the parts; each part
+    #: holds whole frames (so each decodes on its own, continuing the previous one's offsets).
+    parts: tuple[Buffer, ...]
+    nbytes: int  # bytes this entry keeps alive (a view keeps all of its chunk alive)
 
 
 class FrameCache:
@@ -29,19 +44,30 @@ class FrameCache:
         self._messages = 0
         self._bytes = 0
 
-    def add(self, first_offset: int, last_offset: int, data: bytes) -> None:
+    def add(self, first_offset: int, last_offset: int, chunks: Sequence[bytes], skip: int = 0) -> None:
+        """Caches frames first_offset..last_offset: ``chunks`` joined, from byte ``skip`` of
+        the first chunk on (a frame start). The chunks must be immutable and hold whole frames."""
+        assert chunks and 0 <= skip < len(chunks[0])
+        parts: list[Buffer] = list(chunks)
+        nbytes = sum(map(len, chunks))
+        if skip:
+            if nbytes <= self._bytes_max:
+                parts[0] = memoryview(chunks[0])[skip:]  # no copy; keeps chunks[0] alive (counted)
+            else:
+                parts[0] = chunks[0][skip:]  # a view would pass the bound: copy this piece only
+                nbytes -= skip
         count = last_offset - first_offset + 1
-        if count > self._messages_max or len(data) > self._bytes_max:
+        if count > self._messages_max or nbytes > self._bytes_max:
             self.clear()  # too big to cache; keeping older chunks would leave a hole
             return
         if self._chunks and first_offset != self._chunks[-1].last_offset + 1:
             # Only the tail of a big batch was cached: the window restarts so it stays contiguous.
             self.clear()
         assert not self._chunks or first_offset == self._chunks[-1].last_offset + 1
-        self._chunks.append(CacheChunk(first_offset, last_offset, data))
+        self._chunks.append(CacheChunk(first_offset, last_offset, tuple(parts), nbytes))
         self._firsts.append(first_offset)
         self._messages += count
-        self._bytes += len(data)
+        self._bytes += nbytes
         self._evict()
 
     def _evict(self) -> None:
@@ -49,7 +75,7 @@ class FrameCache:
             chunk = self._chunks.popleft()
             self._firsts.popleft()
             self._messages -= chunk.last_offset - chunk.first_offset + 1
-            self._bytes -= len(chunk.data)
+            self._bytes -= chunk.nbytes
         assert self._messages >= 0 and self._bytes >= 0
 
     def clear(self) -> None:
@@ -71,4 +97,5 @@ class FrameCache:
 
     @property
     def bytes(self) -> int:
+        """Bytes the cache keeps alive (at most ``bytes_max``)."""
         return self._bytes

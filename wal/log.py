@@ -671,18 +671,26 @@ def _decode_chunks(chunks: list[CacheChunk], position: int, limit: int, max_byte
     records: list[Record] = []
     budget = max_bytes
     for chunk in chunks:
-        if chunk.first_offset > limit or budget <= 0:
-            break
-        result = scan_frames(chunk.data, expected_offset=chunk.first_offset, decode=True)
-        assert result.error is None and result.last_offset == chunk.last_offset, "cache chunk corrupt"
-        records.extend(r for r in result.records if position <= r.offset <= limit)
-        budget -= len(chunk.data)
+        expected = chunk.first_offset
+        for part in chunk.parts:  # each part holds whole frames, continuing the previous one
+            # The budget stops only a read that has records: the first parts may all lie
+            # before ``position`` (an empty answer would look like nothing durable there).
+            if expected > limit or (budget <= 0 and records):
+                return records
+            result = scan_frames(part, expected_offset=expected, decode=True)
+            assert result.error is None and result.count > 0, "cache chunk corrupt"
+            records.extend(r for r in result.records if position <= r.offset <= limit)
+            budget -= len(part)
+            expected = result.last_offset + 1
+        assert expected == chunk.last_offset + 1, "cache chunk corrupt"
     return records
 
 
-def _cache_tail(batch: Batch) -> tuple[int, int, bytes] | None:
-    """The newest frames of a batch that fit the cache bounds (found by the core's take());
-    None if not even the last one fits. Copies at most cache_bytes_max."""
+def _cache_tail(batch: Batch) -> tuple[int, int, list[bytes], int] | None:
+    """The newest frames of a batch that fit the cache bounds (found by the core's take()),
+    as ``FrameCache.add`` takes them: (first offset, last offset, the chunks from the one
+    they start in, where in it); None if not even the last one fits. Copies nothing: the
+    cache keeps the chunks the writer has just written (see wal/cache.py)."""
     if batch.tail_count == 0:
         return None
     assert 0 <= batch.tail_position < batch.nbytes
@@ -691,14 +699,8 @@ def _cache_tail(batch: Batch) -> tuple[int, int, bytes] | None:
         if batch.tail_position < start + len(chunk):
             break
         start += len(chunk)
-    skip = batch.tail_position - start
-    parts = batch.chunks[index:]
-    if skip == 0 and len(parts) == 1:
-        tail = parts[0]
-    else:
-        tail = b"".join([memoryview(parts[0])[skip:], *parts[1:]])
-    assert len(tail) == batch.nbytes - batch.tail_position
-    return batch.last_offset - batch.tail_count + 1, batch.last_offset, tail
+    return (batch.last_offset - batch.tail_count + 1, batch.last_offset, batch.chunks[index:],
+            batch.tail_position - start)
 
 
 def _split_ready(waiters: list[_AsyncWaiter], durable_next: int) -> tuple[list[_AsyncWaiter], list[_AsyncWaiter]]:

@@ -1,0 +1,79 @@
+"""The cache of recent durable frames keeps the writer's chunks, not copies of them, and
+bounds the memory it keeps alive; readers served from it get exactly what the files hold."""
+from __future__ import annotations
+
+import native
+from tests.wal.helpers import check_payload, payload_for, read_all, small_config
+from wal import WriteAheadLog
+from wal.cache import FrameCache
+
+
+def _frames(first: int, count: int, size: int) -> list[bytes]:
+    return [native.encode_frame(first + i, 1, None, None, payload_for(first + i, size=size))
+            for i in range(count)]
+
+
+def test_whole_chunks_are_kept_as_they_are():
+    chunks = [b"".join(_frames(0, 3, 50)), b"".join(_frames(3, 2, 50))]
+    cache = FrameCache(100, 10_000)
+    cache.add(0, 4, chunks)
+    [entry] = cache.find(0)
+    assert all(part is chunk for part, chunk in zip(entry.parts, chunks, strict=True)), "no copy"
+    assert cache.bytes == entry.nbytes == sum(map(len, chunks))
+
+
+def test_a_tail_starting_inside_a_chunk_is_a_view_that_counts_its_whole_chunk():
+    first = _frames(0, 4, 50)
+    chunks = [b"".join(first), b"".join(_frames(4, 2, 50))]
+    skip = len(first[0]) + len(first[1])
+    cache = FrameCache(100, 10_000)
+    cache.add(2, 5, chunks, skip)
+    [entry] = cache.find(2)
+    assert isinstance(entry.parts[0], memoryview) and entry.parts[0].obj is chunks[0]
+    assert bytes(entry.parts[0]) == chunks[0][skip:] and entry.parts[1] is chunks[1]
+    assert cache.bytes == entry.nbytes == sum(map(len, chunks)), "the view keeps all of chunks[0] alive"
+
+
+def test_a_view_that_would_pass_the_byte_bound_is_copied_instead():
+    first = _frames(0, 4, 50)
+    chunks = [b"".join(first), b"".join(_frames(4, 2, 50))]
+    skip = len(first[0])
+    tail_bytes = sum(map(len, chunks)) - skip
+    cache = FrameCache(100, tail_bytes)  # room for the frames, not for all of chunks[0]
+    cache.add(1, 5, chunks, skip)
+    [entry] = cache.find(1)
+    assert type(entry.parts[0]) is bytes and entry.parts[0] == chunks[0][skip:]
+    assert cache.bytes == entry.nbytes == tail_bytes <= 10_000
+
+
+def test_eviction_follows_the_bytes_kept_alive():
+    cache = FrameCache(100, 1000)
+    for first in range(0, 30, 3):
+        cache.add(first, first + 2, [b"".join(_frames(first, 3, 60))])
+        assert cache.bytes <= 1000
+    oldest = min(o for o in range(30) if cache.find(o))
+    entries = cache.find(oldest)
+    assert oldest > 0 and entries[-1].last_offset == 29, "evicted from the front"
+    assert sum(e.nbytes for e in entries) == cache.bytes
+
+
+def test_readers_get_the_files_bytes_from_a_cache_of_many_chunk_rounds(tmp_path):
+    """Rounds of large messages span several of the core's chunks; the cache holds their
+    newest frames as views and whole chunks, within its byte bound."""
+    config = small_config(max_message_bytes=100_000, cache_messages_max=1000,
+                          cache_bytes_max=600_000, segment_bytes_max=64 << 20)
+    with WriteAheadLog.open(str(tmp_path), "/ns/t", config) as wal:
+        for round_id in range(4):
+            first = wal.next_offset
+            wal.append_batch([payload_for(first + i, round_id, 30_000 + i) for i in range(40)])
+            for i in range(5):
+                wal.append(payload_for(first + 40 + i, round_id, 70_000))
+            wal.flush()
+            assert 0 < wal._cache.bytes <= config.cache_bytes_max
+        last = wal.next_offset - 1
+        cached = [o for o in range(last + 1) if wal._cache_covers(o)]
+        assert cached and cached[-1] == last and cached == list(range(cached[0], last + 1))
+        from_cache = wal._read_records(cached[0], last, 1 << 30)
+        from_files = read_all(wal, cached[0])
+        assert from_cache == from_files
+        assert [check_payload(r.payload)[0] for r in from_cache] == cached
