@@ -110,14 +110,22 @@ class _RealAppendFile:
 
 
 def _writev_all(fd: int, chunks: Sequence[Chunk]) -> None:
-    """writev until every byte is out: a short write (e.g. a signal) must not lose data."""
-    total = sum(map(len, chunks))
-    written = os.writev(fd, chunks)
-    if written == total:
-        return
-    rest = memoryview(b"".join(chunks))[written:]
-    while rest:
-        rest = rest[os.write(fd, rest):]
+    """writev until every byte is out: a short write (e.g. a signal) must not lose data. The
+    rest goes out from the chunks themselves: joining them would copy the whole round."""
+    pending = chunks
+    remaining = sum(map(len, chunks))
+    while remaining:
+        written = os.writev(fd, pending)
+        if written <= 0:  # a regular file never does this; never spin on it
+            raise OSError(errno.EIO, f"writev wrote nothing with {remaining} bytes to go")
+        remaining -= written
+        if not remaining:
+            return
+        index = 0
+        while written >= len(pending[index]):  # skip the buffers written whole
+            written -= len(pending[index])
+            index += 1
+        pending = [memoryview(pending[index])[written:], *pending[index + 1:]]
 
 
 class _RealRandomWriteFile:
