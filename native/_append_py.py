@@ -1,17 +1,26 @@
 """Pure-Python twin of ``native/_append.pyx``: ``AppendBuffer``, the WAL's append core.
 
 The reference for the compiled class: same API, same bytes, same errors. The frames it
-produces are ``native/format.py`` frames, encoded by ``native/_frames_py.py``.
+produces are ``native/format.py`` frames; their records are encoded by
+``native/_frames_py.py``.
 """
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from native._frames_py import as_u64, encode_record, frame_record
+from native._frames_py import _as_bytes, as_u64, crc32c, encode_record
 from native.errors import CodecError, OffsetOverflow
-from native.format import MAX_OFFSET, MAX_RECORD_BYTES
+from native.format import FRAME_HEADER, MAX_OFFSET, MAX_RECORD_BYTES
+
+#: Bytes [4, 16) of a frame header (length, offset): where its CRC32C starts (native/format.py).
+_LENGTH_OFFSET = struct.Struct("<IQ")
+#: Bytes [0, 4) of a frame header: the CRC32C.
+_CRC = struct.Struct("<I")
+_FRAME_HEADER_BYTES = FRAME_HEADER.size
+assert _CRC.size + _LENGTH_OFFSET.size == _FRAME_HEADER_BYTES
 
 IMPLEMENTATION = "python"
 
@@ -26,6 +35,12 @@ class AppendBuffer:
     refusal, allocate the offset, encode the frame, count it. Validation, and every callback
     (wait_for_room, wake, refusal, too_large, normalize), runs outside the lock, so a callback
     that takes the WAL lock cannot deadlock with a writer holding the WAL lock in take().
+
+    A payload is copied once, as in the compiled class: each pending frame is kept as two
+    pieces, its header with the record's fields before the payload (small), and the payload
+    itself (a bytes payload as given; other buffers are snapshot as bytes, since they may
+    change), its CRC32C computed over both; ``take()`` joins all pieces into one chunk.
+    Building each record and frame as bytes and joining those again copied it four times.
     """
 
     def __init__(self, next_offset: int, *, max_message_bytes: int, pending_bytes_max: int,
@@ -52,7 +67,9 @@ class AppendBuffer:
         self._too_large = too_large
         self._normalize = normalize
         self._lock = threading.Lock()
-        self._frames: list[bytes] = []  # one per record, in offset order
+        # Pending frames in offset order, two pieces each (see the class docstring).
+        self._pieces: list[bytes] = []
+        self._sizes: list[int] = []  # each pending frame's size in bytes
         self._bytes = 0
         self._idle = False
         self._refusal: Callable[[], BaseException] | None = None
@@ -94,15 +111,22 @@ class AppendBuffer:
             records.append(self._record(when, key, attributes, payload))
         return self._add(records)
 
-    def _record(self, publish_time: int, key: object, attributes: object, payload: object) -> bytes:
-        # encode_record checks each field's type (CodecError), as the compiled twin does.
-        record = encode_record(publish_time, key, attributes, payload)  # type: ignore[arg-type]
-        if len(record) > self.max_message_bytes:
-            raise self._too_large(f"record of {len(record)} bytes exceeds max_message_bytes "
+    def _record(self, publish_time: int, key: object, attributes: object,
+                payload: object) -> tuple[bytes, bytes]:
+        """The record as (its fields before the payload, the payload as bytes): what
+        ``encode_record`` would return, joined, without copying the payload into it."""
+        # encode_record checks each field's type (CodecError), as the compiled twin does; with
+        # an empty payload it returns exactly the record's bytes before the payload (whose
+        # length is implied by the frame's), and the payload is checked last, as it does.
+        head = encode_record(publish_time, key, attributes, b"")  # type: ignore[arg-type]
+        body = _as_bytes(payload, "payload")
+        size = len(head) + len(body)
+        if size > self.max_message_bytes:
+            raise self._too_large(f"record of {size} bytes exceeds max_message_bytes "
                                   f"{self.max_message_bytes}")
-        return record
+        return head, body
 
-    def _add(self, records: list[bytes]) -> int:
+    def _add(self, records: list[tuple[bytes, bytes]]) -> int:
         """The atomic step, under the lock; then wakes the writer outside it if needed."""
         with self._lock:
             if self._refusal is not None:
@@ -111,12 +135,17 @@ class AppendBuffer:
             if first + len(records) - 1 > MAX_OFFSET:
                 raise OffsetOverflow(f"offset {first + len(records) - 1} would pass MAX_OFFSET {MAX_OFFSET}: "
                                      "the topic is full")
-            frames = [frame_record(first + i, record) for i, record in enumerate(records)]
-            added = sum(map(len, frames))
-            self._frames.extend(frames)
+            pieces, sizes, offset, added = self._pieces, self._sizes, first, 0
+            for head, payload in records:
+                size = len(head) + len(payload)
+                header = _LENGTH_OFFSET.pack(size, offset) + head
+                pieces += (_CRC.pack(crc32c(payload, crc32c(header))) + header, payload)
+                sizes.append(_FRAME_HEADER_BYTES + size)
+                added += _FRAME_HEADER_BYTES + size
+                offset += 1
             self._bytes += added
-            self._next = first + len(frames)
-            assert self._first + len(self._frames) == self._next
+            self._next = first + len(records)
+            assert self._first + len(self._sizes) == self._next
             wake = self._idle or self._bytes - added < self.batch_bytes <= self._bytes
             if wake:
                 self._idle = False
@@ -128,25 +157,26 @@ class AppendBuffer:
     def take(self) -> tuple[list[bytes], int, int, int, int, int]:
         """``(chunks, first_offset, last_offset, count, tail_position, tail_count)``."""
         with self._lock:
-            frames, first, last = self._frames, self._first, self._next - 1
-            data = b"".join(frames)
-            assert len(data) == self._bytes and first + len(frames) == last + 1
+            pieces, sizes, first, last = self._pieces, self._sizes, self._first, self._next - 1
+            data = b"".join(pieces)  # the one copy of every payload
+            assert len(data) == self._bytes and first + len(sizes) == last + 1
             tail_count, tail_bytes = 0, 0
-            for frame in reversed(frames):
+            for size in reversed(sizes):
                 if (tail_count + 1 > self._tail_messages_max
-                        or tail_bytes + len(frame) > self._tail_bytes_max):
+                        or tail_bytes + size > self._tail_bytes_max):
                     break
                 tail_count += 1
-                tail_bytes += len(frame)
-            self._frames = []
+                tail_bytes += size
+            self._pieces = []
+            self._sizes = []
             self._bytes = 0
             self._first = self._next
         # One chunk: how frames are split into chunks is not part of the contract.
-        return [data] if data else [], first, last, len(frames), len(data) - tail_bytes, tail_count
+        return [data] if data else [], first, last, len(sizes), len(data) - tail_bytes, tail_count
 
     def park(self) -> bool:
         with self._lock:
-            if self._frames:
+            if self._sizes:
                 return False
             self._idle = True
             return True
@@ -177,7 +207,7 @@ class AppendBuffer:
 
     @property
     def pending_count(self) -> int:
-        return len(self._frames)
+        return len(self._sizes)
 
     @property
     def pending_bytes(self) -> int:
