@@ -8,6 +8,13 @@ number of messages per sync as the WAL achieved (bench/peers.py: rocksdict Write
 flush_wal(sync), SQLite WAL+synchronous=FULL one txn per batch, LMDB sync commit per batch;
 and a naive pure-Python framed log with one write+fdatasync per batch), fio sequential 1 MiB writes with
 fdatasync per block as the device limit, and the codec twins.
+
+    PYTHONPATH=. .venv/bin/python bench/bench_wal.py --group-topics 1000 [--rounds 20] [--dir /dev/shm]
+
+measures instead what one commit round costs when many topics each get one message: N WALs
+in one ``wal.group.CommitGroup``, each round appends one 100 B message to every WAL and
+waits until all are durable (on /dev/shm by default, so the device adds nothing and the
+per-topic CPU cost of a round shows); it reports ms per round.
 """
 from __future__ import annotations
 
@@ -15,7 +22,9 @@ import argparse
 import functools
 import json
 import os
+import resource
 import shutil
+import statistics
 import struct
 import sys
 import tempfile
@@ -28,6 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import native  # noqa: E402
 from bench.peers import PEERS as STORE_PEERS, fio_write_sync, open_peer  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
+from wal.fs import RealFs  # noqa: E402
+from wal.group import CommitGroup  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "wal.json")
 SMALL_B = 100
@@ -94,6 +105,43 @@ def bench_wal(root: str, payload_bytes: int, count: int, batch: int | None) -> d
             "mb_per_s": total * payload_bytes / elapsed / 1e6, "disk_mb_per_s": written / elapsed / 1e6,
             "records_per_fsync": total / fsyncs, "fsyncs": fsyncs,
             "p50_ms": _pct(probe.samples_s, 0.5) * 1e3, "p99_ms": _pct(probe.samples_s, 0.99) * 1e3}
+
+
+def bench_commit_group(root: str, topics: int, rounds: int, payload_bytes: int = SMALL_B) -> dict:
+    """``topics`` WALs in one commit group; each round appends one message to every WAL and
+    waits until every one is durable. Two warm-up rounds are not counted."""
+    # Each WAL keeps two descriptors open (its lock and its active segment).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = 2 * topics + 256
+    if soft < needed <= hard or (soft < needed and hard == resource.RLIM_INFINITY):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    elif soft < needed:
+        raise SystemExit(f"{topics} topics need about {needed} open files; this machine allows {hard}")
+    directory = tempfile.mkdtemp(dir=root)
+    group = CommitGroup(directory, RealFs())
+    wals = [WriteAheadLog.open(directory, f"/bench/g{i:06d}", WalConfig(), group=group) for i in range(topics)]
+    payload = os.urandom(payload_bytes)
+    round_s = []
+    try:
+        for index in range(rounds + 2):
+            started = time.perf_counter()
+            offsets = [wal.append(payload) for wal in wals]
+            for wal, offset in zip(wals, offsets):
+                if not wal.wait_durable(offset, 120):
+                    raise RuntimeError(f"{wal.topic} offset {offset} not durable within 120 s")
+            if index >= 2:
+                round_s.append(time.perf_counter() - started)
+        syncs = group.rounds
+    finally:
+        for wal in wals:
+            wal.close()
+        group.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    ms = [s * 1e3 for s in round_s]
+    return {"topics": topics, "rounds": rounds, "payload_bytes": payload_bytes, "syncs": syncs,
+            "ms_per_round_median": statistics.median(ms), "ms_per_round_mean": statistics.mean(ms),
+            "ms_per_round_min": min(ms), "ms_per_round_max": max(ms),
+            "us_per_topic_median": statistics.median(ms) * 1e3 / topics}
 
 
 def _peer_result(count: int, payload_bytes: int, elapsed: float, per_sync: int) -> dict:
@@ -163,9 +211,17 @@ def bench_codec(count: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", default=os.environ.get("DNB_BENCH_DIR", "/tmp"), help="where files go (same disk for all)")
+    parser.add_argument("--dir", default=None,
+                        help="where files go (same disk for all; default $DNB_BENCH_DIR or /tmp, /dev/shm with --group-topics)")
     parser.add_argument("--quick", action="store_true", help="smaller counts (~30 s)")
+    parser.add_argument("--group-topics", type=int, default=0, metavar="N",
+                        help="measure commit rounds of N topics in one commit group instead (--dir defaults to /dev/shm)")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds counted with --group-topics")
     args = parser.parse_args()
+    if args.group_topics:
+        main_commit_group(args.group_topics, args.rounds, args.dir or "/dev/shm")
+        return
+    args.dir = args.dir or os.environ.get("DNB_BENCH_DIR", "/tmp")
     scale = 0.2 if args.quick else 1.0
     root = tempfile.mkdtemp(prefix="dnb-bench-wal-", dir=args.dir)
     small_n, large_n, peer_n = int(1_000_000 * scale), int(4000 * scale), int(400_000 * scale)
@@ -179,6 +235,25 @@ def main() -> None:
         json.dump(results, f, indent=2)
     print_table(results)
     print(f"\nwrote {RESULTS}")
+
+
+def main_commit_group(topics: int, rounds: int, directory: str) -> None:
+    root = tempfile.mkdtemp(prefix="dnb-bench-wal-group-", dir=directory)
+    try:
+        result = bench_commit_group(root, topics, rounds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result["codec_implementation"] = native.IMPLEMENTATION
+    result["dir"] = directory
+    path = RESULTS.replace("wal.json", "wal_group.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"{topics} topics in one commit group on {directory}, one {SMALL_B} B message each per round, "
+          f"{rounds} rounds ({result['syncs']} syncs): ms per round median {result['ms_per_round_median']:.1f}, "
+          f"mean {result['ms_per_round_mean']:.1f}, min {result['ms_per_round_min']:.1f}, "
+          f"max {result['ms_per_round_max']:.1f} ({result['us_per_topic_median']:.1f} us per topic)")
+    print(f"\nwrote {path}")
 
 
 def run(root: str, small_n: int, large_n: int, peer_n: int, scale: float) -> dict:
