@@ -419,3 +419,24 @@ def test_an_idle_round_allocates_kilobytes_not_a_whole_chunk(codec):
             assert len(b"".join(chunks)) == 16 + 10 + 100
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_payload_is_copied_once_on_its_way_through_the_core(codec, batch):
+    """Appending and taking a large payload allocates about one copy of it (the pending
+    frames), not one per encoding step."""
+    core, _ = make(codec, max_message_bytes=3_000_000, pending_bytes_max=1 << 30)
+    payloads = [_payload(1_000_000, 1), _payload(1_000_000, 2)]
+    tracemalloc.start()
+    try:
+        if batch:
+            core.append_batch(payloads, publish_time=1)
+        else:
+            for payload in payloads:
+                core.append(payload, publish_time=1)
+        chunks = core.take()[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sum(map(len, chunks)) == 2 * (16 + 10 + 1_000_000)
+    assert peak < 1.3 * 2_000_000, f"{peak} bytes allocated for 2 MB of payload"

@@ -2,10 +2,16 @@
 bounds the memory it keeps alive; readers served from it get exactly what the files hold."""
 from __future__ import annotations
 
+import tracemalloc
+
+import pytest
+
 import native
 from tests.wal.helpers import check_payload, payload_for, read_all, small_config
 from wal import WriteAheadLog
 from wal.cache import FrameCache
+from wal.log import _cache_tail
+from wal.writer import Batch
 
 
 def _frames(first: int, count: int, size: int) -> list[bytes]:
@@ -77,3 +83,30 @@ def test_readers_get_the_files_bytes_from_a_cache_of_many_chunk_rounds(tmp_path)
         from_files = read_all(wal, cached[0])
         assert from_cache == from_files
         assert [check_payload(r.payload)[0] for r in from_cache] == cached
+
+
+@pytest.mark.parametrize("tail_messages", [3, 2])
+def test_caching_a_round_copies_none_of_it(codec, tail_messages):
+    """The round's tail goes into the cache as the core's chunks (or a view of the first):
+    feeding the cache allocates nothing in proportion to the round."""
+    core = codec.AppendBuffer(0, max_message_bytes=1_000_000, pending_bytes_max=1 << 30,
+                              batch_bytes=1 << 30, tail_messages_max=tail_messages,
+                              tail_bytes_max=8 << 20, wake=lambda: None, wait_for_room=lambda: None,
+                              too_large=ValueError, normalize=tuple)
+    for i in range(3):  # 1.8 MB: more than one chunk of the compiled core
+        core.append(payload_for(i, size=600_000), publish_time=1)
+    chunks, first, last, count, tail_position, tail_count = core.take()
+    batch = Batch(chunks, first, last, sum(map(len, chunks)), tail_position, tail_count)
+    cache = FrameCache(1000, 8 << 20)
+    tracemalloc.start()
+    try:
+        tail = _cache_tail(batch)
+        assert tail is not None
+        cache.add(*tail)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000, f"{peak} bytes allocated to cache {batch.nbytes - tail_position} bytes of frames"
+    records = [r for chunk in cache.find(3 - tail_messages)
+               for part in chunk.parts for r in native.scan_frames(part).records]
+    assert [check_payload(r.payload)[0] for r in records] == list(range(3 - tail_messages, 3))
