@@ -78,9 +78,10 @@ cdef class AppendBuffer:
     small message; a busy topic still reaches APPEND_CHUNK in its first chunk. ``take()``
     hands the writer every chunk in one call without copying them (the last one is shrunk in
     place), ready for writev; copying tens of MB per group commit into fresh memory cost more
-    than encoding them. It also says
-    where the newest frames that fit ``tail_messages_max``/``tail_bytes_max`` start, so the
-    WAL's cache of recent frames keeps working when one take holds thousands of records.
+    than encoding them. It also says where the newest frames that fit
+    ``tail_messages_max``/``tail_bytes_max`` start, so the WAL's cache of recent frames keeps
+    working when one take holds thousands of records (the cache keeps those chunks as they
+    are, wal/cache.py).
     """
     cdef list chunks              # full chunks, in offset order
     cdef object cur               # the chunk being filled (refcount 1, never exposed) or None
