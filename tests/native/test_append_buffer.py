@@ -378,7 +378,7 @@ ROUND_SHAPES = [
     [[1000] * 3000],
     [[7]],
     [[5000, [250_000] * 6, 10, [4000] * 3]],
-    [[], [1], [[1, 2, 3]]],
+    [[], [1], [[1, 2, 3]], [1023, [1024, 1023, 1025]]],
     [[200_000] * 8, [60] * 40],
 ]
 
@@ -389,7 +389,7 @@ def test_twins_take_identical_bytes_whatever_the_chunk_sizes(rounds):
     assert all(result == results[0] for result in results)
 
 
-_sizes = st.sampled_from([1, 90, 4000, 4100, 9000, 70_000, 140_000, 300_000 - 26])
+_sizes = st.sampled_from([1, 90, 1023, 1024, 4000, 4100, 9000, 70_000, 140_000, 300_000 - 26])
 _items = st.one_of(_sizes, st.lists(_sizes, min_size=1, max_size=8))
 
 
