@@ -119,13 +119,18 @@ def _writev_all(fd: int, chunks: Sequence[Chunk]) -> None:
         if written <= 0:  # a regular file never does this; never spin on it
             raise OSError(errno.EIO, f"writev wrote nothing with {remaining} bytes to go")
         remaining -= written
-        if not remaining:
-            return
-        index = 0
-        while written >= len(pending[index]):  # skip the buffers written whole
-            written -= len(pending[index])
-            index += 1
-        pending = [memoryview(pending[index])[written:], *pending[index + 1:]]
+        if remaining:
+            pending = _unwritten(pending, written)
+
+
+def _unwritten(chunks: Sequence[Chunk], written: int) -> list[Chunk]:
+    """What a short vectored write of ``chunks`` left after ``written`` bytes: the rest of
+    the buffers, the first one as a view (no copy)."""
+    index = 0
+    while written >= len(chunks[index]):  # skip the buffers written whole
+        written -= len(chunks[index])
+        index += 1
+    return [memoryview(chunks[index])[written:], *chunks[index + 1:]]
 
 
 class _RealRandomWriteFile:
@@ -135,16 +140,16 @@ class _RealRandomWriteFile:
     def pwrite(self, chunks: Sequence[Chunk], position: int) -> None:
         """Writes the chunks back to back from ``position``; one syscall per 1,024 chunks."""
         for start in range(0, len(chunks), _IOV_MAX):
-            part = chunks[start:start + _IOV_MAX]
-            total = sum(map(len, part))
-            written = os.pwritev(self._fd, part, position)
-            if written != total:  # a short write: finish it from a joined copy
-                rest = memoryview(b"".join(part))[written:]
-                at = position + written
-                while rest:
-                    n = os.pwrite(self._fd, rest, at)
-                    rest, at = rest[n:], at + n
-            position += total
+            part: Sequence[Chunk] = chunks[start:start + _IOV_MAX]
+            remaining = sum(map(len, part))
+            while remaining:
+                written = os.pwritev(self._fd, part, position)
+                if written <= 0:  # a regular file never does this; never spin on it
+                    raise OSError(errno.EIO, f"pwritev wrote nothing with {remaining} bytes to go")
+                position += written
+                remaining -= written
+                if remaining:  # a short write: go on from the chunks, not a joined copy
+                    part = _unwritten(part, written)
 
     def sync(self) -> None:
         os.fdatasync(self._fd)

@@ -47,3 +47,36 @@ def test_a_writev_that_writes_nothing_fails_instead_of_spinning(tmp_path, monkey
     with pytest.raises(OSError, match="wrote nothing"):
         handle.write([b"abc"])
     handle.close()
+
+
+def _short_pwritev(limit: int, calls: list):
+    real = os.pwritev
+
+    def pwritev(fd: int, buffers, position: int) -> int:
+        calls.append(position)
+        taken, budget = [], limit
+        for buffer in buffers:
+            if budget == 0:
+                break
+            view = memoryview(buffer)[:budget]
+            taken.append(view)
+            budget -= len(view)
+        return real(fd, taken, position)
+    return pwritev
+
+
+@pytest.mark.parametrize("limit", [1, 7, 1000])
+def test_short_positioned_writes_are_finished_in_place_without_joining(tmp_path, monkeypatch, limit):
+    """The journal's positioned writes: a short pwritev goes on at the right position."""
+    path = tmp_path / "journal"
+    path.write_bytes(b"\0" * 1000)
+    chunks = [b"h" * 10, os.urandom(300), b"", b"t" * 5]
+    calls: list = []
+    monkeypatch.setattr(os, "pwritev", _short_pwritev(limit, calls))
+    handle = RealFs().open_rw(str(path))
+    handle.pwrite(chunks, 100)
+    handle.close()
+    data = path.read_bytes()
+    assert data[100:415] == b"".join(chunks)
+    assert data[:100] == b"\0" * 100 and data[415:] == b"\0" * 585
+    assert calls[0] == 100 and len(calls) == -(-315 // limit)
