@@ -9,7 +9,8 @@ flush_wal(sync), SQLite WAL+synchronous=FULL one txn per batch, LMDB sync commit
 and a naive pure-Python framed log with one write+fdatasync per batch), fio sequential 1 MiB writes with
 fdatasync per block as the device limit, and the codec twins.
 
-    PYTHONPATH=. .venv/bin/python bench/bench_wal.py --group-topics 1000 [--rounds 20] [--dir /dev/shm]
+    PYTHONPATH=. .venv/bin/python bench/bench_wal.py --group-topics 1000 [--rounds 20] [--dir /dev/shm] \
+        [--group-sync journal|syncfs]
 
 measures instead what one commit round costs when many topics each get one message: N WALs
 in one ``wal.group.CommitGroup``, each round appends one 100 B message to every WAL and
@@ -39,6 +40,7 @@ from bench.peers import PEERS as STORE_PEERS, fio_write_sync, open_peer  # noqa:
 from wal import WalConfig, WriteAheadLog  # noqa: E402
 from wal.fs import RealFs  # noqa: E402
 from wal.group import CommitGroup  # noqa: E402
+from wal.journal import JournalConfig  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "wal.json")
 SMALL_B = 100
@@ -107,9 +109,11 @@ def bench_wal(root: str, payload_bytes: int, count: int, batch: int | None) -> d
             "p50_ms": _pct(probe.samples_s, 0.5) * 1e3, "p99_ms": _pct(probe.samples_s, 0.99) * 1e3}
 
 
-def bench_commit_group(root: str, topics: int, rounds: int, payload_bytes: int = SMALL_B) -> dict:
-    """``topics`` WALs in one commit group; each round appends one message to every WAL and
-    waits until every one is durable. Two warm-up rounds are not counted."""
+def bench_commit_group(root: str, topics: int, rounds: int, sync: str, payload_bytes: int = SMALL_B) -> dict:
+    """``topics`` WALs in one commit group (``sync``: "journal", the shared journal with
+    WalConfig's defaults, what a broker host runs; "syncfs": one syncfs per round); each
+    round appends one message to every WAL and waits until every one is durable. Two
+    warm-up rounds are not counted."""
     # Each WAL keeps two descriptors open (its lock and its active segment).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = 2 * topics + 256
@@ -118,7 +122,10 @@ def bench_commit_group(root: str, topics: int, rounds: int, payload_bytes: int =
     elif soft < needed:
         raise SystemExit(f"{topics} topics need about {needed} open files; this machine allows {hard}")
     directory = tempfile.mkdtemp(dir=root)
-    group = CommitGroup(directory, RealFs())
+    defaults = WalConfig()
+    journal = JournalConfig(file_bytes=defaults.journal_file_bytes, checkpoint_bytes=defaults.journal_checkpoint_bytes,
+                            checkpoint_interval_s=defaults.journal_checkpoint_interval_s) if sync == "journal" else None
+    group = CommitGroup(directory, RealFs(), journal=journal)
     wals = [WriteAheadLog.open(directory, f"/bench/g{i:06d}", WalConfig(), group=group) for i in range(topics)]
     payload = os.urandom(payload_bytes)
     round_s, cpu_s = [], []
@@ -141,7 +148,7 @@ def bench_commit_group(root: str, topics: int, rounds: int, payload_bytes: int =
         group.close()
         shutil.rmtree(directory, ignore_errors=True)
     ms = [s * 1e3 for s in round_s]
-    return {"topics": topics, "rounds": rounds, "payload_bytes": payload_bytes, "syncs": syncs,
+    return {"topics": topics, "rounds": rounds, "group_sync": sync, "payload_bytes": payload_bytes, "syncs": syncs,
             "ms_per_round_median": statistics.median(ms), "ms_per_round_mean": statistics.mean(ms),
             "ms_per_round_min": min(ms), "ms_per_round_max": max(ms),
             "us_per_topic_median": statistics.median(ms) * 1e3 / topics,
@@ -222,9 +229,11 @@ def main() -> None:
     parser.add_argument("--group-topics", type=int, default=0, metavar="N",
                         help="measure commit rounds of N topics in one commit group instead (--dir defaults to /dev/shm)")
     parser.add_argument("--rounds", type=int, default=20, help="rounds counted with --group-topics")
+    parser.add_argument("--group-sync", choices=("journal", "syncfs"), default="journal",
+                        help="how the group makes a round durable with --group-topics (default: journal, as a broker host)")
     args = parser.parse_args()
     if args.group_topics:
-        main_commit_group(args.group_topics, args.rounds, args.dir or "/dev/shm")
+        main_commit_group(args.group_topics, args.rounds, args.group_sync, args.dir or "/dev/shm")
         return
     args.dir = args.dir or os.environ.get("DNB_BENCH_DIR", "/tmp")
     scale = 0.2 if args.quick else 1.0
@@ -242,10 +251,10 @@ def main() -> None:
     print(f"\nwrote {RESULTS}")
 
 
-def main_commit_group(topics: int, rounds: int, directory: str) -> None:
+def main_commit_group(topics: int, rounds: int, sync: str, directory: str) -> None:
     root = tempfile.mkdtemp(prefix="dnb-bench-wal-group-", dir=directory)
     try:
-        result = bench_commit_group(root, topics, rounds)
+        result = bench_commit_group(root, topics, rounds, sync)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result["codec_implementation"] = native.IMPLEMENTATION
@@ -254,7 +263,7 @@ def main_commit_group(topics: int, rounds: int, directory: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
-    print(f"{topics} topics in one commit group on {directory}, one {SMALL_B} B message each per round, "
+    print(f"{topics} topics in one commit group ({sync}) on {directory}, one {SMALL_B} B message each per round, "
           f"{rounds} rounds ({result['syncs']} syncs): ms per round median {result['ms_per_round_median']:.1f}, "
           f"mean {result['ms_per_round_mean']:.1f}, min {result['ms_per_round_min']:.1f}, "
           f"max {result['ms_per_round_max']:.1f} ({result['us_per_topic_median']:.1f} us per topic); "
