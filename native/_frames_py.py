@@ -142,7 +142,7 @@ def encode_record(publish_time: int, key: bytes | None, attributes: Mapping[str,
 
 
 def frame_record(offset: int, record: bytes) -> bytes:
-    """The frame (header + CRC) around an encoded record. Shared with ``_append_py``."""
+    """The frame (header + CRC) around an encoded record."""
     offset = as_u64(offset, "offset")
     if len(record) > MAX_RECORD_BYTES:
         raise CodecError(f"record of {len(record)} bytes exceeds the format limit {MAX_RECORD_BYTES}")
