@@ -48,10 +48,11 @@ def measure(topics: int, directory: str) -> dict[str, float]:
     from tiered.metadata import open_metadata
     from tiered.objects import open_objects
 
-    # Each hosted topic keeps two descriptors open (its segment and its WAL directory), so
-    # a host of N topics needs a file limit above 2N (Kafka's docs advise 100,000 or more).
+    # Each hosted topic keeps one descriptor open (its active segment; in the journaled
+    # commit group no lock file per topic), so a host of N topics needs a file limit above
+    # N (Kafka's docs advise 100,000 or more).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = 2 * topics + 256
+    needed = topics + 256
     if soft < needed <= hard or (soft < needed and hard == resource.RLIM_INFINITY):
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
     elif soft < needed:

@@ -319,7 +319,8 @@ MODES: dict[str, Mode] = {
     # The project's shared journal (wal/journal.py), with WalConfig's journal defaults: what
     # a broker host runs.
     "journal": Mode(lambda setup: WalTarget(setup, lambda root, registry: CommitGroup(
-        root, RealFs(), journal=_DEFAULT_JOURNAL, metrics_registry=registry)), files_per_topic=2),
+        root, RealFs(), journal=_DEFAULT_JOURNAL, metrics_registry=registry)),
+        files_per_topic=1),  # the segment; the journal's lock keeps other openers out of the root
     **{name: Mode(functools.partial(open_peer_target, name), files_per_topic=0) for name in PEERS},
 }
 

@@ -114,9 +114,10 @@ def bench_commit_group(root: str, topics: int, rounds: int, sync: str, payload_b
     WalConfig's defaults, what a broker host runs; "syncfs": one syncfs per round); each
     round appends one message to every WAL and waits until every one is durable. Two
     warm-up rounds are not counted."""
-    # Each WAL keeps two descriptors open (its lock and its active segment).
+    # Each WAL keeps two descriptors open (its lock and its active segment); one in a
+    # journaled group (no lock file per topic).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = 2 * topics + 256
+    needed = (1 if sync == "journal" else 2) * topics + 256
     if soft < needed <= hard or (soft < needed and hard == resource.RLIM_INFINITY):
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
     elif soft < needed:

@@ -33,6 +33,7 @@ acknowledged) and the group takes no new members: the host must restart.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from prometheus_client import CollectorRegistry
 import time
@@ -41,7 +42,7 @@ from typing import NamedTuple
 
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
-from wal.errors import CorruptLog, WalFailed, WalTimeout
+from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
 from wal.fs import FileSystem, SyncHandle
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
 from wal.metrics import GroupMetrics
@@ -104,6 +105,19 @@ class GroupMember:
         return True
 
 
+class _Claim:
+    """A journaled group's claim on one WAL directory (see ``CommitGroup.claim``)."""
+
+    def __init__(self, group: "CommitGroup", key: str) -> None:
+        self._group: CommitGroup | None = group
+        self._key = key
+
+    def release(self) -> None:
+        if self._group is not None:
+            group, self._group = self._group, None
+            group._unclaim(self._key)
+
+
 class CommitGroup:
     """The commit group of one WAL root (see the module docstring). Thread-safe."""
 
@@ -126,6 +140,7 @@ class CommitGroup:
         self._ready_members: dict[GroupMember, None] = {}  # an ordered set: woken since the last round
         self._failure: BaseException | None = None
         self._stopping = False
+        self._claimed: set[str] = set()  # WAL directories open in this (journaled) group
         if journal is not None:
             self.journal = Journal.open(root, fs, journal, on_failure=self.fail, metrics=self.metrics)
         else:
@@ -164,6 +179,22 @@ class CommitGroup:
             self._ready_members[member] = None
             self._work.notify()
         return member
+
+    def claim(self, directory: str) -> "_Claim":
+        """One opener per WAL directory in a journaled group (instead of a ``flock`` on its
+        ``.lock``: no descriptor per topic). Other processes are kept out of the whole root
+        by the journal's lock; this keeps a second open in this group out. WalLocked if the
+        directory is claimed; ``release()`` the claim once the WAL let go of its files."""
+        key = os.path.normpath(directory)
+        with self._lock:
+            if key in self._claimed:
+                raise WalLocked(directory)
+            self._claimed.add(key)
+        return _Claim(self, key)
+
+    def _unclaim(self, key: str) -> None:
+        with self._lock:
+            self._claimed.discard(key)
 
     def check(self) -> None:
         """Raises WalFailed if the group failed or was closed (it takes no new members)."""

@@ -102,7 +102,10 @@ class WriteAheadLog:
         # One writer per directory, for the WAL's whole life: a second opener (another
         # process, or this one twice) would recover, truncate and append to the same
         # segments and hand out the same offsets for different messages.
-        lock = _take_lock(fs, directory)
+        # (In a journaled group the group claims the directory instead, holding no descriptor:
+        # the journal's lock, held for the group's life, keeps every other opener out of the
+        # whole root, so a topic costs one open file, its segment, not two.)
+        lock = group.claim(directory) if group is not None and group.journal is not None else _take_lock(fs, directory)
         wal = None
         try:
             # A journaled group names this WAL instance in its journal entries: the id must

@@ -440,6 +440,11 @@ def test_one_journal_opener_at_a_time():
         WriteAheadLog.open(ROOT, _topic(0), fs=fs)  # a standalone opener would replay under it
     with pytest.raises(WalLocked):
         CommitGroup(ROOT, fs)  # nor may a syncfs group of the same root
+    wal = _open(fs, group, 0, small_config())
+    with pytest.raises(WalLocked):
+        _open(fs, group, 0, small_config())  # one opener per WAL within the group, too
+    wal.close()
+    _open(fs, group, 0, small_config()).close()  # closing let it go
     group.close()
     CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS).close()
 
@@ -726,4 +731,23 @@ def test_file_preparation_and_recycling_never_race_the_commit_path(tmp_path):
         wal.close()
     assert not group.failed
     assert group.journal.checkpoints > 20
+    group.close()
+
+
+def test_a_journaled_topic_holds_one_open_file(tmp_path):
+    """Its active segment; no lock file per topic (the journal's lock keeps other openers
+    out of the whole root), so a broker's open files follow its topics one to one."""
+    from wal.fs import RealFs
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    root = os.fspath(tmp_path)
+    group = CommitGroup(root, RealFs(), journal=NO_CHECKPOINTS)
+    _wait_until(lambda: group.journal._spare is not None)  # its file prepared and closed again
+    before = open_files()
+    wals = [WriteAheadLog.open(root, _topic(i), small_config(), group=group) for i in range(50)]
+    assert open_files() - before == 50
+    for wal in wals:
+        wal.close()
     group.close()
