@@ -1,0 +1,84 @@
+"""Child process of the LazyFS test in shared-journal mode: one commit group with the shared
+journal (small files and frequent checkpoints, so file switches, recycles and checkpoints
+happen within a second or two), TOPICS topics in it, one appender thread per topic. Each
+offset is printed once it is durable (acknowledged), until the process is killed or the
+file system goes away under it.
+
+    python -m tests.wal.lazyfs_journal_child ROOT INCARNATION TOPICS
+
+Reports (one line each, stdout):
+    g <rounds> <entries> <bytes>   the group is open (what its journal replay wrote)
+    o <topic> <next_offset>        the topic's WAL is open (recovered)
+    a <topic> <offset>             every offset of the topic up to here is acknowledged
+Every payload is ``payload(offset, INCARNATION * 100 + topic)``, so the test can tell
+exactly which message belongs under an offset (and which topic and run wrote it).
+"""
+from __future__ import annotations
+
+import random
+import sys
+import threading
+
+from tests.wal.helpers import payload_for
+from wal import RealFs, WalConfig, WriteAheadLog
+from wal.group import CommitGroup
+from wal.journal import JournalConfig
+
+# Rounds of 8 topics are ~10-40 KiB here: a journal file holds a few of them, a checkpoint
+# comes every few rounds (or 0.2 s), and segments rotate every ~20 rounds of a topic.
+JOURNAL = JournalConfig(file_bytes=128 * 1024, checkpoint_bytes=160 * 1024, checkpoint_interval_s=0.2)
+CONFIG = WalConfig(segment_bytes_max=64 * 1024, close_timeout_s=10.0)
+
+
+def topic_name(index: int) -> str:
+    return f"/j/t{index}"  # short: LazyFS FIFO commands carry segment paths
+
+
+def payload(offset: int, round_id: int) -> bytes:
+    """The one message a run writes under ``offset`` (size derived from both, 200-3800 B)."""
+    return payload_for(offset, round_id, 200 + (offset * 7919 + round_id * 104729) % 3600)
+
+
+def main() -> None:
+    root, incarnation, topics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    out = threading.Lock()
+
+    def say(line: str) -> None:
+        with out:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    group = CommitGroup(root, RealFs(), journal=JOURNAL)
+    report = group.journal.replayed
+    say(f"g {report.rounds} {report.entries} {report.bytes}")
+    wals = []
+    for index in range(topics):
+        wal = WriteAheadLog.open(root, topic_name(index), CONFIG, group=group)
+        say(f"o {index} {wal.next_offset}")
+        wals.append(wal)
+
+    def append(index: int) -> None:
+        wal = wals[index]
+        rng = random.Random(incarnation * 1000 + index)
+        round_id = incarnation * 100 + index
+        try:
+            while True:
+                first = wal.next_offset  # this thread is the topic's only appender
+                batch = [payload(first + k, round_id) for k in range(rng.randrange(1, 5))]
+                assert wal.append_batch(batch) == first
+                last = first + len(batch) - 1
+                if not wal.wait_durable(last, 30.0):
+                    return
+                say(f"a {index} {last}")
+        except Exception:  # noqa: BLE001 - the file system went away (LazyFS crashed): stop
+            return
+
+    threads = [threading.Thread(target=append, args=(i,), daemon=True) for i in range(topics)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+if __name__ == "__main__":
+    main()
