@@ -10,6 +10,9 @@ Reports (one line each, stdout):
     g <rounds> <entries> <bytes>   the group is open (what its journal replay wrote)
     o <topic> <next_offset>        the topic's WAL is open (recovered)
     a <topic> <offset>             every offset of the topic up to here is acknowledged
+    r <topic> <next_offset>        the topic closed its WAL and opened it again (it leaves the
+                                   group, syncing its segment, and joins again; now and then)
+    bad <topic> <text>             something the writer saw itself that cannot be
 Every payload is ``payload(offset, INCARNATION * 100 + topic)``, so the test can tell
 exactly which message belongs under an offset (and which topic and run wrote it).
 """
@@ -70,6 +73,15 @@ def main() -> None:
                 if not wal.wait_durable(last, 30.0):
                     return
                 say(f"a {index} {last}")
+                if rng.random() < 0.005:
+                    # Leave the group (a closed WAL never depends on the journal: its close
+                    # syncs the segment) and join it again, recovering on LazyFS.
+                    wal.close()
+                    wals[index] = wal = WriteAheadLog.open(root, topic_name(index), CONFIG, group=group)
+                    if wal.next_offset != last + 1:
+                        say(f"bad {index} reopened at {wal.next_offset} after acknowledging {last}")
+                        return
+                    say(f"r {index} {wal.next_offset}")
         except Exception:  # noqa: BLE001 - the file system went away (LazyFS crashed): stop
             return
 
