@@ -18,7 +18,9 @@ exactly which message belongs under an offset (and which topic and run wrote it)
 """
 from __future__ import annotations
 
+import faulthandler
 import random
+import signal
 import sys
 import threading
 
@@ -44,6 +46,7 @@ def payload(offset: int, round_id: int) -> bytes:
 
 def main() -> None:
     root, incarnation, topics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if we hang
     out = threading.Lock()
 
     def say(line: str) -> None:

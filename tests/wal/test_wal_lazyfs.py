@@ -287,6 +287,17 @@ class _JournalWriter:
     def all_open(self) -> bool:
         return len(self.opened) == TOPICS
 
+    def stacks(self) -> str:
+        """Every thread's stack of the running child (faulthandler on SIGUSR1), for a hang."""
+        start = os.path.getsize(self.stderr_path)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+        with open(self.stderr_path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        return "\n".join(line for line in text.splitlines() if "no spare file ready" not in line)[-8000:]
+
     def died(self) -> str | None:
         """The child's stderr if it exited (it runs until killed or its file system fails)."""
         if self.proc.poll() is None:
@@ -403,8 +414,8 @@ def _fault_fired(fs: _LazyFs, writer: _JournalWriter, timeout_s: float) -> bool:
         now = time.monotonic()
         if sum(writer.acked) != progress:
             progress, since = sum(writer.acked), now
-        assert now - since < 15.0, (f"the writer acknowledged nothing for 15 s while LazyFS ran:\n"
-                                    f"{writer.died() or 'still running'}")
+        if now - since >= 15.0:
+            raise AssertionError(f"the writer acknowledged nothing for 15 s while LazyFS ran:\n{writer.stacks()}")
         if now >= deadline:
             return False
         time.sleep(0.01)
@@ -440,8 +451,11 @@ def test_lazyfs_shared_journal_power_cuts_and_torn_writes_lose_no_acknowledged_o
                 writer = _start_journal_writer(fs, base, incarnation)
                 # Run long enough for file switches, recycles, checkpoints and rotations.
                 until = time.monotonic() + rng.uniform(0.5, 2.5)
-                _wait(lambda: (time.monotonic() >= until and min(writer.acked) >= 0) or writer.died() is not None,
-                      120, "acknowledged rounds of every topic")
+                try:
+                    _wait(lambda: (time.monotonic() >= until and min(writer.acked) >= 0) or writer.died() is not None,
+                          120, "acknowledged rounds of every topic")
+                except AssertionError as e:
+                    raise AssertionError(f"{e}; acknowledged {writer.acked}:\n{writer.stacks()}") from None
                 assert writer.died() is None, f"run {incarnation} died before the fault:\n{writer.died()}"
                 fired = "-"
                 if kind == "clear-cache":
