@@ -288,22 +288,28 @@ class _JournalWriter:
         return len(self.opened) == TOPICS
 
     def stacks(self) -> str:
-        """Every thread's stack of the running child (faulthandler on SIGUSR1), for a hang."""
+        """Every thread's stack of the running child (faulthandler on SIGUSR1), for a hang;
+        what it wrote to stderr if it already exited."""
         start = os.path.getsize(self.stderr_path)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(1.0)
-        with open(self.stderr_path, "rb") as f:
-            f.seek(start)
-            text = f.read().decode(errors="replace")
-        return "\n".join(line for line in text.splitlines() if "no spare file ready" not in line)[-8000:]
+        if self.proc.poll() is not None:
+            return self.died() or ""
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        return self._stderr_text(start)
 
     def died(self) -> str | None:
         """The child's stderr if it exited (it runs until killed or its file system fails)."""
         if self.proc.poll() is None:
             return None
+        return self._stderr_text(0) or f"exit status {self.proc.returncode}"
+
+    def _stderr_text(self, start: int) -> str:
         with open(self.stderr_path, "rb") as f:
-            return f.read().decode(errors="replace")[-3000:] or f"exit status {self.proc.returncode}"
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        # The journal warns on every file it prepares on the commit path (frequent with
+        # these small files): not what a failure report needs.
+        return "\n".join(line for line in text.splitlines() if "no spare file ready" not in line)[-8000:]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -411,6 +417,11 @@ def _fault_fired(fs: _LazyFs, writer: _JournalWriter, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     progress, since = sum(writer.acked), time.monotonic()
     while fs.proc.poll() is None:
+        if writer.proc.poll() is not None:
+            time.sleep(0.5)  # LazyFS may just have fired and the writer died of it
+            if fs.proc.poll() is None:
+                raise AssertionError(f"the writer died while LazyFS ran (no fault fired):\n{writer.died()}")
+            break
         now = time.monotonic()
         if sum(writer.acked) != progress:
             progress, since = sum(writer.acked), now
