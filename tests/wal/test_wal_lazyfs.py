@@ -128,6 +128,12 @@ class _LazyFs:
         assert self.proc.poll() is not None or f"configured successfully '{text}'" in self.log_text(start), (
             "LazyFS did not confirm the command")
 
+    def state(self) -> str:
+        """For failure messages: whether LazyFS still runs, and the end of its log."""
+        status = "running" if self.proc is not None and self.proc.poll() is None else (
+            f"exited ({self.proc.returncode})" if self.proc is not None else "stopped")
+        return f"LazyFS {status}; its log ends:\n{self.log_text()[-3000:]}"
+
     def log_text(self, start: int = 0) -> str:
         with open(self.log_path, "rb") as f:
             f.seek(start)
@@ -239,7 +245,7 @@ TOPICS = 8
 # "torn-op jnl P" / "torn-seq jnl P": tear the next write of the current journal file (of the
 # one before and the one after it too: the writer may switch files meanwhile; LazyFS keeps
 # one fault per file and dies at the first that fires); "torn-op seg P" / "torn-seq seg P":
-# the same on the active segments of three topics (segments are written every round but
+# the same on the active segment of every topic (segments are written every round but
 # synced only at checkpoints, so a torn-seq keeps a later round's write and loses earlier,
 # journaled ones). The kernel hands a journal round's write to FUSE as two writes (up to the
 # page boundary, then the rest), so "torn-seq jnl 2" keeps the round's tail without its
@@ -380,9 +386,11 @@ def _journal_targets(root: str) -> list[str]:
     return [os.path.join(directory, journal_file_name(s)) for s in (top - 1, top, top + 1) if s > 0]
 
 
-def _segment_targets(root: str, rng: random.Random) -> list[str]:
+def _segment_targets(root: str) -> list[str]:
+    """The active segment of every topic: a torn-seq needs several writes of one segment
+    between two checkpoints (which sync it), so the more candidates, the sooner one fires."""
     paths = []
-    for topic in rng.sample(range(TOPICS), 3):
+    for topic in range(TOPICS):
         directory = os.path.join(root, topic_name(topic).lstrip("/"))
         paths.append(os.path.join(directory, max(n for n in os.listdir(directory) if n.endswith(".seg"))))
     return paths
@@ -420,13 +428,15 @@ def _fault_fired(fs: _LazyFs, writer: _JournalWriter, timeout_s: float) -> bool:
         if writer.proc.poll() is not None:
             time.sleep(0.5)  # LazyFS may just have fired and the writer died of it
             if fs.proc.poll() is None:
-                raise AssertionError(f"the writer died while LazyFS ran (no fault fired):\n{writer.died()}")
+                raise AssertionError(f"the writer died while LazyFS ran (no fault fired):\n{writer.died()}\n"
+                                     f"{fs.state()}")
             break
         now = time.monotonic()
         if sum(writer.acked) != progress:
             progress, since = sum(writer.acked), now
         if now - since >= 15.0:
-            raise AssertionError(f"the writer acknowledged nothing for 15 s while LazyFS ran:\n{writer.stacks()}")
+            raise AssertionError(f"the writer acknowledged nothing for 15 s while LazyFS ran:\n{writer.stacks()}\n"
+                                 f"{fs.state()}")
         if now >= deadline:
             return False
         time.sleep(0.01)
@@ -436,7 +446,7 @@ def _fault_fired(fs: _LazyFs, writer: _JournalWriter, timeout_s: float) -> bool:
 def _start_journal_writer(fs: _LazyFs, base: str, incarnation: int) -> _JournalWriter:
     writer = _JournalWriter(fs.mount, incarnation, os.path.join(base, f"e{incarnation}"))
     _wait(lambda: writer.all_open() or writer.died() is not None, 120, "the writer's WALs to open")
-    assert writer.died() is None, f"run {incarnation} failed to open on LazyFS:\n{writer.died()}"
+    assert writer.died() is None, f"run {incarnation} failed to open on LazyFS:\n{writer.died()}\n{fs.state()}"
     return writer
 
 
@@ -466,15 +476,15 @@ def test_lazyfs_shared_journal_power_cuts_and_torn_writes_lose_no_acknowledged_o
                     _wait(lambda: (time.monotonic() >= until and min(writer.acked) >= 0) or writer.died() is not None,
                           120, "acknowledged rounds of every topic")
                 except AssertionError as e:
-                    raise AssertionError(f"{e}; acknowledged {writer.acked}:\n{writer.stacks()}") from None
-                assert writer.died() is None, f"run {incarnation} died before the fault:\n{writer.died()}"
+                    raise AssertionError(f"{e}; acknowledged {writer.acked}:\n{writer.stacks()}\n{fs.state()}") from None
+                assert writer.died() is None, f"run {incarnation} died before the fault:\n{writer.died()}\n{fs.state()}"
                 fired = "-"
                 if kind == "clear-cache":
                     writer.kill()
                     fs.clear_cache()
                 else:
                     where, persist = words[1], words[2]
-                    targets = _journal_targets(fs.root) if where == "jnl" else _segment_targets(fs.root, rng)
+                    targets = _journal_targets(fs.root) if where == "jnl" else _segment_targets(fs.root)
                     for path in targets:
                         if kind == "torn-op":
                             fs.configure(f"lazyfs::torn-op::file={path}::parts=3::persist={persist}")
