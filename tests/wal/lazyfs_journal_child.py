@@ -29,13 +29,13 @@ from wal import RealFs, WalConfig, WriteAheadLog
 from wal.group import CommitGroup
 from wal.journal import JournalConfig
 
-# Rounds of 8 topics are ~10-40 KiB here: the writer moves to another journal file every
-# few rounds, a checkpoint comes every 0.2 s (or 512 KiB: under load that is a dozen rounds or
-# more, so a segment takes several unsynced writes between two checkpoints, which torn-seq
-# faults on segments need), files behind it are recycled, and segments rotate every ~20
-# rounds of a topic.
+# Rounds of 8 topics are ~10-60 KiB here: the writer moves to another journal file every
+# few rounds, a checkpoint comes every 0.2 s (or 512 KiB: under load a dozen rounds or so),
+# files behind it are recycled, and a topic's segment rotates every 256 KiB (a few times per
+# run). Both bounds are large enough that a segment takes several unsynced writes between
+# two checkpoints, which torn-seq faults on segments need.
 JOURNAL = JournalConfig(file_bytes=128 * 1024, checkpoint_bytes=512 * 1024, checkpoint_interval_s=0.2)
-CONFIG = WalConfig(segment_bytes_max=64 * 1024, close_timeout_s=10.0)
+CONFIG = WalConfig(segment_bytes_max=256 * 1024, close_timeout_s=10.0)
 
 
 def topic_name(index: int) -> str:
