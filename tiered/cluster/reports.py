@@ -4,10 +4,11 @@ registration).
 
 What a report holds: the hosted topics and, per topic,
 
-* the message and byte rates in since the last report (from the change of its next
-  offset and of its WAL's ``dnb_wal_append_bytes``);
-* the byte rate out (from the change of the bytes its readers handed out,
-  :attr:`HostedTopic.activity <tiered.lifecycle.activity.TopicActivity>`);
+* the message rate in since the last report (from the change of its next offset);
+* the byte rates in and out (from the change of the payload and key bytes appended to
+  it and handed out by its readers, :attr:`HostedTopic.activity
+  <tiered.lifecycle.activity.TopicActivity>`: counted per topic whatever
+  ``broker.metrics_per_topic`` says, and at the append, not when the WAL writer syncs);
 * its producers and consumers: the client connections that produced to or read from it
   during the interval (consumers at least the readers open now);
 * its subscription count and backlog (``next offset − (cursor + 1)`` summed over its
@@ -91,7 +92,7 @@ class LoadReporter:
             except Exception:  # noqa: BLE001 - a topic closing under us reports no rate
                 continue
             key = (name, hosted.token.epoch)
-            now_counts = (float(next_offset), _wal_bytes(hosted), _bytes_out(hosted))
+            now_counts = (float(next_offset), _bytes_in(hosted), _bytes_out(hosted))
             counters[key] = now_counts
             before = self._counters.get(key)
             rates = [0.0, 0.0, 0.0]
@@ -143,13 +144,9 @@ class LoadReporter:
             self.report_once()
 
 
-def _wal_bytes(hosted) -> float:
-    """Bytes the topic's WAL wrote so far (its ``dnb_wal_append_bytes`` counter; 0 if the
-    WAL keeps no metrics)."""
-    try:
-        return float(hosted.wal.metrics.bytes._value.get())
-    except AttributeError:
-        return 0.0
+def _bytes_in(hosted) -> float:
+    activity = getattr(hosted, "activity", None)
+    return float(activity.bytes_in) if activity is not None else 0.0
 
 
 def _bytes_out(hosted) -> float:

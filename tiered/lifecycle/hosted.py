@@ -139,6 +139,8 @@ class HostedTopic:
         with self._append_lock:
             self._check_appendable()
             first = self.wal.append_batch(batch)
+        self.activity.received(sum(map(len, batch)) if key is None else
+                               sum(len(payload) + len(key) for payload, _ in batch))
         last = first + len(batch) - 1
         self._wait_ack(last, ack, self._timeout(timeout_s))
         return first, last
@@ -171,7 +173,9 @@ class HostedTopic:
         # append is in flight, so the flush that follows covers every offset handed out.
         with self._append_lock:
             self._check_appendable()
-            return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+            offset = self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+        self.activity.received(len(payload) + (len(key) if key else 0))
+        return offset
 
     def refuse_appends(self) -> None:
         """Stop taking appends (the topic is leaving: unload or abandon). Under the append
