@@ -38,6 +38,11 @@ Invariants (the names a failure reports):
   ends with the topic owned, hosted where its placement says, within a bounded number of
   leader steps, also when the leader was lost in the middle (``tiered.tools.harness.lm``).
 * ``lm-fenced``: once a new leader's term began, a write of the old term is refused.
+* ``lm-measured-move``: a rebalancing move driven by measured traffic (the balanced or
+  weighted_load strategy; topic counts point elsewhere) takes the topic to the broker
+  with the least measured load, and never while rebalancing is paused.
+* ``lm-load-report``: each broker's load report lists the topics it hosts with the
+  bytes they received, per harness second.
 * ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
 """
 from __future__ import annotations
@@ -255,7 +260,8 @@ class Scenario:
         return self._lm
 
     def step_lm_move(self, step: Step, index: int) -> None:
-        self.lm().rebalance_step(index, step.args["to"], step.args["leader_loss"])
+        self.lm().rebalance_step(index, step.args["to"], step.args["leader_loss"], step.args["strategy"],
+                                 step.args["mb_s"])
 
     def step_lm_drain(self, step: Step, index: int) -> None:
         self.lm().drain_step(index, step.args["leader_loss"])
