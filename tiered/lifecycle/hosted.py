@@ -133,14 +133,14 @@ class HostedTopic:
         oversized message appends none of the batch, so a retry cannot duplicate part
         of it."""
         _check_ack(ack)
-        batch = list(payloads) if key is None else [(payload, key) for payload in payloads]
+        messages = list(payloads)
+        batch = messages if key is None else [(payload, key) for payload in messages]
         if not batch:
             return None, None
         with self._append_lock:
             self._check_appendable()
             first = self.wal.append_batch(batch)
-        self.activity.received(sum(map(len, batch)) if key is None else
-                               sum(len(payload) + len(key) for payload, _ in batch))
+        self.activity.received(sum(map(len, messages)) + len(messages) * len(key or b""))
         last = first + len(batch) - 1
         self._wait_ack(last, ack, self._timeout(timeout_s))
         return first, last
