@@ -135,6 +135,24 @@ def test_bytes_in_are_each_topics_own_whatever_the_metrics_labels(tmp_path, per_
         metadata.close()
 
 
+def test_capacity_and_disk_io_reach_the_leaders_view(measured):
+    """The broker's configured NIC and disk capacity and its measured disk I/O travel in
+    its report to the leader's view; a broker that configured none reports them unknown."""
+    host, hosted, _, clock, metadata = measured
+    for nic, disk in ((1.25e9, 5e8), (None, None)):
+        reporter = LoadReporter(host, interval_s=3600.0, clock=lambda: clock[0], nic_bps=nic, disk_bps=disk)
+        reporter.report_once()
+        for _ in range(20):
+            hosted.produce(b"d" * 4096)
+        clock[0] += 1.0
+        reporter.report_once()
+        record = read_snapshot(metadata).reports["r1"]
+        assert (record.nic_bps, record.disk_bps) == (nic, disk) and record.disk_io_bps >= 0.0
+        report = ViewBuilder(LoadManagerConfig()).build(read_snapshot(metadata), clock[0]).brokers["r1"].report
+        assert (report.capacity.nic_bps, report.capacity.disk_bps) == (nic, disk)
+        assert report.disk_io_bps == record.disk_io_bps
+
+
 def test_smoothing_folds_the_new_fields_like_the_others(tmp_path):
     """The leader's view smooths bytes out, connections and backlog with the same EMA."""
     from tiered.cluster import records

@@ -8,9 +8,10 @@ real topic and plays the parts the harness owns, synchronously and deterministic
   registered (``/cluster/registered/b<i>``, no lease) and reports its load, built by a
   :class:`~tiered.cluster.reports.LoadReporter` on its host from what its hosted topics
   really did (messages and bytes appended and served, subscriptions, backlog). The
-  harness's brokers share one process, so the CPU and memory a reporter would read are
-  one process's and one machine's, neither theirs nor reproducible: the harness reports
-  them as 0, and the scores rest on the measured traffic alone. Registrations and
+  harness's brokers share one process, so the CPU, memory and disk I/O a reporter would
+  read are one process's and one machine's, neither theirs nor reproducible: the harness
+  reports them as 0 (and no NIC or disk capacity), and the scores rest on the measured
+  traffic alone. Registrations and
   reports are removed when the step ends, so the other steps (a takeover needs the dead
   owner unregistered) see the world they always saw.
 * **Where the topic is.** Other steps move the topic by hand (seal here, load there),
@@ -292,8 +293,8 @@ class LoadManagerDriver:
                 if reporter is None or reporter.host is not host:
                     reporter = self.reporters[i] = LoadReporter(host, interval_s=3600.0, clock=self.clock)
                 record = reporter.build()
-            # CPU and memory: not the harness broker's own (see the module docstring).
-            record = dataclasses.replace(record, ts=self.clock(), cpu_pct=0.0, mem_pct=0.0)
+            # CPU, memory and disk I/O: not the harness broker's own (see the module docstring).
+            record = dataclasses.replace(record, ts=self.clock(), cpu_pct=0.0, mem_pct=0.0, disk_io_bps=0.0)
             ops.append(Put(records.load_key(record.broker_id), records.encode(record)))
         self.metadata.txn([], ops)
 
