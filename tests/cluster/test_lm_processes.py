@@ -13,13 +13,13 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 
 import pytest
 
 from tests.cli.helpers import dnb
 from tests.cluster.lm_fixtures import wait_for
 from tests.fixtures.servers import free_port
+from tests.tiered.helpers_lifecycle import store_urls
 from tiered.broker.client import SyncBrokerClient
 from tiered.cluster import admin
 from tiered.cluster.observe import read_snapshot
@@ -133,14 +133,7 @@ def producer_thread(urls: list[str], acked: dict[str, dict[int, bytes]], errors:
 
 @pytest.fixture(params=["local", "etcd+s3"])
 def stores(request, tmp_path) -> tuple[str, str]:
-    os.makedirs(tmp_path / "objects")
-    if request.param == "local":
-        return f"sqlite:///{tmp_path}/shared.db", f"file://{tmp_path}/objects"
-    etcd = request.getfixturevalue("etcd_server")
-    moto = request.getfixturevalue("moto_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return (f"{etcd.url}/t-{uuid.uuid4().hex[:12]}",
-            f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+    return store_urls(request, request.param, str(tmp_path))
 
 
 def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(tmp_path, stores):

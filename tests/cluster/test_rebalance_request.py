@@ -10,9 +10,6 @@ up, settling, a report late, a request withdrawn unanswered) is asked again, and
 wait that ends on an event has a generous bound."""
 from __future__ import annotations
 
-import os
-import uuid
-
 import pytest
 
 from tiered.cluster import admin, records
@@ -28,6 +25,7 @@ from tiered.objects import open_objects
 from tests.cli.helpers import dnb
 from tests.cluster.lm_fixtures import FAST_LM, FAST_RUNTIME, InProcessCluster, replace, wait_for
 from tests.cluster.test_runtime import TOPICS, all_owned, check_continuity, placements, produce
+from tests.tiered.helpers_lifecycle import store_urls
 
 BLACKLISTED = TOPICS[0]
 CONFIG = replace(FAST_LM, assignment_strategy=Strategy.FAIR, load_report_interval_s=0.5,
@@ -47,16 +45,9 @@ NOT_YET = ("WarmingUp", "Settling", "Stale")
 
 
 @pytest.fixture(params=["local", "etcd+s3"])
-def store_urls(request, tmp_path) -> tuple[str, str]:
+def stores(request, tmp_path) -> tuple[str, str]:
     """(metadata URL, objects URL): the embedded stores, or real etcd and moto over HTTP."""
-    if request.param == "local":
-        os.makedirs(tmp_path / "objects")
-        return f"sqlite:///{tmp_path}/metadata.db", f"file://{tmp_path}/objects"
-    etcd = request.getfixturevalue("etcd_server")
-    moto = request.getfixturevalue("moto_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return (f"{etcd.url}/t-{uuid.uuid4().hex[:12]}",
-            f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+    return store_urls(request, request.param, str(tmp_path))
 
 
 def _request_until(metadata, done, what: str) -> dict:
@@ -73,10 +64,10 @@ def _request_until(metadata, done, what: str) -> dict:
                     timeout_s=EVENT_WAIT_S, poll_s=0.1)
 
 
-def test_operator_rebalance_runs_one_cycle_under_the_rules(tmp_path, store_urls):
-    metadata, objects = open_metadata(store_urls[0]), open_objects(store_urls[1])
+def test_operator_rebalance_runs_one_cycle_under_the_rules(tmp_path, stores):
+    metadata, objects = open_metadata(stores[0]), open_objects(stores[1])
     cluster = InProcessCluster(str(tmp_path), metadata, objects)
-    argv = ["--data-dir", str(tmp_path / "cli"), "--metadata", store_urls[0], "--objects", store_urls[1]]
+    argv = ["--data-dir", str(tmp_path / "cli"), "--metadata", stores[0], "--objects", stores[1]]
     try:
         # No leader: the request is withdrawn when the wait ends, and leaves nothing pending.
         answer = admin.request_rebalance(metadata, timeout_s=0.3)
@@ -133,10 +124,10 @@ def test_operator_rebalance_runs_one_cycle_under_the_rules(tmp_path, store_urls)
         objects.close()
 
 
-def test_a_withdrawn_request_never_moves_anything(tmp_path, store_urls):
+def test_a_withdrawn_request_never_moves_anything(tmp_path, stores):
     """The move and the answer are one write compared on the request: once the operator
     withdrew its request, a decision made from it lands nothing."""
-    metadata, objects = open_metadata(store_urls[0]), open_objects(store_urls[1])
+    metadata, objects = open_metadata(stores[0]), open_objects(stores[1])
     cluster = InProcessCluster(str(tmp_path), metadata, objects)
     try:
         for b in ("1", "2"):
