@@ -303,7 +303,28 @@ def test_catches_a_leader_that_never_completes_a_move(monkeypatch):
     monkeypatch.setattr(Executor, "_CompleteTransfer", lambda self, a, snap, token: False)
     [seed] = _lm_seeds(1, leader_loss=False)
     result = run_scenario(seed)
-    assert not result.ok and result.violation.startswith("lm-move-completes"), result.to_json()
+    # Sealed and never assigned: the unowned bound is the first to notice.
+    assert not result.ok and result.violation.split(":")[0] in ("lm-unowned-bound", "lm-move-completes"), \
+        result.to_json()
+
+
+def test_catches_a_leader_that_leaves_a_released_topic_unowned_for_a_step(monkeypatch):
+    """The target must be assigned in the step that sees the release: a leader whose
+    first attempt at each completion is lost finishes every move, one step late."""
+    from tiered.cluster.runtime import Executor
+
+    real = Executor._CompleteTransfer
+    attempts: dict[tuple[str, str | None], int] = {}
+
+    def late(self, a, snap, token):
+        move = (a.topic, a.move_id)
+        attempts[move] = attempts.get(move, 0) + 1
+        return attempts[move] > 1 and real(self, a, snap, token)
+
+    monkeypatch.setattr(Executor, "_CompleteTransfer", late)
+    [seed] = _lm_seeds(1, leader_loss=False)
+    result = run_scenario(seed)
+    assert not result.ok and result.violation.startswith("lm-unowned-bound"), result.to_json()
 
 
 def test_a_slow_machine_cannot_end_a_leader_term(monkeypatch):

@@ -49,7 +49,9 @@ Leader loss is the old leader's lease ending (revoked: what its expiry looks lik
 store) between two steps of a move, at the step the schedule names; a new leader
 reconciles from stored state and finishes the move. The stale leader's token is then
 used for one more write, which the fence must refuse (``lm-fenced``). A move the leader
-does not finish within the round bound is ``lm-move-completes``; a move elsewhere than
+does not finish within the round bound is ``lm-move-completes``, one that leaves the
+topic unowned (sealed, not loaded) for more than :data:`UNOWNED_ROUNDS_MAX` rounds is
+``lm-unowned-bound``; a move elsewhere than
 the broker with the least measured load is ``lm-measured-move``, and a load report that
 does not show the traffic the harness produced is ``lm-load-report``.
 """
@@ -77,6 +79,10 @@ LOAD_NS = "/harness-load/"
 ROUND_S = 0.001
 #: Rounds (leader step + watcher) a step may take before its move counts as stuck.
 ROUNDS_MAX = 40
+#: Rounds a moving topic may end unowned (sealed by its source, not loaded by its
+#: target): the leader assigns the target in the step that first sees the release, so
+#: the topic is sealed at the end of one round and loaded in the next, leader loss or not.
+UNOWNED_ROUNDS_MAX = 1
 #: Rounds of traffic, rebalancing paused, before the leader may move: its smoothed loads
 #: (EMA, 0.3 per report) then hold 1 − 0.7^12 ≈ 99 % of the step's rates, whatever the
 #: topics carried before.
@@ -366,8 +372,13 @@ class LoadManagerDriver:
         start_owner = self.scenario.owner
         self.loss_pending, self.step_index = leader_loss, index
         self.last_skipped = ()
+        unowned = 0
         for _ in range(ROUNDS_MAX):
             busy = self.round()
+            unowned += self.scenario.sealed
+            check(unowned <= UNOWNED_ROUNDS_MAX, "lm-unowned-bound",
+                  f"{what}: the topic ended {unowned} rounds sealed and not loaded anywhere "
+                  f"(placement {self.placement()})")
             p = self.placement()
             settled = not busy and not self.scenario.sealed and p is not None and p.state == "owned"
             if settled and self.scenario.owner != start_owner:

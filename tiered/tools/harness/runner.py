@@ -37,6 +37,9 @@ Invariants (the names a failure reports):
 * ``lm-move-completes``: a move the load manager's leader starts (rebalancing or a drain)
   ends with the topic owned, hosted where its placement says, within a bounded number of
   leader steps, also when the leader was lost in the middle (``tiered.tools.harness.lm``).
+* ``lm-unowned-bound``: during a load-manager move the topic is unowned (sealed by its
+  source, not loaded by its target) at the end of at most one round: the leader assigns
+  the target in the step that first sees the release, also after a leader loss.
 * ``lm-fenced``: once a new leader's term began, a write of the old term is refused.
 * ``lm-measured-move``: a rebalancing move driven by measured traffic (the balanced or
   weighted_load strategy; topic counts point elsewhere) takes the topic to the broker
