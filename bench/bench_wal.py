@@ -4,20 +4,19 @@
 
 Measured in the same run, on the same disk: the WAL (batch and single appends, 100 B and
 64 KiB payloads, with records/fsync and append->durable latency), peers given the same
-number of messages per sync as the WAL achieved (rocksdict WriteBatch sync=True, SQLite
-WAL+synchronous=FULL one txn per batch, LMDB sync commit per batch, a naive pure-Python
-framed log with one write+fdatasync per batch), fio sequential 1 MiB writes with
+number of messages per sync as the WAL achieved (bench/peers.py: rocksdict WriteBatch +
+flush_wal(sync), SQLite WAL+synchronous=FULL one txn per batch, LMDB sync commit per batch;
+and a naive pure-Python framed log with one write+fdatasync per batch), fio sequential 1 MiB writes with
 fdatasync per block as the device limit, and the codec twins.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
-import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,6 +26,7 @@ from collections import deque
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import native  # noqa: E402
+from bench.peers import PEERS as STORE_PEERS, fio_write_sync, open_peer  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "wal.json")
@@ -101,55 +101,16 @@ def _peer_result(count: int, payload_bytes: int, elapsed: float, per_sync: int) 
             "mb_per_s": count * payload_bytes / elapsed / 1e6, "records_per_fsync": per_sync}
 
 
-def bench_rocksdict(root: str, payload_bytes: int, count: int, per_sync: int) -> dict:
-    from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+def bench_peer(name: str, root: str, payload_bytes: int, count: int, per_sync: int) -> dict:
+    """Peer ``name`` (bench/peers.py), one batch of ``per_sync`` messages per sync, closed loop."""
     path = tempfile.mkdtemp(dir=root)
-    db = Rdict(path, Options(raw_mode=True))
-    sync = WriteOptions()
-    sync.sync = True
+    peer = open_peer(name, path, map_bytes=count * (payload_bytes + 64) * 3, ascending_keys=True)
     payload = os.urandom(payload_bytes)
     started = time.perf_counter()
     for start in range(0, count, per_sync):
-        wb = WriteBatch(raw_mode=True)
-        for i in range(start, min(count, start + per_sync)):
-            wb.put(struct.pack(">Q", i), payload)
-        db.write(wb, sync)
+        peer.write_batch([(0, i, payload) for i in range(start, min(count, start + per_sync))])
     elapsed = time.perf_counter() - started
-    db.close()
-    shutil.rmtree(path)
-    return _peer_result(count, payload_bytes, elapsed, per_sync)
-
-
-def bench_sqlite(root: str, payload_bytes: int, count: int, per_sync: int) -> dict:
-    path = os.path.join(tempfile.mkdtemp(dir=root), "db.sqlite")
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE m (offset INTEGER PRIMARY KEY, payload BLOB)")
-    payload = os.urandom(payload_bytes)
-    started = time.perf_counter()
-    for start in range(0, count, per_sync):
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO m VALUES (?, ?)", ((i, payload) for i in range(start, min(count, start + per_sync))))
-        db.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    db.close()
-    shutil.rmtree(os.path.dirname(path))
-    return _peer_result(count, payload_bytes, elapsed, per_sync)
-
-
-def bench_lmdb(root: str, payload_bytes: int, count: int, per_sync: int) -> dict:
-    import lmdb
-    path = tempfile.mkdtemp(dir=root)
-    env = lmdb.open(path, map_size=max(1 << 30, count * (payload_bytes + 64) * 3), sync=True, metasync=True)
-    payload = os.urandom(payload_bytes)
-    started = time.perf_counter()
-    for start in range(0, count, per_sync):
-        with env.begin(write=True) as txn:
-            txn.cursor().putmulti([(struct.pack(">Q", i), payload) for i in range(start, min(count, start + per_sync))],
-                                  append=True)
-    elapsed = time.perf_counter() - started
-    env.close()
+    peer.close()
     shutil.rmtree(path)
     return _peer_result(count, payload_bytes, elapsed, per_sync)
 
@@ -181,13 +142,7 @@ def bench_fio(root: str, size_mb: int, blocks_per_sync: int = 1) -> dict:
     1 block per sync is the issue's yardstick; it is bound by one sync's latency per MiB, so
     a WAL syncing megabytes at a time can beat it. A sync every 64 MiB shows the device's
     streaming limit, the honest ceiling for a group-committing writer."""
-    path = os.path.join(root, "fio.dat")
-    command = ["fio", "--name=seqwrite", f"--filename={path}", "--rw=write", "--bs=1M", f"--size={size_mb}M",
-               f"--fdatasync={blocks_per_sync}", "--ioengine=sync", "--end_fsync=1", "--output-format=json"]
-    out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=300).stdout
-    os.remove(path)
-    job = json.loads(out[out.index("{"):])["jobs"][0]["write"]
-    return {"mb_per_s": job["bw_bytes"] / 1e6, "iops": job["iops"], "command": " ".join(command)}
+    return fio_write_sync(root, "1M", size_mb, blocks_per_sync)
 
 
 def bench_codec(count: int) -> dict:
@@ -244,7 +199,7 @@ def run(root: str, small_n: int, large_n: int, peer_n: int, scale: float) -> dic
     return results
 
 
-PEERS = {"rocksdict": bench_rocksdict, "sqlite": bench_sqlite, "lmdb": bench_lmdb, "naive_log": bench_naive_log}
+PEERS = {**{name: functools.partial(bench_peer, name) for name in STORE_PEERS}, "naive_log": bench_naive_log}
 
 
 def _targets(r: dict) -> dict:

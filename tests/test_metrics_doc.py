@@ -15,7 +15,7 @@ from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.objects.s3 import S3ObjectStore
 from tiered.read.metrics import ReadMetrics
 from uploader.metrics import UploaderMetrics
-from wal.metrics import WalMetrics
+from wal.metrics import GroupMetrics, WalMetrics
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "METRICS.md"
 ROW = re.compile(r"^\| `(dnb_[a-z0-9_]+)` \| (counter|gauge|histogram) \| ([^|]*) \|", re.MULTILINE)
@@ -24,6 +24,7 @@ _S3_CLIENT = SimpleNamespace(meta=SimpleNamespace(endpoint_url="http://127.0.0.1
 
 BUILDERS: list[Callable[[CollectorRegistry], object]] = [
     lambda r: WalMetrics("/ns/t", r),
+    GroupMetrics,
     UploaderMetrics.create,
     LifecycleMetrics.create,
     ReadMetrics.create,
@@ -38,8 +39,15 @@ def _made() -> set[tuple[str, str, tuple[str, ...]]]:
         registry = CollectorRegistry()
         build(registry)
         for collector in list(registry._collector_to_names):  # the families, labelled or not
-            name = collector._name + ("_total" if collector._type == "counter" else "")
-            families.add((name, collector._type, tuple(collector._labelnames)))
+            if hasattr(collector, "_name"):  # a prometheus_client metric
+                name = collector._name + ("_total" if collector._type == "counter" else "")
+                families.add((name, collector._type, tuple(collector._labelnames)))
+                continue
+            # A collector of our own (wal.metrics' WAL families): its families as scraped.
+            for family in collector.collect():
+                name = family.name + ("_total" if family.type == "counter" else "")
+                labels = {k for sample in family.samples for k in sample.labels if k != "le"}
+                families.add((name, family.type, tuple(sorted(labels))))
     return families
 
 

@@ -103,6 +103,7 @@ class Uploader:
         self._stopping = threading.Event()
         self._requested = False
         self._fatal: BaseException | None = None
+        self._deferred = False  # the last pass left a not-yet-full object for later
         self._last_error: BaseException | None = None
         #: Upload failures: the first and the recovery logged, repeats rate-limited.
         self._failure_log = FailureLog(log, f"topic {self.topic}: upload")
@@ -330,10 +331,14 @@ class Uploader:
             try:
                 with self._pass_lock:
                     self._raise_if_fatal()
-                    self._pass(retention, force)
+                    proved = self._pass(retention, force)
                 self._start_object_deletes()
-                self._failure_log.succeeded()
-                self._last_error = None
+                if proved:
+                    # Only a pass that reached the store says it is back: one that found
+                    # the next object not full yet and left it for later proves nothing
+                    # (logging "recovered" then, while the store is still down, misleads).
+                    self._failure_log.succeeded()
+                    self._last_error = None
                 return
             except OwnershipLost as e:
                 self._fail(e, "ownership")
@@ -358,7 +363,9 @@ class Uploader:
                 self._failure_log.failed(e, f"attempt {attempt} failed; retrying")
                 time.sleep(backoff.next_s(remaining_s))
 
-    def _pass(self, retention: bool, force: bool) -> None:
+    def _pass(self, retention: bool, force: bool) -> bool:
+        """One pass; False when it left durable frames for later without reaching the
+        object store (the next object not full or old yet), True otherwise."""
         # Bounded to the durable tip seen when the pass starts: chasing a tip that keeps
         # moving cut one small object per WAL fsync while producers were active (3,000
         # messages became 427 objects). What arrives during the pass waits for the next
@@ -366,14 +373,18 @@ class Uploader:
         # bigger object. Unless forced, only full or old objects are cut (sizing.py).
         bound = self.wal.durable_offset
         self._ages.note(bound, self._clock())
+        self._deferred = False
+        uploaded = 0
         try:
             for _ in range(OBJECTS_PER_PASS_MAX):
                 if bound is None or not self._upload_next(bound, force):
                     break
+                uploaded += 1
         finally:
             self._update_lag()  # also when the pass fails: that is when the lag grows
         if retention:
             self._retain()
+        return uploaded > 0 or not self._deferred
 
     # -- the steps -------------------------------------------------------------------
     def _upload_next(self, bound: int, force: bool) -> bool:
@@ -389,10 +400,12 @@ class Uploader:
         target = self.config.target_bytes()
         old = self._age_due(start)
         if not (force or old) and (durable - start + 1) * self._frame_bytes_avg < target:
+            self._deferred = True
             return False  # by the estimate, not full yet: no read at all
         started_s = time.monotonic()
         frames, last, full = self._read_batch(start, durable, target)
         if not (force or old or full):
+            self._deferred = True
             return False  # the estimate was high (it has just learned): wait for more
         descriptor, how = self._store_object(frames, start, last)
         self._hook("before_commit")

@@ -31,10 +31,10 @@ _VERSION = 1
 CheckpointState = dict[str, Any]
 
 
-def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState) -> None:
+def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, name: str = CHECKPOINT_NAME) -> None:
     body = json.dumps({"version": _VERSION, **state}, sort_keys=True).encode()
     blob = json.dumps({"crc32c": crc32c(body), "body": body.decode()}).encode()
-    final = os.path.join(directory, CHECKPOINT_NAME)
+    final = os.path.join(directory, name)
     temp = final + _TEMP_SUFFIX
     if fs.exists(temp):
         fs.remove(temp)  # a leftover from a crash mid-write; it was never renamed in
@@ -48,9 +48,9 @@ def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState) -> 
     fs.fsync_dir(directory)
 
 
-def read_checkpoint(fs: FileSystem, directory: str) -> CheckpointState | None:
+def read_checkpoint(fs: FileSystem, directory: str, name: str = CHECKPOINT_NAME) -> CheckpointState | None:
     """The last checkpoint, or None when there is none or it is unreadable (it is advisory)."""
-    path = os.path.join(directory, CHECKPOINT_NAME)
+    path = os.path.join(directory, name)
     if not fs.exists(path):
         return None
     try:

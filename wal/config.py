@@ -2,8 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from native.format import MAX_RECORD_BYTES
+
+
+class GroupSync(str, Enum):
+    """How a commit group makes a round durable (docs/WAL.md compares them)."""
+
+    #: One fdatasync of the root's shared journal per round; segment files are synced
+    #: lazily at journal checkpoints and replayed from the journal after a crash.
+    JOURNAL = "journal"
+    #: One syncfs(2) of the root's file system per round; no second copy of any byte.
+    SYNCFS = "syncfs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,16 @@ class WalConfig:
     # thread and one fdatasync per topic per round. WriteAheadLog.open without a group
     # (a standalone WAL) always uses its own writer, whatever this says.
     commit_group: bool = True
+    # How the commit group makes a round durable: "journal" (one fdatasync of the root's
+    # shared journal, wal/journal.py) or "syncfs" (one syncfs of the root's file system).
+    group_sync: GroupSync = GroupSync.JOURNAL
+    # The shared journal: the writer moves to a new (or recycled) file past journal_file_bytes;
+    # a checkpoint (sync the segment files written since the last one, then let the journal
+    # go behind them) starts after journal_checkpoint_bytes of journal or
+    # journal_checkpoint_interval_s, whichever comes first. Both bound the replay after a crash.
+    journal_file_bytes: int = 64 * 1024 * 1024
+    journal_checkpoint_bytes: int = 32 * 1024 * 1024
+    journal_checkpoint_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_message_bytes <= MAX_RECORD_BYTES:
@@ -46,8 +67,16 @@ class WalConfig:
         if self.pending_bytes_max < self.max_message_bytes:
             raise ValueError("pending_bytes_max must hold at least one maximal message")
         for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
-                     "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes"):
+                     "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.segment_age_max_s <= 0 or self.append_timeout_s <= 0 or self.close_timeout_s <= 0:
+        if (self.segment_age_max_s <= 0 or self.append_timeout_s <= 0 or self.close_timeout_s <= 0
+                or self.journal_checkpoint_interval_s <= 0):
             raise ValueError("time limits must be positive")
+        if self.journal_file_bytes < 64 * 1024:
+            raise ValueError("journal_file_bytes must be at least 64 KiB")
+        if self.group_sync not in list(GroupSync):
+            raise ValueError(f"group_sync must be one of {', '.join(m.value for m in GroupSync)}")
+        # A topic's round is at most pending_bytes_max; a journal entry's length is a u32.
+        if self.pending_bytes_max >= 1 << 32:
+            raise ValueError("pending_bytes_max must stay below 4 GiB (a journal entry's bound)")

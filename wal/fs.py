@@ -35,8 +35,21 @@ def crash_safe_order(names: "list[str]") -> "list[str]":
 _IOV_MAX = 1024  # Linux IOV_MAX; writev with more buffers fails with EINVAL.
 
 
+#: What the write calls accept: bytes, or views into them (the journal writes segment bytes
+#: straight from a replayed journal file).
+Chunk = bytes | memoryview
+
+
 class AppendFile(Protocol):
-    def write(self, chunks: Sequence[bytes]) -> None: ...
+    def write(self, chunks: Sequence[Chunk]) -> None: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class RandomWriteFile(Protocol):
+    """A file written at given positions (the shared journal's preallocated files)."""
+
+    def pwrite(self, chunks: Sequence[Chunk], position: int) -> None: ...
     def sync(self) -> None: ...
     def close(self) -> None: ...
 
@@ -54,6 +67,7 @@ class FileSystem(Protocol):
     def read_all(self, path: str) -> bytes: ...
     def open_append(self, path: str) -> AppendFile: ...
     def open_read(self, path: str) -> ReadFile: ...
+    def open_rw(self, path: str) -> RandomWriteFile: ...
     def truncate(self, path: str, size: int) -> None: ...
     def rename(self, src: str, dst: str) -> None: ...
     def remove(self, path: str) -> None: ...
@@ -78,8 +92,11 @@ class _RealAppendFile:
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
-    def write(self, chunks: Sequence[bytes]) -> None:
+    def write(self, chunks: Sequence[Chunk]) -> None:
         """Writes every chunk, in order; one syscall per 1,024 chunks, no joining copy."""
+        if len(chunks) <= _IOV_MAX:
+            _writev_all(self._fd, chunks)
+            return
         for start in range(0, len(chunks), _IOV_MAX):
             _writev_all(self._fd, chunks[start:start + _IOV_MAX])
 
@@ -92,15 +109,42 @@ class _RealAppendFile:
             self._fd = -1
 
 
-def _writev_all(fd: int, chunks: Sequence[bytes]) -> None:
+def _writev_all(fd: int, chunks: Sequence[Chunk]) -> None:
     """writev until every byte is out: a short write (e.g. a signal) must not lose data."""
-    total = sum(len(c) for c in chunks)
+    total = sum(map(len, chunks))
     written = os.writev(fd, chunks)
     if written == total:
         return
     rest = memoryview(b"".join(chunks))[written:]
     while rest:
         rest = rest[os.write(fd, rest):]
+
+
+class _RealRandomWriteFile:
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+
+    def pwrite(self, chunks: Sequence[Chunk], position: int) -> None:
+        """Writes the chunks back to back from ``position``; one syscall per 1,024 chunks."""
+        for start in range(0, len(chunks), _IOV_MAX):
+            part = chunks[start:start + _IOV_MAX]
+            total = sum(map(len, part))
+            written = os.pwritev(self._fd, part, position)
+            if written != total:  # a short write: finish it from a joined copy
+                rest = memoryview(b"".join(part))[written:]
+                at = position + written
+                while rest:
+                    n = os.pwrite(self._fd, rest, at)
+                    rest, at = rest[n:], at + n
+            position += total
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class _RealReadFile:
@@ -140,6 +184,10 @@ class RealFs:
 
     def open_read(self, path: str) -> ReadFile:
         return _RealReadFile(path)
+
+    def open_rw(self, path: str) -> RandomWriteFile:
+        """An existing file, for writes at positions (``pwritev``) and ``fdatasync``."""
+        return _RealRandomWriteFile(path)
 
     def truncate(self, path: str, size: int) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)

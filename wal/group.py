@@ -1,15 +1,21 @@
-"""One commit group per WAL root: one writer thread and one ``syncfs`` per round for every
-topic whose WAL is open under that root (design and failure semantics: docs/WAL.md,
-"Commit groups").
+"""One commit group per WAL root: one writer thread and one sync per round for every topic
+whose WAL is open under that root (design and failure semantics: docs/WAL.md, "Commit
+groups" and "The shared journal").
 
 Each round the group's writer takes the pending frames of every topic that has any (the
 append core's ``take()``, as the per-topic writer does), writes each topic's round (its
 round marker, then its frames) to that topic's own active segment, makes all of them
-durable with ONE ``syncfs(2)`` of the root's file system, and only then publishes each
-topic's durable watermark (waiters, async futures, cache, durable listeners). Every round
-is synced before the next one is written, so in each topic's segments only the last round
-can be unsynced: the per-topic format and recovery rules (native/format.py) hold as they
-are, and a topic's files are exactly what a per-topic writer would have left.
+durable with ONE sync, and only then publishes each topic's durable watermark (waiters,
+async futures, cache, durable listeners). The sync is one of two kinds:
+
+* **journal** (``journal=JournalConfig(...)``): the round is also appended to the root's
+  shared journal (``wal.journal``) and ONE fdatasync of the journal file makes it durable;
+  segment files are synced lazily by the journal's checkpoints and replayed from the
+  journal after a crash, before any WAL of the root opens.
+* **syncfs** (no journal): ONE ``syncfs(2)`` of the root's file system. Every round is
+  synced before the next one is written, so in each topic's segments only the last round
+  can be unsynced: the per-topic format and recovery rules (native/format.py) hold as they
+  are, and a topic's files are exactly what a per-topic writer would have left.
 
 A topic joins when its WAL opens (``WriteAheadLog.open(..., group=...)``) and leaves when
 it closes: ``leave`` waits until the group has written and synced everything the topic had
@@ -18,20 +24,27 @@ topic touch only that topic's files. Idle topics cost no work per round: a topic
 at only after it woke the group (an append to a parked core calls ``wake``).
 
 Failure: a write error belongs to one file, so it fails that topic only (its partial
-round is its unsynced last round). A ``syncfs`` error cannot say which file's write-back
-failed, so it fails EVERY topic of the group closed (``WalFailed``; nothing of the failed
-round is acknowledged) and the group takes no new members: the host must restart.
+round is its unsynced last round, never journaled). A ``syncfs`` error cannot say which
+file's write-back failed, and a journal write or sync error (or a segment sync failing at
+a checkpoint or a close) leaves the journal as the only copy of acknowledged rounds, so
+each fails EVERY topic of the group closed (``WalFailed``; nothing of the failed round is
+acknowledged) and the group takes no new members: the host must restart.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from prometheus_client import CollectorRegistry
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from wal.errors import WalFailed, WalTimeout
+from native.format import ROUND_MARKER_BYTES
+from native.journal_format import ENTRY_BYTES_MAX
+from wal.errors import CorruptLog, WalFailed, WalTimeout
 from wal.fs import FileSystem, SyncHandle
+from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
+from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
 
 _log = logging.getLogger(__name__)
@@ -52,11 +65,14 @@ class MemberHooks(NamedTuple):
 class GroupMember:
     """One topic's membership; what the WAL holds instead of its own writer thread."""
 
-    def __init__(self, group: "CommitGroup", hooks: MemberHooks, appender: SegmentAppender, name: str) -> None:
+    def __init__(self, group: "CommitGroup", hooks: MemberHooks, appender: SegmentAppender, name: str,
+                 wal_id: bytes | None, wal_path: bytes) -> None:
         self._group = group
         self.hooks = hooks
         self.appender = appender
         self.name = name
+        self.wal_id = wal_id  # journaled groups: the WAL's .walid, named by its journal entries
+        self.wal_path = wal_path  # ... and its directory relative to the root
         self.leaving = False
         self.failed = False
         self.left = threading.Event()
@@ -69,38 +85,79 @@ class GroupMember:
         """Nothing to start (the group's thread runs); for the per-topic writer's interface."""
 
     def join(self, timeout_s: float) -> bool:
-        """Leave the group once everything appended is synced; False if not done in time."""
+        """Leave the group once everything appended is synced; False if not done in time.
+        Journaled, the WAL's segment file is then synced and closed here, on the closing
+        thread: a closed WAL never depends on the journal."""
         self._group._leave(self)
-        return self.left.wait(timeout_s)
+        if not self.left.wait(timeout_s):
+            return False
+        if self._group.journal is not None:
+            # Also after this topic alone failed (a write error): its acknowledged rounds
+            # must not depend on the journal once it is closed. After the GROUP failed the
+            # files were abandoned and this does nothing.
+            try:
+                self.appender.close()
+            except BaseException as exc:  # noqa: BLE001 - the journal is the only copy now
+                self.failed = True
+                self.hooks.commit.fail(exc)
+                self._group.fail(exc)
+        return True
 
 
 class CommitGroup:
     """The commit group of one WAL root (see the module docstring). Thread-safe."""
 
-    def __init__(self, root: str, fs: FileSystem) -> None:
+    def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None,
+                 metrics_registry: CollectorRegistry | None = None) -> None:
+        """``journal``: make rounds durable through the root's shared journal (replayed
+        here first, before any WAL of the root opens); None: one ``syncfs`` per round.
+        ``metrics_registry``: where the group's metrics go (a private one when None)."""
         self.root = root
         self.fs = fs
         fs.makedirs(root)
-        # Opened before any member writes: syncfs reports only write-back errors that
-        # happened after the descriptor was opened (wal.fs.RealFs.open_syncfs).
-        self._sync: SyncHandle = fs.open_syncfs(root)
+        self.metrics = GroupMetrics(metrics_registry)
+        self.journal: Journal | None = None
+        self._sync: SyncHandle | None = None
+        # The state first: the journal's checkpointer may fail the group (``fail``) as soon
+        # as the journal is open.
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._members: set[GroupMember] = set()
         self._ready_members: dict[GroupMember, None] = {}  # an ordered set: woken since the last round
         self._failure: BaseException | None = None
         self._stopping = False
+        if journal is not None:
+            self.journal = Journal.open(root, fs, journal, on_failure=self.fail, metrics=self.metrics)
+        else:
+            if journal_exists(fs, root):
+                # A journal an earlier run left (in journal mode): replay it before any WAL opens.
+                replay_standalone(fs, root)
+            # Opened before any member writes: syncfs reports only write-back errors that
+            # happened after the descriptor was opened (wal.fs.RealFs.open_syncfs).
+            self._sync = fs.open_syncfs(root)
         self.rounds = 0  # rounds synced so far (one sync each)
         self._thread = threading.Thread(target=self._run, name=f"wal-commit-group:{root}", daemon=True)
         self._thread.start()
 
     # -- membership -----------------------------------------------------------
-    def join(self, hooks: MemberHooks, appender: SegmentAppender, name: str) -> GroupMember:
+    def join(self, hooks: MemberHooks, appender: SegmentAppender, name: str,
+             wal_id: bytes | None = None, wal_path: str = "") -> GroupMember:
         """Add a topic (its WAL recovered, nothing appended yet). Raises WalFailed once the
-        group failed: its syncs cannot vouch for anything any more."""
-        member = GroupMember(self, hooks, appender, name)
+        group failed: its syncs cannot vouch for anything any more. A journaled group needs
+        the WAL's id (``wal.identity``) and its directory relative to the root, which its
+        journal entries name; a second WAL with the same id (a copied directory) is refused
+        with CorruptLog, as replay could not tell their rounds apart."""
+        if self.journal is not None:
+            if wal_id is None or not wal_path:
+                raise ValueError("a journaled commit group needs the WAL's id and path")
+        member = GroupMember(self, hooks, appender, name, wal_id, wal_path.encode())
         with self._lock:
             self._check_locked()
+            if wal_id is not None and any(m.wal_id == wal_id for m in self._members):
+                raise CorruptLog(wal_path, 0, f"WAL id {wal_id.hex()} is already the id of another WAL of "
+                                 "this group (a copied directory?): give one of them a new .walid")
+            if self.journal is not None:
+                appender.journaled(self.journal.retire)
             self._members.add(member)
             # Looked at in the next round, which parks its core: appends made before that
             # are taken then, later ones wake the group.
@@ -152,7 +209,10 @@ class CommitGroup:
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             raise WalTimeout(f"commit group of {self.root} did not stop within {timeout_s} s")
-        self._sync.close()
+        if self.journal is not None:
+            self.journal.close()  # a last checkpoint: a clean stop leaves nothing to replay
+        if self._sync is not None:
+            self._sync.close()
 
     # -- the writer thread ----------------------------------------------------
     def _run(self) -> None:
@@ -174,6 +234,33 @@ class CommitGroup:
             return members
 
     def _round(self, members: list[GroupMember]) -> None:
+        journal = self.journal
+        if journal is None:
+            written = self._write(members)
+            if not written:
+                return
+            started = time.perf_counter()
+            assert self._sync is not None
+            self._sync.sync()  # raises: _run fails every member (nothing of this round is acknowledged)
+        else:
+            with journal.round_lock:  # a checkpoint's snapshot falls between rounds
+                written = self._write(members)
+                if not written:
+                    return
+                journal_bytes = journal.write()
+            started = time.perf_counter()
+            journal.sync()  # raises: as syncfs above
+        seconds = time.perf_counter() - started
+        self.rounds += 1
+        self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
+        for member, done in written:
+            member.hooks.commit.on_durable(done.batch, done.segment, done.position, done.size_bytes, seconds)
+        for member, _done in written:
+            self._settle(member)
+
+    def _write(self, members: list[GroupMember]) -> list[tuple[GroupMember, Written]]:
+        """Each member's pending frames, written to its segment (and journaled)."""
+        journal = self.journal
         written: list[tuple[GroupMember, Written]] = []
         for member in members:
             batch = None if member.failed else member.hooks.take_ready()
@@ -181,21 +268,26 @@ class CommitGroup:
                 self._settle(member)
                 continue
             try:
-                written.append((member, member.appender.write_round(batch)))
+                if journal is not None and ROUND_MARKER_BYTES + batch.nbytes > ENTRY_BYTES_MAX:
+                    raise WalFailed(f"a round of {batch.nbytes} bytes exceeds a journal entry's limit "
+                                    f"({ENTRY_BYTES_MAX})")
+                done = member.appender.write_round(batch)
             except BaseException as exc:  # noqa: BLE001 - one file's write error fails its topic only
                 member.failed = True
                 member.hooks.commit.fail(exc)
                 self._settle(member)
-        if not written:
-            return
-        started = time.perf_counter()
-        self._sync.sync()  # raises: _run fails every member (nothing of this round is acknowledged)
-        seconds = time.perf_counter() - started
-        self.rounds += 1
-        for member, done in written:
-            member.hooks.commit.on_durable(done.batch, done.segment, done.position, done.size_bytes, seconds)
-        for member, _done in written:
-            self._settle(member)
+                continue
+            written.append((member, done))
+            if journal is not None:
+                assert member.wal_id is not None
+                journal.add(member.wal_id, member.wal_path, done.segment.base_offset, done.position - ROUND_MARKER_BYTES,
+                            batch.first_offset, batch.last_offset - batch.first_offset + 1, done.parts,
+                            ROUND_MARKER_BYTES + batch.nbytes, member.appender)
+        return written
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every topic of the group closed (a journal or checkpoint failure)."""
+        self._fail_all(exc)
 
     def _settle(self, member: GroupMember) -> None:
         """After a member's turn: look again next round if frames are pending, else park
@@ -207,7 +299,9 @@ class CommitGroup:
             if not member.leaving:
                 return
             self._members.discard(member)
-        member.appender.close()
+        if self.journal is None:
+            member.appender.close()
+        # Journaled: the leaving WAL's own thread syncs and closes its file (GroupMember.join).
         member.left.set()
 
     def _fail_all(self, exc: BaseException) -> None:
@@ -218,10 +312,14 @@ class CommitGroup:
             members = list(self._members)
             self._members.clear()
             self._ready_members.clear()
+        if self.journal is not None:
+            self.journal.mark_failed(exc)
+        with self._lock:
+            self._work.notify()  # the writer thread stops
         for member in members:
             member.failed = True
             try:
                 member.hooks.commit.fail(exc)
             finally:
-                member.appender.close()
+                member.appender.abandon()
                 member.left.set()

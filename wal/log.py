@@ -43,6 +43,8 @@ from wal.recovery import recover
 from wal.segment import Segment, SegmentInfo
 from wal.topics import TopicName
 from wal.group import CommitGroup, GroupMember, MemberHooks
+from wal.identity import ensure_wal_id
+from wal.journal import journal_exists, replay_standalone
 from wal.writer import Batch, CommitHooks, GroupCommitWriter, SegmentAppender
 
 _log = logging.getLogger(__name__)
@@ -84,25 +86,34 @@ class WriteAheadLog:
             group.check()  # a failed group's syncs vouch for nothing: touch no file for it
             fs = group.fs
         fs = fs or RealFs()
+        if group is None and journal_exists(fs, root_dir):
+            # The root has a shared journal: rounds of this WAL may live only there until it
+            # is replayed (under the journal's lock: WalLocked while a group uses it).
+            replay_standalone(fs, root_dir)
         directory = os.path.join(root_dir, name.namespace, name.name)
-        fs.makedirs(directory)
-        # Both names makedirs may have created must survive a power loss: the topic's (in the
-        # namespace directory) and the namespace's (in the root). Else acknowledged messages
-        # vanish with the directory and offsets restart from scratch.
-        fs.fsync_dir(os.path.dirname(directory))
-        fs.fsync_dir(root_dir)
+        if not fs.exists(directory):
+            fs.makedirs(directory)
+            # Both names makedirs may have created must survive a power loss: the topic's
+            # (in the namespace directory) and the namespace's (in the root). Else
+            # acknowledged messages vanish with the directory and offsets restart from
+            # scratch. (An existing directory was made durable by the open that made it.)
+            fs.fsync_dir(os.path.dirname(directory))
+            fs.fsync_dir(root_dir)
         # One writer per directory, for the WAL's whole life: a second opener (another
         # process, or this one twice) would recover, truncate and append to the same
         # segments and hand out the same offsets for different messages.
         lock = _take_lock(fs, directory)
         wal = None
         try:
-            recovered = recover(fs, directory, read_checkpoint(fs, directory), initial_offset,
-                                config.index_interval_bytes)
+            # A journaled group names this WAL instance in its journal entries: the id must
+            # be durable before the first round is (wal/identity.py).
+            wal_id = ensure_wal_id(fs, directory) if group is not None and group.journal is not None else None
+            checkpoint = read_checkpoint(fs, directory)
+            recovered = recover(fs, directory, checkpoint, initial_offset, config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
-                      group)
+                      group, wal_id)
             wal._dir_lock = lock
-            wal._write_checkpoint()
+            wal._write_checkpoint(unless_equal=checkpoint)
             wal._writer.start()
         except BaseException:
             if wal is not None:
@@ -115,7 +126,7 @@ class WriteAheadLog:
 
     def __init__(self, topic: TopicName, directory: str, config: WalConfig, fs: FileSystem,
                  segments: list[Segment], next_offset: int, metrics_registry: CollectorRegistry | None,
-                 group: CommitGroup | None = None) -> None:
+                 group: CommitGroup | None = None, wal_id: bytes | None = None) -> None:
         assert segments and segments[-1].last_offset + 1 == next_offset
         self.topic = topic
         self.directory = directory
@@ -130,6 +141,7 @@ class WriteAheadLog:
         self._origin_offset = segments[0].base_offset
         self._durable_next = next_offset
         self._room_waiters = 0
+        self._durable_waiters = 0  # threads in _durable.wait (under the lock)
         self._closing = False
         self._closed = False
         self._failure: BaseException | None = None
@@ -155,7 +167,7 @@ class WriteAheadLog:
         self.append = self._core.append  # type: ignore[method-assign]  # same signature, see above
         self.append_batch = self._core.append_batch  # type: ignore[method-assign]
         self.metrics = WalMetrics(str(topic), metrics_registry)
-        self.metrics.durable_offset.set(next_offset - 1)
+        self.metrics.set_durable(next_offset - 1)
         self.metrics.track_reader_lag(_lag_function(weakref.ref(self)))
         hooks = CommitHooks(take_batch=self._take_batch, on_durable=self._on_durable,
                             on_rotate=self._on_rotate, fail=self._fail)
@@ -167,7 +179,7 @@ class WriteAheadLog:
             try:
                 self._member = self._writer = group.join(
                     MemberHooks(commit=hooks, take_ready=self._take_ready, park=self._core.park),
-                    appender, str(topic))
+                    appender, str(topic), wal_id, topic.path)
             except BaseException:
                 appender.close()
                 self.metrics.close()
@@ -190,6 +202,7 @@ class WriteAheadLog:
         group); idempotent."""
         with self._lock:
             already = self._closing
+            failed_before = self._failure is not None
             # Refuse first: an append either completed before this (its frames are pending
             # and the writer drains them because _closing is set) or raises WalClosed.
             if self._core.refusal is None:
@@ -212,6 +225,11 @@ class WriteAheadLog:
         if drained and self._dir_lock is not None:
             self._dir_lock.release()
         self.metrics.close()
+        if drained and not already and not failed_before and self._failure is not None:
+            # Draining failed (the last round, or a commit group's last sync of this WAL's
+            # segments): what was appended is not known to be durable in these files on
+            # their own, so no caller may move or delete them as if it were.
+            raise WalFailed(f"WAL {self.topic} failed while closing: {self._failure!r}") from self._failure
 
     def delete(self) -> None:
         """Removes the topic's files (after a seal). The WAL must be closed first."""
@@ -330,7 +348,11 @@ class WriteAheadLog:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            self._durable.wait(remaining)
+            self._durable_waiters += 1  # the writer notifies only while someone waits
+            try:
+                self._durable.wait(remaining)
+            finally:
+                self._durable_waiters -= 1
         return True
 
     async def wait_durable_async(self, offset: int, timeout_s: float | None = None) -> bool:
@@ -445,13 +467,18 @@ class WriteAheadLog:
                 self._cache.clear()
             else:
                 self._cache.add(*tail)
-            self._durable.notify_all()
-            ready, self._async_waiters = _split_ready(self._async_waiters, self._durable_next)
+            if self._durable_waiters:
+                self._durable.notify_all()
+            if self._async_waiters:
+                ready, self._async_waiters = _split_ready(self._async_waiters, self._durable_next)
+            else:
+                ready = []
             listeners = self._listeners
         assert self._durable_next == batch.last_offset + 1
         records = batch.last_offset - batch.first_offset + 1
         self.metrics.on_fsync(records, batch.nbytes, fsync_s, batch.last_offset)
-        _resolve_all(ready, None)
+        if ready:
+            _resolve_all(ready, None)
         for callback in listeners:
             try:
                 callback(batch.last_offset)
@@ -463,7 +490,7 @@ class WriteAheadLog:
             old.sealed = True
             self._segments.append(new)
             self._segment_bases.append(new.base_offset)
-        self.metrics.segments.inc()
+        self.metrics.on_segment()
         self._write_checkpoint()
 
     def _fail(self, exc: BaseException) -> None:
@@ -480,11 +507,15 @@ class WriteAheadLog:
         self.metrics.on_failed()
         _resolve_all(waiters, error)
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, unless_equal: dict[str, object] | None = None) -> None:
+        """Rewrite ``wal.ckpt``; not when it already says exactly this (``unless_equal``:
+        what was read at open; a broker reopening 1,000 unchanged WALs then writes none)."""
         with self._checkpoint_lock:
             with self._lock:
                 state = {"topic": str(self.topic), "first_offset": self._segment_bases[0],
                          "sealed_next_offset": self._segment_bases[-1], "next_offset": self._durable_next}
+            if unless_equal is not None and {k: unless_equal.get(k) for k in state} == state:
+                return
             write_checkpoint(self._fs, self.directory, state)
 
     # ------------------------------------------------------------------ retention

@@ -15,18 +15,21 @@ open WALs that failed. The ``tiered`` layers apply the same rule to their per-to
 families (see ``docs/METRICS.md``).
 
 The append hot path never touches a metric: the writer thread adds whole batches after
-each fsync, because a prometheus Counter.inc() per message would cost more than the
-append itself.
+each fsync, and even that only to plain numbers (``_WalSeries``) that a collector turns
+into families at scrape time: a prometheus ``inc``/``observe`` per topic per round cost
+more than the rest of a commit group's round of that topic.
 """
 from __future__ import annotations
 
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 _FSYNC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 _RECORDS_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -56,27 +59,6 @@ def topic_label(registry: CollectorRegistry, topic: str) -> str:
     return topic if per_topic(registry) else ALL_TOPICS
 
 
-@dataclass(frozen=True)
-class _Families:
-    """The metric families of one registry (each labelled by topic)."""
-
-    appends: Counter
-    bytes: Counter
-    fsyncs: Counter
-    fsync_seconds: Histogram
-    records_per_fsync: Histogram
-    durable_offset: Gauge
-    reader_lag: Gauge
-    segments: Counter
-    failed: Gauge
-    #: label value -> WALs open with it (series are removed when it drops to 0).
-    users: dict[str, int] = field(default_factory=dict)
-
-    def all(self) -> tuple[Counter | Gauge | Histogram, ...]:
-        return (self.appends, self.bytes, self.fsyncs, self.fsync_seconds, self.records_per_fsync,
-                self.durable_offset, self.reader_lag, self.segments, self.failed)
-
-
 _made_lock = threading.Lock()
 #: registry -> {make: make(registry)}; each value is of the type its ``make`` returns.
 _made: "weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[[CollectorRegistry], object], object]]" = (
@@ -97,95 +79,259 @@ def families_for(registry: CollectorRegistry, make: Callable[[CollectorRegistry]
         return cast(F, families)  # stored under its own ``make``, so of the type it returns
 
 
-def _families_for(registry: CollectorRegistry) -> _Families:
-    return families_for(registry, _make_families)
+class _WalSeries:
+    """One WAL's counts, as plain numbers the writer thread adds to (no lock, no metric
+    call per round: a prometheus ``inc``/``observe`` per topic per round cost more than a
+    commit group's whole round of that topic). :class:`_WalCollector` turns them into
+    metric families when the registry is scraped."""
+
+    __slots__ = ("label", "appends", "bytes", "fsyncs", "fsync_sum", "fsync_buckets", "records_sum",
+                 "records_buckets", "segments", "durable", "lag_fn", "failed")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.appends = 0
+        self.bytes = 0
+        self.fsyncs = 0
+        self.fsync_sum = 0.0
+        self.fsync_buckets = [0] * (len(_FSYNC_BUCKETS_S) + 1)
+        self.records_sum = 0
+        self.records_buckets = [0] * (len(_RECORDS_BUCKETS) + 1)
+        self.segments = 0
+        self.durable = -1
+        self.lag_fn: Callable[[], float] | None = None
+        self.failed = False
+
+    def add(self, other: "_WalSeries") -> None:
+        self.appends += other.appends
+        self.bytes += other.bytes
+        self.fsyncs += other.fsyncs
+        self.fsync_sum += other.fsync_sum
+        self.records_sum += other.records_sum
+        self.segments += other.segments
+        for i, n in enumerate(other.fsync_buckets):
+            self.fsync_buckets[i] += n
+        for i, n in enumerate(other.records_buckets):
+            self.records_buckets[i] += n
 
 
-def _make_families(registry: CollectorRegistry) -> _Families:
-    label = ["topic"]
-    return _Families(
-        appends=Counter("dnb_wal_appends", "Records handed to the WAL writer", label, registry=registry),
-        bytes=Counter("dnb_wal_append_bytes", "Frame bytes written to segments", label, registry=registry),
-        fsyncs=Counter("dnb_wal_fsyncs", "fdatasync calls on segment files", label, registry=registry),
-        fsync_seconds=Histogram("dnb_wal_fsync_seconds", "fdatasync latency", label,
-                                buckets=_FSYNC_BUCKETS_S, registry=registry),
-        records_per_fsync=Histogram("dnb_wal_records_per_fsync", "Records made durable by one fsync",
-                                    label, buckets=_RECORDS_BUCKETS, registry=registry),
-        durable_offset=Gauge("dnb_wal_durable_offset", "Last durable offset (-1: none)", label,
-                             registry=registry),
-        reader_lag=Gauge("dnb_wal_reader_lag_records",
-                         "Durable records the slowest open reader has not consumed", label,
-                         registry=registry),
-        segments=Counter("dnb_wal_segments_created", "Segment files created", label, registry=registry),
-        failed=Gauge("dnb_wal_failed", "1 once the WAL has failed closed (aggregated: failed open WALs)",
-                     label, registry=registry),
-    )
+def _histogram(family: HistogramMetricFamily, label: str, bounds: tuple[float, ...], buckets: list[int],
+               total: float) -> None:
+    cumulative, running = [], 0
+    for bound, count in zip((*map(float, bounds), float("inf")), buckets):
+        running += count
+        cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
+    family.add_metric([label], cumulative, total)
+
+
+class _WalCollector:
+    """The WAL families of one registry, collected from the live WALs' :class:`_WalSeries`.
+
+    Per topic, a label's series exist while a WAL with it is open (two WALs of one topic
+    add up) and go when the last closes. Aggregated, every WAL counts into ``_all`` and the
+    counts of closed WALs are kept, so counters never go down."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, list[_WalSeries]] = {}
+        self._retired: dict[str, _WalSeries] = {}  # counts of closed WALs, by label
+        self._per_topic = per_topic(registry)
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def add(self, series: _WalSeries) -> None:
+        with self._lock:
+            self._live.setdefault(series.label, []).append(series)
+
+    def remove(self, series: _WalSeries) -> None:
+        with self._lock:
+            live = self._live[series.label]
+            live.remove(series)
+            if live:
+                self._retired.setdefault(series.label, _WalSeries(series.label)).add(series)
+            elif self._per_topic:
+                del self._live[series.label]
+                self._retired.pop(series.label, None)
+            else:
+                self._retired.setdefault(series.label, _WalSeries(series.label)).add(series)
+
+    def collect(self) -> list[Metric]:
+        with self._lock:
+            labels = sorted(set(self._live) | set(self._retired))
+            groups = {label: (list(self._live.get(label, [])), self._retired.get(label)) for label in labels}
+        families = self._families()
+        appends, nbytes, fsyncs, fsync_s, records, durable, lag, segments, failed = families
+        for label, (live, retired) in groups.items():
+            total = _WalSeries(label)
+            for series in live:
+                total.add(series)
+            if retired is not None:
+                total.add(retired)
+            appends.add_metric([label], total.appends)
+            nbytes.add_metric([label], total.bytes)
+            fsyncs.add_metric([label], total.fsyncs)
+            segments.add_metric([label], total.segments)
+            _histogram(fsync_s, label, _FSYNC_BUCKETS_S, total.fsync_buckets, total.fsync_sum)
+            _histogram(records, label, _RECORDS_BUCKETS, total.records_buckets, total.records_sum)
+            if self._per_topic:
+                if live:
+                    durable.add_metric([label], max(s.durable for s in live))
+                    lag.add_metric([label], max((s.lag_fn() if s.lag_fn else 0.0) for s in live))
+                    failed.add_metric([label], 1 if any(s.failed for s in live) else 0)
+            else:
+                failed.add_metric([label], sum(1 for s in live if s.failed))
+        return list(families)
+
+    @staticmethod
+    def _families() -> tuple[Any, ...]:
+        label = ["topic"]
+        return (
+            CounterMetricFamily("dnb_wal_appends", "Records handed to the WAL writer", labels=label),
+            CounterMetricFamily("dnb_wal_append_bytes", "Frame bytes written to segments", labels=label),
+            CounterMetricFamily("dnb_wal_fsyncs", "fdatasync calls on segment files", labels=label),
+            HistogramMetricFamily("dnb_wal_fsync_seconds", "fdatasync latency", labels=label),
+            HistogramMetricFamily("dnb_wal_records_per_fsync", "Records made durable by one fsync", labels=label),
+            GaugeMetricFamily("dnb_wal_durable_offset", "Last durable offset (-1: none)", labels=label),
+            GaugeMetricFamily("dnb_wal_reader_lag_records",
+                              "Durable records the slowest open reader has not consumed", labels=label),
+            CounterMetricFamily("dnb_wal_segments_created", "Segment files created", labels=label),
+            GaugeMetricFamily("dnb_wal_failed", "1 once the WAL has failed closed (aggregated: failed open WALs)",
+                              labels=label),
+        )
+
+
+def _collector_for(registry: CollectorRegistry) -> _WalCollector:
+    return families_for(registry, _WalCollector)
 
 
 class WalMetrics:
+    """One WAL's metrics (see the module docstring). Hot-path calls add to plain numbers."""
+
     def __init__(self, topic: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._per_topic = per_topic(self.registry)
-        self._label = topic if self._per_topic else ALL_TOPICS
-        families = self._families = _families_for(self.registry)
-        with _families_lock:
-            families.users[self._label] = families.users.get(self._label, 0) + 1
-        label = self._label
-        self.appends = families.appends.labels(label)
-        self.bytes = families.bytes.labels(label)
-        self.fsyncs = families.fsyncs.labels(label)
-        self.fsync_seconds = families.fsync_seconds.labels(label)
-        self.records_per_fsync = families.records_per_fsync.labels(label)
-        self.segments = families.segments.labels(label)
-        self.failed = families.failed.labels(label)
-        if self._per_topic:
-            self.durable_offset = families.durable_offset.labels(label)
-            self.reader_lag = families.reader_lag.labels(label)
-        else:  # per-topic gauges do not add up: kept (for the WAL's own use), not exported
-            unexported = CollectorRegistry(auto_describe=False)
-            self.durable_offset = Gauge("dnb_wal_durable_offset", "", registry=unexported)
-            self.reader_lag = Gauge("dnb_wal_reader_lag_records", "", registry=unexported)
-        self._failed = False
+        self._series = _WalSeries(topic if self._per_topic else ALL_TOPICS)
+        self._collector = _collector_for(self.registry)
+        self._collector.add(self._series)
         self._closed = False
+        self._state_lock = threading.Lock()
 
     def on_fsync(self, records: int, nbytes: int, seconds: float, durable_offset: int) -> None:
-        self.appends.inc(records)
-        self.bytes.inc(nbytes)
-        self.fsyncs.inc()
-        self.fsync_seconds.observe(seconds)
-        self.records_per_fsync.observe(records)
-        self.durable_offset.set(durable_offset)
+        """A round made ``records`` records durable (the writer thread only)."""
+        series = self._series
+        series.appends += records
+        series.bytes += nbytes
+        series.fsyncs += 1
+        series.fsync_sum += seconds
+        series.fsync_buckets[bisect_left(_FSYNC_BUCKETS_S, seconds)] += 1
+        series.records_sum += records
+        series.records_buckets[bisect_left(_RECORDS_BUCKETS, records)] += 1
+        series.durable = durable_offset
+
+    def on_segment(self) -> None:
+        self._series.segments += 1
+
+    def set_durable(self, offset: int) -> None:
+        self._series.durable = offset
+
+    @property
+    def append_bytes(self) -> int:
+        """Frame bytes this WAL wrote so far (its share of ``dnb_wal_append_bytes``)."""
+        return self._series.bytes
 
     def track_reader_lag(self, lag_fn: Callable[[], float]) -> None:
-        self.reader_lag.set_function(lag_fn)
+        self._series.lag_fn = lag_fn
 
     def on_failed(self) -> None:
         """The WAL failed closed (counted once)."""
-        with _families_lock:
-            if self._failed or self._closed:
+        with self._state_lock:
+            if self._closed:
                 return
-            self._failed = True
-        if self._per_topic:
-            self.failed.set(1)
-        else:
-            self.failed.inc()
+            self._series.failed = True
 
     def close(self) -> None:
         """The WAL closed: its series go once no other open WAL in the registry uses them
-        (aggregated, a failed WAL stops counting in ``dnb_wal_failed``)."""
-        families = self._families
-        with _families_lock:
+        (aggregated, its counts stay in ``_all`` and it stops counting as failed)."""
+        with self._state_lock:
             if self._closed:
                 return
             self._closed = True
-            left = families.users[self._label] = families.users[self._label] - 1
-            if left == 0:
-                del families.users[self._label]
-        if left == 0:
-            for family in families.all():
-                try:
-                    family.remove(self._label)
-                except KeyError:
-                    pass
-        elif self._failed and not self._per_topic:
-            self.failed.dec()
+        self._collector.remove(self._series)
+
+
+_TOPICS_BUCKETS = (1, 2, 4, 8, 16, 64, 256, 1024, 4096, 16384)
+_CHECKPOINT_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.25, 1.0, 2.5, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class _GroupFamilies:
+    rounds: Counter
+    sync_seconds: Histogram
+    topics_per_round: Histogram
+    journal_bytes: Counter
+    checkpoints: Counter
+    checkpoint_seconds: Histogram
+    checkpoint_files: Counter
+    replayed_rounds: Counter
+    replay_seconds: Gauge
+
+
+def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
+    return _GroupFamilies(
+        rounds=Counter("dnb_wal_group_rounds", "Commit rounds of a WAL root's commit group (one sync each)",
+                       registry=registry),
+        sync_seconds=Histogram("dnb_wal_group_sync_seconds",
+                               "The one sync of a round (journal fdatasync or syncfs)",
+                               buckets=_FSYNC_BUCKETS_S, registry=registry),
+        topics_per_round=Histogram("dnb_wal_group_topics_per_round", "Topics made durable by one round",
+                                   buckets=_TOPICS_BUCKETS, registry=registry),
+        journal_bytes=Counter("dnb_wal_journal_bytes", "Bytes appended to the shared journal", registry=registry),
+        checkpoints=Counter("dnb_wal_journal_checkpoints",
+                            "Journal checkpoints (segment files synced, journal recycled behind them)",
+                            registry=registry),
+        checkpoint_seconds=Histogram("dnb_wal_journal_checkpoint_seconds",
+                                     "Time to sync a checkpoint's segment files and record it",
+                                     buckets=_CHECKPOINT_BUCKETS_S, registry=registry),
+        checkpoint_files=Counter("dnb_wal_journal_checkpoint_files",
+                                 "Segment files synced by journal checkpoints", registry=registry),
+        replayed_rounds=Counter("dnb_wal_journal_replayed_rounds",
+                                "Journal rounds replayed into segments when the root opened", registry=registry),
+        replay_seconds=Gauge("dnb_wal_journal_replay_seconds", "Duration of the last journal replay",
+                             registry=registry),
+    )
+
+
+class GroupMetrics:
+    """Metrics of a WAL root's commit group and its shared journal (no topic label: one
+    group per root, one root per broker host). Counted per round, never per message."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        families = families_for(self.registry, _make_group_families)
+        self.rounds = families.rounds
+        self.sync_seconds = families.sync_seconds
+        self.topics_per_round = families.topics_per_round
+        self.journal_bytes = families.journal_bytes
+        self.checkpoints = families.checkpoints
+        self.checkpoint_seconds = families.checkpoint_seconds
+        self.checkpoint_files = families.checkpoint_files
+        self.replayed_rounds = families.replayed_rounds
+        self.replay_seconds = families.replay_seconds
+
+    def on_round(self, topics: int, sync_s: float, journal_bytes: int) -> None:
+        self.rounds.inc()
+        self.sync_seconds.observe(sync_s)
+        self.topics_per_round.observe(topics)
+        if journal_bytes:
+            self.journal_bytes.inc(journal_bytes)
+
+    def on_checkpoint(self, seconds: float, files: int) -> None:
+        self.checkpoints.inc()
+        self.checkpoint_seconds.observe(seconds)
+        self.checkpoint_files.inc(files)
+
+    def on_replay(self, rounds: int, seconds: float) -> None:
+        self.replayed_rounds.inc(rounds)
+        self.replay_seconds.set(seconds)

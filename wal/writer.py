@@ -23,7 +23,8 @@ from typing import NamedTuple
 from native import encode_round_marker
 from native.format import ROUND_MARKER_BYTES
 from wal.config import WalConfig
-from wal.fs import FileSystem
+from wal.fs import AppendFile, FileSystem
+from wal.journal import SegmentFile
 from wal.segment import Segment, create_segment
 
 _log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class Written(NamedTuple):
     segment: Segment  # the segment the round went to
     position: int  # byte position of the round's first frame in it
     size_bytes: int  # the segment's size after the round
+    parts: list[bytes]  # what was written, in order: the round marker, then the batch's chunks
 
 
 class SegmentAppender:
@@ -79,8 +81,29 @@ class SegmentAppender:
         # Recovery truncated any torn tail, so the file ends exactly at the last valid frame.
         actual = fs.file_size(active.path)
         assert actual == active.size_bytes, f"{active.path}: {actual} bytes on disk, {active.size_bytes} known"
-        self._file = fs.open_append(active.path)
+        self._file: AppendFile = fs.open_append(active.path)
         self._file_bytes = active.size_bytes
+        # Journaled (set by ``journaled``): files are SegmentFiles, synced lazily by the
+        # journal's checkpoints; a rotated-away file goes to ``_retire`` instead of closing.
+        self._retire: Callable[[SegmentFile], None] | None = None
+        self._retired: list[SegmentFile] = []  # journaled: files rotation left, synced at close
+        self._lock = threading.Lock()  # guards _file against the checkpointer's snapshot
+
+    def journaled(self, retire: Callable[[SegmentFile], None]) -> None:
+        """Switch to the journaled mode of a ``wal.group.CommitGroup`` with a journal (before
+        the first round): rounds are made durable by the journal, this file by the journal's
+        checkpoints (``retire`` takes the files rotation leaves behind) and by ``close``."""
+        with self._lock:
+            if not isinstance(self._file, SegmentFile):
+                self._file = SegmentFile(self._file)
+            self._retire = retire
+
+    @property
+    def segment_file(self) -> SegmentFile | None:
+        """The active segment file in journaled mode (else None); once closed (synced), its
+        ``sync`` does nothing."""
+        with self._lock:
+            return self._file if isinstance(self._file, SegmentFile) else None
 
     def write_round(self, batch: Batch) -> Written:
         """Writes ``batch`` as one round (its marker, then its frames) with one writev."""
@@ -91,16 +114,32 @@ class SegmentAppender:
         # Every round starts with its marker: recovery takes a later round's marker as proof
         # that this round was synced (native/format.py, "Commit rounds").
         position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame lands
-        self._file.write([encode_round_marker(batch.first_offset), *batch.chunks])
+        parts = [encode_round_marker(batch.first_offset), *batch.chunks]
+        self._file.write(parts)
         self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
-        return Written(batch, self._active, position, self._file_bytes)
+        return Written(batch, self._active, position, self._file_bytes, parts)
 
     def sync(self) -> None:
         """fdatasync of the active segment (the per-topic writer's sync)."""
         self._file.sync()
 
     def close(self) -> None:
+        """Close the active file. Journaled, every file this appender wrote that a
+        checkpoint may not have synced yet (those rotation left behind, then the active
+        one) is synced first (SegmentFile.close), so a closed WAL never needs the journal."""
+        for retired in self._retired:
+            retired.close()
+        self._retired = []
         self._file.close()
+
+    def abandon(self) -> None:
+        """Close without syncing: the WAL failed, nothing more will be acknowledged."""
+        for retired in self._retired:
+            retired.abandon()
+        if isinstance(self._file, SegmentFile):
+            self._file.abandon()
+        else:
+            self._file.close()
 
     def _should_rotate(self) -> bool:
         if self._active.record_count == 0:
@@ -113,11 +152,20 @@ class SegmentAppender:
         return age_ms >= self._config.segment_age_max_s * 1000
 
     def _rotate(self, base_offset: int) -> None:
-        """Cut a new segment; every byte of the old one was synced by the previous round."""
+        """Cut a new segment. Every byte of the old one was synced by the previous round
+        (or, journaled, is in the journal; the old file is synced by the next checkpoint)."""
         assert base_offset == self._active.last_offset + 1
         new = create_segment(self._fs, self._directory, base_offset)
-        self._file.close()
-        self._file = self._fs.open_append(new.path)
+        opened = self._fs.open_append(new.path)
+        with self._lock:
+            old_file = self._file
+            self._file = SegmentFile(opened) if self._retire is not None else opened
+        if self._retire is not None:
+            assert isinstance(old_file, SegmentFile)
+            self._retired.append(old_file)
+            self._retire(old_file)
+        else:
+            old_file.close()
         self._file_bytes = new.size_bytes
         old, self._active = self._active, new
         self._hooks.on_rotate(old, new)

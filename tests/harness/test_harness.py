@@ -106,7 +106,8 @@ def test_catches_a_reader_that_drops_a_message(monkeypatch):
 
     monkeypatch.setattr(reader_module.TieredReader, "__next__", dropping)
     summary = _first_failure()
-    assert summary["failure"]["violation"].startswith("contiguous-offsets")
+    # The scenario's topic or a bystander that moved (read through the same reader).
+    assert summary["failure"]["violation"].startswith(("contiguous-offsets", "bystander-durable"))
 
 
 def test_catches_a_seal_that_loses_the_last_message(monkeypatch):

@@ -111,3 +111,20 @@ def test_archived_produce_timeout_is_caused_by_the_last_upload_error(faulty_host
     hosted.produce(b"after", ack="archived", timeout_s=WAIT_S)
     _wait_until(lambda: hosted.uploader.last_error is None)  # the archiving pass ends just after the ack
     assert [r for r in caplog.records if "recovered after" in r.getMessage()]
+
+
+def test_a_pass_that_leaves_a_small_object_for_later_does_not_say_the_store_is_back(faulty_host, caplog) -> None:
+    host, plan = faulty_host
+    hosted = host.load(TOPIC)
+    hosted.produce(b"before", ack="archived", timeout_s=WAIT_S)
+    plan.fail("put")
+    caplog.set_level(logging.INFO, logger="uploader")
+    hosted.produce(b"first", ack="durable", timeout_s=WAIT_S)
+    hosted.uploader.request_upload()
+    _wait_until(lambda: hosted.uploader.last_error is not None)
+    error = hosted.uploader.last_error
+    # A background pass that finds the next object not full (nor old) never calls the
+    # store: it is no evidence that the store is back.
+    hosted.uploader._pass_with_retries(time.monotonic() + WAIT_S, retention=False, force=False)
+    assert hosted.uploader.last_error is error
+    assert not [r for r in caplog.records if "recovered after" in r.getMessage()]

@@ -21,9 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from tests.wal.helpers import payload_for  # noqa: E402
 from wal import RealFs, WalConfig, WriteAheadLog  # noqa: E402
 from wal.group import CommitGroup  # noqa: E402
+from wal.journal import JournalConfig  # noqa: E402
 
 TOPIC = "/crash/topic"
 CONFIG = WalConfig(segment_bytes_max=64 * 1024, cache_messages_max=256)
+_JOURNAL = JournalConfig(file_bytes=128 * 1024, checkpoint_bytes=32 * 1024, checkpoint_interval_s=0.05)
 _RUN_LIMIT_S = 10.0  # a writer nobody kills exits on its own
 
 
@@ -33,9 +35,14 @@ def _say(line: str) -> None:
 
 def _writer(root: str, round_id: int, seed: int) -> None:
     rng = random.Random(seed)
-    # Every other round writes through a commit group (one syncfs per round), so the kills
-    # land in the group's writer as often as in the per-topic one.
-    group = CommitGroup(root, RealFs()) if round_id % 2 == 0 else None
+    # Rounds take turns: a commit group with the shared journal (one journal fdatasync per
+    # round, segments synced at checkpoints, replayed on the next open: small files and
+    # frequent checkpoints, so kills land in switches, recycles and checkpoints too), a
+    # commit group with one syncfs per round, and the per-topic writer. Each round opens
+    # what the one before left, whichever kind that was.
+    kind = round_id % 3
+    group = (CommitGroup(root, RealFs(), journal=_JOURNAL) if kind == 0
+             else CommitGroup(root, RealFs()) if kind == 1 else None)
     log = WriteAheadLog.open(root, TOPIC, CONFIG, group=group)
     _say(f"OPEN {log.first_offset} {log.next_offset}")
     log.add_durable_listener(lambda offset: _say(f"D {offset}"))

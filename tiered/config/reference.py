@@ -33,11 +33,27 @@ KEYS: dict[str, tuple[str, str]] = {
                               "BookKeeper `journalBufferedWritesThreshold`; Kafka `log.flush.interval.messages`"
                               " / `log.flush.interval.ms` (Kafka leaves flushing to the OS by default)"),
     "wal.commit_group": ("A broker host opens every topic's WAL of its root in one commit group: one writer "
-                         "thread and one `syncfs(2)` per round for all topics (throughput independent of "
-                         "the topic count; a sync error fails every topic closed; unrelated dirty data on "
-                         "the same file system is flushed too, so give the WAL its own volume). `false`: "
-                         "one writer thread and one fdatasync per topic per round (docs/WAL.md).",
+                         "thread and one sync per round for all topics (throughput independent of the "
+                         "topic count; a sync error fails every topic closed). `false`: one writer thread "
+                         "and one fdatasync per topic per round (docs/WAL.md).",
                          "BookKeeper `journalDirectories` (one journal per disk for all ledgers)"),
+    "wal.group_sync": ("How the commit group makes a round durable. `journal`: the round is also appended to "
+                       "the root's shared journal and one fdatasync of it makes the round durable; segment "
+                       "files are synced lazily at journal checkpoints and replayed from the journal after a "
+                       "crash. `syncfs`: one `syncfs(2)` of the root's file system per round (no second copy, "
+                       "but unrelated dirty data on that file system is flushed too: give the WAL its own "
+                       "volume).", "BookKeeper journal + entry log (`journalDirectories`, `ledgerDirectories`)"),
+    "wal.journal_file_bytes": ("Size at which the journal moves to its next file. Files are recycled once a "
+                               "checkpoint passed them, so in steady state rounds overwrite old bytes and a "
+                               "round's fdatasync has no size change to commit.",
+                               "BookKeeper `journalMaxSizeMB`, `journalPreAllocSizeMB`"),
+    "wal.journal_checkpoint_bytes": ("A journal checkpoint (sync the segment files written since the last one, "
+                                     "then recycle the journal behind them) starts after this many journal bytes. "
+                                     "Bounds how much a crash leaves to replay.",
+                                     "BookKeeper `flushInterval` (entry log flush)"),
+    "wal.journal_checkpoint_interval_s": ("... or after this long, whichever comes first, if anything was "
+                                          "written since the last checkpoint.",
+                                          "BookKeeper `flushInterval`"),
     "wal.segment_bytes_max": ("Cut a new segment once the active one passes this size (checked before each "
                               "write batch, so a segment may exceed it by one batch).",
                               "Kafka `log.segment.bytes` (`segment.bytes`); Pulsar "

@@ -28,10 +28,11 @@ from tiered.lifecycle.errors import LoadError, LocalWalUnreadable, WalRootOwnedB
 from tiered.lifecycle.ownership import OwnerToken
 from wal import WriteAheadLog
 from wal.api import WalOffsets
-from wal.config import WalConfig
+from wal.config import GroupSync, WalConfig
 from wal.errors import WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, syncfs_reports_errors
 from wal.group import CommitGroup
+from wal.journal import JournalConfig
 from wal.topics import TopicName
 
 _log = logging.getLogger(__name__)
@@ -78,15 +79,21 @@ class WalRoot:
             raise
 
     def _commit_group(self) -> CommitGroup | None:
-        if not self.wal_config.commit_group:
-            return None
+        config = self.wal_config
+        if not config.commit_group:
+            return None  # each WAL replays the root's journal, if it has one, when it opens
+        if config.group_sync == GroupSync.JOURNAL:
+            # Replays what the last run left in the journal before any WAL of the root opens.
+            return CommitGroup(self.wal_root, self.fs, journal=JournalConfig(
+                file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
+                checkpoint_interval_s=config.journal_checkpoint_interval_s), metrics_registry=self.metrics_registry)
         if isinstance(self.fs, RealFs) and not syncfs_reports_errors():
             # Before Linux 5.8 syncfs returned success even when write-back failed: a group
             # could acknowledge lost data. Per-topic fdatasync reports its file's errors.
             _log.warning("WAL root %s: this kernel's syncfs does not report write-back errors; "
                          "using one writer and fdatasync per topic instead of a commit group", self.wal_root)
             return None
-        return CommitGroup(self.wal_root, self.fs)
+        return CommitGroup(self.wal_root, self.fs, metrics_registry=self.metrics_registry)
 
     def release(self) -> None:
         """Stop the commit group (every WAL of the root must be closed by now) and let go

@@ -355,16 +355,29 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
 
 
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
-    """Read segment files read-only (never open the WAL: that would repair its tail)."""
+    """Read segment files read-only (never open the WAL: that would repair its tail). A
+    WAL root's shared journal may hold rounds whose segment bytes were not synced yet
+    (a crash before its replay): they are laid over the segments as replay would."""
     import native
     from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, SEGMENT_VERSION_ROUNDS, segment_version
+    from wal.fs import RealFs
+    from wal.journal import pending_segment_bytes
 
+    root = os.path.dirname(os.path.dirname(directory))
+    try:
+        pending = pending_segment_bytes(RealFs(), root, directory)
+    except CorruptLog as e:
+        report.add("wal_corrupt", f"the shared journal of {root}: {e}", path=root)
+        pending = {}
     names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
     first = last = None
     for index, name in enumerate(names):
         path = os.path.join(directory, name)
         with open(path, "rb") as f:
             data = f.read()
+        if path in pending:
+            cut, replayed = pending[path]
+            data = data[:cut] + replayed
         if len(data) < SEGMENT_HEADER_BYTES:
             continue  # a freshly created segment whose header is not yet written
         try:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from wal.fs import AppendFile, Lock, LockHeld, ReadFile, SyncHandle
+from wal.fs import AppendFile, Chunk, Lock, LockHeld, RandomWriteFile, ReadFile, SyncHandle
 
 #: The page-cache page size the out-of-order crash model persists (or loses) as a unit.
 PAGE_BYTES = 4096
@@ -45,8 +45,24 @@ class _FaultAppendFile:
         self._inode = inode
         self._closed = False
 
-    def write(self, chunks: Sequence[bytes]) -> None:
+    def write(self, chunks: Sequence[Chunk]) -> None:
         self._fs._write(self._inode, chunks, self._closed)
+
+    def sync(self) -> None:
+        self._fs._sync(self._inode, self._closed)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class _FaultRandomWriteFile:
+    def __init__(self, fs: "FaultFs", inode: _Inode) -> None:
+        self._fs = fs
+        self._inode = inode
+        self._closed = False
+
+    def pwrite(self, chunks: Sequence[Chunk], position: int) -> None:
+        self._fs._pwrite(self._inode, chunks, position, self._closed)
 
     def sync(self) -> None:
         self._fs._sync(self._inode, self._closed)
@@ -208,11 +224,17 @@ class FaultFs:
 
     def _crashed_inode(self, inode: _Inode, torn_bytes: int, garbage: bytes) -> _Inode:
         base = bytes(inode.durable[:inode.dirty_from])
-        if inode is self._last_write and torn_bytes > 0:
+        # Only a write that was not synced can be torn: a file whose every byte was synced
+        # (the temp file of a checkpoint, say, then renamed) keeps exactly those bytes.
+        torn = inode is self._last_write and len(inode.data) > inode.dirty_from
+        if torn and torn_bytes > 0:
             tail = bytes(inode.data[inode.dirty_from:inode.dirty_from + torn_bytes])
             base += tail + garbage
-        elif inode is self._last_write:
+        elif torn:
             base += garbage
+        # An overwrite (pwrite into a file's synced bytes) that did not reach the disk leaves
+        # the old bytes there, not a shorter file (appended files have none past dirty_from).
+        base += bytes(inode.durable[len(base):])
         return _Inode(bytearray(base), base, len(base))
 
     @staticmethod
@@ -228,9 +250,12 @@ class FaultFs:
         assert set(kept) <= set(pages), f"persist() returned pages that are not dirty: {kept}"
         length = size
         if not keep_size:
-            length = max([synced] + [min((page + 1) * page_bytes, size) for page in kept])
+            length = max([synced, len(inode.durable)] + [min((page + 1) * page_bytes, size) for page in kept])
         out = bytearray(length)
-        out[:synced] = inode.durable[:synced]
+        # Pages that did not reach the disk read back as what was there before: the old
+        # bytes of an overwritten region (a recycled or preallocated file), zeros past them.
+        old = inode.durable[:length]
+        out[:len(old)] = old
         for page in kept:
             low, high = max(page * page_bytes, synced), min((page + 1) * page_bytes, length)
             out[low:high] = inode.data[low:high]
@@ -310,12 +335,18 @@ class FaultFs:
         with self._lock:
             return _FaultReadFile(self, self._inode(path))
 
+    def open_rw(self, path: str) -> RandomWriteFile:
+        with self._lock:
+            return _FaultRandomWriteFile(self, self._inode(path))
+
     def truncate(self, path: str, size: int) -> None:
         with self._lock:
             inode = self._inode(path)
+            if size > len(inode.data):
+                inode.data += bytes(size - len(inode.data))
             del inode.data[size:]
             inode.dirty_from = min(inode.dirty_from, size)
-            self._sync_locked(inode)  # RealFs.truncate fsyncs too
+        self._sync(inode, False)  # RealFs.truncate fsyncs too: counted, and it can fail
 
     def rename(self, src: str, dst: str) -> None:
         with self._lock:
@@ -374,13 +405,26 @@ class FaultFs:
             self._held_locks.discard(path)
 
     # ---- handle operations
-    def _write(self, inode: _Inode, chunks: Sequence[bytes], closed: bool) -> None:
+    def _write(self, inode: _Inode, chunks: Sequence[Chunk], closed: bool) -> None:
         if closed:
             raise ValueError("write to a closed file")
         with self._lock:
             self._check_space("<open file>")
             for chunk in chunks:
                 inode.data += chunk
+            self._last_write = inode
+
+    def _pwrite(self, inode: _Inode, chunks: Sequence[Chunk], position: int, closed: bool) -> None:
+        if closed:
+            raise ValueError("write to a closed file")
+        with self._lock:
+            data = b"".join(chunks)
+            if position + len(data) > len(inode.data):
+                self._check_space("<open file>")
+            if position > len(inode.data):
+                inode.data += bytes(position - len(inode.data))
+            inode.data[position:position + len(data)] = data
+            inode.dirty_from = min(inode.dirty_from, position)
             self._last_write = inode
 
     def _sync(self, inode: _Inode | None, closed: bool) -> None:

@@ -46,6 +46,10 @@ Invariants (the names a failure reports):
   with the least measured load, and never while rebalancing is paused.
 * ``lm-load-report``: each broker's load report lists the topics it hosts with the
   bytes they received, per harness second.
+* ``bystander-durable`` / ``bystander-unique``: the other topics of the same brokers (and WAL
+  roots, commit groups, shared journals), written between the steps and moved now and then,
+  keep every acknowledged message under its offset through every crash and power loss
+  (``tiered.tools.harness.bystanders``).
 * ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
 """
 from __future__ import annotations
@@ -68,6 +72,7 @@ from tiered.metadata import keys
 from tiered.read.cloud import CloudReader
 from tiered.read.errors import CorruptArchive, UnknownOffset
 from tiered.read.reader import read_messages
+from tiered.tools.harness.bystanders import Bystanders
 from tiered.tools.harness.cluster import FAULTED_SEAL_DRAIN_S, WAIT_BOUND_S, Cluster, HarnessCrash
 from tiered.tools.harness.model import SubscriptionModel, TopicModel, Violation, check
 from tiered.tools.harness.schedule import Step, make_schedule
@@ -162,6 +167,8 @@ class Scenario:
         self.sealed = False
         self.sealed_at: int | None = None
         self._lm: Any = None
+        #: Other topics on the same brokers (and WAL roots, commit groups, journals).
+        self.bystanders = Bystanders(seed, cluster)
 
     def note(self, text: str) -> None:
         self.result.notes.append(text)
@@ -170,9 +177,11 @@ class Scenario:
         self.cluster.load(self.owner)
         for index, step in enumerate(schedule):
             self.result.failed_step = index
+            self.bystanders.tick()
             getattr(self, f"step_{step.kind}")(step, index)
         self.result.failed_step = len(schedule)  # the final checks
         self.final_checks()
+        self.bystanders.final_checks()
         self.result.failed_step = None
 
     def hosted(self) -> Any:

@@ -1,0 +1,729 @@
+"""The shared journal (wal/journal.py, format: native/journal_format.py).
+
+The promises: every offset acknowledged to any topic of a journaled group survives a power
+loss at any moment (the journal's unsynced tail and the segments' unsynced rounds torn in
+any page order), every WAL opens again; a topic deleted (or deleted and created again) is
+never resurrected by a replay; damage to a journal round that had been synced is refused
+with nothing touched; a checkpoint or journal sync failure fails every topic closed and
+loses nothing acknowledged; checkpoints keep the journal bounded whatever the idle topics;
+a closed WAL never needs the journal; one journal per root, one opener at a time.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from native.journal_format import JOURNAL_DIR, parse_journal_file_name
+from tests.wal.helpers import check_payload, payload_for, read_all, small_config
+from wal import WalFailed, WriteAheadLog
+from wal.errors import CorruptLog, WalLocked
+from wal.group import CommitGroup
+from wal.identity import WAL_ID_NAME
+from wal.journal import Journal, JournalConfig
+from wal.testing import FaultFs
+
+ROOT = "/wal"
+JOURNAL = os.path.join(ROOT, JOURNAL_DIR)
+# Small files and frequent checkpoints: the runs below cross many file switches, recycles
+# and checkpoints.
+SMALL_JOURNAL = JournalConfig(file_bytes=16 * 1024, checkpoint_bytes=8 * 1024, checkpoint_interval_s=0.02)
+# No checkpoint unless asked: the journal holds every round written.
+NO_CHECKPOINTS = JournalConfig(file_bytes=1 << 20, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0)
+
+
+def _topic(index: int) -> str:
+    return f"/ns/t{index}"
+
+
+def _wait_until(predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.0005)
+
+
+class _Acks:
+    """Highest offset each topic's durable listener reported (what was acknowledged)."""
+
+    def __init__(self, topics: int) -> None:
+        self._lock = threading.Lock()
+        self.highest = [-1] * topics
+
+    def listener(self, index: int):
+        def on_durable(offset: int) -> None:
+            with self._lock:
+                self.highest[index] = max(self.highest[index], offset)
+        return on_durable
+
+    def snapshot(self) -> list[int]:
+        with self._lock:
+            return list(self.highest)
+
+
+def _open(fs: FaultFs, group: CommitGroup | None, index: int, config, acks: _Acks | None = None) -> WriteAheadLog:
+    wal = WriteAheadLog.open(ROOT, _topic(index), config, fs=fs, group=group)
+    if acks is not None:
+        wal.add_durable_listener(acks.listener(index))
+    return wal
+
+
+def _check_recovered(wal: WriteAheadLog, acked_through: int, appended: dict[int, bytes]) -> None:
+    records = read_all(wal)
+    assert [r.offset for r in records] == list(range(wal.next_offset)), f"{wal.topic}: offsets contiguous from 0"
+    assert wal.next_offset >= acked_through + 1, f"{wal.topic}: acknowledged offset {acked_through} was lost"
+    for record in records:
+        check_payload(record.payload)
+        assert record.payload == appended[record.offset], (
+            f"{wal.topic}: offset {record.offset} holds a message never appended under it")
+
+
+def _journal_files(fs: FaultFs) -> list[int]:
+    return sorted(s for s in map(parse_journal_file_name, fs.listdir(JOURNAL)) if s is not None)
+
+
+def test_many_topics_sharing_a_journal_survive_power_loss_at_random_points():
+    topics = 10
+    images = held = rejoined = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        config = small_config(segment_bytes_max=rng.choice((4096, 16 * 1024, 1 << 20)), max_message_bytes=16 * 1024)
+        journal = rng.choice((SMALL_JOURNAL, NO_CHECKPOINTS,
+                              JournalConfig(file_bytes=4096 * 16, checkpoint_bytes=2048, checkpoint_interval_s=0.001)))
+        fs = FaultFs()
+        appended: list[dict[int, bytes]] = [{} for _ in range(topics)]
+        acked = [-1] * topics
+        for incarnation in range(3):
+            group = CommitGroup(ROOT, fs, journal=journal)
+            acks = _Acks(topics)
+            wals = [_open(fs, group, i, config, acks) for i in range(topics)]
+            for i, wal in enumerate(wals):
+                _check_recovered(wal, acked[i], appended[i])
+            for step in range(rng.randrange(5, 150)):
+                i = rng.randrange(topics)
+                if rng.random() < 0.04:  # a topic leaves mid-run and joins again
+                    wals[i].close()
+                    wals[i] = _open(fs, group, i, config, acks)
+                    _check_recovered(wals[i], acks.snapshot()[i], appended[i])
+                    rejoined += 1
+                    continue
+                first = wals[i].next_offset
+                batch = [payload_for(first + k, incarnation, rng.choice((5, 80, 700, 3000)))
+                         for k in range(rng.randrange(1, 5))]
+                assert wals[i].append_batch(batch) == first
+                appended[i].update(zip(range(first, first + len(batch)), batch))
+                if rng.random() < 0.1:
+                    wals[i].flush()
+                if rng.random() < 0.02:
+                    group.journal.checkpoint()  # a checkpoint racing the rounds
+            if rng.random() < 0.5:
+                acked = acks.snapshot()  # acknowledged before the image, so synced before it
+                image = fs.random_crash_image(rng) if rng.random() < 0.7 else fs.crash_image(
+                    rng.randrange(0, 3000), bytes(rng.randrange(0, 64)))
+            else:
+                # In the middle of a round: written to several topics' segments and to the
+                # journal, its fdatasync in flight.
+                fs.hold_syncs()
+                try:
+                    for i in rng.sample(range(topics), 4):
+                        first = wals[i].next_offset
+                        batch = [payload_for(first + k, incarnation, 1500) for k in range(3)]
+                        assert wals[i].append_batch(batch) == first
+                        appended[i].update(zip(range(first, first + len(batch)), batch))
+                    _wait_until(lambda: fs.syncs_waiting >= 1)
+                    acked = acks.snapshot()
+                    image = fs.random_crash_image(rng)
+                    held += 1
+                finally:
+                    fs.release_syncs()
+            for wal in wals:
+                wal.close()
+            group.close()
+            images += 1
+            fs = image
+        # Replayed by a standalone opener as well as by a group (the loop above).
+        for i in range(topics):
+            wal = _open(fs, None, i, config)
+            _check_recovered(wal, acked[i], appended[i])
+            wal.close()
+    assert images == 90 and held >= 25 and rejoined >= 20, (images, held, rejoined)
+
+
+def test_one_journal_fdatasync_per_round_whatever_the_number_of_topics():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, small_config(segment_bytes_max=1 << 20)) for i in range(100)]
+    before_all, before_fs = fs.sync_calls, fs.syncfs_calls
+    fs.hold_syncs()
+    try:
+        wals[0].append(b"first")  # round 1: its sync is held
+        _wait_until(lambda: fs.syncs_waiting == 1)
+        for wal in wals:
+            wal.append(b"x" * 100)  # all of these form round 2
+    finally:
+        fs.release_syncs()
+    for wal in wals:
+        wal.flush()
+    assert fs.sync_calls - before_all == 2, "100 topics' rounds need one journal fdatasync each round"
+    assert fs.syncfs_calls == before_fs, "and no syncfs"
+    assert [w.durable_offset for w in wals] == [1] + [0] * 99
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_a_deleted_topic_is_never_resurrected_by_a_replay():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    old = _open(fs, group, 0, config)
+    keeper = _open(fs, group, 1, config)
+    for n in range(20):
+        old.append(payload_for(n, 1))
+        keeper.append(payload_for(n, 1))
+    old.flush()
+    keeper.flush()
+    old.close()
+    old.delete()  # sealed and moved away: its rounds are still in the journal
+    image_deleted = fs.crash_image()
+    # Created again at the same path while the old instance's rounds are in the journal.
+    new = _open(fs, group, 0, config)
+    assert new.next_offset == 0
+    for n in range(3):
+        new.append(payload_for(n, 2))
+    new.flush()
+    keeper.flush()
+    image_recreated = fs.random_crash_image(random.Random(7))
+    new.close()
+    keeper.close()
+    group.close()
+
+    group = CommitGroup(ROOT, image_deleted, journal=NO_CHECKPOINTS)
+    assert group.journal.replayed.skipped_entries > 0, "the deleted WAL's entries were seen and skipped"
+    assert not image_deleted.exists(os.path.join(ROOT, "ns", "t0")), "the deleted WAL came back"
+    kept = _open(image_deleted, group, 1, config)
+    assert [check_payload(r.payload) for r in read_all(kept)] == [(n, 1) for n in range(20)]
+    kept.close()
+    group.close()
+
+    group = CommitGroup(ROOT, image_recreated, journal=NO_CHECKPOINTS)
+    wal = _open(image_recreated, group, 0, config)
+    assert [check_payload(r.payload) for r in read_all(wal)] == [(n, 2) for n in range(3)], \
+        "the re-created WAL holds only its own messages"
+    wal.close()
+    group.close()
+
+
+def test_damage_to_a_synced_journal_round_is_refused_and_nothing_is_touched():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(3)]
+    for n in range(6):  # six rounds, each synced before the next
+        for wal in wals:
+            wal.append(payload_for(n, 0, 500))
+        for wal in wals:
+            wal.flush()
+    # The power goes while a seventh round's journal sync is held.
+    fs.hold_syncs()
+    try:
+        for wal in wals:
+            wal.append(payload_for(6, 0, 500))
+        _wait_until(lambda: fs.syncs_waiting == 1)
+        image = fs.random_crash_image(random.Random(3))
+    finally:
+        fs.release_syncs()
+    for wal in wals:
+        wal.close()
+    group.close()
+    # Flip one byte inside the third round's frames: that round was synced (later rounds
+    # follow it), so this is corruption, not a torn tail.
+    needle = payload_for(2, 0, 500)[8:40]
+    path = next(p for p in (os.path.join(JOURNAL, f"{s:020d}.jnl") for s in _journal_files(image))
+                if needle in image.read_all(p))
+    data = bytearray(image.read_all(path))
+    target = data.index(needle)
+    data[target] ^= 0x40
+    _overwrite(image, path, bytes(data))
+    segments = _segment_bytes(image)
+    with pytest.raises(CorruptLog, match="had been synced"):
+        CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    with pytest.raises(CorruptLog):
+        _open(image, None, 0, config)  # a standalone opener replays, so it refuses too
+    assert _segment_bytes(image) == segments, "a refused replay wrote nothing"
+
+
+def test_a_torn_last_journal_round_is_ignored_whatever_its_bytes():
+    for seed in range(40):
+        rng = random.Random(seed)
+        fs = FaultFs()
+        config = small_config(segment_bytes_max=1 << 20)
+        group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+        wals = [_open(fs, group, i, config) for i in range(4)]
+        for n in range(5):
+            for wal in wals:
+                wal.append(payload_for(n, 0, rng.choice((10, 900, 5000))))
+            for wal in wals:
+                wal.flush()
+        fs.hold_syncs()
+        try:
+            for wal in wals:
+                wal.append_batch([payload_for(5 + k, 0, 3000) for k in range(3)])
+            _wait_until(lambda: fs.syncs_waiting == 1)
+            image = fs.random_crash_image(rng)
+        finally:
+            fs.release_syncs()
+        for wal in wals:
+            wal.close()
+        group.close()
+        group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+        for i in range(4):
+            wal = _open(image, group, i, config)
+            got = [check_payload(r.payload)[0] for r in read_all(wal)]
+            assert got[:5] == list(range(5)) and got == list(range(len(got))), (seed, i, got)
+            wal.close()
+        group.close()
+
+
+def test_checkpoints_keep_the_journal_bounded_and_idle_topics_pin_nothing():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=64 * 1024)
+    journal = JournalConfig(file_bytes=32 * 1024, checkpoint_bytes=16 * 1024, checkpoint_interval_s=3600.0)
+    group = CommitGroup(ROOT, fs, journal=journal)
+    idle = [_open(fs, group, i, config) for i in range(1, 51)]
+    for wal in idle:
+        wal.append(payload_for(0))  # written once, then never again
+        wal.flush()
+    busy = _open(fs, group, 0, config)
+    most = 0
+    for n in range(600):
+        busy.append(payload_for(n, 0, 1000))
+        if n % 5 == 0:
+            busy.flush()
+            most = max(most, len(_journal_files(fs)))
+    busy.flush()
+    assert group.journal.checkpoints >= 20, group.journal.checkpoints
+    assert most <= 4, f"the journal kept {most} files: something pins it"
+    image = fs.random_crash_image(random.Random(1))
+    for wal in [busy, *idle]:
+        wal.close()
+    group.close()
+    group = CommitGroup(ROOT, image, journal=journal)
+    assert group.journal.replayed.bytes < 64 * 1024, "replay is bounded by the checkpoint, not the history"
+    wal = _open(image, group, 0, config)
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(600))
+    wal.close()
+    for i in range(1, 51):
+        wal = _open(image, group, i, config)
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == [0]
+        wal.close()
+    group.close()
+
+
+def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(3)]
+    for n in range(10):
+        for wal in wals:
+            wal.append(payload_for(n))
+        for wal in wals:
+            wal.flush()
+    fs.fail_sync_after = fs.sync_calls  # the checkpoint's first segment sync fails
+    with pytest.raises(OSError):
+        group.journal.checkpoint()
+    group.journal._fail(OSError("injected"))  # what the checkpointer thread does with it
+    for wal in wals:
+        _wait_until(lambda: wal.failed)
+        with pytest.raises(WalFailed):
+            wal.append(b"more")
+    assert group.failed
+    for wal in wals:
+        wal.close()
+    group.close()
+    fs.fail_sync_after = None
+    image = fs.random_crash_image(random.Random(5))
+    group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    for i in range(3):
+        wal = _open(image, group, i, config)
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(10))
+        wal.close()
+    group.close()
+
+
+def test_a_journal_sync_failure_fails_every_topic_closed():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, small_config()) for i in range(3)]
+    for wal in wals:
+        wal.append(payload_for(0))
+        wal.flush()
+    fs.fail_sync_after = fs.sync_calls
+    offset = wals[0].append(payload_for(1))
+    with pytest.raises(WalFailed):
+        wals[0].wait_durable(offset, 30.0)
+    for wal in wals:
+        _wait_until(lambda: wal.failed)
+        assert wal.durable_offset == 0
+    with pytest.raises(WalFailed):
+        _open(fs, group, 9, small_config())
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_a_closed_wal_never_needs_the_journal():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=2048)  # rotations: files a checkpoint has not synced yet
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    for n in range(60):
+        wal.append(payload_for(n, 0, 300))
+        wal.flush()
+    assert len(wal.segments()) > 4
+    wal.close()
+    other = _open(fs, group, 1, config)
+    other.append(payload_for(0))
+    other.flush()
+    image = fs.crash_image()  # every unsynced byte lost
+    other.close()
+    group.close()
+    # Even with the whole journal gone, the closed WAL is whole (as after a quarantine,
+    # which moves a closed WAL out of the root, where no replay looks).
+    for name in image.listdir(JOURNAL):
+        image.remove(os.path.join(JOURNAL, name))
+    image.rmdir(JOURNAL)
+    wal = _open(image, None, 0, config)
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(60))
+    wal.close()
+
+
+def test_a_topic_that_failed_alone_is_still_synced_when_it_closes():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    broken, fine = _open(fs, group, 0, config), _open(fs, group, 1, config)
+    for n in range(10):
+        broken.append(payload_for(n))
+        fine.append(payload_for(n))
+    broken.flush()
+    fine.flush()
+    fs.disk_full = True  # the next segment write fails: that topic alone fails
+    offset = broken.append(payload_for(10))
+    with pytest.raises(WalFailed):
+        broken.wait_durable(offset, 30.0)
+    fs.disk_full = False
+    assert not group.failed
+    broken.close()
+    fine.close()
+    image = fs.crash_image()
+    group.close()
+    for name in image.listdir(JOURNAL):
+        image.remove(os.path.join(JOURNAL, name))
+    image.rmdir(JOURNAL)
+    wal = _open(image, None, 0, config)
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(10))
+    wal.close()
+
+
+def test_one_journal_opener_at_a_time():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    with pytest.raises(WalLocked):
+        CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    with pytest.raises(WalLocked):
+        WriteAheadLog.open(ROOT, _topic(0), fs=fs)  # a standalone opener would replay under it
+    with pytest.raises(WalLocked):
+        CommitGroup(ROOT, fs)  # nor may a syncfs group of the same root
+    group.close()
+    CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS).close()
+
+
+def _journaled_image(topics: int = 3, messages: int = 30, seed: int = 11):
+    """A power-loss image of a root whose WALs' acknowledged rounds live partly only in
+    the journal (no checkpoint ran), and what each WAL acknowledged."""
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=8192)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(topics)]
+    for n in range(messages):
+        for wal in wals:
+            wal.append(payload_for(n, 0, 400))
+        if n % 3 == 0:
+            for wal in wals:
+                wal.flush()
+    for wal in wals:
+        wal.flush()
+    image = fs.crash_image_pages(lambda path, pages: pages if path.endswith(".jnl") else [], keep_size=True)
+    for wal in wals:
+        wal.close()
+    group.close()
+    return image, config
+
+
+def _refused_and_untouched(image: FaultFs, match: str) -> None:
+    before = _segment_bytes(image)
+    with pytest.raises(CorruptLog, match=match):
+        CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    with pytest.raises(CorruptLog, match=match):
+        _open(image, None, 0, small_config())  # a standalone opener replays too
+    assert _segment_bytes(image) == before, "a refused replay wrote nothing"
+
+
+def test_an_unreadable_journal_checkpoint_is_refused_with_nothing_touched():
+    # Replaying from a guess could cut data written outside the journal since (a run with
+    # the group off), or chain rounds of two runs across a torn one.
+    image, _config = _journaled_image()
+    _overwrite(image, os.path.join(JOURNAL, "wal.ckpt"), b"{not json")
+    _refused_and_untouched(image, "checkpoint is unreadable")
+
+
+def test_a_damaged_or_missing_journal_file_is_refused_with_nothing_touched():
+    image, _config = _journaled_image()
+    current = _journal_files(image)[-2]  # the last is the spare prepared ahead
+    path = os.path.join(JOURNAL, f"{current:020d}.jnl")
+    data = bytearray(image.read_all(path))
+    data[12] ^= 0x01  # one bit of the file header (synced long before the rounds)
+    damaged = image.crash_image()
+    _overwrite(damaged, path, bytes(data))
+    _refused_and_untouched(damaged, "header is invalid")
+    gone = image.crash_image()
+    for sequence in _journal_files(gone):
+        gone.remove(os.path.join(JOURNAL, f"{sequence:020d}.jnl"))
+    _refused_and_untouched(gone, "missing")
+
+
+@pytest.mark.parametrize("damage", ["removed", "flipped"])
+def test_a_wal_whose_id_file_is_gone_or_damaged_is_refused_while_the_journal_holds_its_rounds(damage):
+    image, config = _journaled_image()
+    id_path = os.path.join(ROOT, "ns", "t0", WAL_ID_NAME)
+    if damage == "removed":
+        image.remove(id_path)
+    else:
+        raw = bytearray(image.read_all(id_path))
+        raw[14] ^= 0x01
+        _overwrite(image, id_path, bytes(raw))
+    _refused_and_untouched(image, "t0")
+    # The other WALs are not the question: once the id is back, everything replays.
+
+
+def test_an_interrupted_delete_never_hands_its_id_to_the_wal_created_in_its_place():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    wal.append(payload_for(0))
+    wal.close()
+    old_id = fs.read_all(os.path.join(ROOT, "ns", "t0", WAL_ID_NAME))
+    directory = os.path.join(ROOT, "ns", "t0")
+    for name in fs.listdir(directory):  # a delete that stopped before its bookkeeping files
+        if not name.startswith("."):
+            fs.remove(os.path.join(directory, name))
+    wal = _open(fs, group, 0, config)
+    assert wal.next_offset == 0
+    assert fs.read_all(os.path.join(directory, WAL_ID_NAME)) != old_id
+    wal.close()
+    group.close()
+
+
+def test_a_copied_wal_directory_is_refused_by_the_group_and_by_replay_only_if_named():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    original = _open(fs, group, 0, config)
+    original.append(payload_for(0))
+    original.flush()
+    copy_dir = os.path.join(ROOT, "ns", "t9")
+    fs.makedirs(copy_dir)
+    for name in fs.listdir(os.path.join(ROOT, "ns", "t0")):
+        if name != ".lock":
+            _overwrite(fs, os.path.join(copy_dir, name), fs.read_all(os.path.join(ROOT, "ns", "t0", name)))
+    with pytest.raises(CorruptLog, match="already the id"):
+        _open(fs, group, 9, config)
+    image = fs.crash_image()
+    original.close()
+    group.close()
+    # The journal holds rounds of that id: replay cannot choose between the two.
+    with pytest.raises(CorruptLog, match="both"):
+        CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    # A clean stop left nothing to replay: the copy bothers nobody else.
+    CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS).close()
+
+
+def test_a_crash_during_replay_replays_again():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=4096)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [_open(fs, group, i, config) for i in range(5)]
+    for n in range(40):
+        for wal in wals:
+            wal.append(payload_for(n, 0, 200))
+        for wal in wals:
+            wal.flush()
+    image = fs.random_crash_image(random.Random(4))
+    for wal in wals:
+        wal.close()
+    group.close()
+    # How many syncs a whole replay makes (the group's constructor: replay, then its new
+    # file and checkpoint); then a crash after each of them.
+    probe = image.crash_image()
+    before = probe.sync_calls
+    with _no_checkpointer():
+        CommitGroup(ROOT, probe, journal=NO_CHECKPOINTS).close()
+    syncs = probe.sync_calls - before
+    assert syncs >= 5
+    for fail_after in range(syncs):
+        attempt = image.crash_image()
+        attempt.fail_sync_after = attempt.sync_calls + fail_after
+        with _no_checkpointer(), pytest.raises(OSError):
+            CommitGroup(ROOT, attempt, journal=NO_CHECKPOINTS)
+        attempt.fail_sync_after = None
+        after = attempt.random_crash_image(random.Random(fail_after))
+        group = CommitGroup(ROOT, after, journal=NO_CHECKPOINTS)
+        for i in range(5):
+            wal = _open(after, group, i, config)
+            assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(40))
+            wal.close()
+        group.close()
+
+
+def test_entries_of_segments_retention_removed_are_skipped():
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=2048)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    for n in range(60):
+        wal.append(payload_for(n, 0, 300))
+        wal.flush()
+    removed = wal.truncate_before(40)
+    assert removed > 0
+    first = wal.first_offset
+    image = fs.random_crash_image(random.Random(9))
+    wal.close()
+    group.close()
+    group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    assert group.journal.replayed.skipped_entries > 0
+    wal = _open(image, group, 0, config)
+    assert wal.first_offset == first
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(first, 60))
+    wal.close()
+    group.close()
+
+
+def test_a_wal_whose_id_file_is_gone_after_a_clean_stop_gets_a_new_one():
+    fs = FaultFs()
+    config = small_config()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    assert fs.exists(os.path.join(ROOT, "ns", "t0", WAL_ID_NAME))
+    wal.append(payload_for(0))
+    wal.flush()
+    wal.close()
+    group.close()
+    # A directory (say, restored from elsewhere) without the id: nothing is written into it.
+    fs.remove(os.path.join(ROOT, "ns", "t0", WAL_ID_NAME))
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    assert group.journal.replayed.wals == 0
+    group.close()
+
+
+@contextlib.contextmanager
+def _no_checkpointer():
+    """Journals opened inside do not start their checkpointer thread (its first spare file
+    would make syncs of its own, racing the ones a test counts)."""
+    original = Journal._checkpointer
+    Journal._checkpointer = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Journal._checkpointer = original  # type: ignore[method-assign]
+
+
+def _overwrite(fs: FaultFs, path: str, data: bytes) -> None:
+    if fs.exists(path):
+        fs.remove(path)
+    handle = fs.open_append(path)
+    handle.write([data])
+    handle.sync()
+    handle.close()
+    fs.fsync_dir(os.path.dirname(path))
+
+
+def _segment_bytes(fs: FaultFs) -> dict[str, bytes]:
+    found = {}
+    for i in range(3):
+        directory = os.path.join(ROOT, "ns", f"t{i}")
+        for name in fs.listdir(directory):
+            if name.endswith(".seg"):
+                found[os.path.join(directory, name)] = fs.read_all(os.path.join(directory, name))
+    return found
+
+
+def test_a_read_only_checker_sees_what_replay_would_write(tmp_path):
+    """``dnb verify`` never opens a WAL (that would repair it); on a journaled root whose
+    journal was not replayed yet it lays the journal's rounds over the segments, as replay
+    would, so a power loss's torn segment rounds are neither reported corrupt nor missed."""
+    from tiered.tools.verify import VerifyReport, _scan_wal
+
+    rng = random.Random(12)
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=4096)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, config)
+    for n in range(80):
+        wal.append(payload_for(n, 0, rng.choice((30, 300, 900))))
+        if n % 4 == 0:
+            wal.flush()
+    wal.flush()
+    # Every segment page lost, the journal kept: only replay (or its overlay) has the data.
+    image = fs.crash_image_pages(lambda path, pages: pages if path.endswith(".jnl") else [], keep_size=True)
+    wal.close()
+    group.close()
+    real_root = os.path.join(tmp_path, "wal")
+    _materialize(image, ROOT, real_root)
+    report = VerifyReport("/ns/t0")
+    first, last = _scan_wal(os.path.join(real_root, "ns", "t0"), report)
+    assert (first, last) == (0, 79) and not report.problems, report.problems
+
+
+def _materialize(fs: FaultFs, root: str, target: str) -> None:
+    """Write ``fs``'s tree under ``root`` to the real directory ``target``."""
+    os.makedirs(target, exist_ok=True)
+    for name in fs.listdir(root):
+        source, destination = os.path.join(root, name), os.path.join(target, name)
+        try:
+            fs.listdir(source)
+        except FileNotFoundError:  # a file
+            with open(destination, "wb") as f:
+                f.write(fs.read_all(source))
+        else:
+            _materialize(fs, source, destination)
+
+
+def test_file_preparation_and_recycling_never_race_the_commit_path(tmp_path):
+    """Tiny journal files on the real disk: the writer switches files every few rounds
+    while the checkpointer prepares spares and recycles, often both at once. Nothing may
+    fail (a race between them once removed the writer's file under it)."""
+    from wal.fs import RealFs
+
+    root = os.fspath(tmp_path)
+    journal = JournalConfig(file_bytes=2048, checkpoint_bytes=1024, checkpoint_interval_s=0.001)
+    group = CommitGroup(root, RealFs(), journal=journal)
+    wals = [WriteAheadLog.open(root, _topic(i), small_config(segment_bytes_max=1 << 20), group=group)
+            for i in range(4)]
+    for n in range(1500):
+        wal = wals[n % 4]
+        wal.append(payload_for(n // 4, 0, 200))
+        if n % 3 == 0:
+            wal.flush()
+    for wal in wals:
+        wal.flush()
+        wal.close()
+    assert not group.failed
+    assert group.journal.checkpoints > 20
+    group.close()

@@ -1,0 +1,869 @@
+"""The shared journal of a WAL root: one fdatasync per commit round for every topic.
+
+Format and replay rules: ``native/journal_format.py``. Design, failure semantics and the
+measured choice: docs/WAL.md, "The shared journal".
+
+A :class:`Journal` is owned by the root's :class:`wal.group.CommitGroup`. Each round, the
+group writes every woken topic's round to that topic's own segment (no sync) and adds it
+here as an entry (:meth:`Journal.add`); :meth:`Journal.write` appends the whole round to the
+current journal file with one positioned write, and :meth:`Journal.sync` makes it durable
+with one fdatasync. Only then does the group publish the topics' durable watermarks.
+
+Segments are synced lazily by the journal's checkpointer thread: it snapshots the journal's
+end and the segment files written since the last checkpoint (between rounds), fdatasyncs
+those files, then records the snapshot in ``.journal/wal.ckpt``. Journal files entirely
+before the checkpoint are recycled. A closed WAL never depends on the journal: closing it
+syncs its segment (:class:`SegmentFile`). An idle topic pins nothing: a checkpoint covers
+every topic at once.
+
+Opening a journal replays it first (:func:`replay`): rounds after the checkpoint are written
+into the segments of the WAL instances that wrote them (by ``.walid``), before any WAL of the
+root opens. A topic deleted, or deleted and created again, is never written to: its id is
+gone or different.
+
+Failure: a journal write or sync error, and any segment sync error (at a checkpoint or a
+close), fails the whole group closed (the host must restart; replay then restores every
+acknowledged round from the journal). The journal is never truncated past a segment whose
+sync failed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from native import crc32c, scan_frames
+from native.format import ROUND_MARKER_BYTES, SEGMENT_HEADER_BYTES, segment_file_name
+from native.journal_format import (
+    ENTRY_BYTES_MAX,
+    ENTRY_HEADER_BYTES,
+    FILE_HEADER_BYTES,
+    JOURNAL_DIR,
+    ROUND_HEADER_BYTES,
+    EntryHeader,
+    decode_entry_header,
+    decode_file_header,
+    decode_round_header,
+    encode_entry_header,
+    encode_file_header,
+    encode_round_header,
+    ENTRY_PATH_BYTES_MAX,
+    find_round_headers,
+    journal_file_name,
+    new_nonce,
+    parse_journal_file_name,
+)
+from wal.checkpoint import read_checkpoint, write_checkpoint
+from wal.errors import CorruptLog, WalFailed, WalLocked
+from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile
+from wal.fs import Lock as DirLock
+from wal.identity import WAL_ID_NAME, read_wal_id
+from wal.metrics import GroupMetrics
+from wal.segment import parse_segment_name
+
+_log = logging.getLogger(__name__)
+
+_TEMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalConfig:
+    #: The size at which the writer moves to the next journal file (files are recycled, so
+    #: after the first few they keep this size and rounds overwrite them without a size
+    #: change to sync). A round larger than a whole file gets a file of its own that grows
+    #: past this size.
+    file_bytes: int = 64 * 1024 * 1024
+    #: A checkpoint starts once this many journal bytes were written since the last one.
+    checkpoint_bytes: int = 32 * 1024 * 1024
+    #: ... or once this long passed with anything written since the last one.
+    checkpoint_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.file_bytes < FILE_HEADER_BYTES + ROUND_HEADER_BYTES + ENTRY_HEADER_BYTES or self.checkpoint_bytes <= 0:
+            raise ValueError("journal file_bytes must hold a round; checkpoint_bytes must be positive")
+        if self.checkpoint_interval_s <= 0:
+            raise ValueError("journal checkpoint_interval_s must be positive")
+
+
+@dataclass
+class ReplayReport:
+    """What a replay found and wrote."""
+
+    rounds: int = 0
+    entries: int = 0
+    bytes: int = 0  # entry bytes written into segments
+    wals: int = 0  # WAL instances written to
+    skipped_entries: int = 0  # of WALs deleted since, or of segments retention removed
+    seconds: float = 0.0
+    start_file: int = 0  # the file the checkpoint named (where replay started)
+    end_file: int = 0  # where the valid rounds end (the next round's file, position, sequence)
+    end_position: int = 0
+    next_round: int = 0
+
+
+class SegmentFile:
+    """A topic's segment file in a journaled group: written by the group's thread without
+    syncing, synced by the checkpointer, and synced before it is closed (a closed WAL never
+    depends on the journal). ``sync`` and ``close`` are serialised, so a checkpoint never
+    syncs a descriptor that was closed (and maybe reused) under it; ``write`` and the
+    closing calls are serialised too (a separate lock, so a write never waits for a sync)."""
+
+    def __init__(self, inner: AppendFile) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()  # sync, close, abandon
+        self._io_lock = threading.Lock()  # write against close/abandon
+        self._state = "open"  # open | closed (synced first) | failed | abandoned
+
+    def write(self, chunks: Sequence[Chunk]) -> None:
+        with self._io_lock:
+            if self._state != "open":
+                raise WalFailed(f"write to a segment file that is {self._state}")
+            self._inner.write(chunks)
+
+    def sync(self) -> None:
+        """fdatasync; nothing to do once closed (a close syncs first)."""
+        with self._lock:
+            if self._state == "open":
+                self._sync_locked()
+            elif self._state in ("failed", "abandoned"):
+                raise WalFailed(f"segment file {self._state}: its unsynced bytes live only in the journal")
+
+    def close(self) -> None:
+        """Sync, then close: what it holds is durable without the journal from now on.
+        Nothing to do if it was closed or abandoned already."""
+        with self._lock:
+            if self._state == "open":
+                self._sync_locked()
+                with self._io_lock:
+                    self._inner.close()
+                    self._state = "closed"
+            elif self._state == "failed":
+                raise WalFailed("segment file failed to sync; its unsynced bytes live only in the journal")
+
+    def abandon(self) -> None:
+        """Close without syncing (the group failed: nothing more is acknowledged anyway)."""
+        with self._io_lock:
+            if self._state == "open":
+                self._inner.close()
+                self._state = "abandoned"
+
+    def _sync_locked(self) -> None:
+        try:
+            self._inner.sync()
+        except BaseException:
+            with self._io_lock:
+                self._state = "failed"
+                self._inner.close()
+            raise
+
+
+class HasSegmentFile(Protocol):
+    """What wrote an entry (``wal.writer.SegmentAppender``): its active segment file now
+    (None once closed, which synced it)."""
+
+    @property
+    def segment_file(self) -> SegmentFile | None: ...
+
+
+class _Writer:
+    """The current journal file (group thread only, under the round lock)."""
+
+    def __init__(self, sequence: int, nonce: int, handle: RandomWriteFile, position: int) -> None:
+        self.sequence = sequence
+        self.nonce = nonce
+        self.handle = handle
+        self.position = position
+
+
+@dataclass
+class _Prepared:
+    sequence: int
+    nonce: int
+    path: str
+
+
+@dataclass
+class _Snapshot:
+    file: int
+    position: int
+    round: int
+    files: list[SegmentFile] = field(default_factory=list)
+
+
+class Journal:
+    """The shared journal of one WAL root (module docstring). Use :meth:`open`."""
+
+    @classmethod
+    def open(cls, root: str, fs: FileSystem, config: JournalConfig | None = None,
+             on_failure: Callable[[BaseException], None] | None = None,
+             metrics: GroupMetrics | None = None) -> "Journal":
+        """Take the journal's lock, replay what the last run left (into the WALs of
+        ``root``, before any of them opens), and start a fresh file for new rounds.
+        Raises WalLocked when another process (or group) has this root's journal open,
+        CorruptLog when replay finds synced rounds damaged (nothing written then)."""
+        config = config or JournalConfig()
+        directory = os.path.join(root, JOURNAL_DIR)
+        lock = _lock_journal(fs, root, directory)
+        try:
+            report = replay(fs, root)
+            journal = cls(root, fs, config, lock, report, on_failure, metrics or GroupMetrics())
+        except BaseException:
+            lock.release()
+            raise
+        return journal
+
+    def __init__(self, root: str, fs: FileSystem, config: JournalConfig, lock: DirLock, report: ReplayReport,
+                 on_failure: Callable[[BaseException], None] | None, metrics: GroupMetrics) -> None:
+        self.root = root
+        self.metrics = metrics
+        metrics.on_replay(report.rounds, report.seconds)
+        self.fs = fs
+        self.config = config
+        self.directory = os.path.join(root, JOURNAL_DIR)
+        self.replayed = report
+        self._lock_file = lock
+        self._on_failure = on_failure
+        # The round lock: held by the group's thread from a round's first segment write to
+        # its journal write, and by the checkpointer while it snapshots. So a snapshot
+        # always falls between rounds: every segment byte of every round before the
+        # snapshot's journal position was written to a file the snapshot lists.
+        self.round_lock = threading.Lock()
+        self._entries: list[Chunk] = []  # the round being built: entry headers and bytes
+        self._entry_headers: list[bytes] = []
+        self._round_bytes = 0
+        self._dirty: dict[int, HasSegmentFile] = {}  # whose segment files were written since the snapshot
+        self._retired: list[SegmentFile] = []
+        self._next_round = report.next_round
+        self._failure: BaseException | None = None
+        self._prepare_lock = threading.Lock()
+        self._spare: _Prepared | None = None
+        # Until the new checkpoint below is durable, the replayed files stay as they are: a
+        # crash in between replays them again. Only files below the old checkpoint recycle.
+        self._checkpointed = _Snapshot(report.start_file, 0, 0)
+        self._remove_temp_files()
+        # A fresh file for this run: whatever followed the replayed rounds (a torn round,
+        # stale bytes) is never written over, so it can never be mistaken for our rounds.
+        first = self._prepare(max(report.end_file, self._highest_file()) + 1)
+        self._writer = self._open_writer(first)
+        self._checkpointed = _Snapshot(first.sequence, FILE_HEADER_BYTES, self._next_round)
+        write_checkpoint(fs, self.directory, _checkpoint_state(self._checkpointed), name=_CHECKPOINT)
+        self._recycle_below(first.sequence)
+        self._since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self._wake = threading.Condition(threading.Lock())
+        self._checkpoint_wanted = False
+        self._stopping = False
+        self.checkpoints = 0
+        self.rounds = 0
+        self._thread = threading.Thread(target=self._checkpointer, name=f"wal-journal-checkpoint:{root}", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the group's side
+    def add(self, wal_id: bytes, wal_path: bytes, segment_base: int, position: int, first_offset: int,
+            count: int, parts: Sequence[Chunk], nbytes: int, source: "HasSegmentFile") -> None:
+        """One topic's round, already written to its segment at ``position`` (round marker
+        first): journal it. ``wal_path``: the WAL's directory relative to the root
+        (``entry_path``). The caller checked ``nbytes <= ENTRY_BYTES_MAX``. Called with
+        ``round_lock`` held."""
+        header = encode_entry_header(wal_id, segment_base, position, first_offset, count, nbytes, wal_path)
+        self._entry_headers.append(header)
+        self._entries.append(header)
+        self._entries.extend(parts)
+        self._round_bytes += len(header) + nbytes
+        self._dirty[id(source)] = source
+
+    def write(self) -> int:
+        """Append the round built by ``add`` to the journal (one positioned write, no sync);
+        its size in bytes (0 when nothing was added). Called with ``round_lock`` held."""
+        if not self._entry_headers:
+            return 0
+        length = ROUND_HEADER_BYTES + self._round_bytes
+        writer = self._writer
+        if writer.position + length > self.config.file_bytes and writer.position > FILE_HEADER_BYTES:
+            writer = self._switch()
+        header = encode_round_header(writer.nonce, self._next_round, length, len(self._entry_headers),
+                                     b"".join(self._entry_headers))
+        parts, self._entries, self._entry_headers, self._round_bytes = self._entries, [], [], 0
+        parts.insert(0, header)
+        writer.handle.pwrite(parts, writer.position)
+        writer.position += length
+        self._next_round += 1
+        self.rounds += 1
+        self._since_checkpoint += length
+        if self._since_checkpoint >= self.config.checkpoint_bytes and not self._checkpoint_wanted:
+            self._request_checkpoint()
+        return length
+
+    def discard(self) -> None:
+        """Forget a round that was being built (its write failed; nothing was acknowledged)."""
+        self._entries, self._entry_headers, self._round_bytes = [], [], 0
+
+    def sync(self) -> None:
+        """fdatasync of the current journal file: the round just written is durable."""
+        self._writer.handle.sync()
+
+    def retire(self, file: SegmentFile) -> None:
+        """A segment file the group stopped writing (rotation): synced and closed by the
+        next checkpoint, before the journal is truncated past its rounds. Called with
+        ``round_lock`` held (rotation happens inside a round)."""
+        self._retired.append(file)
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    def close(self) -> None:
+        """Stop the checkpointer after a final checkpoint (every WAL of the group must have
+        left): a clean stop leaves nothing to replay."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join()
+        self._writer.handle.close()
+        self._lock_file.release()
+
+    # ------------------------------------------------------------------ files
+    def _highest_file(self) -> int:
+        found = [s for s in map(parse_journal_file_name, self.fs.listdir(self.directory)) if s is not None]
+        return max(found, default=0)
+
+    def _path(self, sequence: int) -> str:
+        return os.path.join(self.directory, journal_file_name(sequence))
+
+    def _prepare(self, sequence: int) -> _Prepared:
+        """A durable, empty journal file named ``sequence`` with a new nonce: a recycled one
+        (below the checkpoint) if there is one, else a new one holding only its header."""
+        nonce = new_nonce()
+        path = self._path(sequence)
+        header = encode_file_header(sequence, nonce)
+        recyclable = self._recyclable(sequence)
+        if recyclable:
+            old = self._path(recyclable[0])
+            handle = self.fs.open_rw(old)
+            try:
+                # The new header (with its new nonce) first, then the name: a crash in between
+                # leaves an old name whose stale rounds carry the old nonce, below the checkpoint.
+                handle.pwrite([header], 0)
+                handle.sync()
+            finally:
+                handle.close()
+            self.fs.rename(old, path)
+        else:
+            # A new file holds only its header and grows as rounds are appended (its first
+            # use pays the size updates a recycled file no longer needs).
+            temp = path + _TEMP_SUFFIX
+            if self.fs.exists(temp):
+                self.fs.remove(temp)
+            created = self.fs.open_append(temp)
+            try:
+                created.write([header])
+                created.sync()
+            finally:
+                created.close()
+            self.fs.rename(temp, path)
+        self.fs.fsync_dir(self.directory)
+        return _Prepared(sequence, nonce, path)
+
+    def _recyclable(self, below: int) -> list[int]:
+        """Journal files every checkpoint is past (below ``below`` and the durable
+        checkpoint), oldest first."""
+        limit = min(below, self._checkpointed.file)
+        return sorted(s for s in map(parse_journal_file_name, self.fs.listdir(self.directory))
+                      if s is not None and s < limit)
+
+    def _recycle_below(self, sequence: int) -> None:
+        """Keep one recyclable file (the next spare), delete the others. Called with
+        ``_prepare_lock`` held (or before the checkpointer starts): ``_prepare`` recycles
+        and renames files of this same set."""
+        for old in self._recyclable(sequence)[1:]:
+            try:
+                self.fs.remove(self._path(old))
+            except FileNotFoundError:
+                pass
+
+    def _remove_temp_files(self) -> None:
+        """Leftovers of a run that crashed while preparing a file: never renamed in, so
+        nothing refers to them. Only before any thread of this journal runs."""
+        for name in self.fs.listdir(self.directory):
+            if name.endswith(_TEMP_SUFFIX):
+                self.fs.remove(os.path.join(self.directory, name))
+
+    def _open_writer(self, prepared: _Prepared) -> _Writer:
+        return _Writer(prepared.sequence, prepared.nonce, self.fs.open_rw(prepared.path), FILE_HEADER_BYTES)
+
+    def _switch(self) -> _Writer:
+        """Move to the next journal file (group thread, round lock held): the spare the
+        checkpointer prepared, or one prepared here if it is not ready. The current file's
+        rounds were all synced by now (rounds are written one after the other)."""
+        sequence = self._writer.sequence + 1
+        with self._prepare_lock:
+            spare, self._spare = self._spare, None
+            if spare is None or spare.sequence != sequence:
+                _log.warning("journal %s: no spare file ready; preparing file %d on the commit path",
+                             self.directory, sequence)
+                spare = self._prepare(sequence)
+        self._writer.handle.close()
+        self._writer = self._open_writer(spare)
+        with self._wake:
+            self._wake.notify()  # the checkpointer prepares the next spare
+        return self._writer
+
+    # ------------------------------------------------------------------ checkpoints
+    def _request_checkpoint(self) -> None:
+        with self._wake:
+            self._checkpoint_wanted = True
+            self._wake.notify()
+
+    def _checkpointer(self) -> None:
+        try:
+            self._prepare_spare()  # the writer's first switch must not prepare its file itself
+            while True:
+                with self._wake:
+                    if not (self._stopping or self._checkpoint_wanted):
+                        self._wake.wait(self.config.checkpoint_interval_s)
+                    stopping, self._checkpoint_wanted = self._stopping, False
+                if self._failure is not None:
+                    if stopping:
+                        return
+                    continue
+                due = (self._since_checkpoint >= self.config.checkpoint_bytes
+                       or time.monotonic() - self._last_checkpoint >= self.config.checkpoint_interval_s
+                       or stopping)
+                if due:
+                    self.checkpoint()
+                if stopping:
+                    return
+                self._prepare_spare()
+        except BaseException as exc:  # noqa: BLE001 - whatever it was, the journal cannot be truncated
+            self._fail(exc)
+
+    def checkpoint(self) -> bool:
+        """Sync every segment file written before the journal's current end, then record
+        that end as the checkpoint and recycle the files before it. False when nothing
+        was written since the last checkpoint."""
+        with self.round_lock:
+            snapshot = _Snapshot(self._writer.sequence, self._writer.position, self._next_round)
+            files = [f for f in (source.segment_file for source in self._dirty.values()) if f is not None]
+            retired, self._retired = self._retired, []
+            self._dirty = {}
+            self._since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        if (snapshot.file, snapshot.position) == (self._checkpointed.file, self._checkpointed.position) \
+                and not files and not retired:
+            return False
+        started = time.perf_counter()
+        for file in files:
+            file.sync()
+        for file in retired:
+            file.close()
+        write_checkpoint(self.fs, self.directory, _checkpoint_state(snapshot), name=_CHECKPOINT)
+        self._checkpointed = snapshot
+        self.checkpoints += 1
+        self.metrics.on_checkpoint(time.perf_counter() - started, len(files) + len(retired))
+        _log.debug("journal %s: checkpoint at file %d byte %d (round %d): %d segment files synced in %.3f s",
+                   self.directory, snapshot.file, snapshot.position, snapshot.round, len(files) + len(retired),
+                   time.perf_counter() - started)
+        return True
+
+    def _prepare_spare(self) -> None:
+        with self.round_lock:
+            sequence = self._writer.sequence + 1
+        with self._prepare_lock:
+            if self._spare is not None and self._spare.sequence == sequence:
+                return
+            if self.fs.exists(self._path(sequence)):
+                return  # prepared by the group's thread meanwhile
+            self._spare = self._prepare(sequence)
+            self._recycle_below(self._checkpointed.file)
+
+    def mark_failed(self, exc: BaseException) -> None:
+        """The group failed: no more checkpoints (the journal stays the copy of record)."""
+        if self._failure is None:
+            self._failure = exc
+
+    def _fail(self, exc: BaseException) -> None:
+        _log.error("journal %s failed: no more checkpoints; every topic of its group fails closed: %r",
+                   self.directory, exc)
+        if self._failure is None:
+            self._failure = exc
+        if self._on_failure is not None:
+            self._on_failure(exc)
+
+
+_CHECKPOINT = "wal.ckpt"
+
+
+def _checkpoint_state(snapshot: _Snapshot) -> dict[str, int]:
+    return {"file": snapshot.file, "position": snapshot.position, "round": snapshot.round}
+
+
+def _lock_journal(fs: FileSystem, root: str, directory: str) -> DirLock:
+    fs.makedirs(directory)
+    fs.fsync_dir(root)
+    try:
+        return fs.lock(os.path.join(directory, LOCK_NAME))
+    except LockHeld as e:
+        raise WalLocked(directory, "the root's shared journal is open in a running commit group") from e
+
+
+def journal_exists(fs: FileSystem, root: str) -> bool:
+    return fs.exists(os.path.join(root, JOURNAL_DIR))
+
+
+def replay_standalone(fs: FileSystem, root: str) -> ReplayReport:
+    """Replay a root's journal for a WAL opened without its group (a standalone
+    ``WriteAheadLog.open`` under a journaled root): under the journal's lock, so never
+    while a group uses it (WalLocked)."""
+    directory = os.path.join(root, JOURNAL_DIR)
+    lock = _lock_journal(fs, root, directory)
+    try:
+        report = replay(fs, root)
+        if report.rounds:
+            # Nothing before the end needs the journal any more.
+            write_checkpoint(fs, directory, {"file": report.end_file, "position": report.end_position,
+                                             "round": report.next_round}, name=_CHECKPOINT)
+        return report
+    finally:
+        lock.release()
+
+
+def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str, tuple[int, bytes]]:
+    """Read-only: what a replay of ``root``'s journal would write into the WAL at
+    ``directory`` (``{segment path: (truncate to, bytes appended there)}``; empty without a
+    journal or without rounds of that WAL). For checkers that must not open a WAL (``dnb
+    verify``): a journaled WAL's segments hold the truth only once this is laid over them.
+    Raises CorruptLog where replay would."""
+    journal_dir = os.path.join(root, JOURNAL_DIR)
+    if not fs.exists(journal_dir):
+        return {}
+    wal_id = read_wal_id(fs, directory)
+    if wal_id is None:
+        return {}
+    files = sorted(s for s in map(parse_journal_file_name, fs.listdir(journal_dir)) if s is not None)
+    rounds, _end, _start = _scan(fs, journal_dir, files)
+    entries = [entry for round_ in rounds for entry in round_.entries if entry[0].wal_id == wal_id]
+    if not entries:
+        return {}
+    _check_chain(directory, entries)
+    plans, _skipped = _plan_segments(fs, directory, entries)
+    return {plan.path: (plan.truncate_to, b"".join(plan.parts)) for plan in plans}
+
+
+# ---------------------------------------------------------------------- replay
+@dataclass
+class _Round:
+    file: int
+    position: int
+    sequence: int
+    entries: list[tuple[EntryHeader, bytes, memoryview]]
+
+
+def replay(fs: FileSystem, root: str) -> ReplayReport:
+    """Write every valid round after the checkpoint into its WAL's segments (format spec:
+    ``native/journal_format.py``, "Checkpoint and replay"). Reads everything and checks
+    every WAL's entries before writing anything: CorruptLog leaves all files as they were."""
+    started = time.perf_counter()
+    directory = os.path.join(root, JOURNAL_DIR)
+    report = ReplayReport()
+    if not fs.exists(directory):
+        return report
+    files = sorted(s for s in map(parse_journal_file_name, fs.listdir(directory)) if s is not None)
+    rounds, end, report.start_file = _scan(fs, directory, files)
+    report.end_file, report.end_position, report.next_round = end
+    report.rounds = len(rounds)
+    if rounds:
+        _apply(fs, root, rounds, report)
+    report.seconds = time.perf_counter() - started
+    if rounds:
+        _log.info("journal %s: replayed %d rounds (%d entries, %d bytes) into %d WALs in %.3f s; "
+                  "%d entries of deleted WALs or retired segments skipped", directory, report.rounds,
+                  report.entries, report.bytes, report.wals, report.seconds, report.skipped_entries)
+    return report
+
+
+def _scan(fs: FileSystem, directory: str, files: list[int]) -> tuple[list[_Round], tuple[int, int, int], int]:
+    """The valid rounds after the checkpoint, where they end (file, position, next round),
+    and the file replay started from. CorruptLog where the format's rules say the journal
+    is damaged (native/journal_format.py, "Checkpoint and replay")."""
+    checkpoint_path = os.path.join(directory, _CHECKPOINT)
+    checkpoint = read_checkpoint(fs, directory, name=_CHECKPOINT)
+    datas: dict[int, bytes] = {}
+    nonces: dict[int, int | None] = {}
+
+    def load(sequence: int) -> None:
+        data = fs.read_all(os.path.join(directory, journal_file_name(sequence)))
+        datas[sequence] = data
+        header = decode_file_header(data)
+        nonces[sequence] = header.nonce if header is not None and header.sequence == sequence else None
+
+    if checkpoint is None:
+        if fs.exists(checkpoint_path):
+            raise CorruptLog(checkpoint_path, 0, "the journal checkpoint is unreadable, so replay cannot know where "
+                             "the journal's rounds start (nothing was written). Restore it, or move the .journal "
+                             "directory aside to open the WALs as their segments are (rounds only the journal "
+                             "holds are then lost)")
+        # The journal was being created when the process stopped: fine while no file holds
+        # a round of its own (the checkpoint is written before the first round).
+        for sequence in files:
+            load(sequence)
+            nonce = nonces[sequence]
+            if nonce is not None and next(find_round_headers(datas[sequence], FILE_HEADER_BYTES, nonce), None) \
+                    is not None:
+                raise CorruptLog(checkpoint_path, 0, "the journal checkpoint is missing, but journal file "
+                                 f"{sequence} holds rounds: replay cannot know where they start")
+        last = files[-1] if files else 0
+        return [], (last, FILE_HEADER_BYTES, 0), last
+    try:
+        start_file = int(checkpoint["file"])
+        start_position = int(checkpoint["position"])
+        expected = int(checkpoint["round"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLog(checkpoint_path, 0, f"the journal checkpoint does not hold a position: {exc}") from exc
+    later = [s for s in files if s >= start_file]
+    if start_file not in files:
+        raise CorruptLog(os.path.join(directory, journal_file_name(start_file)), 0,
+                         "the journal checkpoint names this file, which is missing (a checkpoint only ever names "
+                         "a file already durable)")
+    for sequence in later:
+        load(sequence)
+        if nonces[sequence] is None:
+            raise CorruptLog(os.path.join(directory, journal_file_name(sequence)), 0,
+                             "the journal file's header is invalid or names another file, at or after the "
+                             "checkpoint (files are named only once their header is durable)")
+    if start_position < FILE_HEADER_BYTES:
+        raise CorruptLog(checkpoint_path, 0, f"the journal checkpoint's position {start_position} is inside a header")
+    rounds: list[_Round] = []
+    at_file, at = start_file, start_position
+    index = 0
+    while True:
+        nonce = nonces[at_file]
+        assert nonce is not None
+        parsed = _parse_round(datas[at_file], at, nonce, expected)
+        if parsed is not None:
+            rounds.append(_Round(at_file, at, parsed[0], parsed[1]))
+            expected = parsed[0] + 1
+            at += parsed[2]
+            continue
+        # No valid round here: the next file continues the sequence, or the log ends here.
+        if index + 1 < len(later) and later[index + 1] == at_file + 1:
+            following = later[index + 1]
+            nonce_next = nonces[following]
+            assert nonce_next is not None
+            if _parse_round(datas[following], FILE_HEADER_BYTES, nonce_next, expected) is not None:
+                at_file, at, index = following, FILE_HEADER_BYTES, index + 1
+                continue
+        break
+    _check_nothing_later(directory, later, index, at, datas, nonces, expected)
+    return rounds, (at_file, at, expected), start_file
+
+
+def _check_nothing_later(directory: str, files: list[int], index: int, position: int, datas: dict[int, bytes],
+                         nonces: dict[int, int | None], expected: int) -> None:
+    """Where the log ends, no header of a round AFTER the expected one may follow: round
+    k + 1 is written only once round k was synced, so one would prove that what stopped the
+    scan had been synced (corruption, not a torn tail). The expected round's own header may
+    well be intact while its body is torn, at the stop or at the start of the next file
+    (the writer switched files for it)."""
+    for i in range(index, len(files)):
+        sequence = files[i]
+        nonce = nonces[sequence]
+        assert nonce is not None
+        data = datas[sequence]
+        start = position if i == index else FILE_HEADER_BYTES
+        for candidate in find_round_headers(data, start, nonce):
+            found = decode_round_header(data, candidate)
+            if found is not None and found.nonce == nonce and found.round > expected:
+                raise CorruptLog(os.path.join(directory, journal_file_name(sequence)), candidate,
+                                 f"journal round {found.round} follows where the valid rounds end (round "
+                                 f"{expected} expected at byte {position} of file {files[index]}), so the "
+                                 f"damaged data before it had been synced")
+
+
+def _parse_round(data: bytes, position: int, nonce: int,
+                 expected: int) -> tuple[int, list[tuple[EntryHeader, bytes, memoryview]], int] | None:
+    """(sequence, entries as (header, path, bytes), length) of the valid round at
+    ``position``, else None."""
+    header = decode_round_header(data, position)
+    if header is None or header.nonce != nonce or header.round != expected:
+        return None
+    if header.entry_count < 1 or header.length < ROUND_HEADER_BYTES or position + header.length > len(data):
+        return None
+    view = memoryview(data)
+    at = position + ROUND_HEADER_BYTES
+    end = position + header.length
+    entries = []
+    headers = []
+    for _ in range(header.entry_count):
+        if at + ENTRY_HEADER_BYTES > end:
+            return None
+        entry = decode_entry_header(view, at)
+        if not 1 <= entry.path_length <= ENTRY_PATH_BYTES_MAX or entry.reserved != bytes(6):
+            return None
+        path_end = at + ENTRY_HEADER_BYTES + entry.path_length
+        if entry.length < ROUND_MARKER_BYTES or path_end + entry.length > end or entry.record_count < 1:
+            return None
+        headers.append(view[at:path_end])
+        entries.append((entry, bytes(view[at + ENTRY_HEADER_BYTES:path_end]), view[path_end:path_end + entry.length]))
+        at = path_end + entry.length
+    if at != end:
+        return None
+    if crc32c(b"".join(headers)) != header.entries_crc:
+        return None
+    for entry, _path, payload in entries:
+        scan = scan_frames(payload, expected_offset=entry.first_offset, decode=False, rounds=True)
+        if (scan.error is not None or scan.count != entry.record_count or scan.end != entry.length
+                or scan.first_offset != entry.first_offset):
+            return None
+    return header.round, entries, header.length
+
+
+@dataclass
+class _Directories:
+    """The WAL directories of a root, by id."""
+
+    by_id: dict[bytes, list[str]] = field(default_factory=dict)  # id -> directories (two: a copy)
+    #: Directories (relative to the root) holding segments but no readable ``.walid``.
+    unidentified: dict[str, str] = field(default_factory=dict)
+
+
+def _wal_directories(fs: FileSystem, root: str) -> _Directories:
+    found = _Directories()
+    for namespace in fs.listdir(root):
+        if namespace.startswith("."):
+            continue
+        ns_path = os.path.join(root, namespace)
+        try:
+            names = fs.listdir(ns_path)
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in names:
+            if name.startswith("."):
+                continue
+            path = os.path.join(ns_path, name)
+            try:
+                listing = fs.listdir(path)
+            except (NotADirectoryError, FileNotFoundError):
+                continue
+            wal_id = read_wal_id(fs, path) if WAL_ID_NAME in listing else None
+            if wal_id is not None:
+                found.by_id.setdefault(wal_id, []).append(path)
+            elif any(parse_segment_name(n) is not None for n in listing):
+                why = "damaged" if WAL_ID_NAME in listing else "missing"
+                found.unidentified[f"{namespace}/{name}"] = why
+    return found
+
+
+@dataclass
+class _SegmentPlan:
+    path: str
+    truncate_to: int
+    parts: list[Chunk]
+
+
+_Entry = tuple[EntryHeader, bytes, memoryview]  # header, the WAL's path, its bytes
+
+
+def _owner(root: str, directories: _Directories, wal_id: bytes, entries: list[_Entry]) -> str | None:
+    """The directory the entries of ``wal_id`` belong to, or None when that WAL is no longer
+    in the root (deleted, moved out after its close, or deleted and created again)."""
+    paths = directories.by_id.get(wal_id, [])
+    if len(paths) > 1:
+        raise CorruptLog(paths[1], 0, f"the journal holds rounds of WAL id {wal_id.hex()}, which both "
+                         f"{paths[0]} and {paths[1]} have (a copied directory?): replay cannot choose")
+    if paths:
+        return paths[0]
+    recorded = entries[0][1].decode("utf-8", "replace")
+    why = directories.unidentified.get(recorded)
+    if why is not None:
+        raise CorruptLog(os.path.join(root, recorded, WAL_ID_NAME), 0,
+                         f"the journal holds acknowledged rounds of the WAL that was at {recorded}, whose "
+                         f".walid is now {why}: nothing can tell whether they are this directory's (nothing "
+                         f"was written)")
+    return None
+
+
+def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport) -> None:
+    ordered: dict[bytes, list[_Entry]] = {}
+    for round_ in rounds:
+        for entry in round_.entries:
+            ordered.setdefault(entry[0].wal_id, []).append(entry)
+    directories = _wal_directories(fs, root)
+    plans: dict[str, list[_SegmentPlan]] = {}
+    for wal_id, entries in ordered.items():
+        report.entries += len(entries)
+        path = _owner(root, directories, wal_id, entries)
+        if path is None:
+            report.skipped_entries += len(entries)
+            continue
+        _check_chain(path, entries)
+        segment_plans, skipped = _plan_segments(fs, path, entries)
+        report.skipped_entries += skipped
+        if segment_plans:
+            plans[path] = segment_plans
+    # Everything checked: now write. A crash from here on replays the same rounds again.
+    for path, segment_plans in plans.items():
+        lock = _lock_wal(fs, path)
+        try:
+            for plan in segment_plans:
+                # The journal's bytes over what is there, then cut whatever followed them:
+                # truncate fsyncs the file, one sync for both (a crash in between replays again).
+                size = sum(map(len, plan.parts))
+                handle = fs.open_rw(plan.path)
+                try:
+                    handle.pwrite(plan.parts, plan.truncate_to)
+                finally:
+                    handle.close()
+                fs.truncate(plan.path, plan.truncate_to + size)
+                report.bytes += size
+        finally:
+            lock.release()
+        report.wals += 1
+
+
+def _check_chain(path: str, entries: list[_Entry]) -> None:
+    for (previous, _pp, _p), (entry, _ep, _e) in zip(entries, entries[1:]):
+        last = previous.first_offset + previous.record_count - 1
+        if entry.first_offset != last + 1:
+            raise CorruptLog(path, 0, f"journal entries of this WAL skip from offset {last} to {entry.first_offset}")
+        if entry.segment_base == previous.segment_base:
+            if entry.position != previous.position + previous.length:
+                raise CorruptLog(path, 0, f"journal entries of segment {entry.segment_base} are not contiguous "
+                                 f"(byte {previous.position + previous.length} then {entry.position})")
+        elif entry.segment_base != last + 1 or entry.position != SEGMENT_HEADER_BYTES:
+            raise CorruptLog(path, 0, f"journal entry starts segment {entry.segment_base} at byte {entry.position} "
+                             f"after offset {last}")
+
+
+def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[list[_SegmentPlan], int]:
+    """What to write where for one WAL; the number of entries skipped (segments that
+    retention or a delete removed, all below the WAL's first segment)."""
+    bases = sorted(b for b in (parse_segment_name(n) for n in fs.listdir(path)) if b is not None)
+    plans: list[_SegmentPlan] = []
+    skipped = 0
+    for entry, _wal_path, payload in entries:
+        segment = os.path.join(path, segment_file_name(entry.segment_base))
+        if plans and plans[-1].path == segment:
+            plans[-1].parts.append(payload)
+            continue
+        if entry.segment_base not in bases:
+            if not bases or entry.segment_base < bases[0]:
+                skipped += 1
+                continue
+            raise CorruptLog(segment, 0, "the journal holds rounds of this segment, but the file is missing")
+        size = fs.file_size(segment)
+        if size < entry.position:
+            raise CorruptLog(segment, size, f"the segment ends before byte {entry.position}, where its first round "
+                             f"after the journal checkpoint starts: synced bytes are missing")
+        plans.append(_SegmentPlan(segment, entry.position, [payload]))
+    return plans, skipped
+
+
+def _lock_wal(fs: FileSystem, path: str) -> DirLock:
+    try:
+        return fs.lock(os.path.join(path, LOCK_NAME))
+    except LockHeld as e:
+        raise WalLocked(path, "open while the root's journal is replayed") from e
