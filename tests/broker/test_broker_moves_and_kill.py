@@ -14,17 +14,16 @@ moto (S3 over HTTP).
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import pytest
 
 from tests.broker.test_broker_process import HANG_GUARD_S, TOPIC, Broker
 from tests.cli.helpers import dnb
+from tests.tiered.helpers_lifecycle import store_urls
 from tiered.broker.client import SyncBrokerClient
 
 MOVES = 20
@@ -44,14 +43,7 @@ SUBSCRIPTION = "audit"
 
 @pytest.fixture(params=["local", "etcd+s3"])
 def stores(request, tmp_path) -> tuple[str, str]:
-    os.makedirs(tmp_path / "objects")
-    if request.param == "local":
-        return f"sqlite:///{tmp_path}/shared.db", f"file://{tmp_path}/objects"
-    etcd = request.getfixturevalue("etcd_server")
-    moto = request.getfixturevalue("moto_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return (f"{etcd.url}/t-{uuid.uuid4().hex[:12]}",
-            f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+    return store_urls(request, request.param, str(tmp_path))
 
 
 class Run:

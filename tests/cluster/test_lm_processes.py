@@ -13,17 +13,18 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
 
 import pytest
 
 from tests.cli.helpers import dnb
 from tests.cluster.lm_fixtures import wait_for
 from tests.fixtures.servers import free_port
+from tests.tiered.helpers_lifecycle import store_urls
 from tiered.broker.client import SyncBrokerClient
 from tiered.cluster import admin
 from tiered.cluster.observe import read_snapshot
-from tiered.metadata import open_metadata
+from tiered.archive import last_committed_offset
+from tiered.metadata import keys, open_metadata
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HANG_GUARD_S = 60.0
@@ -41,21 +42,40 @@ LM_CONFIG = {
 }
 
 
+#: Every process this module starts (see ``_no_process_outlives_its_test``).
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test():
+    """A test that fails skips its own SIGTERMs: whatever it started and is still
+    running afterwards is SIGKILLed here, so it cannot load the machine for the tests
+    that follow."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(HANG_GUARD_S)
+
+
 class LmBroker:
     def __init__(self, root, broker_id: str, stores: tuple[str, str], config_path: str,
-                 load_manager: bool = True) -> None:
+                 load_manager: bool = True, port: int | None = None, settings: tuple[str, ...] = ()) -> None:
         self.broker_id = broker_id
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = ["--data-dir", str(root / f"broker-{broker_id}"), "--metadata", stores[0],
                      "--objects", stores[1], "--broker-id", broker_id]
         env = {**os.environ, "PYTHONPATH": REPO, "GRPC_VERBOSITY": "ERROR"}
-        self.log = open(root / f"broker-{broker_id}.log", "w")
+        self.log = open(root / f"broker-{broker_id}.log", "a")
+        settings = tuple(arg for setting in settings for arg in ("--set", setting))
         lm = ["--load-manager", "--load-manager-config", config_path] if load_manager else \
             ["--load-report-interval-s", str(LM_CONFIG["load_report_interval_s"])]
-        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.tools.cli.main", *self.argv, "broker", "run",
-                                      "--listen", f"127.0.0.1:{self.port}", *lm],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tiered.tools.cli.main", *self.argv, *settings,
+                                      "broker", "run", "--listen", f"127.0.0.1:{self.port}", *lm],
                                      env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        _STARTED.append(self.proc)
         deadline = time.monotonic() + HANG_GUARD_S
         while True:
             assert self.proc.poll() is None, open(self.log.name).read()
@@ -80,16 +100,40 @@ class LmBroker:
             self.log.close()
 
 
+def producer_thread(urls: list[str], acked: dict[str, dict[int, bytes]], errors: list[str],
+                    stop: threading.Event,
+                    reassigned: dict[str, dict[int, bytes]] | None = None) -> threading.Thread:
+    """Produces to every topic in turn through the HTTP client (durable acks) until
+    ``stop``; each acknowledged offset is recorded with its payload, and a produce that
+    was not acknowledged is only counted as an error (allowed). An offset acknowledged
+    twice fails the thread's assertion, unless ``reassigned`` is given (a failover may
+    number again what a dead owner never archived): the earlier payload goes there, to
+    be found in a recorded lost range."""
+    def produce() -> None:
+        with SyncBrokerClient(urls, timeout_s=HANG_GUARD_S) as client:
+            i = 0
+            while not stop.is_set():
+                topic = TOPICS[i % len(TOPICS)]
+                payload = b"%s:%d" % (topic.encode(), i)
+                try:
+                    [offset] = client.produce(topic, [payload], ack="durable")
+                    if reassigned is not None and offset in acked[topic]:
+                        reassigned.setdefault(topic, {})[offset] = acked[topic].pop(offset)
+                    assert offset not in acked[topic], f"{topic}: offset {offset} acknowledged twice"
+                    acked[topic][offset] = payload
+                except AssertionError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - not acknowledged: allowed
+                    errors.append(f"{topic} {i}: {type(e).__name__}")
+                    time.sleep(0.02)
+                i += 1
+
+    return threading.Thread(target=produce)
+
+
 @pytest.fixture(params=["local", "etcd+s3"])
 def stores(request, tmp_path) -> tuple[str, str]:
-    os.makedirs(tmp_path / "objects")
-    if request.param == "local":
-        return f"sqlite:///{tmp_path}/shared.db", f"file://{tmp_path}/objects"
-    etcd = request.getfixturevalue("etcd_server")
-    moto = request.getfixturevalue("moto_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return (f"{etcd.url}/t-{uuid.uuid4().hex[:12]}",
-            f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+    return store_urls(request, request.param, str(tmp_path))
 
 
 def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(tmp_path, stores):
@@ -102,24 +146,6 @@ def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(t
     errors: list[str] = []
     stop = threading.Event()
 
-    def produce() -> None:
-        urls = [b.url for b in brokers.values()]
-        with SyncBrokerClient(urls, timeout_s=HANG_GUARD_S) as client:
-            i = 0
-            while not stop.is_set():
-                topic = TOPICS[i % len(TOPICS)]
-                payload = b"%s:%d" % (topic.encode(), i)
-                try:
-                    [offset] = client.produce(topic, [payload], ack="durable")
-                    assert offset not in acked[topic], f"{topic}: offset {offset} acknowledged twice"
-                    acked[topic][offset] = payload
-                except AssertionError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - not acknowledged: allowed
-                    errors.append(f"{topic} {i}: {type(e).__name__}")
-                    time.sleep(0.02)
-                i += 1
-
     def placements() -> dict:
         return {t: p for t, (p, _) in read_snapshot(metadata).placements.items()}
 
@@ -127,7 +153,7 @@ def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(t
         ps = placements()
         return all(t in ps and ps[t].state == "owned" and ps[t].broker in allowed for t in TOPICS)
 
-    producer = threading.Thread(target=produce)
+    producer = producer_thread([b.url for b in brokers.values()], acked, errors, stop)
     try:
         wait_for(lambda: admin.leader(metadata)["leader"] is not None, "a leader", HANG_GUARD_S)
         def leaders_by_metrics() -> list[str]:
@@ -173,22 +199,7 @@ def test_load_manager_places_rebalances_drains_and_fails_over_under_a_producer(t
             producer.join(HANG_GUARD_S)
         live = [b for b in brokers.values() if b.proc.poll() is None]
     try:
-        with SyncBrokerClient([b.url for b in live], timeout_s=HANG_GUARD_S) as client:
-            for t in TOPICS:
-                got: dict[int, bytes] = {}
-                position, deadline = 0, time.monotonic() + HANG_GUARD_S
-                last = max(acked[t]) if acked[t] else -1
-                offsets = []
-                while position <= last:
-                    batch = client.read(t, position, max_messages=500, wait_s=0.2)
-                    offsets += [m["offset"] for m in batch.messages]
-                    got.update((m["offset"], m["payload"]) for m in batch.messages)
-                    position = batch.next_offset
-                    assert time.monotonic() < deadline, f"hang guard reading {t}"
-                assert offsets == list(range(len(offsets))), f"{t}: not contiguous / not once each"
-                assert set(acked[t]) <= set(got), f"{t}: acked offsets never read"
-                assert all(got[o] == p for o, p in acked[t].items()), f"{t}: payload differs"
-                assert len(acked[t]) > 5, f"{t}: too little traffic ({errors[:5]})"
+        read_back([b.url for b in live], acked, errors)
     finally:
         codes = [b.terminate() for b in live]
         metadata.close()
@@ -210,6 +221,7 @@ class LmProcess:
                                       "--metadata", stores[0], "--objects", stores[1], "--broker-id", name,
                                       "cluster", "run", "--load-manager-config", config_path],
                                      env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        _STARTED.append(self.proc)
 
     def logged(self, text: str) -> bool:
         with open(self.log_path) as f:
@@ -226,7 +238,11 @@ class LmProcess:
             self.log.close()
 
 
-def read_back(urls: list[str], acked: dict[str, dict[int, bytes]], errors: list[str]) -> None:
+def read_back(urls: list[str], acked: dict[str, dict[int, bytes]], errors: list[str],
+              lost: dict[str, list[keys.LostRange]] | None = None) -> None:
+    """Every topic's offsets are contiguous and each is read once; every acknowledged
+    offset is read with its payload, unless a recorded, exact lost range of ``lost``
+    holds it (a failover reassigned it: reported, never silent)."""
     with SyncBrokerClient(urls, timeout_s=HANG_GUARD_S) as client:
         for t, sent in acked.items():
             got: dict[int, bytes] = {}
@@ -240,8 +256,12 @@ def read_back(urls: list[str], acked: dict[str, dict[int, bytes]], errors: list[
                 position = batch.next_offset
                 assert time.monotonic() < deadline, f"hang guard reading {t}"
             assert offsets == list(range(len(offsets))), f"{t}: not contiguous / not once each"
-            assert set(sent) <= set(got), f"{t}: acked offsets never read"
-            assert all(got[o] == p for o, p in sent.items()), f"{t}: payload differs"
+            ranges = [r for r in (lost or {}).get(t, []) if r.end_offset is not None]
+            assert all(r.exact for r in ranges), f"{t}: a lost range is not exact: {ranges}"
+            recorded = {o for r in ranges for o in range(r.start_offset, r.end_offset + 1)}
+            kept = {o: p for o, p in sent.items() if o not in recorded}
+            assert set(kept) <= set(got), f"{t}: acked offsets never read: {sorted(set(kept) - set(got))[:10]}"
+            assert all(got[o] == p for o, p in kept.items()), f"{t}: payload differs"
             assert len(sent) > 5, f"{t}: too little traffic ({errors[:5]})"
 
 
@@ -264,23 +284,6 @@ def test_leader_sigkilled_mid_move_the_next_one_finishes_within_the_hourly_limit
     errors: list[str] = []
     stop = threading.Event()
 
-    def produce() -> None:
-        with SyncBrokerClient([b.url for b in brokers.values()], timeout_s=HANG_GUARD_S) as client:
-            i = 0
-            while not stop.is_set():
-                topic = TOPICS[i % len(TOPICS)]
-                payload = b"%s:%d" % (topic.encode(), i)
-                try:
-                    [offset] = client.produce(topic, [payload], ack="durable")
-                    assert offset not in acked[topic], f"{topic}: offset {offset} acknowledged twice"
-                    acked[topic][offset] = payload
-                except AssertionError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - not acknowledged: allowed
-                    errors.append(f"{topic} {i}: {type(e).__name__}")
-                    time.sleep(0.02)
-                i += 1
-
     def placements() -> dict:
         return {t: p for t, (p, _) in read_snapshot(metadata).placements.items()}
 
@@ -291,7 +294,7 @@ def test_leader_sigkilled_mid_move_the_next_one_finishes_within_the_hourly_limit
     def auto_moves() -> list[dict]:
         return [h for h in admin.history(metadata)["history"] if h["kind"] == "auto"]
 
-    producer = threading.Thread(target=produce)
+    producer = producer_thread([b.url for b in brokers.values()], acked, errors, stop)
     try:
         for t in TOPICS:
             assert admin.request_topic(metadata, t, to_broker="1")
@@ -331,3 +334,81 @@ def test_leader_sigkilled_mid_move_the_next_one_finishes_within_the_hourly_limit
     for t in TOPICS:
         verify = dnb(*brokers["1"].argv, "--json", "verify", t)
         assert verify.rc == 0 and verify.json()["ok"], verify.out
+
+
+def test_a_sigkilled_broker_fails_over_and_its_loss_is_recorded_exactly(tmp_path, stores):
+    """A broker SIGKILLed under a producer: once its session lease lapses the leader
+    fails its topics over to the other brokers, and the producer goes on there. The
+    failover loses what the dead broker made durable but had not archived yet (it
+    uploads every 0.3 s, so a short tail), exactly as the lifecycle's failover does
+    without a load manager, and records it: once the broker is back on its own disk it
+    quarantines its WALs and makes each lost range exact. Every acknowledged offset is
+    then read back once with its payload unless an exact recorded range holds it;
+    offsets are contiguous; ``dnb verify`` reports exactly the recorded loss (exit 6 if
+    anything was lost, 0 with ``--allow-recorded-loss``)."""
+    config = json.loads(json.dumps(LM_CONFIG))
+    config["rebalancing"]["enabled"] = False  # placements change only by the failover
+    config_path = str(tmp_path / "lm.json")
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    settings = ("uploader.interval_s=0.3", "uploader.object_age_max_s=0.3")
+    brokers = {b: LmBroker(tmp_path, b, stores, config_path, settings=settings) for b in ("1", "2", "3")}
+    metadata = open_metadata(stores[0])
+    acked: dict[str, dict[int, bytes]] = {t: {} for t in TOPICS}
+    reassigned: dict[str, dict[int, bytes]] = {}
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def settled(allowed: set[str]) -> bool:
+        ps = {t: p for t, (p, _) in read_snapshot(metadata).placements.items()}
+        return all(t in ps and ps[t].state == "owned" and ps[t].broker in allowed for t in TOPICS)
+
+    def lost_ranges() -> dict[str, list[keys.LostRange]]:
+        return {t: keys.read_lost_ranges(metadata, t) for t in TOPICS}
+
+    producer = producer_thread([b.url for b in brokers.values()], acked, errors, stop, reassigned)
+    try:
+        wait_for(lambda: admin.leader(metadata)["leader"] is not None, "a leader", HANG_GUARD_S)
+        for t in TOPICS:
+            assert admin.request_topic(metadata, t, to_broker="1")
+        wait_for(lambda: settled({"1"}), "the topics placed on broker 1", HANG_GUARD_S)
+        producer.start()
+        wait_for(lambda: all(last_committed_offset(metadata, t) is not None for t in TOPICS),
+                 "part of every topic archived", HANG_GUARD_S)
+        before = {t: len(acked[t]) for t in TOPICS}
+        wait_for(lambda: all(len(acked[t]) > before[t] + 5 for t in TOPICS), "more traffic on broker 1",
+                 HANG_GUARD_S)
+        dead = brokers["1"]
+        dead.proc.send_signal(signal.SIGKILL)
+        assert dead.proc.wait(HANG_GUARD_S) == -signal.SIGKILL
+        dead.log.close()
+        wait_for(lambda: settled({"2", "3"}), "broker 1's topics failed over", HANG_GUARD_S)
+        before = {t: len(acked[t]) for t in TOPICS}
+        wait_for(lambda: all(len(acked[t]) > before[t] + 5 for t in TOPICS), "traffic after the failover",
+                 HANG_GUARD_S)
+        # Back on the same disk (and port): its host retires each stale WAL.
+        brokers["1"] = LmBroker(tmp_path, "1", stores, config_path, port=dead.port, settings=settings)
+        wait_for(lambda: all(len(rs) == 1 and rs[0].exact for rs in lost_ranges().values()),
+                 "one exact lost range per failed-over topic", HANG_GUARD_S)
+    finally:
+        stop.set()
+        if producer.is_alive():
+            producer.join(HANG_GUARD_S)
+    try:
+        lost = lost_ranges()
+        assert all(r.broker_id == "1" for rs in lost.values() for r in rs), lost
+        read_back([b.url for b in brokers.values()], acked, errors, lost)
+        for t, earlier in reassigned.items():  # numbered again: only inside a recorded range
+            ranges = [(r.start_offset, r.end_offset) for r in lost[t] if r.end_offset is not None]
+            outside = [o for o in earlier if not any(a <= o <= b for a, b in ranges)]
+            assert not outside, f"{t}: offsets {outside[:10]} numbered again outside the recorded loss {ranges}"
+    finally:
+        codes = [b.terminate() for b in brokers.values()]
+        metadata.close()
+    assert codes == [0, 0, 0]
+    for t in TOPICS:
+        verify = dnb(*brokers["2"].argv, "--json", "verify", t)
+        lost_something = any(r.end_offset is not None for r in lost[t])
+        assert verify.rc == (6 if lost_something else 0), verify.out
+        accepted = dnb(*brokers["2"].argv, "--json", "verify", t, "--allow-recorded-loss")
+        assert accepted.rc == 0, accepted.out

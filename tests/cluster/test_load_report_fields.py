@@ -106,6 +106,53 @@ def test_an_open_in_process_reader_counts_as_a_consumer_and_its_bytes_out(measur
     assert _report(metadata)[0].consumers == 0.0
 
 
+@pytest.mark.parametrize("per_topic", [True, False])
+def test_bytes_in_are_each_topics_own_whatever_the_metrics_labels(tmp_path, per_topic):
+    """Each topic's bytes-in rate is the payload and key bytes appended to it, also
+    when the broker's metrics are one aggregate series (``metrics_per_topic`` off: the
+    WAL's byte counter is then shared by every topic), and counted at the append (a
+    report never depends on whether the WAL writer synced yet)."""
+    from prometheus_client import CollectorRegistry
+
+    metadata, objects = local_stores(str(tmp_path))
+    host = BrokerHost("r1", str(tmp_path / "wal"), metadata, objects, FAST_BROKER,
+                      metrics_registry=CollectorRegistry(), metrics_per_topic=per_topic)
+    clock = [0.0]
+    try:
+        heavy, light = host.load("/ns/heavy"), host.load("/ns/light")
+        reporter = LoadReporter(host, interval_s=3600.0, clock=lambda: clock[0])
+        reporter.build()  # starts the rates
+        for _ in range(10):
+            heavy.produce(b"h" * 1000)
+        heavy.produce_many([b"h" * 500, b"h" * 500], key=b"k" * 10)
+        light.append(b"l" * 7, key=b"kk")
+        light.wal.flush(10.0)
+        clock[0] += 2.0
+        rates = {t["topic"]: (t["msg_in_rate"], t["bytes_in_rate"]) for t in reporter.build().topics}
+        assert rates == {"/ns/heavy": (6.0, (10 * 1000 + 2 * 510) / 2.0), "/ns/light": (0.5, 9 / 2.0)}
+    finally:
+        host.close(unload=False)
+        metadata.close()
+
+
+def test_capacity_and_disk_io_reach_the_leaders_view(measured):
+    """The broker's configured NIC and disk capacity and its measured disk I/O travel in
+    its report to the leader's view; a broker that configured none reports them unknown."""
+    host, hosted, _, clock, metadata = measured
+    for nic, disk in ((1.25e9, 5e8), (None, None)):
+        reporter = LoadReporter(host, interval_s=3600.0, clock=lambda: clock[0], nic_bps=nic, disk_bps=disk)
+        reporter.report_once()
+        for _ in range(20):
+            hosted.produce(b"d" * 4096)
+        clock[0] += 1.0
+        reporter.report_once()
+        record = read_snapshot(metadata).reports["r1"]
+        assert (record.nic_bps, record.disk_bps) == (nic, disk) and record.disk_io_bps >= 0.0
+        report = ViewBuilder(LoadManagerConfig()).build(read_snapshot(metadata), clock[0]).brokers["r1"].report
+        assert (report.capacity.nic_bps, report.capacity.disk_bps) == (nic, disk)
+        assert report.disk_io_bps == record.disk_io_bps
+
+
 def test_smoothing_folds_the_new_fields_like_the_others(tmp_path):
     """The leader's view smooths bytes out, connections and backlog with the same EMA."""
     from tiered.cluster import records

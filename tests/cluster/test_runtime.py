@@ -21,7 +21,7 @@ from tiered.cluster.observe import read_snapshot
 from tiered.cluster.view import MoveKind
 from tiered.tools.verify import verify_topic
 from tests.cluster.lm_fixtures import (  # noqa: F401 - lm_cluster is a fixture
-    FAST_LM, WAIT_S, InProcessCluster, StepLog, lm_cluster, replace, wait_for)
+    FAST_LM, FAST_RUNTIME, WAIT_S, InProcessCluster, StepLog, lm_cluster, replace, wait_for)
 from tests.tiered.helpers_lifecycle import read_all
 
 TOPICS = [f"/default/lm-{i}" for i in range(6)]
@@ -105,6 +105,49 @@ def start_cluster(cluster: InProcessCluster, brokers=("1", "2", "3"), config=FAS
     lm = cluster.manager("lm-a", config).start()
     wait_for(lm.election.is_leader, "a leader")
     return lm
+
+
+def test_a_broker_that_joins_receives_topics(lm_cluster):
+    """Two brokers hold six topics; a third registers later. Automatic rebalancing
+    (fair) moves topics to it, one per check, until each broker has two; the moves are
+    transfers under producers: every acked offset read once, contiguous, verify OK.
+    No timing assumption: a lease no slow step outlives, reports that cannot go stale
+    within the test, and every wait ends on an event (bounded at 120 s)."""
+    config = replace(FAST_LM, assignment_strategy=Strategy.FAIR, load_report_interval_s=0.2,
+                     report_stale_intervals=600.0,
+                     rebalancing=RebalancingConfig(enabled=True, check_interval_s=0.05, cv_threshold=0.2,
+                                                   max_moves_per_hour=1000, cooldown_s=0.0, min_topic_age_s=0.0,
+                                                   hit_count=1, settle_delay_s=0.0))
+    cluster = lm_cluster
+
+    def join(broker_id: str) -> None:
+        cluster.broker(broker_id)
+        cluster.reporters[broker_id].interval_s = 0.1  # the Settling gate waits for a report
+        cluster.reporters[broker_id].start()
+
+    for b in ("1", "2"):
+        join(b)
+    cluster.manager("lm-a", config, replace(FAST_RUNTIME, leader_ttl_s=120.0)).start()
+    for t in TOPICS:
+        assert admin.request_topic(cluster.metadata, t)
+    wait_for(lambda: all_owned(cluster, TOPICS, {"1", "2"}), "every topic placed on 1 and 2", timeout_s=120.0)
+    acked = {t: [] for t in TOPICS}
+    produce(cluster, acked, 3)
+
+    join("3")
+
+    def spread() -> bool:
+        counts = {b: 0 for b in ("1", "2", "3")}
+        for p in placements(cluster).values():
+            counts[p.broker] += 1
+        return all_owned(cluster, TOPICS) and sorted(counts.values()) == [2, 2, 2]
+
+    wait_for(spread, "the new broker to receive its share", timeout_s=120.0)
+    auto = [h for h in admin.history(cluster.metadata)["history"] if h["kind"] == "auto"]
+    assert len(auto) == 2 and all(h["to_broker"] == "3" and h["completed_at"] for h in auto), auto
+    produce(cluster, acked, 3)
+    check_continuity(cluster, acked)
+    assert_one_assignment_per_topic(cluster)
 
 
 def test_places_new_topics_then_drains_a_broker(lm_cluster):

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tiered.cluster import BrokerInfo, ClusterView, LoadManagerConfig, Strategy, TopicLoad
+from tiered.cluster import BrokerCapacity, BrokerInfo, ClusterView, LoadManagerConfig, Strategy, TopicLoad
 from tiered.cluster.scoring import (
     BOTTLENECK_WEIGHTS,
     EVEN_WEIGHTS,
@@ -176,6 +176,26 @@ def test_weighted_load_relative_topic_term_is_not_a_bottleneck() -> None:
     view = cluster({"a": ["/x/1"], "b": []}, {"/x/1": load(1.0)}, cpu={"a": 30.0, "b": 30.0})
     m = model(view, "weighted_load")
     assert m.bottleneck is None and m.weights == EVEN_WEIGHTS
+
+
+def test_weighted_load_unknown_link_capacity_is_relative_and_never_the_bottleneck() -> None:
+    """A broker that reports no NIC capacity: its link use is measured against the
+    busiest broker's (1.0 there), so it cannot hide a real bottleneck. Divided by a
+    placeholder capacity of 1 B/s instead, any traffic made 'thr' the bottleneck and the
+    broker at 95 % CPU looked idle next to two at 10 % CPU carrying 1 MB/s."""
+    from dataclasses import replace as dc_replace
+
+    loads = {"/x/hot": load(0.001), "/x/b": load(1.0), "/x/c": load(1.0)}
+    view = cluster({"hot": ["/x/hot"], "b": ["/x/b"], "c": ["/x/c"]}, loads,
+                   cpu={"hot": 95.0, "b": 10.0, "c": 10.0}, mem={"hot": 30.0, "b": 30.0, "c": 30.0})
+    unknown = {k: dc_replace(info, report=dc_replace(info.report, capacity=BrokerCapacity(cpu_cores=4.0,
+                                                                                          mem_bytes=16e9)))
+               for k, info in view.brokers.items()}
+    m = model(dc_replace(view, brokers=unknown), "weighted_load")
+    assert m.bottleneck == "cpu" and m.weights == BOTTLENECK_WEIGHTS["cpu"]
+    assert max(m.rankings(), key=lambda x: x[1])[0] == "hot"
+    # thr relative to the busiest link: 1.0 on b and c, 0.001 on hot.
+    assert m.score("b") == pytest.approx(100 * (0.5 * 0.10 + 0.2 * 0.30 + 0.15 * 1.0 + 0.15 * 1.0))
 
 
 def test_weighted_load_with_a_topic_capacity_can_be_topic_bound() -> None:

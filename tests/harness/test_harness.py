@@ -57,6 +57,9 @@ def test_schedule_is_a_pure_function_of_the_seed():
     losses = {step.args["leader_loss"] for seed in range(200) for step in make_schedule(seed)
               if step.kind in ("lm_move", "lm_drain")}
     assert losses == {None, "transfer", "released", "assign"}
+    strategies = {step.args["strategy"] for seed in range(200) for step in make_schedule(seed)
+                  if step.kind == "lm_move"}
+    assert strategies == {"balanced", "weighted_load"}
 
 
 # -- the checker catches real bugs ------------------------------------------------------
@@ -242,6 +245,50 @@ def test_load_manager_steps_move_the_topic_and_survive_leader_loss():
         assert any("leader lost at" in n for n in result.notes), result.notes
 
 
+def _lm_move_seeds(count: int) -> list[int]:
+    return [s for s in range(400) if any(st.kind == "lm_move" for st in make_schedule(s))][:count]
+
+
+def test_load_manager_moves_follow_measured_traffic():
+    """Both strategies that weigh traffic move the topic to the broker with the least
+    measured load (which hosts as many topics as any broker), once the load reports
+    show the bytes the harness produced."""
+    seeds = _lm_move_seeds(8)
+    notes = []
+    for seed in seeds:
+        result = run_scenario(seed)
+        assert result.ok, result.to_json()
+        notes += [n for n in result.notes if "on measured load" in n]
+    assert any("balanced moved" in n for n in notes) and any("weighted_load moved" in n for n in notes), notes
+
+
+def test_catches_load_reports_that_miss_the_traffic(monkeypatch):
+    from tiered.cluster import reports
+
+    monkeypatch.setattr(reports, "_bytes_in", lambda hosted: 0.0)
+    results = [run_scenario(s) for s in _lm_move_seeds(2)]
+    assert all(not r.ok and r.violation.startswith("lm-load-report") for r in results), \
+        [r.violation for r in results]
+
+
+def test_catches_a_leader_that_ranks_by_topic_count_alone(monkeypatch):
+    """A score model blind to throughput ranks the harness's brokers by their topics:
+    the broker with the least traffic is then never the least loaded, and the topic
+    does not go there."""
+    from tiered.cluster.scoring import ScoreModel
+
+    real_cost = ScoreModel.cost
+
+    def count_only(self, topic):
+        count, _, _, _, _ = real_cost(self, topic)
+        return (count, 0.0, 0.2, 0.0, 0.0)
+
+    monkeypatch.setattr(ScoreModel, "cost", count_only)
+    results = [run_scenario(s) for s in _lm_move_seeds(3)]
+    assert all(not r.ok and r.violation.split(":")[0] in ("lm-move-completes", "lm-measured-move")
+               for r in results), [r.violation for r in results]
+
+
 def test_catches_a_leader_write_that_skips_the_fence(monkeypatch):
     from tiered.cluster.leader import LeaderToken
 
@@ -257,7 +304,28 @@ def test_catches_a_leader_that_never_completes_a_move(monkeypatch):
     monkeypatch.setattr(Executor, "_CompleteTransfer", lambda self, a, snap, token: False)
     [seed] = _lm_seeds(1, leader_loss=False)
     result = run_scenario(seed)
-    assert not result.ok and result.violation.startswith("lm-move-completes"), result.to_json()
+    # Sealed and never assigned: the unowned bound is the first to notice.
+    assert not result.ok and result.violation.split(":")[0] in ("lm-unowned-bound", "lm-move-completes"), \
+        result.to_json()
+
+
+def test_catches_a_leader_that_leaves_a_released_topic_unowned_for_a_step(monkeypatch):
+    """The target must be assigned in the step that sees the release: a leader whose
+    first attempt at each completion is lost finishes every move, one step late."""
+    from tiered.cluster.runtime import Executor
+
+    real = Executor._CompleteTransfer
+    attempts: dict[tuple[str, str | None], int] = {}
+
+    def late(self, a, snap, token):
+        move = (a.topic, a.move_id)
+        attempts[move] = attempts.get(move, 0) + 1
+        return attempts[move] > 1 and real(self, a, snap, token)
+
+    monkeypatch.setattr(Executor, "_CompleteTransfer", late)
+    [seed] = _lm_seeds(1, leader_loss=False)
+    result = run_scenario(seed)
+    assert not result.ok and result.violation.startswith("lm-unowned-bound"), result.to_json()
 
 
 def test_a_slow_machine_cannot_end_a_leader_term(monkeypatch):

@@ -64,12 +64,24 @@ def local_stores(root: str) -> tuple[MetadataStore, ObjectStore]:
     return open_metadata(f"sqlite:///{root}/metadata.db"), open_objects(f"file://{root}/objects")
 
 
-def remote_stores(request: pytest.FixtureRequest) -> tuple[MetadataStore, ObjectStore]:
+def store_urls(request: pytest.FixtureRequest, kind: str, root: str) -> tuple[str, str]:
+    """(metadata URL, objects URL) of one store kind: ``local`` (SQLite and a directory
+    under ``root``) or ``etcd+s3`` (a fresh root on the session's real etcd, a prefix of a
+    fresh bucket on moto over HTTP). ``root/objects`` is made either way."""
+    os.makedirs(os.path.join(root, "objects"), exist_ok=True)
+    if kind == "local":
+        return f"sqlite:///{root}/shared.db", f"file://{root}/objects"
+    assert kind == "etcd+s3", kind
     etcd = request.getfixturevalue("etcd_server")
-    bucket = request.getfixturevalue("s3_bucket")
     moto = request.getfixturevalue("moto_server")
-    metadata = open_metadata(f"{etcd.url}/t-{uuid.uuid4().hex[:12]}")
-    return metadata, open_objects(f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+    bucket = request.getfixturevalue("s3_bucket")
+    return (f"{etcd.url}/t-{uuid.uuid4().hex[:12]}",
+            f"s3://{bucket}/dnb?endpoint={moto.endpoint_url}&region=us-east-1")
+
+
+def remote_stores(request: pytest.FixtureRequest) -> tuple[MetadataStore, ObjectStore]:
+    metadata_url, objects_url = store_urls(request, "etcd+s3", "")
+    return open_metadata(metadata_url), open_objects(objects_url)
 
 
 @pytest.fixture

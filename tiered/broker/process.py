@@ -50,7 +50,7 @@ async def serve(broker_id: str, wal_root: str, metadata, objects, config: Broker
     stop = stop or asyncio.Event()
     signals = _install_signals(stop)
     watcher_config, watcher = watcher, None
-    cluster_roles = _ClusterRoles(host, load_report_interval_s, load_manager, load_manager_runtime)
+    cluster_roles = _ClusterRoles(host, load_report_interval_s, load_manager, load_manager_runtime, process)
     runner = web.AppRunner(BrokerServer(host).app(), access_log=None)
     try:
         watcher = await AssignmentWatcher(host, watcher_config).start_async()
@@ -101,9 +101,10 @@ class _ClusterRoles:
     at once instead of after its lease lapses."""
 
     def __init__(self, host: BrokerHost, load_report_interval_s: float | None, load_manager: Any,
-                 load_manager_runtime: Any) -> None:
+                 load_manager_runtime: Any, process: BrokerProcessConfig | None = None) -> None:
         self.host = host
         self.load_report_interval_s = load_report_interval_s
+        self.process = process or BrokerProcessConfig()
         self.load_manager = load_manager
         self.load_manager_runtime = load_manager_runtime
         self.reporter = None
@@ -111,7 +112,8 @@ class _ClusterRoles:
 
     def start(self) -> None:
         if self.load_report_interval_s is not None:
-            self.reporter = LoadReporter(self.host, self.load_report_interval_s).start()
+            self.reporter = LoadReporter(self.host, self.load_report_interval_s, nic_bps=self.process.nic_bps,
+                                         disk_bps=self.process.disk_bps).start()
         if self.load_manager is not None:
             # The host's registry: the load manager's dnb_* metrics appear on this broker's /metrics.
             self.manager = LoadManager(self.host.metadata, self.host.broker_id, self.load_manager,

@@ -192,8 +192,9 @@ class ViewBuilder:
             return seen[2]
         sample = LoadReport(
             ts=record.ts, cpu_pct=record.cpu_pct, mem_pct=record.mem_pct,
-            capacity=BrokerCapacity(cpu_cores=max(record.cpu_cores, 1e-9), mem_bytes=max(record.mem_bytes, 1.0)),
-            net_in_bps=record.net_in_bps, net_out_bps=record.net_out_bps,
+            capacity=BrokerCapacity(cpu_cores=max(record.cpu_cores, 1e-9), mem_bytes=max(record.mem_bytes, 1.0),
+                                    nic_bps=record.nic_bps, disk_bps=record.disk_bps),
+            net_in_bps=record.net_in_bps, net_out_bps=record.net_out_bps, disk_io_bps=record.disk_io_bps,
             topics=frozenset(t.topic for t in record.topic_reports()))
         alpha = self.config.smoothing_alpha
         smoothed = smooth_report(seen[2] if seen is not None else None, sample, alpha)

@@ -155,18 +155,27 @@ class LoadReportRecord:
     net_in_bps: float = 0.0
     net_out_bps: float = 0.0
     topics: list = field(default_factory=list)  # list[dict] of TopicReport fields
+    #: The process's disk reads + writes, bytes/s over the interval.
+    disk_io_bps: float = 0.0
+    #: The broker's network (each direction) and disk capacity, bytes/s; null: unknown.
+    nic_bps: float | None = None
+    disk_bps: float | None = None
 
     def __post_init__(self) -> None:
         # A bad report must be skipped, never reach the decision core (which refuses a view
         # holding one, and would stall every step on it).
         if not isinstance(self.broker_id, str) or not _count(self.seq):
             raise ValueError("broker_id must be a string and seq a non-negative integer")
-        for name in ("ts", "cpu_pct", "mem_pct", "net_in_bps", "net_out_bps"):
+        for name in ("ts", "cpu_pct", "mem_pct", "net_in_bps", "net_out_bps", "disk_io_bps"):
             if not _rate(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         for name in ("cpu_cores", "mem_bytes"):
             if not _rate(getattr(self, name)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        for name in ("nic_bps", "disk_bps"):
+            value = getattr(self, name)
+            if value is not None and (not _rate(value) or value <= 0):
+                raise ValueError(f"{name} must be null or a finite number > 0, got {value!r}")
         if not isinstance(self.topics, list):
             raise ValueError("topics must be a list")
 

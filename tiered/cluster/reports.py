@@ -4,10 +4,11 @@ registration).
 
 What a report holds: the hosted topics and, per topic,
 
-* the message and byte rates in since the last report (from the change of its next
-  offset and of its WAL's ``dnb_wal_append_bytes``);
-* the byte rate out (from the change of the bytes its readers handed out,
-  :attr:`HostedTopic.activity <tiered.lifecycle.activity.TopicActivity>`);
+* the message rate in since the last report (from the change of its next offset);
+* the byte rates in and out (from the change of the payload and key bytes appended to
+  it and handed out by its readers, :attr:`HostedTopic.activity
+  <tiered.lifecycle.activity.TopicActivity>`: counted per topic whatever
+  ``broker.metrics_per_topic`` says, and at the append, not when the WAL writer syncs);
 * its producers and consumers: the client connections that produced to or read from it
   during the interval (consumers at least the readers open now);
 * its subscription count and backlog (``next offset − (cursor + 1)`` summed over its
@@ -17,8 +18,10 @@ rates keyed by ``(topic, epoch)`` so a topic that moved away and back starts a n
 rate instead of a negative one (none in a topic's first interval). The broker's
 ``net_in_bps``/``net_out_bps`` are the sums of its topics' byte rates. Plus this
 process's CPU use (process CPU time over wall time, as a percentage of the machine's
-cores) and the machine's memory use (``/proc/meminfo``). The leader smooths every one of
-these numbers (:mod:`tiered.cluster.smoothing`).
+cores), the machine's memory use (``/proc/meminfo``), this process's disk reads and
+writes per second (``/proc/self/io``), and the broker's network and disk capacity as
+configured (``server.nic_bps``, ``server.disk_bps``; unknown when unset). The leader
+smooths every one of these numbers (:mod:`tiered.cluster.smoothing`).
 """
 from __future__ import annotations
 
@@ -50,14 +53,27 @@ def memory_pct() -> tuple[float, float]:
         return 0.0, 1.0
 
 
+def disk_io_bytes() -> float | None:
+    """Bytes this process read from and wrote to storage so far; None when unknown."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            info = dict(line.split(":", 1) for line in f if ":" in line)
+        return float(int(info["read_bytes"]) + int(info["write_bytes"]))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 class LoadReporter:
     """Writes this broker's load report; :meth:`report_once` is one report (tests call
     it directly), the thread calls it every ``interval_s``."""
 
     def __init__(self, host, interval_s: float = REPORT_INTERVAL_S_DEFAULT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, nic_bps: float | None = None,
+                 disk_bps: float | None = None) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
+        self.nic_bps, self.disk_bps = nic_bps, disk_bps
+        self._last_disk: float | None = None
         self.host = host
         self.metadata: MetadataStore = host.metadata
         self.broker_id: str = host.broker_id
@@ -77,9 +93,12 @@ class LoadReporter:
         cpu_now = time.process_time()
         elapsed = None if self._last_at is None else now - self._last_at
         cores = float(os.cpu_count() or 1)
-        cpu_pct = 0.0
+        disk_now = disk_io_bytes()
+        cpu_pct = disk_io_bps = 0.0
         if elapsed and elapsed > 0 and self._last_cpu is not None:
             cpu_pct = min(100.0, max(0.0, 100.0 * (cpu_now - self._last_cpu) / elapsed / cores))
+        if elapsed and elapsed > 0 and disk_now is not None and self._last_disk is not None:
+            disk_io_bps = max((disk_now - self._last_disk) / elapsed, 0.0)
         counters: dict[tuple[str, int], tuple[float, float, float]] = {}
         topics = []
         net_in = net_out = 0.0
@@ -91,7 +110,7 @@ class LoadReporter:
             except Exception:  # noqa: BLE001 - a topic closing under us reports no rate
                 continue
             key = (name, hosted.token.epoch)
-            now_counts = (float(next_offset), _wal_bytes(hosted), _bytes_out(hosted))
+            now_counts = (float(next_offset), _bytes_in(hosted), _bytes_out(hosted))
             counters[key] = now_counts
             before = self._counters.get(key)
             rates = [0.0, 0.0, 0.0]
@@ -105,11 +124,12 @@ class LoadReporter:
                 producers=float(producers), consumers=float(consumers),
                 subscriptions=float(_subscriptions(hosted)), backlog=float(backlog))))
         self._counters = counters
-        self._last_at, self._last_cpu = now, cpu_now
+        self._last_at, self._last_cpu, self._last_disk = now, cpu_now, disk_now
         mem_pct, mem_bytes = memory_pct()
         self.seq += 1
         return records.LoadReportRecord(self.broker_id, self.seq, time.time(), cpu_pct, mem_pct, cores, mem_bytes,
-                                        net_in_bps=net_in, net_out_bps=net_out, topics=topics)
+                                        net_in_bps=net_in, net_out_bps=net_out, topics=topics,
+                                        disk_io_bps=disk_io_bps, nic_bps=self.nic_bps, disk_bps=self.disk_bps)
 
     def report_once(self) -> bool:
         """Write one report under the current session lease; False if it did not land."""
@@ -143,13 +163,9 @@ class LoadReporter:
             self.report_once()
 
 
-def _wal_bytes(hosted) -> float:
-    """Bytes the topic's WAL wrote so far (its ``dnb_wal_append_bytes`` counter; 0 if the
-    WAL keeps no metrics)."""
-    try:
-        return float(hosted.wal.metrics.append_bytes)
-    except AttributeError:
-        return 0.0
+def _bytes_in(hosted) -> float:
+    activity = getattr(hosted, "activity", None)
+    return float(activity.bytes_in) if activity is not None else 0.0
 
 
 def _bytes_out(hosted) -> float:

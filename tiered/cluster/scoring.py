@@ -25,7 +25,11 @@ weigh what the seed says they weigh:
   scores, and the CV never reaches a threshold. ``"absolute"`` keeps the literal formula.
 * WeightedLoad picks the bottleneck **once for the cluster** (the largest utilisation of
   any broker) and scores every broker with the same weights; picked per broker, two
-  brokers' scores use different weights and cannot be compared or averaged.
+  brokers' scores use different weights and cannot be compared or averaged. A network
+  or disk capacity a broker did not report is unknown: that utilisation is measured
+  against the busiest broker's (Danube's normalisation) and is never the bottleneck,
+  since the busiest broker would always be at 100 % (dividing by a placeholder capacity
+  instead made any traffic look like a saturated link, and hid a broker at 95 % CPU).
 
 :class:`ScoreModel` turns a view into per-broker scores that are *linear in the topics a
 broker holds*: the broker's reported CPU/memory/disk/network are split into a part that
@@ -247,6 +251,7 @@ class ScoreModel:
             rep = reported[b]
             base[b] = (base_cpu[b], base_mem[b], max(r.net_in_bps + r.net_out_bps - rep[_THR], 0.0),
                        max(r.disk_io_bps - k_disk[b] * rep[_IN], 0.0))
+        self._capacities(reports, k_disk, base)
         self.weights: Mapping[str, float] = {}
         self.bottleneck: str | None = None
         self.topic_ref = 1.0
@@ -309,15 +314,32 @@ class ScoreModel:
         typical = statistics.median(scaled) if scaled else 0.0
         return {b: own.get(b, typical / r.capacity.cpu_cores) for b, r in reports.items()}
 
-    def _utilisations(self, b: str, report, k_cpu, k_mem, k_disk, base) -> dict[str, float]:
+    def _capacities(self, reports, k_disk, base) -> None:
+        """The denominators of the link (bytes in + out against twice the NIC) and disk
+        utilisations. A capacity the broker did not report is unknown: its use is then
+        measured against the busiest scored broker's (Danube's normalisation), and such a
+        relative number is never taken for a bottleneck (the busiest broker would always
+        be at 100 %), like the relative topic term."""
+        scored = [b for b in sorted(reports) if b in self.fresh and b in self.live]
+        link_ref = max([base[b][2] + self.agg[b][_THR] for b in scored] + [_COST_FLOOR])
+        disk_ref = max([base[b][3] + k_disk[b] * self.agg[b][_IN] for b in scored] + [_COST_FLOOR])
+        self._link: dict[str, float] = {}
+        self._disk: dict[str, float] = {}
+        self._relative: dict[str, frozenset[str]] = {}
+        for b, r in reports.items():
+            nic, disk = r.capacity.nic_bps, r.capacity.disk_bps
+            self._link[b] = link_ref if nic is None else 2.0 * nic
+            self._disk[b] = disk_ref if disk is None else disk
+            self._relative[b] = frozenset((("thr", "net") if nic is None else ()) + (("disk",) if disk is None else ()))
+
+    def _utilisations(self, b: str, k_cpu, k_mem, k_disk, base) -> dict[str, float]:
         a = self.agg[b]
-        cap = report.capacity
         return {
             "cpu": (self.idle_cpu + base[0] + k_cpu * a[_W]) / 100.0,
             "mem": (self.idle_mem + base[1] + k_mem * a[_W]) / 100.0,
-            "thr": a[_THR] / (2.0 * cap.nic_bps),
-            "net": (base[2] + a[_THR]) / (2.0 * cap.nic_bps),
-            "disk": (base[3] + k_disk * a[_IN]) / cap.disk_bps,
+            "thr": a[_THR] / self._link[b],
+            "net": (base[2] + a[_THR]) / self._link[b],
+            "disk": (base[3] + k_disk * a[_IN]) / self._disk[b],
         }
 
     def _choose_weights(self, reports, k_cpu, k_mem, k_disk, base) -> None:
@@ -327,11 +349,12 @@ class ScoreModel:
         self.topic_ref = cfg.topic_load_capacity or max(per_cw + [1e-9])
         peak: dict[str, float] = {}
         for b in scored:
-            u = self._utilisations(b, reports[b], k_cpu[b], k_mem[b], k_disk[b], base[b])
+            u = self._utilisations(b, k_cpu[b], k_mem[b], k_disk[b], base[b])
             if cfg.topic_load_capacity is not None:
                 u["topic"] = self.agg[b][_WTL] / self.capacity_weight[b] / cfg.topic_load_capacity
             for metric, value in u.items():
-                peak[metric] = max(peak.get(metric, 0.0), value)
+                if metric not in self._relative[b]:
+                    peak[metric] = max(peak.get(metric, 0.0), value)
         self.bottleneck, self.weights = bottleneck_weights(peak, cfg.bottleneck_threshold)
 
     def _coefficients(self, b, report, k_cpu, k_mem, k_disk, base) -> tuple[float, float, float, float, float, float]:
@@ -349,14 +372,13 @@ class ScoreModel:
         topic_ref = self.topic_ref
         if report is None or self.no_data:
             return (0.0, 0.0, 0.0, 100.0 / (cw * topic_ref), 0.0, 0.0)
-        cap = report.capacity
-        nic2 = 2.0 * cap.nic_bps
+        link, disk = self._link[b], self._disk[b]
         const = (w.get("cpu", 0.0) * base[0] + w.get("mem", 0.0) * base[1]
-                 + 100.0 * w.get("net", 0.0) * base[2] / nic2 + 100.0 * w.get("disk", 0.0) * base[3] / cap.disk_bps)
+                 + 100.0 * w.get("net", 0.0) * base[2] / link + 100.0 * w.get("disk", 0.0) * base[3] / disk)
         return (const, 0.0, w.get("cpu", 0.0) * k_cpu + w.get("mem", 0.0) * k_mem,
                 100.0 * w.get("topic", 0.0) / (cw * topic_ref),
-                100.0 * (w.get("thr", 0.0) + w.get("net", 0.0)) / nic2,
-                100.0 * w.get("disk", 0.0) * k_disk / cap.disk_bps)
+                100.0 * (w.get("thr", 0.0) + w.get("net", 0.0)) / link,
+                100.0 * w.get("disk", 0.0) * k_disk / disk)
 
     # -- scores ----------------------------------------------------------------------
     def has_score(self, broker: str) -> bool:

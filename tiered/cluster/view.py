@@ -77,10 +77,14 @@ class TopicLoad:
 
 @dataclass(frozen=True, slots=True)
 class BrokerCapacity:
+    """What a broker can carry. ``nic_bps`` (bytes/s, each direction) and ``disk_bps``
+    (bytes/s) are None when the broker did not say: the weighted_load strategy then
+    measures its network and disk use against the cluster's busiest broker instead."""
+
     cpu_cores: float = 1.0
     mem_bytes: float = 1.0
-    nic_bps: float = 1.0
-    disk_bps: float = 1.0
+    nic_bps: float | None = None
+    disk_bps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +227,8 @@ def validate(view: ClusterView) -> None:
             cap = broker.report.capacity
             for name in ("cpu_cores", "mem_bytes", "nic_bps", "disk_bps"):
                 value = getattr(cap, name)
+                if value is None and name in ("nic_bps", "disk_bps"):
+                    continue  # unknown: measured against the busiest broker
                 if not (math.isfinite(value) and value > 0):
                     raise InvalidView(f"brokers[{key!r}].report.capacity.{name}", f"must be > 0, got {value!r}")
     for topic, p in view.placements.items():

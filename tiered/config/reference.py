@@ -183,6 +183,12 @@ KEYS: dict[str, tuple[str, str]] = {
     "server.shutdown_timeout_s": ("After SIGTERM, topics not sealed within this are abandoned (recoverable, "
                                   "like a crash) and the process exits 1.",
                                   "Pulsar `brokerShutdownTimeoutMs`"),
+    "server.nic_bps": ("This broker's network capacity, bytes/s each way, in its load reports (the "
+                       "weighted_load strategy's NIC utilisation). Unset: unknown, measured against the "
+                       "busiest broker and never a bottleneck.",
+                       "Pulsar `loadBalancerOverrideBrokerNicSpeedGbps`"),
+    "server.disk_bps": ("This broker's disk throughput capacity, bytes/s, in its load reports (the "
+                        "weighted_load strategy's disk utilisation). Unset: unknown, as for `nic_bps`.", NONE),
     # -- load_manager (decision core; see docs/LOAD_MANAGER.md) --------------------------
     "load_manager.load_report_interval_s": ("How often each broker reports its load.",
                                             "Pulsar `loadBalancerReportUpdateMaxIntervalMinutes`"),

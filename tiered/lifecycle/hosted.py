@@ -133,12 +133,14 @@ class HostedTopic:
         oversized message appends none of the batch, so a retry cannot duplicate part
         of it."""
         _check_ack(ack)
-        batch = list(payloads) if key is None else [(payload, key) for payload in payloads]
+        messages = list(payloads)
+        batch = messages if key is None else [(payload, key) for payload in messages]
         if not batch:
             return None, None
         with self._append_lock:
             self._check_appendable()
             first = self.wal.append_batch(batch)
+        self.activity.received(sum(map(len, messages)) + len(messages) * len(key or b""))
         last = first + len(batch) - 1
         self._wait_ack(last, ack, self._timeout(timeout_s))
         return first, last
@@ -171,7 +173,9 @@ class HostedTopic:
         # append is in flight, so the flush that follows covers every offset handed out.
         with self._append_lock:
             self._check_appendable()
-            return self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+            offset = self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+        self.activity.received(len(payload) + (len(key) if key else 0))
+        return offset
 
     def refuse_appends(self) -> None:
         """Stop taking appends (the topic is leaving: unload or abandon). Under the append

@@ -37,7 +37,15 @@ Invariants (the names a failure reports):
 * ``lm-move-completes``: a move the load manager's leader starts (rebalancing or a drain)
   ends with the topic owned, hosted where its placement says, within a bounded number of
   leader steps, also when the leader was lost in the middle (``tiered.tools.harness.lm``).
+* ``lm-unowned-bound``: during a load-manager move the topic is unowned (sealed by its
+  source, not loaded by its target) at the end of at most one round: the leader assigns
+  the target in the step that first sees the release, also after a leader loss.
 * ``lm-fenced``: once a new leader's term began, a write of the old term is refused.
+* ``lm-measured-move``: a rebalancing move driven by measured traffic (the balanced or
+  weighted_load strategy; topic counts point elsewhere) takes the topic to the broker
+  with the least measured load, and never while rebalancing is paused.
+* ``lm-load-report``: each broker's load report lists the topics it hosts with the
+  bytes they received, per harness second.
 * ``bystander-durable`` / ``bystander-unique``: the other topics of the same brokers (and WAL
   roots, commit groups, shared journals), written between the steps and moved now and then,
   keep every acknowledged message under its offset through every crash and power loss
@@ -264,7 +272,8 @@ class Scenario:
         return self._lm
 
     def step_lm_move(self, step: Step, index: int) -> None:
-        self.lm().rebalance_step(index, step.args["to"], step.args["leader_loss"])
+        self.lm().rebalance_step(index, step.args["to"], step.args["leader_loss"], step.args["strategy"],
+                                 step.args["mb_s"])
 
     def step_lm_drain(self, step: Step, index: int) -> None:
         self.lm().drain_step(index, step.args["leader_loss"])

@@ -30,10 +30,12 @@ STEP_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("stale_owner", 4),     # another broker takes over while the owner still runs: it must stop acking
     ("delayed_write", 3),   # a cursor write times out and is applied later, after a newer one
     ("impostor", 3),        # a committed object is replaced behind the archive's back; readers refuse it
-    ("lm_move", 6),         # the load manager's leader moves the topic off its loaded broker (maybe losing its lease mid-move)
+    ("lm_move", 6),         # the leader moves the topic off the broker its measured traffic overloads (maybe losing its lease mid-move)
     ("lm_drain", 3),        # the owner's broker is drained by the leader (maybe losing its lease mid-move), then undrained
 )
 LEADER_LOSS = (None, None, "transfer", "released", "assign")
+#: The strategies an ``lm_move`` ranks brokers by (both weigh the measured traffic).
+MEASURED_STRATEGIES = ("balanced", "weighted_load")
 LOAD_FAILURE_STEPS = ("open WAL", "mark topic open", "clamp subscription cursors", "start uploader",
                       "open subscriptions")
 SUBSCRIPTIONS = ("s0", "s1")
@@ -96,7 +98,8 @@ def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
     if kind == "delayed_write":
         return {"subscription": rng.choice(SUBSCRIPTIONS), "max": rng.randint(2, 12)}
     if kind == "lm_move":
-        return {"to": rng.randrange(brokers), "leader_loss": rng.choice(LEADER_LOSS)}
+        return {"to": rng.randrange(brokers), "leader_loss": rng.choice(LEADER_LOSS),
+                "strategy": rng.choice(MEASURED_STRATEGIES), "mb_s": round(rng.uniform(0.5, 2.5), 3)}
     if kind == "lm_drain":
         return {"leader_loss": rng.choice(LEADER_LOSS)}
     if kind == "sigkill":
