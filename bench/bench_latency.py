@@ -310,7 +310,8 @@ def open_peer_target(name: str, setup: Setup) -> Target:
 
 _DEFAULT_JOURNAL = JournalConfig(file_bytes=WalConfig().journal_file_bytes,
                                  checkpoint_bytes=WalConfig().journal_checkpoint_bytes,
-                                 checkpoint_interval_s=WalConfig().journal_checkpoint_interval_s)
+                                 checkpoint_interval_s=WalConfig().journal_checkpoint_interval_s,
+                                 files_max=WalConfig().journal_files_max)
 
 MODES: dict[str, Mode] = {
     "wal": Mode(open_wal, files_per_topic=2),  # segment + directory lock

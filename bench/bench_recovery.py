@@ -39,7 +39,7 @@ _PAYLOAD = 4096
 def _journal_config() -> JournalConfig:
     config = WalConfig()
     return JournalConfig(file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
-                         checkpoint_interval_s=config.journal_checkpoint_interval_s)
+                         checkpoint_interval_s=config.journal_checkpoint_interval_s, files_max=config.journal_files_max)
 
 
 def _topic(index: int) -> str:

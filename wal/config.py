@@ -60,6 +60,10 @@ class WalConfig:
     journal_file_bytes: int = 64 * 1024 * 1024
     journal_checkpoint_bytes: int = 32 * 1024 * 1024
     journal_checkpoint_interval_s: float = 10.0
+    # At most this many journal files past the checkpoint (a round waits for a checkpoint
+    # first): the journal's disk use and the replay after a crash stay near
+    # journal_files_max * journal_file_bytes.
+    journal_files_max: int = 4
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_message_bytes <= MAX_RECORD_BYTES:

@@ -274,6 +274,7 @@ class CommitGroup:
             assert self._sync is not None
             self._sync.sync()  # raises: _run fails every member (nothing of this round is acknowledged)
         else:
+            journal.wait_for_room(lambda: self._failure is not None)  # a bounded journal
             with journal.round_lock:  # a checkpoint's snapshot falls between rounds
                 written = self._write(members)
                 if not written:

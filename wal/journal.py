@@ -81,12 +81,18 @@ class JournalConfig:
     checkpoint_bytes: int = 32 * 1024 * 1024
     #: ... or once this long passed with anything written since the last one.
     checkpoint_interval_s: float = 10.0
+    #: At most this many journal files from the checkpoint's to the current one: beyond,
+    #: a round waits for a checkpoint first (backpressure), so the journal's size on disk
+    #: and the replay after a crash stay bounded (about ``files_max * file_bytes``).
+    files_max: int = 4
 
     def __post_init__(self) -> None:
         if self.file_bytes < FILE_HEADER_BYTES + ROUND_HEADER_BYTES + ENTRY_HEADER_BYTES or self.checkpoint_bytes <= 0:
             raise ValueError("journal file_bytes must hold a round; checkpoint_bytes must be positive")
         if self.checkpoint_interval_s <= 0:
             raise ValueError("journal checkpoint_interval_s must be positive")
+        if self.files_max < 2:
+            raise ValueError("journal files_max must be at least 2 (the checkpoint's file and the next)")
 
 
 @dataclass
@@ -240,6 +246,7 @@ class Journal:
         self._next_round = report.next_round
         self._failure: BaseException | None = None
         self._prepare_lock = threading.Lock()
+        self._checkpointed_cond = threading.Condition(threading.Lock())  # a checkpoint landed
         self._spare: _Prepared | None = None
         # Until the new checkpoint below is durable, the replayed files stay as they are: a
         # crash in between replays them again. Only files below the old checkpoint recycle.
@@ -412,6 +419,22 @@ class Journal:
             self._wake.notify()  # the checkpointer prepares the next spare
         return self._writer
 
+    def wait_for_room(self, stopping: Callable[[], bool]) -> None:
+        """Group thread, before a round (without the round lock): while the journal holds
+        ``files_max`` files past the checkpoint, ask for a checkpoint and wait for it. The
+        checkpoint then falls between rounds and covers the whole journal. Producers feel
+        it as backpressure (their appends pile up to ``pending_bytes_max``)."""
+        waited = False
+        with self._checkpointed_cond:
+            while (self._writer.sequence - self._checkpointed.file + 1 >= self.config.files_max
+                   and self._failure is None and not stopping()):
+                if not waited:
+                    waited = True
+                    _log.info("journal %s: %d files past the checkpoint; the next round waits for a "
+                              "checkpoint", self.directory, self._writer.sequence - self._checkpointed.file + 1)
+                self._request_checkpoint()
+                self._checkpointed_cond.wait(0.1)
+
     # ------------------------------------------------------------------ checkpoints
     def _request_checkpoint(self) -> None:
         with self._wake:
@@ -425,12 +448,12 @@ class Journal:
                 with self._wake:
                     if not (self._stopping or self._checkpoint_wanted):
                         self._wake.wait(self.config.checkpoint_interval_s)
-                    stopping, self._checkpoint_wanted = self._stopping, False
+                    stopping, wanted, self._checkpoint_wanted = self._stopping, self._checkpoint_wanted, False
                 if self._failure is not None:
                     if stopping:
                         return
                     continue
-                due = (self._since_checkpoint >= self.config.checkpoint_bytes
+                due = (wanted or self._since_checkpoint >= self.config.checkpoint_bytes
                        or time.monotonic() - self._last_checkpoint >= self.config.checkpoint_interval_s
                        or stopping)
                 if due:
@@ -461,7 +484,9 @@ class Journal:
         for file in retired:
             file.close()
         write_checkpoint(self.fs, self.directory, _checkpoint_state(snapshot), name=_CHECKPOINT)
-        self._checkpointed = snapshot
+        with self._checkpointed_cond:
+            self._checkpointed = snapshot
+            self._checkpointed_cond.notify_all()
         self.checkpoints += 1
         self.metrics.on_checkpoint(time.perf_counter() - started, len(files) + len(retired))
         _log.debug("journal %s: checkpoint at file %d byte %d (round %d): %d segment files synced in %.3f s",

@@ -751,3 +751,35 @@ def test_a_journaled_topic_holds_one_open_file(tmp_path):
     for wal in wals:
         wal.close()
     group.close()
+
+
+def test_a_burst_faster_than_checkpoints_waits_instead_of_growing_the_journal():
+    """Checkpoints that never come by size or time: only the journal's file bound keeps
+    it (and the replay after a crash) small; rounds wait for a checkpoint at the bound."""
+    fs = FaultFs()
+    journal = JournalConfig(file_bytes=16 * 1024, checkpoint_bytes=1 << 40, checkpoint_interval_s=3600.0,
+                            files_max=3)
+    group = CommitGroup(ROOT, fs, journal=journal)
+    wals = [_open(fs, group, i, small_config(segment_bytes_max=1 << 20)) for i in range(4)]
+    most = 0
+    for n in range(200):
+        for wal in wals:
+            wal.append(payload_for(n, 0, 1000))
+        if n % 2:
+            for wal in wals:
+                wal.flush()
+            most = max(most, len(_journal_files(fs)))
+    assert group.journal.checkpoints >= 10, "only the bound made checkpoints"
+    # files_max from the checkpoint's to the current, the spare and one kept to recycle
+    assert most <= journal.files_max + 2, most
+    image = fs.crash_image()
+    for wal in wals:
+        wal.close()
+    group.close()
+    group = CommitGroup(ROOT, image, journal=journal)
+    assert group.journal.replayed.bytes <= journal.files_max * journal.file_bytes
+    for i in range(4):
+        wal = _open(image, group, i, small_config(segment_bytes_max=1 << 20))
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(200))
+        wal.close()
+    group.close()

@@ -51,6 +51,10 @@ KEYS: dict[str, tuple[str, str]] = {
                                      "then recycle the journal behind them) starts after this many journal bytes. "
                                      "Bounds how much a crash leaves to replay.",
                                      "BookKeeper `flushInterval` (entry log flush)"),
+    "wal.journal_files_max": ("At most this many journal files past the last checkpoint: beyond, a round waits for "
+                              "a checkpoint first (backpressure), so the journal's disk use and the replay after a "
+                              "crash stay near `journal_files_max * journal_file_bytes`.",
+                              "BookKeeper `maxJournalSizeMB` / `maxBackupJournals`"),
     "wal.journal_checkpoint_interval_s": ("... or after this long, whichever comes first, if anything was "
                                           "written since the last checkpoint.",
                                           "BookKeeper `flushInterval`"),

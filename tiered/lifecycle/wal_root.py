@@ -86,7 +86,8 @@ class WalRoot:
             # Replays what the last run left in the journal before any WAL of the root opens.
             return CommitGroup(self.wal_root, self.fs, journal=JournalConfig(
                 file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
-                checkpoint_interval_s=config.journal_checkpoint_interval_s), metrics_registry=self.metrics_registry)
+                checkpoint_interval_s=config.journal_checkpoint_interval_s, files_max=config.journal_files_max),
+                metrics_registry=self.metrics_registry)
         if isinstance(self.fs, RealFs) and not syncfs_reports_errors():
             # Before Linux 5.8 syncfs returned success even when write-back failed: a group
             # could acknowledge lost data. Per-topic fdatasync reports its file's errors.
