@@ -122,10 +122,15 @@ class CommitGroup:
     """The commit group of one WAL root (see the module docstring). Thread-safe."""
 
     def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None,
-                 metrics_registry: CollectorRegistry | None = None) -> None:
+                 metrics_registry: CollectorRegistry | None = None, round_bytes_max: int = 16 * 1024 * 1024) -> None:
         """``journal``: make rounds durable through the root's shared journal (replayed
         here first, before any WAL of the root opens); None: one ``syncfs`` per round.
-        ``metrics_registry``: where the group's metrics go (a private one when None)."""
+        ``metrics_registry``: where the group's metrics go (a private one when None).
+        ``round_bytes_max``: a round takes topics until it holds this much (each topic's
+        pending frames whole, so one topic's round may exceed it alone)."""
+        if round_bytes_max <= 0:
+            raise ValueError("round_bytes_max must be positive")
+        self.round_bytes_max = round_bytes_max
         self.root = root
         self.fs = fs
         fs.makedirs(root)
@@ -291,10 +296,17 @@ class CommitGroup:
             self._settle(member)
 
     def _write(self, members: list[GroupMember]) -> list[tuple[GroupMember, Written]]:
-        """Each member's pending frames, written to its segment (and journaled)."""
+        """Each member's pending frames, written to its segment (and journaled), until the
+        round holds ``round_bytes_max``: the members left go first in the next round (a
+        round's size, so the journal's files and a replay, stay bounded whatever the
+        number of topics times their pending bytes)."""
         journal = self.journal
         written: list[tuple[GroupMember, Written]] = []
-        for member in members:
+        round_bytes = 0
+        for index, member in enumerate(members):
+            if round_bytes >= self.round_bytes_max:
+                self._requeue(members[index:])
+                break
             batch = None if member.failed else member.hooks.take_ready()
             if batch is None:
                 self._settle(member)
@@ -310,12 +322,20 @@ class CommitGroup:
                 self._settle(member)
                 continue
             written.append((member, done))
+            round_bytes += batch.nbytes
             if journal is not None:
                 assert member.wal_id is not None
                 journal.add(member.wal_id, member.wal_path, done.segment.base_offset, done.position - ROUND_MARKER_BYTES,
                             batch.first_offset, batch.last_offset - batch.first_offset + 1, done.parts,
                             ROUND_MARKER_BYTES + batch.nbytes, member.appender)
         return written
+
+    def _requeue(self, members: list[GroupMember]) -> None:
+        """Members a full round left out: first in line for the next one."""
+        with self._lock:
+            waiting = self._ready_members
+            self._ready_members = dict.fromkeys(members)
+            self._ready_members.update(waiting)
 
     def fail(self, exc: BaseException) -> None:
         """Fail every topic of the group closed (a journal or checkpoint failure)."""

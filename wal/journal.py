@@ -498,11 +498,12 @@ class Journal:
         with self.round_lock:
             sequence = self._writer.sequence + 1
         with self._prepare_lock:
-            if self._spare is not None and self._spare.sequence == sequence:
-                return
-            if self.fs.exists(self._path(sequence)):
-                return  # prepared by the group's thread meanwhile
-            self._spare = self._prepare(sequence)
+            ready = (self._spare is not None and self._spare.sequence == sequence) \
+                or self.fs.exists(self._path(sequence))  # (or prepared by the group's thread meanwhile)
+            if not ready:
+                self._spare = self._prepare(sequence)
+            # Whether or not a spare was needed: the files a checkpoint has passed go now
+            # (one is kept to recycle into the next spare).
             self._recycle_below(self._checkpointed.file)
 
     def mark_failed(self, exc: BaseException) -> None:

@@ -257,3 +257,31 @@ def test_a_group_on_the_real_disk_commits_and_recovers(tmp_path):
     for i in range(20):
         with WriteAheadLog.open(root, _topic(i)) as wal:
             assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(30))
+
+
+@pytest.mark.parametrize("journaled", [False, True])
+def test_a_round_takes_topics_up_to_its_byte_bound_and_the_rest_come_next(journaled):
+    from wal.journal import JournalConfig
+
+    fs = FaultFs()
+    journal = JournalConfig(file_bytes=1 << 20, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0) \
+        if journaled else None
+    group = CommitGroup(ROOT, fs, journal=journal, round_bytes_max=8 * 1024)
+    wals = [_open(fs, group, i, small_config(segment_bytes_max=1 << 20)) for i in range(20)]
+    fs.hold_syncs()
+    try:
+        wals[0].append(payload_for(0, 0, 100))  # round 1, its sync held: the rest piles up
+        _wait_until(lambda: fs.syncs_waiting == 1)
+        for wal in wals:
+            wal.append_batch([payload_for(n, 0, 1000) for n in range(wal.next_offset, wal.next_offset + 3)])
+        rounds_before = group.rounds
+    finally:
+        fs.release_syncs()
+    for wal in wals:
+        wal.flush()
+    # 20 topics x ~3 KiB in rounds of at most 8 KiB (plus one topic's whole batch): 7+ rounds.
+    assert group.rounds - rounds_before >= 7, group.rounds - rounds_before
+    for wal in wals:
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(wal.next_offset))
+        wal.close()
+    group.close()
