@@ -127,7 +127,8 @@ def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quaranti
     shutil.copytree(wal_dir, copy)
     assert a.unload(TOPIC) == 29
     a.close()
-    os.remove(os.path.join(copy, ".lock"))
+    if os.path.exists(os.path.join(copy, ".lock")):  # (none in a journaled group)
+        os.remove(os.path.join(copy, ".lock"))
     shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
 
     b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
