@@ -88,7 +88,21 @@ class SyncHandle(Protocol):
 
 # --------------------------------------------------------------------------- real files
 
-class _RealAppendFile:
+class _RealWritable:
+    """A descriptor written through: fdatasync and an idempotent close."""
+
+    _fd: int
+
+    def sync(self) -> None:
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class _RealAppendFile(_RealWritable):
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
@@ -99,14 +113,6 @@ class _RealAppendFile:
             return
         for start in range(0, len(chunks), _IOV_MAX):
             _writev_all(self._fd, chunks[start:start + _IOV_MAX])
-
-    def sync(self) -> None:
-        os.fdatasync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 def _writev_all(fd: int, chunks: Sequence[Chunk]) -> None:
@@ -133,7 +139,7 @@ def _unwritten(chunks: Sequence[Chunk], written: int) -> list[Chunk]:
     return [memoryview(chunks[index])[written:], *chunks[index + 1:]]
 
 
-class _RealRandomWriteFile:
+class _RealRandomWriteFile(_RealWritable):
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
 
@@ -150,14 +156,6 @@ class _RealRandomWriteFile:
                 remaining -= written
                 if remaining:  # a short write: go on from the chunks, not a joined copy
                     part = _unwritten(part, written)
-
-    def sync(self) -> None:
-        os.fdatasync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 class _RealReadFile:

@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from wal import WalConfig, WriteAheadLog
+
+if TYPE_CHECKING:
+    from wal.group import CommitGroup
 
 _TAG = struct.Struct("<QI")
 
@@ -35,3 +42,58 @@ def small_config(**overrides) -> WalConfig:
                 cache_bytes_max=16 * 1024, read_chunk_bytes=2048, index_interval_bytes=256)
     base.update(overrides)
     return WalConfig(**base)
+
+
+# -- many topics in one commit group (tests/wal/test_wal_group.py, test_wal_journal.py) -------
+GROUP_ROOT = "/wal"
+
+
+def group_topic(index: int) -> str:
+    return f"/ns/t{index}"
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float = 60.0) -> None:
+    """Poll ``predicate`` (an event that takes milliseconds); the bound is generous for a
+    loaded machine and reaching it fails the test."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.0005)
+
+
+class Acks:
+    """Highest offset each topic's durable listener reported (what was acknowledged)."""
+
+    def __init__(self, topics: int) -> None:
+        self._lock = threading.Lock()
+        self.highest = [-1] * topics
+
+    def listener(self, index: int) -> Callable[[int], None]:
+        def on_durable(offset: int) -> None:
+            with self._lock:
+                self.highest[index] = max(self.highest[index], offset)
+        return on_durable
+
+    def snapshot(self) -> list[int]:
+        with self._lock:
+            return list(self.highest)
+
+
+def check_recovered(wal: WriteAheadLog, acked_through: int, appended: dict[int, bytes]) -> None:
+    """Offsets contiguous from 0, nothing acknowledged lost, every offset its own message."""
+    records = read_all(wal)
+    assert [r.offset for r in records] == list(range(wal.next_offset)), f"{wal.topic}: offsets contiguous from 0"
+    assert wal.next_offset >= acked_through + 1, f"{wal.topic}: acknowledged offset {acked_through} was lost"
+    for record in records:
+        check_payload(record.payload)
+        assert record.payload == appended[record.offset], (
+            f"{wal.topic}: offset {record.offset} holds a message never appended under it")
+
+
+def open_in_group(fs: object, group: "CommitGroup | None", index: int, config: WalConfig,
+                  acks: Acks | None = None) -> WriteAheadLog:
+    """Topic ``index``'s WAL under GROUP_ROOT on ``fs``, in ``group`` (standalone if None)."""
+    wal = WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=fs, group=group)  # type: ignore[arg-type]
+    if acks is not None:
+        wal.add_durable_listener(acks.listener(index))
+    return wal

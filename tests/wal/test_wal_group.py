@@ -14,58 +14,14 @@ import time
 
 import pytest
 
-from tests.wal.helpers import check_payload, payload_for, read_all, small_config
+from tests.wal.helpers import (Acks as _Acks, check_payload, check_recovered as _check_recovered,
+                              group_topic as _topic, open_in_group as _open, payload_for, read_all, small_config,
+                              wait_until as _wait_until)
 from wal import WalFailed, WriteAheadLog
 from wal.group import CommitGroup
 from wal.testing import FaultFs
 
 ROOT = "/wal"
-
-
-def _topic(index: int) -> str:
-    return f"/ns/t{index}"
-
-
-def _wait_until(predicate, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.0005)
-
-
-class _Acks:
-    """Highest offset each topic's durable listener reported (what was acknowledged)."""
-
-    def __init__(self, topics: int) -> None:
-        self._lock = threading.Lock()
-        self.highest = [-1] * topics
-
-    def listener(self, index: int):
-        def on_durable(offset: int) -> None:
-            with self._lock:
-                self.highest[index] = max(self.highest[index], offset)
-        return on_durable
-
-    def snapshot(self) -> list[int]:
-        with self._lock:
-            return list(self.highest)
-
-
-def _check_recovered(wal: WriteAheadLog, acked_through: int, appended: dict[int, bytes]) -> None:
-    records = read_all(wal)
-    assert [r.offset for r in records] == list(range(wal.next_offset)), f"{wal.topic}: offsets contiguous from 0"
-    assert wal.next_offset >= acked_through + 1, f"{wal.topic}: acknowledged offset {acked_through} was lost"
-    for record in records:
-        check_payload(record.payload)
-        assert record.payload == appended[record.offset], (
-            f"{wal.topic}: offset {record.offset} holds a message never appended under it")
-
-
-def _open(fs: FaultFs, group: CommitGroup | None, index: int, config, acks: _Acks | None = None) -> WriteAheadLog:
-    wal = WriteAheadLog.open(ROOT, _topic(index), config, fs=fs, group=group)
-    if acks is not None:
-        wal.add_durable_listener(acks.listener(index))
-    return wal
 
 
 def test_many_topics_in_one_group_survive_power_loss_at_random_points():
