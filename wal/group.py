@@ -43,7 +43,7 @@ from typing import NamedTuple
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import FileSystem, SyncHandle
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, SyncHandle
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
 from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
@@ -77,6 +77,9 @@ class GroupMember:
         self.leaving = False
         self.failed = False
         self.left = threading.Event()
+        #: Set when the close-time sync of this WAL's segment files failed (journaled): its
+        #: files are then not durable on their own, whatever else failed before.
+        self.close_error: BaseException | None = None
 
     def wake(self) -> None:
         """The append core's callback (via the WAL): frames are pending for this topic."""
@@ -92,14 +95,15 @@ class GroupMember:
         self._group._leave(self)
         if not self.left.wait(timeout_s):
             return False
-        if self._group.journal is not None:
+        if self._group.journal is not None and not self._group.failed:
             # Also after this topic alone failed (a write error): its acknowledged rounds
-            # must not depend on the journal once it is closed. After the GROUP failed the
-            # files were abandoned and this does nothing.
+            # must not depend on the journal once it is closed. (After the GROUP failed its
+            # files were abandoned: the journal is their copy of record until a restart.)
             try:
                 self.appender.close()
             except BaseException as exc:  # noqa: BLE001 - the journal is the only copy now
                 self.failed = True
+                self.close_error = exc
                 self.hooks.commit.fail(exc)
                 self._group.fail(exc)
         return True
@@ -190,11 +194,25 @@ class CommitGroup:
         ``.lock``: no descriptor per topic). Other processes are kept out of the whole root
         by the journal's lock; this keeps a second open in this group out. WalLocked if the
         directory is claimed; ``release()`` the claim once the WAL let go of its files."""
-        key = os.path.normpath(directory)
+        # One key per directory however it is spelled (symlinks, "..", relative paths).
+        key = os.path.realpath(directory) if isinstance(self.fs, RealFs) else os.path.normpath(directory)
         with self._lock:
             if key in self._claimed:
                 raise WalLocked(directory)
             self._claimed.add(key)
+        try:
+            # An opener from before this group (a standalone WAL, a syncfs group; it took
+            # no journal lock while it runs) still holds the directory's own lock: refuse.
+            # Later ones are kept out by the journal's lock, which this group holds.
+            lock_path = os.path.join(directory, LOCK_NAME)
+            if self.fs.exists(lock_path):
+                try:
+                    self.fs.lock(lock_path).release()
+                except LockHeld as e:
+                    raise WalLocked(directory) from e
+        except BaseException:
+            self._unclaim(key)
+            raise
         return _Claim(self, key)
 
     def _unclaim(self, key: str) -> None:

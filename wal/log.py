@@ -86,17 +86,22 @@ class WriteAheadLog:
             group.check()  # a failed group's syncs vouch for nothing: touch no file for it
             fs = group.fs
         fs = fs or RealFs()
-        if group is None and journal_exists(fs, root_dir):
-            # The root has a shared journal: rounds of this WAL may live only there until it
-            # is replayed (under the journal's lock: WalLocked while a group uses it).
-            replay_standalone(fs, root_dir)
         directory = os.path.join(root_dir, name.namespace, name.name)
-        if not fs.exists(directory):
+        if group is None:
+            # The root has a shared journal: rounds of this WAL may live only there until it
+            # is replayed (under the journal's lock: WalLocked while a group uses it). The
+            # root is the one the directory really lies in, whatever path reached it (a
+            # symlinked namespace would otherwise slip past a running group's journal).
+            journal_root = _real_root(fs, directory, root_dir)
+            if journal_exists(fs, journal_root):
+                replay_standalone(fs, journal_root)
+        if not _holds_wal(fs, directory):
             fs.makedirs(directory)
             # Both names makedirs may have created must survive a power loss: the topic's
             # (in the namespace directory) and the namespace's (in the root). Else
             # acknowledged messages vanish with the directory and offsets restart from
-            # scratch. (An existing directory was made durable by the open that made it.)
+            # scratch. (A directory that holds a WAL was made durable before its first
+            # segment was: an open that made it but failed before that is redone here.)
             fs.fsync_dir(os.path.dirname(directory))
             fs.fsync_dir(root_dir)
         # One writer per directory, for the WAL's whole life: a second opener (another
@@ -221,18 +226,23 @@ class WriteAheadLog:
             self._durable.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
         _resolve_all(waiters, WalClosed(f"WAL {self.topic} closed"))
-        if not already and self._failure is None:
-            self._write_checkpoint()
-        # A writer that did not stop may still write: keep the directory locked (the
-        # kernel drops the lock with the process) rather than let a new opener in.
-        if drained and self._dir_lock is not None:
-            self._dir_lock.release()
-        self.metrics.close()
-        if drained and not already and not failed_before and self._failure is not None:
+        try:
+            if not already and self._failure is None:
+                self._write_checkpoint()
+        finally:
+            # A writer that did not stop may still write: keep the directory locked (the
+            # kernel drops the lock with the process) rather than let a new opener in.
+            if drained and self._dir_lock is not None:
+                self._dir_lock.release()
+            self.metrics.close()
+        close_error = self._member.close_error if self._member is not None else None
+        if drained and not already and (close_error is not None or (not failed_before and self._failure is not None)):
             # Draining failed (the last round, or a commit group's last sync of this WAL's
-            # segments): what was appended is not known to be durable in these files on
-            # their own, so no caller may move or delete them as if it were.
-            raise WalFailed(f"WAL {self.topic} failed while closing: {self._failure!r}") from self._failure
+            # segments, which a WAL that had failed before still needs): what was appended
+            # is not known to be durable in these files on their own, so no caller may move
+            # or delete them as if it were.
+            cause = close_error or self._failure
+            raise WalFailed(f"WAL {self.topic} failed while closing: {cause!r}") from cause
 
     def delete(self) -> None:
         """Removes the topic's files (after a seal). The WAL must be closed first."""
@@ -443,7 +453,11 @@ class WriteAheadLog:
         """Commit group's thread: everything pending as one batch, or None (nothing pending,
         or failed). Never blocks: the group waits for ``wake`` instead."""
         with self._lock:
-            if self._failure is not None or not self._core.pending_count:
+            if self._failure is not None:
+                if self._core.pending_count:
+                    self._core.take()  # never written, never acknowledged: let the core park
+                return None
+            if not self._core.pending_count:
                 return None
             return self._detach_pending()
 
@@ -554,7 +568,8 @@ class WriteAheadLog:
                 raise OffsetBelowRetention(from_offset, self._segment_bases[0])
             stop = None if live else self._durable_next - 1
         reader = WalReader(self._read_hooks, from_offset, stop, self.config.read_chunk_bytes)
-        self._readers.add(reader)
+        with self._lock:
+            self._readers.add(reader)
         return reader
 
     def read_frames(self, from_offset: int, max_bytes: int) -> tuple[bytes, int, int]:
@@ -622,7 +637,7 @@ class WriteAheadLog:
     def _reader_lag(self) -> int:
         with self._lock:
             durable_next = self._durable_next
-        readers = list(self._readers)
+            readers = list(self._readers)
         return max((max(0, durable_next - r.consumed_offset) for r in readers if not r.closed), default=0)
 
     def __repr__(self) -> str:
@@ -735,6 +750,22 @@ def _lag_function(wal_ref: "weakref.ref[WriteAheadLog]") -> Callable[[], float]:
         wal = wal_ref()
         return float(wal._reader_lag()) if wal is not None else 0.0
     return lag
+
+
+def _real_root(fs: FileSystem, directory: str, root_dir: str) -> str:
+    """The WAL root ``directory`` really lies in (two levels up from its resolved path, on
+    the real disk; ``root_dir`` on any other file layer, which has no links)."""
+    if not isinstance(fs, RealFs):
+        return root_dir
+    return os.path.dirname(os.path.dirname(os.path.realpath(directory)))
+
+
+def _holds_wal(fs: FileSystem, directory: str) -> bool:
+    """Whether ``directory`` holds a WAL already (a segment or a checkpoint)."""
+    try:
+        return any(n.endswith(".seg") or n == "wal.ckpt" for n in fs.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _take_lock(fs: FileSystem, directory: str) -> DirLock:

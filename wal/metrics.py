@@ -115,6 +115,14 @@ class _WalSeries:
             self.records_buckets[i] += n
 
 
+def _copy(series: "_WalSeries | None") -> "_WalSeries | None":
+    if series is None:
+        return None
+    copy = _WalSeries(series.label)
+    copy.add(series)
+    return copy
+
+
 def _histogram(family: HistogramMetricFamily, label: str, bounds: tuple[float, ...], buckets: list[int],
                total: float) -> None:
     cumulative, running = [], 0
@@ -160,7 +168,10 @@ class _WalCollector:
     def collect(self) -> list[Metric]:
         with self._lock:
             labels = sorted(set(self._live) | set(self._retired))
-            groups = {label: (list(self._live.get(label, [])), self._retired.get(label)) for label in labels}
+            # The retired counts copied here, with the live list: a WAL closing during the
+            # scrape moves from one to the other under this lock, never counted twice.
+            groups = {label: (list(self._live.get(label, [])), _copy(self._retired.get(label)))
+                      for label in labels}
         families = self._families()
         appends, nbytes, fsyncs, fsync_s, records, durable, lag, segments, failed = families
         for label, (live, retired) in groups.items():

@@ -332,3 +332,39 @@ def test_close_from_another_thread_wakes_a_reader_waiting_for_new_records(wal, m
     time.sleep(0.1)  # let it block (a shorter sleep only makes the test weaker, never flaky)
     reader.close()
     assert ended.wait(30), "the reader kept waiting after close()"
+
+
+def test_aggregated_wal_counters_never_go_down_while_wals_close_during_scrapes(tmp_path):
+    """A closing WAL moves its counts into the registry's retired totals; a scrape racing
+    that must count them once (a counter that drops is read as a reset)."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from wal.metrics import set_per_topic
+
+    registry = CollectorRegistry()
+    set_per_topic(registry, False)
+    wals = [WriteAheadLog.open(str(tmp_path), f"/ns/m{i}", small_config(), metrics_registry=registry)
+            for i in range(30)]
+    for wal in wals:
+        wal.append(b"x")
+        wal.flush()
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.is_set():
+            seen.append(registry.get_sample_value("dnb_wal_appends_total", {"topic": "_all"}) or 0.0)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for wal in wals:
+            wal.close()
+    finally:
+        stop.set()
+        scraper.join(30)
+    seen.append(registry.get_sample_value("dnb_wal_appends_total", {"topic": "_all"}) or 0.0)
+    assert all(a <= b for a, b in zip(seen, seen[1:])), "a counter went down"
+    assert seen[-1] == 30

@@ -740,3 +740,109 @@ def test_a_burst_faster_than_checkpoints_waits_instead_of_growing_the_journal():
         assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(200))
         wal.close()
     group.close()
+
+
+def test_a_journaled_group_refuses_a_wal_an_earlier_opener_still_holds():
+    """A standalone WAL (or a syncfs group) opened before the journaled group holds its
+    directory's lock and took no journal lock: the group must not open it too."""
+    fs = FaultFs()
+    standalone = WriteAheadLog.open(ROOT, _topic(0), small_config(), fs=fs)
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    with pytest.raises(WalLocked):
+        _open(fs, group, 0, small_config())
+    standalone.close()
+    _open(fs, group, 0, small_config()).close()  # once it let go
+    group.close()
+
+
+def test_a_symlinked_namespace_does_not_slip_past_a_running_group(tmp_path):
+    from wal.fs import RealFs
+
+    root, other = os.path.join(tmp_path, "root"), os.path.join(tmp_path, "other")
+    os.makedirs(root)
+    os.makedirs(other)
+    group = CommitGroup(root, RealFs(), journal=NO_CHECKPOINTS)
+    wal = WriteAheadLog.open(root, "/ns/a", small_config(), group=group)
+    os.symlink(os.path.join(root, "ns"), os.path.join(other, "ns"))
+    with pytest.raises(WalLocked):
+        WriteAheadLog.open(other, "/ns/a", small_config())  # the same directory, another root's name
+    wal.close()
+    group.close()
+
+
+def test_a_retried_open_makes_the_directory_durable_that_a_failed_open_made():
+    """An open that made the WAL's directory and died before syncing its parent leaves a
+    directory that exists but may vanish in a power loss; the next open must sync it."""
+    fs = FaultFs(strict_dirs=True)
+    fs.makedirs(ROOT)
+    fs.settle_dirs()
+    fs.makedirs(os.path.join(ROOT, "ns", "t0"))  # what the failed open left: made, not durable
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, small_config())
+    for n in range(10):
+        wal.append(payload_for(n))
+    wal.flush()
+    image = fs.crash_image()
+    wal.close()
+    group.close()
+    group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    wal = _open(image, group, 0, small_config())
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(10))
+    wal.close()
+    group.close()
+
+
+@pytest.mark.parametrize("journaled", [True, False])
+def test_a_wal_whose_close_timed_out_leaves_the_group_without_spinning_it(journaled):
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS if journaled else None)
+    wal = _open(fs, group, 0, small_config(close_timeout_s=0.5))
+    other = _open(fs, group, 1, small_config())
+    wal.append(payload_for(0))
+    wal.flush()
+    fs.hold_syncs()
+    try:
+        wal.append(payload_for(1))  # a round now waits in its sync
+        _wait_until(lambda: fs.syncs_waiting >= 1)
+        wal.append(payload_for(2))  # pending behind it
+        wal.close()  # times out: the WAL fails with frames pending (its directory stays claimed)
+        assert wal.failed
+    finally:
+        fs.release_syncs()
+    _wait_until(lambda: group.members == 1)  # it left (its never-acknowledged frames dropped)
+    other.close()
+    group.close(timeout_s=30)
+
+
+def test_closing_a_wal_that_had_failed_still_says_when_its_files_are_not_durable():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, small_config(segment_bytes_max=1 << 20))
+    for n in range(5):
+        wal.append(payload_for(n))
+    wal.flush()  # acknowledged: in the journal, the segment not synced yet
+    fs.disk_full = True
+    wal.append(payload_for(5))  # its segment write fails: the topic fails alone
+    _wait_until(lambda: wal.failed)
+    fs.disk_full = False
+    fs.fail_sync_after = fs.sync_calls  # ... and so does the close's sync of its segment
+    with pytest.raises(WalFailed):
+        wal.close()  # so no caller may move or delete its files as if they were durable
+    fs.fail_sync_after = None
+    group.close()
+
+
+def test_a_failed_checkpoint_write_at_close_lets_go_of_the_directory():
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, small_config())
+    wal.append(payload_for(0))
+    wal.flush()
+    fs.disk_full = True
+    with pytest.raises(OSError):
+        wal.close()  # its checkpoint file cannot be written
+    fs.disk_full = False
+    wal = _open(fs, group, 0, small_config())  # not stranded as "open"
+    assert wal.next_offset == 1
+    wal.close()
+    group.close()
