@@ -399,8 +399,10 @@ class BrokerHost:
 
     def _on_durable(self, _durable_offset: int) -> None:
         # Runs on a WAL writer thread after each fsync: only flag the progress thread,
-        # never write metadata here (that would be one etcd write per fsync).
-        self._progress_wake.set()
+        # never write metadata here (that would be one etcd write per fsync). Once per
+        # round per topic: set() takes a lock, is_set() does not.
+        if not self._progress_wake.is_set():
+            self._progress_wake.set()
 
     def _open_wal(self, token: OwnerToken, plan: RestorePlan, retired: list[RetiredWal],
                   discard_local_wal: bool = False) -> tuple[Wal, bool]:
