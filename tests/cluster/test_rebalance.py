@@ -183,6 +183,32 @@ def test_a_topic_bigger_than_the_gap_is_not_moved() -> None:
     assert t.topic == "/a/small"
 
 
+def test_a_heavy_topic_may_leave_the_target_above_the_source_if_far_below_where_the_source_was() -> None:
+    """Broker a (4 cores) runs at 48 % CPU: one topic of 40 MB/s and four of 2; b and d
+    at 30 %; c, with twice the cores, at 2 % (1 % per MB/s per 4 cores, memory alike).
+    Moving the heavy topic to c leaves a at 8 % and c at 22 %: c ends hotter than a, but
+    far below the 48 % a was at, and the CPU CV falls from 0.60 to 0.40 (the score's,
+    87.2 / 53 / 53 / 3.8 → 16.7 / 53 / 53 / 39.1, from 0.60 to 0.37). A rule keeping the
+    target no higher than the source refused it and moved a 2 MB/s topic (CV 0.60 →
+    0.57), one every check: in the simulator's burst workload, 48 moves in 6 h left the
+    saturated broker at 79 % where this one move takes it to 39 %."""
+    light = [f"/a/{i}" for i in range(4)]
+    loads = {"/a/big": load(40.0), **{t: load(2.0) for t in light}, "/b/1": load(30.0), "/d/1": load(30.0),
+             "/c/1": load(4.0)}
+    cpu = {"a": 48.0, "b": 30.0, "d": 30.0, "c": 2.0}
+    view = cluster({"a": ["/a/big", *light], "b": ["/b/1"], "d": ["/d/1"], "c": ["/c/1"]}, loads,
+                   cpu=cpu, mem=dict(cpu), cores={"c": 8.0})
+    [t] = transfers(decide(view, balanced(), READY, NOW))
+    assert (t.topic, t.from_broker, t.to_broker) == ("/a/big", "a", "c")
+    model = ScoreModel(view, balanced(), NOW)
+    assert Spreads(model).cpu.cv == pytest.approx(balance_stats(cpu).cv)
+    model.place(t.topic, t.to_broker)
+    after = Spreads(model)
+    assert [model.cpu(b) for b in "abdc"] == pytest.approx([0.08, 0.30, 0.30, 0.22])
+    assert after.cpu.cv == pytest.approx(balance_stats({"a": 8, "b": 30, "d": 30, "c": 22}).cv)
+    assert t.cv_after == pytest.approx(after.imbalance) and t.cv_after < 0.40 < 0.60 < t.cv_before
+
+
 def test_lightest_among_the_moves_that_help_not_a_token_move() -> None:
     """The lightest topic barely helps; the seed's rule would move it hour after hour."""
     loads = {"/a/tiny": load(0.01), "/a/mid": load(5.0), "/a/3": load(20.0), "/b/1": load(10.0), "/c/1": load(10.0)}

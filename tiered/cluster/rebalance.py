@@ -19,7 +19,8 @@ through these gates, each a skip reason when it stops the check:
    at least ``min_topic_age_s`` old, not moved within ``cooldown_s`` and did not leave
    the target within ``pingpong_window_s``. A candidate qualifies only if moving it
    lowers the predicted imbalance by at least ``gain_ratio_min`` of it, raises neither
-   the score's nor CPU's CV, and leaves the target no higher than the source; of those,
+   the score's nor CPU's CV, and leaves the target at least ``pair_gap_min`` of the mean
+   below where the source was (it may end above the source); of those,
    the lightest (seed's topic score) whose gain is at least ``gain_fraction_min`` of the
    best gain is moved. Source and target must differ by ``pair_gap_min`` of the mean (a
    smaller gap may be noise). Else ``NoCandidate``.
@@ -244,24 +245,33 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
 
 def _evaluate(model: ScoreModel, spreads: Spreads, topic: str, source: str, target: str,
               cfg: RebalancingConfig) -> Candidate | None:
-    score_cv, score_s, score_d = spreads.score.after(
+    score_cv, _, score_d = spreads.score.after(
         source, target, model.contribution(topic, source), model.contribution(topic, target))
     if score_cv > spreads.score.cv:
         return None
-    after, new_s, new_d = score_cv, score_s, score_d
+    after, new_d = score_cv, score_d
     if spreads.cpu is not None:
-        cpu_cv, cpu_s, cpu_d = spreads.cpu.after(
+        cpu_cv, _, cpu_d = spreads.cpu.after(
             source, target, model.cpu_contribution(topic, source), model.cpu_contribution(topic, target))
         if cpu_cv > spreads.cpu.cv:
             return None
         after = max(score_cv, cpu_cv)
         if spreads.driver is spreads.cpu:
-            new_s, new_d = cpu_s, cpu_d
-    if new_d > new_s:
-        return None  # the target would become the hotter of the two: the next move undoes it
+            new_d = cpu_d
+    if not _below_source(spreads.driver, source, new_d, cfg):
+        return None  # the move would only shift the hotspot to the target
     gain = spreads.imbalance - after
     if gain <= 0 or gain < cfg.gain_ratio_min * spreads.imbalance:
         return None
     return Candidate(topic, source, target, gain, after, topic_load_score(model.load_of(topic)))
 
 
+
+
+def _below_source(spread: Spread, source: str, new_target: float, cfg: RebalancingConfig) -> bool:
+    """Whether the target ends at least ``pair_gap_min`` of the mean below where the
+    source was: the pair's hotter end cools by more than report noise, so the target
+    does not become the hotspot the move was meant to remove. The target may end above
+    the source: a heavy topic leaving a saturated broker for a big idle one is the move
+    that helps most, and Σ(load − mean)² still falls, so nothing moves it back."""
+    return new_target <= spread.values[source] - cfg.pair_gap_min * spread.total / spread.n
