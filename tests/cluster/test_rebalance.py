@@ -244,6 +244,28 @@ def test_cpu_imbalance_hidden_by_balanced_topic_counts_still_triggers() -> None:
     assert t.from_broker == "a" and t.cv_before == pytest.approx(spreads.cpu.cv)
 
 
+def test_one_hot_broker_triggers_although_the_cv_looks_balanced() -> None:
+    """Five brokers of 4 cores with four topics each: a's of 20 MB/s (80 % CPU), the
+    others' of 12.5 MB/s (50 %). CPU's CV is 0.214 (the scores', 98.3 / 61.9 ×4, 0.210):
+    under the 0.30 threshold, so the seed's rule waits. But a is 43 % above the mean of
+    56 %: the CV spreads one hot broker's excess over all five (x/√(N − 1)). Moving one
+    of a's topics to b (a 60 %, b 70 %) brings CPU's CV to 0.143 and the hottest broker
+    to 25 % above the mean."""
+    layout = {"a": [f"/a/{i}" for i in range(4)], **{b: [f"/{b}/{i}" for i in range(4)] for b in "bcde"}}
+    loads = {t: load(20.0 if b == "a" else 12.5) for b, topics in layout.items() for t in topics}
+    cpu = {"a": 80.0, **{b: 50.0 for b in "bcde"}}
+    view = cluster(layout, loads, cpu=cpu, mem=dict(cpu))
+    d = decide(view, balanced(), READY, NOW)
+    [t] = transfers(d)
+    assert (t.topic, t.from_broker, t.to_broker) == ("/a/0", "a", "b")
+    assert t.cv_before == pytest.approx(balance_stats(cpu).cv) and t.cv_before < 0.30
+    assert t.cv_after == pytest.approx(balance_stats({"a": 60, "b": 70, "c": 50, "d": 50, "e": 50}).cv)
+    assert d.balance.cv < 0.30 and d.balance.cpu_hot == pytest.approx(80 / 56 - 1)
+    model = ScoreModel(view, balanced(), NOW)
+    model.place(t.topic, t.to_broker)
+    assert Spreads(model).cpu.hot == pytest.approx(70 / 56 - 1)
+
+
 def test_no_move_that_balances_counts_at_the_expense_of_cpu() -> None:
     """a holds 60 idle topics, b 2 busy ones, both at 30 % CPU: moving topics would even
     out the topic term of the score (CV 35 %) but unbalance CPU, so nothing moves."""

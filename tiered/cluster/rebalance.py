@@ -9,9 +9,17 @@ through these gates, each a skip reason when it stops the check:
    ``rebalance_pause_checks`` intervals); ``InFlight`` (a move is under way);
    ``Settling`` (the last move completed less than ``max(settle_delay_s, cooldown_s)``
    ago, or a broker it involved has not reported since).
-2. Hysteresis on the CV of the broker scores: ``HitCount`` until ``hit_count``
-   consecutive checks see CV above the threshold; then moves continue until CV falls
-   below ``stop_ratio × threshold`` (``Balanced`` once it does).
+2. Hysteresis: ``HitCount`` until ``hit_count`` consecutive checks see the imbalance
+   above the threshold; then moves continue until it falls below ``stop_ratio ×
+   threshold`` (``Balanced`` once it does). The imbalance is the CV of the broker scores
+   (the seed's rule) or, for the strategies that weigh resources, the CV of CPU
+   utilisation or how far the hottest broker's CPU is above the mean (as a fraction of
+   the mean), whichever is largest. The last one is ours: the CV dilutes a single hot
+   broker as the cluster grows (one broker x above the mean and the others equal give
+   CV = x/√(N − 1)), so with 20 brokers one at 100 % CPU among others at 50 % is a CV of
+   0.21, "balanced" for the 0.30 preset; and on three brokers at 41, 70 and 47 % (CV
+   0.24) the seed waits while the hot one climbs. Both name the same threshold; with two
+   brokers they are the same number.
 3. ``RateLimit``: the persisted history holds ``max_moves_per_hour`` automatic or
    manual moves started in the last hour.
 4. A move from one of the most loaded brokers (above the mean) to the least loaded
@@ -97,8 +105,11 @@ def _cycle(ctx: Context, cfg: RebalancingConfig, eff: EffectiveRebalancing, requ
         return reason
     stats = balance_stats(ctx.model.balance_loads())
     spreads = Spreads(ctx.model)
-    ctx.balance = replace(stats, cpu_cv=spreads.cpu.cv if spreads.cpu is not None else None)
-    reason = _hysteresis(ctx, cfg, eff, spreads.imbalance, requested=request is not None)
+    cpu = spreads.cpu
+    if cpu is not None:
+        stats = replace(stats, cpu_cv=cpu.cv, cpu_hot=cpu.hot)
+    ctx.balance = stats
+    reason = _hysteresis(ctx, cfg, eff, spreads.trigger, requested=request is not None)
     if reason is not None:
         return reason
     if ctx.history.moves_in_last_hour(ctx.now) >= eff.max_moves_per_hour:
@@ -175,6 +186,9 @@ class Spread:
         self.total = sum(values.values())
         self.total_sq = sum(v * v for v in values.values())
         self.cv = cv_of(self.n, self.total, self.total_sq)
+        mean = self.total / self.n if self.n else 0.0
+        #: How far the hottest broker is above the mean, as a fraction of the mean.
+        self.hot = max(values.values()) / mean - 1.0 if mean > 0 else 0.0
 
     def after(self, source: str, target: str, out: float, into: float) -> tuple[float, float, float]:
         """(CV, source value, target value) once ``out`` leaves source and ``into`` lands on target."""
@@ -198,6 +212,9 @@ class Spreads:
         self.score = Spread(model.balance_loads())
         self.cpu = Spread(model.balance_cpu()) if model.guards_cpu else None
         self.imbalance = max(self.score.cv, self.cpu.cv) if self.cpu is not None else self.score.cv
+        #: What the hysteresis compares with the threshold: the imbalance, or how far the
+        #: hottest broker's CPU is above the mean if that is more (see the module docstring).
+        self.trigger = max(self.imbalance, self.cpu.hot) if self.cpu is not None else self.imbalance
         #: The quantity that picks source and target: the one whose CV is the imbalance.
         self.driver = self.cpu if self.cpu is not None and self.cpu.cv > self.score.cv else self.score
 
