@@ -279,6 +279,33 @@ def test_no_move_that_balances_counts_at_the_expense_of_cpu() -> None:
     assert transfers(d) == [] and d.skipped == ("NoCandidate",)
 
 
+def test_cpu_balance_may_be_bought_with_score_balance_to_spare() -> None:
+    """h, with 8 cores, holds twelve topics of 10 MB/s (60 % CPU); a and b, with 4, forty
+    of 0.5 MB/s with 5 producers each (20 %; connections cost no CPU here). The score
+    (topic load 30 %: counts and connections) has h lowest: 52.3 against 53.8, CV 0.013,
+    while CPU's CV is 0.57. Every CPU-balancing move starts from the score's coolest
+    broker, so a score that may not rise keeps every topic on h (what ours did after the
+    simulator's drain and failover, CV 0.29 for the last three hours). Moving one topic
+    to a takes CPU to 55 / 30 / 20 % (CV 0.42) and the scores to 48.0 / 62.6 / 53.8 (CV
+    0.109): balance the score had to spare, still below the stop band (0.15)."""
+    cfg = replace(balanced(), connection_cost_bps=0.0)
+    hot = [f"/h/{i}" for i in range(12)]
+    light = {x: [f"/{x}/{i}" for i in range(40)] for x in "ab"}
+    loads = {**{t: load(10.0) for t in hot}, **{t: load(0.5, 5) for x in "ab" for t in light[x]}}
+    cpu = {"h": 60.0, "a": 20.0, "b": 20.0}
+    view = cluster({"h": hot, **light}, loads, cpu=cpu, mem=dict(cpu), cores={"h": 8.0})
+    [t] = transfers(decide(view, cfg, READY, NOW))
+    assert (t.topic, t.from_broker, t.to_broker) == ("/h/0", "h", "a")
+    assert t.cv_before == pytest.approx(balance_stats(cpu).cv)
+    assert t.cv_after == pytest.approx(balance_stats({"h": 55, "a": 30, "b": 20}).cv)
+    model = ScoreModel(view, cfg, NOW)
+    before = Spreads(model)
+    model.place(t.topic, t.to_broker)
+    after = Spreads(model)
+    assert before.score.cv < after.score.cv < 0.15
+    assert [model.score(b) for b in ("h", "a", "b")] == pytest.approx([47.97, 62.56, 53.83], abs=0.01)
+
+
 def test_never_moves_to_a_draining_broker_even_if_it_is_emptiest() -> None:
     view = with_broker(skewed(), "c", mode=BrokerMode.DRAINING)
     moves = [t for t in transfers(decide(view, fair(), READY, NOW)) if t.kind is MoveKind.AUTO]

@@ -23,15 +23,15 @@ through these gates, each a skip reason when it stops the check:
 3. ``RateLimit``: the persisted history holds ``max_moves_per_hour`` automatic or
    manual moves started in the last hour.
 4. A move from one of the most loaded brokers (above the mean) to the least loaded
-   eligible broker. Candidates are the source's owned topics that are not blacklisted,
-   at least ``min_topic_age_s`` old, not moved within ``cooldown_s`` and did not leave
-   the target within ``pingpong_window_s``. A candidate qualifies only if moving it
-   lowers the predicted imbalance by at least ``gain_ratio_min`` of it, raises neither
-   the score's nor CPU's CV, and leaves the target at least ``pair_gap_min`` of the mean
-   below where the source was (it may end above the source); of those,
-   the lightest (seed's topic score) whose gain is at least ``gain_fraction_min`` of the
-   best gain is moved. Source and target must differ by ``pair_gap_min`` of the mean (a
-   smaller gap may be noise). Else ``NoCandidate``.
+   eligible broker, by the quantity whose CV is the imbalance. Candidates are the
+   source's owned topics that are not blacklisted, at least ``min_topic_age_s`` old, not
+   moved within ``cooldown_s`` and did not leave the target within ``pingpong_window_s``. A candidate qualifies only if moving it passes
+   :class:`_Rules` (it lowers the predicted imbalance by at least ``gain_ratio_min`` of
+   it; the score's CV stays within what it is or the stop band; CPU's CV does not rise;
+   the target ends at least ``pair_gap_min`` of the mean below where the source was, and
+   may end above the source); of those, the lightest (seed's topic score) whose gain is
+   at least ``gain_fraction_min`` of the best gain is moved. Source and target must differ
+   by ``pair_gap_min`` of the mean (a smaller gap may be noise). Else ``NoCandidate``.
 
 **An operator's request** (``dnb cluster rebalance``, :attr:`ClusterView.rebalance_request`)
 runs one check now, whatever the schedule and whether automatic rebalancing is enabled,
@@ -41,9 +41,10 @@ or above ``stop_ratio × threshold`` while a rebalancing is under way. The move 
 the request (answered in the same write); a check that moves nothing answers it with
 its skip reason (:class:`~tiered.cluster.actions.AnswerRebalance`).
 
-Why this cannot ping-pong on a steady load: every move strictly lowers Σ(score − mean)²
-of the scores it was computed on, and a topic never returns to a broker it left within
-the window.
+Why this cannot ping-pong on a steady load: every move strictly lowers the imbalance,
+max(CV of the scores, CV of CPU), computed on the same model (the score's CV may rise
+only while it stays below the imbalance), and a topic never returns to a broker it left
+within the window.
 """
 from __future__ import annotations
 
@@ -205,8 +206,11 @@ class Spreads:
     The score mixes resources with topic counts and connections, which round-robin
     placement has usually equalised already: its CV can look balanced while one broker
     runs at twice another's CPU. So the imbalance is the larger of the two CVs, and a
-    move must lower it without raising either (it may not buy score balance with CPU
-    balance, nor the reverse)."""
+    move must lower it. It may not buy score balance with CPU balance. It may buy CPU
+    balance with score balance the score has to spare (its CV stays below the stop band
+    or where it was): after a drain or a failover placed by the score, a big broker
+    holding a few heavy topics has the lowest score (fewest topics per core) and the
+    highest CPU, and a score that may not rise would keep every topic there."""
 
     def __init__(self, model: ScoreModel) -> None:
         self.score = Spread(model.balance_loads())
@@ -225,19 +229,11 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
     """The move the rules allow and prefer, computed on ``model`` (not applied).
     ``owned`` lists each broker's owned topics (see :class:`tiered.cluster.context.Context`)."""
     spreads = Spreads(model)
-    driver = spreads.driver.values
     if spreads.score.n < 2:
         return None
-    mean = sum(driver.values()) / len(driver)
-    sources = sorted((b for b in driver if driver[b] > mean), key=lambda b: (-driver[b], b))
+    rules = _Rules(model, spreads, cfg, eff)
     blacklisted = blacklist_matcher(cfg.blacklist_topics)
-    for source in sources[:cfg.sources_per_check_max]:
-        targets = [b for b in model.eligible_targets({source}) if b in driver]
-        if not targets:
-            continue
-        target = min(targets, key=lambda b: (driver[b], b))
-        if driver[source] - driver[target] < cfg.pair_gap_min * mean:
-            continue
+    for spread, source, target in _pairs(model, spreads, cfg):
         candidates = []
         for topic in owned.get(source, ()):
             if topic in exclude or blacklisted(topic):
@@ -250,7 +246,7 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
                 continue
             if history.left_since(topic, target, now - cfg.pingpong_window_s):
                 continue
-            c = _evaluate(model, spreads, topic, source, target, cfg)
+            c = rules.evaluate(topic, source, target, spread)
             if c is not None:
                 candidates.append(c)
         if candidates:
@@ -260,29 +256,63 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
     return None
 
 
-def _evaluate(model: ScoreModel, spreads: Spreads, topic: str, source: str, target: str,
-              cfg: RebalancingConfig) -> Candidate | None:
-    score_cv, _, score_d = spreads.score.after(
-        source, target, model.contribution(topic, source), model.contribution(topic, target))
-    if score_cv > spreads.score.cv:
-        return None
-    after, new_d = score_cv, score_d
-    if spreads.cpu is not None:
-        cpu_cv, _, cpu_d = spreads.cpu.after(
-            source, target, model.cpu_contribution(topic, source), model.cpu_contribution(topic, target))
-        if cpu_cv > spreads.cpu.cv:
+def _pairs(model: ScoreModel, spreads: Spreads, cfg: RebalancingConfig):
+    """(quantity, source, target): each of the driver's ``sources_per_check_max`` most
+    loaded brokers above the mean with its least loaded eligible broker, when they differ
+    by ``pair_gap_min`` of the mean."""
+    spread = spreads.driver
+    values = spread.values
+    mean = spread.total / spread.n
+    sources = sorted((b for b in values if values[b] > mean), key=lambda b: (-values[b], b))
+    for source in sources[:cfg.sources_per_check_max]:
+        targets = [b for b in model.eligible_targets({source}) if b in values]
+        if not targets:
+            continue
+        target = min(targets, key=lambda b: (values[b], b))
+        if values[source] - values[target] >= cfg.pair_gap_min * mean:
+            yield spread, source, target
+
+
+class _Rules:
+    """Whether one move qualifies, and its gain. A move must:
+
+    * lower the imbalance (the larger of the score's and CPU's CV) by ``gain_ratio_min``
+      of it;
+    * leave the score's CV no higher than it is or than the stop band
+      (``stop_ratio × threshold``), whichever is higher: while CPU is the imbalance, the
+      score may give up a balance it has to spare, never become an imbalance of its own;
+    * not raise CPU's CV, when the strategy weighs resources;
+    * leave the target at least ``pair_gap_min`` of the mean below where the source was,
+      in the quantity that chose the pair (else the move only shifts the hotspot).
+    """
+
+    def __init__(self, model: ScoreModel, spreads: Spreads, cfg: RebalancingConfig,
+                 eff: EffectiveRebalancing) -> None:
+        self.model = model
+        self.spreads = spreads
+        self.cfg = cfg
+        self.score_cap = max(spreads.score.cv, cfg.stop_ratio * eff.cv_threshold)
+
+    def evaluate(self, topic: str, source: str, target: str, chosen_by: Spread) -> Candidate | None:
+        model, spreads, cfg = self.model, self.spreads, self.cfg
+        score_cv, _, score_d = spreads.score.after(
+            source, target, model.contribution(topic, source), model.contribution(topic, target))
+        if score_cv > self.score_cap:
             return None
-        after = max(score_cv, cpu_cv)
-        if spreads.driver is spreads.cpu:
-            new_d = cpu_d
-    if not _below_source(spreads.driver, source, new_d, cfg):
-        return None  # the move would only shift the hotspot to the target
-    gain = spreads.imbalance - after
-    if gain <= 0 or gain < cfg.gain_ratio_min * spreads.imbalance:
-        return None
-    return Candidate(topic, source, target, gain, after, topic_load_score(model.load_of(topic)))
-
-
+        if chosen_by is spreads.score and not _below_source(spreads.score, source, score_d, cfg):
+            return None
+        after = score_cv
+        cpu = spreads.cpu
+        if cpu is not None:
+            cpu_cv, _, cpu_d = cpu.after(source, target, model.cpu_contribution(topic, source),
+                                         model.cpu_contribution(topic, target))
+            if cpu_cv > cpu.cv or (chosen_by is cpu and not _below_source(cpu, source, cpu_d, cfg)):
+                return None
+            after = max(score_cv, cpu_cv)
+        gain = spreads.imbalance - after
+        if gain <= 0 or gain < cfg.gain_ratio_min * spreads.imbalance:
+            return None
+        return Candidate(topic, source, target, gain, after, topic_load_score(model.load_of(topic)))
 
 
 def _below_source(spread: Spread, source: str, new_target: float, cfg: RebalancingConfig) -> bool:
