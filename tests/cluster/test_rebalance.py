@@ -306,6 +306,70 @@ def test_cpu_balance_may_be_bought_with_score_balance_to_spare() -> None:
     assert [model.score(b) for b in ("h", "a", "b")] == pytest.approx([47.97, 62.56, 53.83], abs=0.01)
 
 
+def test_no_move_for_topic_counts_alone() -> None:
+    """a holds one 20 MB/s topic and ten idle ones with five producers each; b and c one
+    20 MB/s topic each. The score (topic load 30 %: counts and connections) is 73.4 /
+    29.7 / 29.7 (CV 0.47), CPU 21 / 20 / 20 %. Moving an idle topic lowers the score's
+    CV and CPU's by a hair (its connections cost 5 KB/s); it changes nothing a broker
+    feels, and a one-point CPU gap is within report noise: the simulator counts such a
+    move futile when the truth goes the other way. Nothing moves."""
+    idle = [f"/a/idle{i}" for i in range(10)]
+    loads = {"/a/1": load(20.0), **{t: load(0.0, 5) for t in idle}, "/b/1": load(20.0), "/c/1": load(20.0)}
+    cpu = {"a": 21.0, "b": 20.0, "c": 20.0}
+    view = cluster({"a": ["/a/1", *idle], "b": ["/b/1"], "c": ["/c/1"]}, loads, cpu=cpu, mem=dict(cpu))
+    assert Spreads(ScoreModel(view, balanced(), NOW)).score.cv > 0.30
+    d = decide(view, balanced(), READY, NOW)
+    assert transfers(d) == [] and d.skipped == ("NoCandidate",)
+
+
+def test_no_move_whose_cpu_gain_report_noise_could_reverse() -> None:
+    """h runs at 50 % CPU (its topic blacklisted), s at 38 % with nineteen 2 MB/s topics of
+    3 producers each (the highest score: 77.3), d, with twice the cores, at 32 % with two
+    topics (the lowest: 37.8). The score drives (CV 0.28 against CPU's 0.19, rebalancing
+    under way) and names s → d. Moving a 2 MB/s topic takes s to 36 % and d to 33 %: d
+    stays 5 points below where s was, and CPU's CV falls, but only from 0.1871 to 0.1868,
+    since a topic weighs half as much on d and the mean utilisation falls with the move.
+    Had s read 2 points high and d 2 low (5 % report noise at 40 %), the same move would
+    raise it (0.178 → 0.185): the simulator's scale workload made that move, and it was
+    futile. Nothing moves."""
+    cfg = replace(balanced(blacklist_topics=("/h/*",)), connection_cost_bps=0.0)
+    small = [f"/s/{i}" for i in range(19)]
+    loads = {"/h/1": load(50.0), **{t: load(2.0, 3) for t in small}, "/d/1": load(32.0), "/d/2": load(32.0)}
+    cpu = {"h": 50.0, "s": 38.0, "d": 32.0}
+    view = cluster({"h": ["/h/1"], "s": small, "d": ["/d/1", "/d/2"]}, loads, cpu=cpu, mem=dict(cpu),
+                   cores={"d": 8.0})
+    spreads = Spreads(ScoreModel(view, cfg, NOW))
+    assert spreads.driver is spreads.score and spreads.cpu.cv == pytest.approx(balance_stats(cpu).cv)
+    after, _, _ = spreads.cpu.after("s", "d", 0.02, 0.01)
+    assert after == pytest.approx(balance_stats({"h": 50, "s": 36, "d": 33}).cv) and after < spreads.cpu.cv
+    assert balance_stats({"h": 50, "s": 34, "d": 35}).cv > balance_stats({"h": 50, "s": 36, "d": 34}).cv
+    d = decide(view, cfg, replace(READY, rebalancing=True), NOW)
+    assert transfers(d) == [] and d.skipped == ("NoCandidate",)
+
+
+def test_when_the_score_names_a_pair_cpu_cannot_use_the_pair_cpu_names_is_tried() -> None:
+    """x (56 % CPU, eight 7 MB/s topics), y (twice the cores, 53 %, two topics), z (43 %,
+    ten topics of 4.3 MB/s). With memory at 80 / 5 / 60 % the score calls x the most
+    loaded and y the least (CV 0.20 against CPU's 0.11): it names x → y, but y is only 3
+    points of CPU below x, within report noise. CPU names x → z: one of x's topics there
+    leaves 49 / 53 / 50 % (CPU's CV 0.11 → 0.03) and lowers the score's CV too."""
+    cfg = replace(balanced(), connection_cost_bps=0.0)
+    xs, zs = [f"/x/{i}" for i in range(8)], [f"/z/{i}" for i in range(10)]
+    loads = {**{t: load(7.0) for t in xs}, "/y/1": load(53.0), "/y/2": load(53.0), **{t: load(4.3, 1) for t in zs}}
+    cpu = {"x": 56.0, "y": 53.0, "z": 43.0}
+    view = cluster({"x": xs, "y": ["/y/1", "/y/2"], "z": zs}, loads, cpu=cpu, mem={"x": 80.0, "y": 5.0, "z": 60.0},
+                   cores={"y": 8.0})
+    model = ScoreModel(view, cfg, NOW)
+    before = Spreads(model)
+    assert before.driver is before.score and min(model.balance_set, key=model.score) == "y"
+    [t] = transfers(decide(view, cfg, replace(READY, rebalancing=True), NOW))
+    assert (t.topic, t.from_broker, t.to_broker) == ("/x/0", "x", "z")
+    model.place(t.topic, t.to_broker)
+    after = Spreads(model)
+    assert after.cpu.cv == pytest.approx(balance_stats({"x": 49, "y": 53, "z": 50}).cv)
+    assert after.score.cv < before.score.cv and t.cv_after == pytest.approx(after.imbalance)
+
+
 def test_never_moves_to_a_draining_broker_even_if_it_is_emptiest() -> None:
     view = with_broker(skewed(), "c", mode=BrokerMode.DRAINING)
     moves = [t for t in transfers(decide(view, fair(), READY, NOW)) if t.kind is MoveKind.AUTO]

@@ -9,9 +9,9 @@ through these gates, each a skip reason when it stops the check:
    ``rebalance_pause_checks`` intervals); ``InFlight`` (a move is under way);
    ``Settling`` (the last move completed less than ``max(settle_delay_s, cooldown_s)``
    ago, or a broker it involved has not reported since).
-2. Hysteresis: ``HitCount`` until ``hit_count`` consecutive checks see the imbalance
+2. Hysteresis: ``HitCount`` until ``hit_count`` consecutive checks see the trigger
    above the threshold; then moves continue until it falls below ``stop_ratio ×
-   threshold`` (``Balanced`` once it does). The imbalance is the CV of the broker scores
+   threshold`` (``Balanced`` once it does). The trigger is the CV of the broker scores
    (the seed's rule) or, for the strategies that weigh resources, the CV of CPU
    utilisation or how far the hottest broker's CPU is above the mean (as a fraction of
    the mean), whichever is largest. The last one is ours: the CV dilutes a single hot
@@ -23,20 +23,23 @@ through these gates, each a skip reason when it stops the check:
 3. ``RateLimit``: the persisted history holds ``max_moves_per_hour`` automatic or
    manual moves started in the last hour.
 4. A move from one of the most loaded brokers (above the mean) to the least loaded
-   eligible broker, by the quantity whose CV is the imbalance. Candidates are the
-   source's owned topics that are not blacklisted, at least ``min_topic_age_s`` old, not
-   moved within ``cooldown_s`` and did not leave the target within ``pingpong_window_s``. A candidate qualifies only if moving it passes
-   :class:`_Rules` (it lowers the predicted imbalance by at least ``gain_ratio_min`` of
-   it; the score's CV stays within what it is or the stop band; CPU's CV does not rise;
-   the target ends at least ``pair_gap_min`` of the mean below where the source was, and
-   may end above the source); of those, the lightest (seed's topic score) whose gain is
-   at least ``gain_fraction_min`` of the best gain is moved. Source and target must differ
-   by ``pair_gap_min`` of the mean (a smaller gap may be noise). Else ``NoCandidate``.
+   eligible broker, by the quantity whose CV is the imbalance (the larger of the
+   scores' and CPU's CV), then by the other one. Candidates are the source's owned
+   topics that are not blacklisted, at least ``min_topic_age_s`` old, not moved within
+   ``cooldown_s`` and did not leave the target within ``pingpong_window_s``. A candidate
+   qualifies only if moving it passes :class:`_Rules`: it lowers the imbalance by at
+   least ``gain_ratio_min`` of it; the scores' CV stays within what it is or the stop
+   band; CPU's CV falls, also if the estimates of source and target were wrong by
+   report noise; the target ends at least ``pair_gap_min`` of the mean below where the
+   source was (it may end above the source). Of those, the lightest (seed's topic score)
+   whose gain is at least ``gain_fraction_min`` of the best gain is moved. Source and
+   target must differ by ``pair_gap_min`` of the mean (a smaller gap may be noise).
+   Else ``NoCandidate``.
 
 **An operator's request** (``dnb cluster rebalance``, :attr:`ClusterView.rebalance_request`)
 runs one check now, whatever the schedule and whether automatic rebalancing is enabled,
 through the same gates, limits and candidate rules. Only the hit count is waived (the
-request is the confirmation): the check moves if the imbalance is above the threshold,
+request is the confirmation): the check moves if the trigger is above the threshold,
 or above ``stop_ratio × threshold`` while a rebalancing is under way. The move carries
 the request (answered in the same write); a check that moves nothing answers it with
 its skip reason (:class:`~tiered.cluster.actions.AnswerRebalance`).
@@ -198,6 +201,16 @@ class Spread:
         new_sq = self.total_sq - s * s - d * d + new_s * new_s + new_d * new_d
         return cv_of(self.n, self.total - out + into, new_sq), new_s, new_d
 
+    def lowers_cv_despite(self, source: str, target: str, out: float, into: float, error: float) -> bool:
+        """Whether the move lowers the CV also when the source is ``error`` lower and the
+        target ``error`` higher than estimated (both estimates wrong against the move)."""
+        s, d = self.values[source], self.values[target]
+        sq = self.total_sq - s * s - d * d
+        s, d = s - error, d + error
+        before = cv_of(self.n, self.total, sq + s * s + d * d)
+        after = cv_of(self.n, self.total - out + into, sq + (s - out) ** 2 + (d + into) ** 2)
+        return after < before
+
 
 class Spreads:
     """The imbalance a check acts on: the CV of the strategy's scores and, for the
@@ -214,7 +227,9 @@ class Spreads:
 
     def __init__(self, model: ScoreModel) -> None:
         self.score = Spread(model.balance_loads())
-        self.cpu = Spread(model.balance_cpu()) if model.guards_cpu else None
+        cpu = Spread(model.balance_cpu()) if model.guards_cpu else None
+        #: None also when no broker reports any CPU use: there is no spread to lower.
+        self.cpu = cpu if cpu is not None and cpu.total > 0 else None
         self.imbalance = max(self.score.cv, self.cpu.cv) if self.cpu is not None else self.score.cv
         #: What the hysteresis compares with the threshold: the imbalance, or how far the
         #: hottest broker's CPU is above the mean if that is more (see the module docstring).
@@ -257,19 +272,29 @@ def select_move(model: ScoreModel, view, owned: Mapping[str, list[str]], history
 
 
 def _pairs(model: ScoreModel, spreads: Spreads, cfg: RebalancingConfig):
-    """(quantity, source, target): each of the driver's ``sources_per_check_max`` most
-    loaded brokers above the mean with its least loaded eligible broker, when they differ
-    by ``pair_gap_min`` of the mean."""
-    spread = spreads.driver
-    values = spread.values
-    mean = spread.total / spread.n
-    sources = sorted((b for b in values if values[b] > mean), key=lambda b: (-values[b], b))
-    for source in sources[:cfg.sources_per_check_max]:
-        targets = [b for b in model.eligible_targets({source}) if b in values]
-        if not targets:
-            continue
-        target = min(targets, key=lambda b: (values[b], b))
-        if values[source] - values[target] >= cfg.pair_gap_min * mean:
+    """(quantity, source, target): for the driver and then the other quantity, each of its
+    ``sources_per_check_max`` most loaded brokers above the mean with that quantity's
+    least loaded eligible broker, when they differ by ``pair_gap_min`` of the mean.
+
+    The score and CPU may disagree about which broker is the coolest (a big broker with
+    few heavy topics scores low on topic count and runs hot): when the score drives, the
+    move that lowers it and also CPU may exist only between the brokers CPU names."""
+    quantities = [spreads.driver]
+    if spreads.cpu is not None:
+        quantities.append(spreads.score if spreads.driver is spreads.cpu else spreads.cpu)
+    seen = set()
+    for spread in quantities:
+        values = spread.values
+        mean = spread.total / spread.n
+        sources = sorted((b for b in values if values[b] > mean), key=lambda b: (-values[b], b))
+        for source in sources[:cfg.sources_per_check_max]:
+            targets = [b for b in model.eligible_targets({source}) if b in values]
+            if not targets:
+                continue
+            target = min(targets, key=lambda b: (values[b], b))
+            if values[source] - values[target] < cfg.pair_gap_min * mean or (source, target) in seen:
+                continue
+            seen.add((source, target))
             yield spread, source, target
 
 
@@ -281,9 +306,15 @@ class _Rules:
     * leave the score's CV no higher than it is or than the stop band
       (``stop_ratio × threshold``), whichever is higher: while CPU is the imbalance, the
       score may give up a balance it has to spare, never become an imbalance of its own;
-    * not raise CPU's CV, when the strategy weighs resources;
+    * when the strategy weighs resources, lower CPU's CV, also if the source's and the
+      target's CPU estimates were each ``pair_gap_min / 2`` of the mean wrong against the
+      move. A move that does not clearly lower the spread of the resource the brokers
+      use is futile: it costs the topic an unload and a load and changes nothing a
+      broker feels (moving topics for their count alone, or between two brokers whose
+      CPU differs by less than report noise);
     * leave the target at least ``pair_gap_min`` of the mean below where the source was,
-      in the quantity that chose the pair (else the move only shifts the hotspot).
+      in the quantity that chose the pair and in CPU (else the move only shifts the
+      hotspot, and noise may make it a worse one).
     """
 
     def __init__(self, model: ScoreModel, spreads: Spreads, cfg: RebalancingConfig,
@@ -304,9 +335,11 @@ class _Rules:
         after = score_cv
         cpu = spreads.cpu
         if cpu is not None:
-            cpu_cv, _, cpu_d = cpu.after(source, target, model.cpu_contribution(topic, source),
-                                         model.cpu_contribution(topic, target))
-            if cpu_cv > cpu.cv or (chosen_by is cpu and not _below_source(cpu, source, cpu_d, cfg)):
+            out, into = model.cpu_contribution(topic, source), model.cpu_contribution(topic, target)
+            cpu_cv, _, cpu_d = cpu.after(source, target, out, into)
+            if cpu_cv >= cpu.cv or not _below_source(cpu, source, cpu_d, cfg):
+                return None
+            if not cpu.lowers_cv_despite(source, target, out, into, cfg.pair_gap_min / 2 * cpu.total / cpu.n):
                 return None
             after = max(score_cv, cpu_cv)
         gain = spreads.imbalance - after
