@@ -2,10 +2,11 @@
 
 Whatever the view: targets are registered active brokers; a topic gets at most one
 action; at most one automatic move per call and never beyond the hourly limit; an
-automatic move never takes a blacklisted, young, cooling or ping-ponging topic and always
-lowers the CV of the scores it was computed on; drains respect their parallelism;
-failover respects grace and suspension; and the same view gives the same decision,
-whatever order its mappings were built in.
+automatic move never takes a blacklisted, young, cooling or ping-ponging topic, always
+lowers the imbalance it was computed on and CPU's CV, and leaves the scores' CV no
+higher than it was or the stop band; drains respect their parallelism; failover
+respects grace and suspension; and the same view gives the same decision, whatever
+order its mappings were built in.
 """
 from __future__ import annotations
 
@@ -237,9 +238,11 @@ def check_an_automatic_move_lowers_the_cv_of_the_scores_it_targets(view, cfg, st
         model.place(move.topic, move.to_broker)
         after = Spreads(model)
         assert after.imbalance < before.imbalance
-        assert after.score.cv <= before.score.cv + 1e-12  # it trades neither CV for the other
+        # The score may give up balance it has to spare (up to the stop band); CPU's CV falls.
+        band = cfg.rebalancing.stop_ratio * cfg.rebalancing.effective().cv_threshold
+        assert after.score.cv <= max(before.score.cv, band) + 1e-12
         if before.cpu is not None:
-            assert after.cpu.cv <= before.cpu.cv + 1e-12
+            assert after.cpu.cv < before.cpu.cv
         assert abs(before.imbalance - move.cv_before) < 1e-9 and abs(after.imbalance - move.cv_after) < 1e-9
 
 

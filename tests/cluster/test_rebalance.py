@@ -183,6 +183,32 @@ def test_a_topic_bigger_than_the_gap_is_not_moved() -> None:
     assert t.topic == "/a/small"
 
 
+def test_a_heavy_topic_may_leave_the_target_above_the_source_if_far_below_where_the_source_was() -> None:
+    """Broker a (4 cores) runs at 48 % CPU: one topic of 40 MB/s and four of 2; b and d
+    at 30 %; c, with twice the cores, at 2 % (1 % per MB/s per 4 cores, memory alike).
+    Moving the heavy topic to c leaves a at 8 % and c at 22 %: c ends hotter than a, but
+    far below the 48 % a was at, and the CPU CV falls from 0.60 to 0.40 (the score's,
+    87.2 / 53 / 53 / 3.8 → 16.7 / 53 / 53 / 39.1, from 0.60 to 0.37). A rule keeping the
+    target no higher than the source refused it and moved a 2 MB/s topic (CV 0.60 →
+    0.57), one every check: in the simulator's burst workload, 48 moves in 6 h left the
+    saturated broker at 79 % where this one move takes it to 39 %."""
+    light = [f"/a/{i}" for i in range(4)]
+    loads = {"/a/big": load(40.0), **{t: load(2.0) for t in light}, "/b/1": load(30.0), "/d/1": load(30.0),
+             "/c/1": load(4.0)}
+    cpu = {"a": 48.0, "b": 30.0, "d": 30.0, "c": 2.0}
+    view = cluster({"a": ["/a/big", *light], "b": ["/b/1"], "d": ["/d/1"], "c": ["/c/1"]}, loads,
+                   cpu=cpu, mem=dict(cpu), cores={"c": 8.0})
+    [t] = transfers(decide(view, balanced(), READY, NOW))
+    assert (t.topic, t.from_broker, t.to_broker) == ("/a/big", "a", "c")
+    model = ScoreModel(view, balanced(), NOW)
+    assert Spreads(model).cpu.cv == pytest.approx(balance_stats(cpu).cv)
+    model.place(t.topic, t.to_broker)
+    after = Spreads(model)
+    assert [model.cpu(b) for b in "abdc"] == pytest.approx([0.08, 0.30, 0.30, 0.22])
+    assert after.cpu.cv == pytest.approx(balance_stats({"a": 8, "b": 30, "d": 30, "c": 22}).cv)
+    assert t.cv_after == pytest.approx(after.imbalance) and t.cv_after < 0.40 < 0.60 < t.cv_before
+
+
 def test_lightest_among_the_moves_that_help_not_a_token_move() -> None:
     """The lightest topic barely helps; the seed's rule would move it hour after hour."""
     loads = {"/a/tiny": load(0.01), "/a/mid": load(5.0), "/a/3": load(20.0), "/b/1": load(10.0), "/c/1": load(10.0)}
@@ -218,6 +244,28 @@ def test_cpu_imbalance_hidden_by_balanced_topic_counts_still_triggers() -> None:
     assert t.from_broker == "a" and t.cv_before == pytest.approx(spreads.cpu.cv)
 
 
+def test_one_hot_broker_triggers_although_the_cv_looks_balanced() -> None:
+    """Five brokers of 4 cores with four topics each: a's of 20 MB/s (80 % CPU), the
+    others' of 12.5 MB/s (50 %). CPU's CV is 0.214 (the scores', 98.3 / 61.9 ×4, 0.210):
+    under the 0.30 threshold, so the seed's rule waits. But a is 43 % above the mean of
+    56 %: the CV spreads one hot broker's excess over all five (x/√(N − 1)). Moving one
+    of a's topics to b (a 60 %, b 70 %) brings CPU's CV to 0.143 and the hottest broker
+    to 25 % above the mean."""
+    layout = {"a": [f"/a/{i}" for i in range(4)], **{b: [f"/{b}/{i}" for i in range(4)] for b in "bcde"}}
+    loads = {t: load(20.0 if b == "a" else 12.5) for b, topics in layout.items() for t in topics}
+    cpu = {"a": 80.0, **{b: 50.0 for b in "bcde"}}
+    view = cluster(layout, loads, cpu=cpu, mem=dict(cpu))
+    d = decide(view, balanced(), READY, NOW)
+    [t] = transfers(d)
+    assert (t.topic, t.from_broker, t.to_broker) == ("/a/0", "a", "b")
+    assert t.cv_before == pytest.approx(balance_stats(cpu).cv) and t.cv_before < 0.30
+    assert t.cv_after == pytest.approx(balance_stats({"a": 60, "b": 70, "c": 50, "d": 50, "e": 50}).cv)
+    assert d.balance.cv < 0.30 and d.balance.cpu_hot == pytest.approx(80 / 56 - 1)
+    model = ScoreModel(view, balanced(), NOW)
+    model.place(t.topic, t.to_broker)
+    assert Spreads(model).cpu.hot == pytest.approx(70 / 56 - 1)
+
+
 def test_no_move_that_balances_counts_at_the_expense_of_cpu() -> None:
     """a holds 60 idle topics, b 2 busy ones, both at 30 % CPU: moving topics would even
     out the topic term of the score (CV 35 %) but unbalance CPU, so nothing moves."""
@@ -229,6 +277,97 @@ def test_no_move_that_balances_counts_at_the_expense_of_cpu() -> None:
     assert Spreads(model).score.cv > 0.30
     d = decide(view, replace(cfg, balanced_topic_load="absolute"), READY, NOW)
     assert transfers(d) == [] and d.skipped == ("NoCandidate",)
+
+
+def test_cpu_balance_may_be_bought_with_score_balance_to_spare() -> None:
+    """h, with 8 cores, holds twelve topics of 10 MB/s (60 % CPU); a and b, with 4, forty
+    of 0.5 MB/s with 5 producers each (20 %; connections cost no CPU here). The score
+    (topic load 30 %: counts and connections) has h lowest: 52.3 against 53.8, CV 0.013,
+    while CPU's CV is 0.57. Every CPU-balancing move starts from the score's coolest
+    broker, so a score that may not rise keeps every topic on h (what ours did after the
+    simulator's drain and failover, CV 0.29 for the last three hours). Moving one topic
+    to a takes CPU to 55 / 30 / 20 % (CV 0.42) and the scores to 48.0 / 62.6 / 53.8 (CV
+    0.109): balance the score had to spare, still below the stop band (0.15)."""
+    cfg = replace(balanced(), connection_cost_bps=0.0)
+    hot = [f"/h/{i}" for i in range(12)]
+    light = {x: [f"/{x}/{i}" for i in range(40)] for x in "ab"}
+    loads = {**{t: load(10.0) for t in hot}, **{t: load(0.5, 5) for x in "ab" for t in light[x]}}
+    cpu = {"h": 60.0, "a": 20.0, "b": 20.0}
+    view = cluster({"h": hot, **light}, loads, cpu=cpu, mem=dict(cpu), cores={"h": 8.0})
+    [t] = transfers(decide(view, cfg, READY, NOW))
+    assert (t.topic, t.from_broker, t.to_broker) == ("/h/0", "h", "a")
+    assert t.cv_before == pytest.approx(balance_stats(cpu).cv)
+    assert t.cv_after == pytest.approx(balance_stats({"h": 55, "a": 30, "b": 20}).cv)
+    model = ScoreModel(view, cfg, NOW)
+    before = Spreads(model)
+    model.place(t.topic, t.to_broker)
+    after = Spreads(model)
+    assert before.score.cv < after.score.cv < 0.15
+    assert [model.score(b) for b in ("h", "a", "b")] == pytest.approx([47.97, 62.56, 53.83], abs=0.01)
+
+
+def test_no_move_for_topic_counts_alone() -> None:
+    """a holds one 20 MB/s topic and ten idle ones with five producers each; b and c one
+    20 MB/s topic each. The score (topic load 30 %: counts and connections) is 73.4 /
+    29.7 / 29.7 (CV 0.47), CPU 21 / 20 / 20 %. Moving an idle topic lowers the score's
+    CV and CPU's by a hair (its connections cost 5 KB/s); it changes nothing a broker
+    feels, and a one-point CPU gap is within report noise: the simulator counts such a
+    move futile when the truth goes the other way. Nothing moves."""
+    idle = [f"/a/idle{i}" for i in range(10)]
+    loads = {"/a/1": load(20.0), **{t: load(0.0, 5) for t in idle}, "/b/1": load(20.0), "/c/1": load(20.0)}
+    cpu = {"a": 21.0, "b": 20.0, "c": 20.0}
+    view = cluster({"a": ["/a/1", *idle], "b": ["/b/1"], "c": ["/c/1"]}, loads, cpu=cpu, mem=dict(cpu))
+    assert Spreads(ScoreModel(view, balanced(), NOW)).score.cv > 0.30
+    d = decide(view, balanced(), READY, NOW)
+    assert transfers(d) == [] and d.skipped == ("NoCandidate",)
+
+
+def test_no_move_whose_cpu_gain_report_noise_could_reverse() -> None:
+    """h runs at 50 % CPU (its topic blacklisted), s at 38 % with nineteen 2 MB/s topics of
+    3 producers each (the highest score: 77.3), d, with twice the cores, at 32 % with two
+    topics (the lowest: 37.8). The score drives (CV 0.28 against CPU's 0.19, rebalancing
+    under way) and names s → d. Moving a 2 MB/s topic takes s to 36 % and d to 33 %: d
+    stays 5 points below where s was, and CPU's CV falls, but only from 0.1871 to 0.1868,
+    since a topic weighs half as much on d and the mean utilisation falls with the move.
+    Had s read 2 points high and d 2 low (5 % report noise at 40 %), the same move would
+    raise it (0.178 → 0.185): the simulator's scale workload made that move, and it was
+    futile. Nothing moves."""
+    cfg = replace(balanced(blacklist_topics=("/h/*",)), connection_cost_bps=0.0)
+    small = [f"/s/{i}" for i in range(19)]
+    loads = {"/h/1": load(50.0), **{t: load(2.0, 3) for t in small}, "/d/1": load(32.0), "/d/2": load(32.0)}
+    cpu = {"h": 50.0, "s": 38.0, "d": 32.0}
+    view = cluster({"h": ["/h/1"], "s": small, "d": ["/d/1", "/d/2"]}, loads, cpu=cpu, mem=dict(cpu),
+                   cores={"d": 8.0})
+    spreads = Spreads(ScoreModel(view, cfg, NOW))
+    assert spreads.driver is spreads.score and spreads.cpu.cv == pytest.approx(balance_stats(cpu).cv)
+    after, _, _ = spreads.cpu.after("s", "d", 0.02, 0.01)
+    assert after == pytest.approx(balance_stats({"h": 50, "s": 36, "d": 33}).cv) and after < spreads.cpu.cv
+    assert balance_stats({"h": 50, "s": 34, "d": 35}).cv > balance_stats({"h": 50, "s": 36, "d": 34}).cv
+    d = decide(view, cfg, replace(READY, rebalancing=True), NOW)
+    assert transfers(d) == [] and d.skipped == ("NoCandidate",)
+
+
+def test_when_the_score_names_a_pair_cpu_cannot_use_the_pair_cpu_names_is_tried() -> None:
+    """x (56 % CPU, eight 7 MB/s topics), y (twice the cores, 53 %, two topics), z (43 %,
+    ten topics of 4.3 MB/s). With memory at 80 / 5 / 60 % the score calls x the most
+    loaded and y the least (CV 0.20 against CPU's 0.11): it names x → y, but y is only 3
+    points of CPU below x, within report noise. CPU names x → z: one of x's topics there
+    leaves 49 / 53 / 50 % (CPU's CV 0.11 → 0.03) and lowers the score's CV too."""
+    cfg = replace(balanced(), connection_cost_bps=0.0)
+    xs, zs = [f"/x/{i}" for i in range(8)], [f"/z/{i}" for i in range(10)]
+    loads = {**{t: load(7.0) for t in xs}, "/y/1": load(53.0), "/y/2": load(53.0), **{t: load(4.3, 1) for t in zs}}
+    cpu = {"x": 56.0, "y": 53.0, "z": 43.0}
+    view = cluster({"x": xs, "y": ["/y/1", "/y/2"], "z": zs}, loads, cpu=cpu, mem={"x": 80.0, "y": 5.0, "z": 60.0},
+                   cores={"y": 8.0})
+    model = ScoreModel(view, cfg, NOW)
+    before = Spreads(model)
+    assert before.driver is before.score and min(model.balance_set, key=model.score) == "y"
+    [t] = transfers(decide(view, cfg, replace(READY, rebalancing=True), NOW))
+    assert (t.topic, t.from_broker, t.to_broker) == ("/x/0", "x", "z")
+    model.place(t.topic, t.to_broker)
+    after = Spreads(model)
+    assert after.cpu.cv == pytest.approx(balance_stats({"x": 49, "y": 53, "z": 50}).cv)
+    assert after.score.cv < before.score.cv and t.cv_after == pytest.approx(after.imbalance)
 
 
 def test_never_moves_to_a_draining_broker_even_if_it_is_emptiest() -> None:

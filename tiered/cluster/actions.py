@@ -133,6 +133,9 @@ class BalanceStats:
     underloaded: tuple[str, ...]
     #: CV of estimated CPU utilisation, when the strategy weighs resources and a check ran.
     cpu_cv: float | None = None
+    #: How far the hottest broker's CPU is above the mean, as a fraction of the mean (same
+    #: condition); rebalancing starts when this or a CV is above the threshold.
+    cpu_hot: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from tiered.cluster.config import LoadManagerConfig
 from tiered.cluster.context import Context
 from tiered.cluster.drain import drain
 from tiered.cluster.failover import complete_moves, fail_over, unstick
-from tiered.cluster.rebalance import Candidate, check, select_move
+from tiered.cluster.rebalance import Candidate, Spreads, check, select_move
 from tiered.cluster.scoring import balance_stats, topic_load_score
 from tiered.cluster.view import ClusterView, CoreState, MoveKind, PlacementState, validate
 
@@ -125,8 +125,8 @@ def plan_rebalance(view: ClusterView, config: LoadManagerConfig, now: float, max
                    respect_hourly_limit: bool = True) -> list[Candidate]:
     """The moves an operator's ``rebalance`` would make, one after another, each chosen
     by the same rules on the model as left by the previous one (``--dry-run`` prints
-    them). Stops at ``max_moves``, at the hourly budget, when CV falls below
-    ``stop_ratio × threshold`` or when no move helps."""
+    them). Stops at ``max_moves``, at the hourly budget, when the imbalance the
+    hysteresis watches falls below ``stop_ratio × threshold`` or when no move helps."""
     validate(view)
     ctx = Context(view, config, CoreState(started_at=now), now)
     cfg = config.rebalancing
@@ -137,8 +137,7 @@ def plan_rebalance(view: ClusterView, config: LoadManagerConfig, now: float, max
     planned: list[Candidate] = []
     moved: set[str] = set()
     while len(planned) < budget:
-        stats = balance_stats(ctx.model.balance_loads())
-        if stats is None or stats.cv < cfg.stop_ratio * eff.cv_threshold:
+        if not ctx.model.balance_set or Spreads(ctx.model).trigger < cfg.stop_ratio * eff.cv_threshold:
             break
         move = select_move(ctx.model, view, ctx.owned, ctx.history, cfg, eff, now, exclude=moved)
         if move is None:

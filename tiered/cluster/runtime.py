@@ -384,6 +384,15 @@ class Executor:
         return self.txn(token, compares, ops)
 
 
+def _balance_text(b) -> str:
+    """The scores' CV, and CPU's CV and hottest broker when a check computed them."""
+    if b is None:
+        return "-"
+    if b.cpu_cv is None:
+        return f"{b.cv:.3f}"
+    return f"{b.cv:.3f}, CPU CV {b.cpu_cv:.3f}, hottest CPU {b.cpu_hot:+.0%} of the mean"
+
+
 def _forgot(snap: Snapshot, topic: str, p: records.PlacementRecord) -> bool:
     """Whether the source of a release can no longer be sealing ``topic``: it registered
     again after the move began, or its load report written after the move began does
@@ -466,8 +475,7 @@ class LoadManager:
             if decision.checked and tuple(decision.skipped) != self._last_skipped:
                 self._last_skipped = tuple(decision.skipped)
                 log.info("load manager (term %d): rebalancing check: %s (CV %s)", token.term,
-                         ", ".join(decision.skipped) or "moving",
-                         "-" if decision.balance is None else f"{decision.balance.cv:.3f}")
+                         ", ".join(decision.skipped) or "moving", _balance_text(decision.balance))
             report.decision = decision
             for alarm in decision.alarms:
                 log.warning("load manager alarm %s on %s: %s", alarm.kind, alarm.subject, alarm.detail)

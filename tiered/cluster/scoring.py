@@ -131,8 +131,11 @@ def cv_of(n: int, total: float, total_sq: float) -> float:
 # Per-topic cost vector: (count, cost weight w, wtl, throughput bytes/s, bytes in/s).
 _N, _W, _WTL, _THR, _IN = range(5)
 _COST_FLOOR = 1.0
-#: Usage % at which a broker is saturated (its report no longer grows with its load).
-_SATURATED = 95.0
+#: Usage % from which a broker may be saturated (its report no longer grows with its
+#: load): a report cannot show more than 100 %, and a few % of report noise takes a
+#: saturated broker's reading down to about 90 % (at 95 %, a capped broker reading 94 %
+#: sometimes entered the fit and halved every topic's estimated CPU cost).
+_SATURATED = 90.0
 #: Fit a line only when the brokers' cost per core differs by a few percent (CV ≥ 3 %).
 _SPREAD_MIN = 0.03 ** 2
 
@@ -283,8 +286,8 @@ class ScoreModel:
         noise), the idle level is left out of the score (no placement changes it, and a
         flat 15 % of base memory on every broker would hide a broker at 99 % CPU from the
         CV), and what a broker uses beyond the line stays in its score as its own base.
-        A saturated broker (≥ 95 %) is left out of the fit and its topics' cost can show
-        it needs more than 100 %. Otherwise everything a broker reports is attributed to
+        A broker that may be saturated (≥ 90 %) is left out of the fit and its topics'
+        cost can show it needs more than 100 %. Otherwise everything a broker reports is attributed to
         its topics in proportion to their cost (and an empty broker borrows the median).
         """
         points = []
