@@ -89,18 +89,18 @@ def summarise(world: World, algorithm: str, target_cv: float, since_s: float, wa
         wall_s=wall_s, decisions=decisions)
 
 
-HEADER = (f"{'algorithm':<20} {'CV p50':>7} {'CV p95':>7} {'CV end':>7} {'converge':>9} {'moves/h':>8} "
+HEADER = (f"{'algorithm':<29} {'CV p50':>7} {'CV p95':>7} {'CV end':>7} {'converge':>9} {'moves/h':>8} "
           f"{'other':>6} {'pingpong':>8} {'futile':>7} {'max/mean':>9} {'unavail s':>10} {'burst':>6}")
 
 
 def format_row(row: Row) -> str:
     converge = "never" if row.converge_min is None else f"{row.converge_min:.0f} min"
     burst = "-" if row.burst_skew is None else f"{row.burst_skew:.2f}"
-    return (f"{row.algorithm:<20} {row.cv_p50:>7.3f} {row.cv_p95:>7.3f} {row.cv_last_hour:>7.3f} {converge:>9} "
+    return (f"{row.algorithm:<29} {row.cv_p50:>7.3f} {row.cv_p95:>7.3f} {row.cv_last_hour:>7.3f} {converge:>9} "
             f"{row.moves_per_hour:>8.1f} {row.other_moves:>6} {row.pingpong:>8} {row.futile:>7} "
             f"{row.max_mean_p50:>9.2f} {row.unavailable_s:>10.1f} {burst:>6}")
 
 
 def format_bound(lower: float, lpt_max_mean: float, lpt_cv: float) -> str:
-    return (f"{'bound (LPT greedy)':<20} {lpt_cv:>7.3f} {'':>7} {'':>7} {'':>9} {'':>8} {'':>6} {'':>8} {'':>7} "
+    return (f"{'bound (LPT greedy)':<29} {lpt_cv:>7.3f} {'':>7} {'':>7} {'':>9} {'':>8} {'':>6} {'':>8} {'':>7} "
             f"{lpt_max_mean:>9.2f} {'':>10} {'':>6}   lower bound of max/mean: {lower:.2f}")
