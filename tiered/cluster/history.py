@@ -27,7 +27,9 @@ class HistoryIndex:
 
     def moves_in_last_hour(self, now: float, kinds: Iterable[MoveKind] = LIMITED_KINDS) -> int:
         wanted = set(kinds)
-        return sum(1 for r in self.records if r.kind in wanted and now - HOUR_S < r.started_at <= now)
+        # A move dated after ``now`` counts: an earlier leader's clock ran ahead of ours, and
+        # leaving it out would let the new leader exceed the limit within the real hour.
+        return sum(1 for r in self.records if r.kind in wanted and now - HOUR_S < r.started_at)
 
     def last_moved_at(self, topic: str) -> float | None:
         records = self.by_topic.get(topic)

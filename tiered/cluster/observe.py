@@ -73,7 +73,8 @@ def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snaps
     of topics not simply owned (and unplaced assignments); "all" of every topic."""
     snap = Snapshot(metadata.current_revision())
     for kv in metadata.range(REGISTERED_PREFIX):
-        snap.registered[kv.key[len(REGISTERED_PREFIX):]] = kv
+        _parse(snap, kv, lambda kv=kv: snap.registered.__setitem__(
+            records.broker_from_key(kv.key, REGISTERED_PREFIX), kv))
     for kv in metadata.range(records.BROKER_STATE_PREFIX):
         _parse(snap, kv, lambda: snap.modes.__setitem__(
             records.broker_from_key(kv.key, records.BROKER_STATE_PREFIX),
@@ -90,6 +91,7 @@ def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snaps
         broker, _, rest = kv.key[len(keys.ASSIGNMENTS_PREFIX):].partition("/")
 
         def add(kv=kv, broker=broker) -> None:
+            keys.check_broker_id(broker, kv.key)
             topic = str(keys.topic_from_key(kv.key, keys.broker_assignments_prefix(broker)))
             snap.assignments.setdefault(topic, {})[broker] = kv.mod_revision
         _parse(snap, kv, add)
@@ -161,6 +163,15 @@ class ViewBuilder:
             mode = BrokerMode(snap.modes[b][0].mode) if b in snap.modes else BrokerMode.ACTIVE
             report = self._fold_report(b, snap.reports.get(b))
             brokers[b] = BrokerInfo(b, mode, b in snap.registered, self.unregistered_since.get(b), report)
+        for b in [b for b in self._reports if b not in names]:
+            del self._reports[b]
+        # A topic's smoothed load lives while a current report names it or it is placed (a
+        # moving topic keeps its average for the target's first report): a deleted topic,
+        # or one a bad report named once, is forgotten.
+        kept = set().union(*(r.topics for _, _, r in self._reports.values()))
+        kept.update(t for t, (p, _) in snap.placements.items() if p.state != "free")
+        for topic in [t for t in self._topic_loads if t not in kept]:
+            del self._topic_loads[topic]
         placements = {}
         for topic, (p, _) in snap.placements.items():
             if p.state == "free" or p.broker is None:

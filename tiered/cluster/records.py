@@ -106,6 +106,12 @@ class PlacementRecord:
             raise ValueError(f"unknown placement state {self.state!r}")
         if self.state != "free" and not isinstance(self.broker, str):
             raise ValueError(f"state {self.state} without a broker")
+        # Keys are built from these ids (assignments, registrations): a record naming an
+        # impossible broker is malformed, skipped and reported, never acted on.
+        for name in ("broker", "target"):
+            value = getattr(self, name)
+            if value is not None and not keys.is_broker_id(value):
+                raise ValueError(f"{name} {value!r} is not a broker id")
         if not (_rate(self.created_at) and _rate(self.updated_at) and _count(self.attempts) and _count(self.term)):
             raise ValueError("created_at/updated_at must be times, attempts/term counts")
         for name in ("target", "move_id", "kind", "reason", "history_key"):
@@ -163,19 +169,21 @@ class LoadReportRecord:
 
     def __post_init__(self) -> None:
         # A bad report must be skipped, never reach the decision core (which refuses a view
-        # holding one, and would stall every step on it).
+        # holding one, and would stall every step on it). Every number has a ceiling no
+        # real broker reaches: sums and squares of a few thousand of them stay finite.
         if not isinstance(self.broker_id, str) or not _count(self.seq):
             raise ValueError("broker_id must be a string and seq a non-negative integer")
-        for name in ("ts", "cpu_pct", "mem_pct", "net_in_bps", "net_out_bps", "disk_io_bps"):
-            if not _rate(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
-        for name in ("cpu_cores", "mem_bytes"):
-            if not _rate(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        for name, ceiling in (("ts", TIME_MAX), ("cpu_pct", 100.0), ("mem_pct", 100.0), ("net_in_bps", RATE_MAX),
+                              ("net_out_bps", RATE_MAX), ("disk_io_bps", RATE_MAX)):
+            if not _rate(getattr(self, name), ceiling):
+                raise ValueError(f"{name} must be a number in [0, {ceiling:g}], got {getattr(self, name)!r}")
+        for name, ceiling in (("cpu_cores", CORES_MAX), ("mem_bytes", RATE_MAX)):
+            if not _rate(getattr(self, name), ceiling) or getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a number in (0, {ceiling:g}], got {getattr(self, name)!r}")
         for name in ("nic_bps", "disk_bps"):
             value = getattr(self, name)
-            if value is not None and (not _rate(value) or value <= 0):
-                raise ValueError(f"{name} must be null or a finite number > 0, got {value!r}")
+            if value is not None and (not _rate(value, RATE_MAX) or value <= 0):
+                raise ValueError(f"{name} must be null or a number in (0, {RATE_MAX:g}], got {value!r}")
         if not isinstance(self.topics, list):
             raise ValueError("topics must be a list")
 
@@ -187,13 +195,23 @@ class LoadReportRecord:
             if not isinstance(item, dict) or not isinstance(item.get("topic"), str):
                 continue
             values = {k: v for k, v in item.items() if k in known}
-            if all(_rate(v) for k, v in values.items() if k != "topic"):
+            if all(_rate(v, RATE_MAX) for k, v in values.items() if k != "topic"):
                 out.append(TopicReport(**values))
         return out
 
 
-def _rate(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+#: Ceilings of what a load report may say (a value above is malformed): rates in bytes or
+#: messages per second and counts up to 10^15 (a petabyte per second), times up to 10^11 s
+#: (year 5138), a million cores. Far beyond any broker, far below where a sum of thousands
+#: of them, or its square, overflows a float.
+RATE_MAX = 1e15
+TIME_MAX = 1e11
+CORES_MAX = 1e6
+
+
+def _rate(value: Any, ceiling: float = math.inf) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and 0 <= value <= ceiling
 
 
 def _count(value: Any) -> bool:
@@ -221,9 +239,9 @@ class HistoryRecord:
         for name in ("move_id", "topic", "to_broker", "kind", "reason"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string")
-        if not (_rate(self.started_at) and _rate(self.estimated_load)) or \
-                (self.completed_at is not None and not _rate(self.completed_at)):
-            raise ValueError("started_at/completed_at/estimated_load must be finite numbers >= 0")
+        if not (_rate(self.started_at, TIME_MAX) and _rate(self.estimated_load, RATE_MAX)) or \
+                (self.completed_at is not None and not _rate(self.completed_at, TIME_MAX)):
+            raise ValueError("started_at/completed_at must be times, estimated_load a number >= 0")
 
 
 @dataclass(frozen=True, slots=True)

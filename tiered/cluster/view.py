@@ -253,7 +253,9 @@ def validate(view: ClusterView) -> None:
             ok = False
         if not ok:
             _finite(f"topic_loads[{topic!r}]", *values)
-            raise InvalidView(f"topic_loads[{topic!r}]", "negative rate or count")
+            if min(values) < 0:
+                raise InvalidView(f"topic_loads[{topic!r}]", "negative rate or count")
+            raise InvalidView(f"topic_loads[{topic!r}]", "rates and counts too large to add up")
     for topic, marker in view.markers.items():
         if marker.topic != topic:
             raise InvalidView(f"markers[{topic!r}]", f"topic is {marker.topic!r}")

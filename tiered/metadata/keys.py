@@ -226,10 +226,24 @@ def history_key(started_at: float, move_id: str) -> str:
 
 
 def broker_from_key(key: str, prefix: str) -> str:
-    """The broker id a key under ``prefix`` names (MalformedRecord if it is not under it)."""
+    """The broker id a key under ``prefix`` names (MalformedRecord if it is not under it
+    or does not end in a valid broker id: keys are built from it again)."""
     if not key.startswith(prefix):
         raise MalformedRecord(key, f"key is not under {prefix!r}")
-    return key[len(prefix):]
+    return check_broker_id(key[len(prefix):], key)
+
+
+def check_broker_id(value: object, key: str) -> str:
+    """``value`` if it is a valid broker id, else MalformedRecord naming ``key``: an id read
+    from a stored key or record, which a buggy or hostile writer may have put there."""
+    if not is_broker_id(value):
+        raise MalformedRecord(key, f"broker id {value!r} must be 1-128 characters of [A-Za-z0-9._-]")
+    return value  # type: ignore[return-value]
+
+
+def is_broker_id(value: object) -> bool:
+    """Whether ``value`` can name a broker (and so a key segment)."""
+    return isinstance(value, str) and value not in (".", "..") and _SEGMENT_RE.fullmatch(value) is not None
 
 
 def topic_from_key(key: str, prefix: str) -> TopicName:
