@@ -122,8 +122,11 @@ class RuntimeRun:
                 bytes_in, bytes_out, producers, consumers, backlog = w.topic_report(index[name], smoothed=False)
                 topics.append(asdict(records.TopicReport(name, 0, bytes_in / 1024.0, bytes_in, bytes_out, producers,
                                                          consumers, consumers, backlog)))
-            # The capacities the simulator's own core is given (bench/lmsim/ours.py).
-            record = records.LoadReportRecord(b, self.seq, self.now, r.cpu_pct, r.mem_pct, s.cores, s.mem_bytes,
+            # The capacities the simulator's own core is given (bench/lmsim/ours.py). A real
+            # broker's report caps CPU and memory at 100 % (tiered/cluster/reports.py), and a
+            # record above is malformed; the simulator's noise can go past it.
+            record = records.LoadReportRecord(b, self.seq, self.now, min(r.cpu_pct, 100.0), min(r.mem_pct, 100.0),
+                                              s.cores, s.mem_bytes,
                                               r.net_in_bps, r.net_out_bps, topics, disk_io_bps=r.disk_io_bps,
                                               nic_bps=s.nic_bps, disk_bps=4 * s.nic_bps)
             ops.append(Put(records.load_key(b), records.encode(record)))
