@@ -19,7 +19,8 @@ its topics. Failovers are exempt from the hourly limit and cooldowns.
 **Stuck states.** An assignment not confirmed after ``assign_timeout_s`` is re-put (the
 broker's watcher retries), and after ``assign_retries_max`` re-puts given to another
 broker. A release that takes longer than ``release_timeout_s`` raises an alarm and
-nothing else: the source is alive and sealing, and forcing would fence a live owner.
+nothing else: the source is alive and sealing (its assignment watcher retries a failing
+seal until it lands), and forcing would fence a live owner.
 """
 from __future__ import annotations
 

@@ -179,6 +179,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "watcher.retry_backoff_max_s": ("Largest back-off.", NONE),
     "watcher.workers_max": ("Topics loaded or unloaded in parallel.", NONE),
     "watcher.stop_timeout_s": ("Bound on stopping the watcher.", NONE),
+    "watcher.unload_retry_max_s": ("An unload that failed `retry_attempts_max` times is retried, one attempt "
+                                   "per round, while the topic is still hosted here, not fenced and not "
+                                   "assigned here again; the largest back-off between those rounds.", NONE),
     # -- server (dnb broker run) ---------------------------------------------------------
     "server.listen_host": ("Address the HTTP API binds to (`--listen HOST:PORT`).",
                            "Kafka `listeners`; Pulsar `bindAddress`"),
