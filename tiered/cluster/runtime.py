@@ -8,7 +8,9 @@ One :meth:`LoadManager.step`:
 3. **Observe** what brokers did (no decision needed): adopt assignments that have no
    placement record (an operator's ``dnb move``/``assign``), and turn ``assigning`` into
    ``owned`` once the owner record says the assignee holds the topic (completing the
-   move's history entry). Any such write → read again.
+   move's history entry); roll a release back to a source that restarted, and give an
+   ``assigning`` topic back to a live holder that restarted and forgot it
+   (:meth:`Executor.give_back`). Any such write → read again.
 4. ``decide(view, config, state, now)`` and :class:`Executor` for each action.
 
 Every write is one transaction whose compares include the leader fence
@@ -336,6 +338,46 @@ class Executor:
                     absent(keys.assignment_key(source, topic))]
         return self.txn(token, compares, ops)
 
+    def give_back(self, snap: Snapshot, token: LeaderToken, topic: str, holder: str) -> bool:
+        """``assigning`` another broker → ``assigning`` the live holder (see ``_observe``).
+
+        Precondition (each part compared in the transaction, or read from the same
+        snapshot): the placement is ``assigning`` to a broker other than ``holder`` and
+        unchanged (``mod_revision``); the owner record, unchanged, names ``holder`` and is
+        not released (nobody else took the topic over, so nothing was numbered past the
+        holder's WAL); ``holder`` is registered, the incarnation we saw
+        (``create_revision``), so no other broker can take the topic while this holds;
+        ``holder`` has no assignment key for the topic (``absent``); and ``holder`` forgot
+        the topic (``_forgot``: registered after the placement last changed, or its later
+        load report does not list it), so it is neither hosting nor sealing it: a holder
+        sealing for a move (that will release) is left alone. The topic goes to the one
+        broker that can serve it: its load is a restart by the same broker and recovers
+        its own WAL. The other assignment keys are deleted in the same transaction
+        (compared on their ``mod_revision``), so there is still one per topic (I1); the
+        move's history entry is completed (to the holder)."""
+        held, _ = snap.placements[topic]
+        _, owner_rev = snap.owner(topic)
+        reg = snap.registered[holder]
+        assigned = snap.assignments.get(topic, {})
+        log.warning("load manager: %s holds %s (restarted) but it is assigned to %s; giving it back to %s",
+                    holder, topic, held.broker, holder)
+        ops: list[Op] = [
+            Put(records.placement_key(topic), records.encode(replace(
+                held, state="assigning", broker=holder, target=None, move_id=None, kind=None, history_key=None,
+                attempts=0, reason="given back", updated_at=self.clock(), term=token.term))),
+            Put(keys.assignment_key(holder, topic), _assign_value("given back", self.clock())),
+            *[Delete(keys.assignment_key(b, topic)) for b in sorted(assigned)]]
+        if held.history_key is not None and held.history_key in snap.history:
+            h = snap.history[held.history_key]
+            ops.append(Put(held.history_key, records.encode(replace(
+                h, to_broker=holder, reason=f"{h.reason}; given back: {holder} restarted holding it",
+                completed_at=self.clock()))))
+        compares = [*self._placement_guard(snap, topic), mod_revision_is(owner_key(topic), owner_rev),
+                    create_revision_is(registered_key(holder), reg.create_revision),
+                    absent(keys.assignment_key(holder, topic)),
+                    *[mod_revision_is(keys.assignment_key(b, topic), rev) for b, rev in sorted(assigned.items())]]
+        return self.txn(token, compares, ops)
+
     def readopt(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
         """An ``owned`` placement whose broker lost its assignment while an operator
         assigned the topic to another broker (``dnb move`` racing the leader): the
@@ -393,11 +435,12 @@ def _balance_text(b) -> str:
     return f"{b.cv:.3f}, CPU CV {b.cpu_cv:.3f}, hottest CPU {b.cpu_hot:+.0%} of the mean"
 
 
-def _forgot(snap: Snapshot, topic: str, p: records.PlacementRecord) -> bool:
-    """Whether the source of a release can no longer be sealing ``topic``: it registered
-    again after the move began, or its load report written after the move began does
-    not list the topic (a broker lists every topic it hosts, sealing ones included)."""
-    source = p.broker
+def _forgot(snap: Snapshot, topic: str, p: records.PlacementRecord, broker: str | None = None) -> bool:
+    """Whether the source of a release (or ``broker``, the holder of an ``assigning``
+    topic) can no longer be sealing ``topic``: it registered again after the placement
+    last changed, or its load report written after that does not list the topic (a
+    broker lists every topic it hosts, sealing ones included)."""
+    source = broker or p.broker
     if snap.registered[source].create_revision > snap.placements[topic][1]:
         return True
     report = snap.reports.get(source)
@@ -521,6 +564,18 @@ class LoadManager:
                 # saw the unassignment, so it will never seal. Roll the move back (it
                 # reloads its own WAL, losing nothing); the rules may move it again later.
                 done += int(self.executor.roll_back(snap, token, topic))
+                continue
+            if p.state == "assigning" and holder is not None and holder != p.broker and holder in snap.registered \
+                    and holder not in assigned and _forgot(snap, topic, p, holder):
+                # The holder restarted after the topic was given to another broker (a
+                # failover's Reassign landed, then the same id came back before the target
+                # loaded it): the target's load is refused (the holder is live), and the
+                # holder, with no assignment, never loads or seals it. Give the topic back
+                # to the holder (it recovers its own WAL, losing nothing). Precondition: the
+                # holder is live (registered, that incarnation compared), holds the topic
+                # (owner record unreleased and unchanged), has no assignment, and forgot
+                # the topic (so it is not sealing it for a move); see give_back.
+                done += int(self.executor.give_back(snap, token, topic, holder))
                 continue
             if holder is None or holder not in snap.registered or set(assigned) != {holder}:
                 continue
