@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
-from tiered.cluster import admin, records
+from tiered.cluster import admin, decide, records
 from tiered.cluster.history import HistoryIndex
 from tiered.cluster.observe import read_snapshot
 from tiered.cluster.view import InvalidView, MoveKind, TopicLoad, validate
 from tiered.errors import MalformedRecord
 from tiered.metadata import keys, open_metadata
-from tests.cluster.helpers import NOW, cluster, record
+from tests.cluster.helpers import NOW, READY, cluster, fair, record
 from tests.cluster.lm_fixtures import lm_cluster, wait_for  # noqa: F401 - lm_cluster is a fixture
+from tests.cluster.test_rebalance import skewed, transfers
 from tests.cluster.test_runtime import TOPICS, all_owned, check_continuity, placements, produce, start_cluster
 
 
@@ -105,3 +107,17 @@ def test_hostile_records_do_not_stall_failover_or_placement(lm_cluster):
     wait_for(lambda: all_owned(cluster, ["/default/after"], {"1", "3"}), "a new topic placed")
     produce(cluster, acked, 3, ack="archived")
     check_continuity(cluster, acked)
+
+
+def test_a_move_dated_far_ahead_blocks_nothing_and_raises_an_alarm():
+    """A history entry dated a day ahead (a leader whose clock was a day off, or a hostile
+    writer) is counted by no rule: rebalancing is neither rate-limited nor settling on
+    it. One dated within the tolerated skew still counts."""
+    config = fair(max_moves_per_hour=1)
+    far = record("/x", "a", "b", NOW + 86_400.0, MoveKind.AUTO, done=NOW + 86_401.0)
+    d = decide(replace(skewed(), history=[far]), config, READY, NOW)
+    assert transfers(d), d.skipped
+    assert [a.kind for a in d.alarms] == ["HistoryFromTheFuture"]
+    near = record("/x", "a", "b", NOW + 600.0, MoveKind.AUTO, done=NOW + 601.0)
+    d = decide(replace(skewed(), history=[near]), config, READY, NOW)
+    assert not transfers(d) and d.skipped and not d.alarms

@@ -99,3 +99,49 @@ def test_a_topic_assigned_back_while_its_seal_keeps_failing_is_sealed_then_loade
         _wait_until(lambda: not watch_a.unload_retrying(), "the retries to end")
     finally:
         watch_a.stop()
+
+
+def test_a_topic_fenced_while_its_unload_is_retried_is_abandoned_and_can_be_loaded_here_again(
+        faulty: Cluster) -> None:
+    """A's seal keeps failing; meanwhile B takes the topic over (a failover: forced, A's
+    unarchived tail recorded as lost). A's retry meets the fence: A must drop its copy
+    (no seal can land), not keep a half-sealed topic that refuses every later load here.
+    Once B seals, A loads the topic again and serves B's messages once each."""
+    md, faults = faulty.metadata, faulty.objects.faults
+    a, b = faulty.broker("A"), faulty.broker("B")
+    watch_a = AssignmentWatcher(a, WATCHER).start()
+    try:
+        assign(md, TOPIC, "A")
+        _wait_until(lambda: _hosted(a), "A hosts the topic")
+        faults.fail("put")
+        produce_range(a.topic(TOPIC), 0, 9)  # durable acks, not archived
+        request_unload(md, TOPIC, "A")
+        _wait_until(lambda: watch_a.unload_retrying(), "A to retry its failing unload")
+        faults.clear()
+        hosted_b = b.load(TOPIC, force=True)  # the takeover fences A's copy
+        _wait_until(lambda: not _hosted(a) and not watch_a.unload_retrying(), "A to drop its fenced copy")
+        first_b = hosted_b.next_offset
+        b_offsets = [hosted_b.produce(f"from B {i}".encode(), ack="durable") for i in range(5)]
+        assert b_offsets == list(range(first_b, first_b + 5))
+        b.unload(TOPIC)
+        hosted_a = a.load(TOPIC)
+        assert not hosted_a.fenced and hosted_a.next_offset == first_b + 5
+        messages = read_all(hosted_a, first_b, first_b + 4)  # B's messages, never A's stale copy
+        assert [(m.offset, m.payload) for m in messages] == [(first_b + i, f"from B {i}".encode()) for i in range(5)]
+        assert verify_topic(TOPIC, md, faulty.objects, check_objects=True).ok
+    finally:
+        watch_a.stop()
+
+
+def test_loading_over_a_copy_fenced_by_a_newer_owner_drops_that_copy_first(faulty: Cluster) -> None:
+    """``load`` never hands back a fenced copy as if it were loaded."""
+    a, b = faulty.broker("A"), faulty.broker("B")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4)
+    hosted_b = b.load(TOPIC, force=True)
+    assert topic_a.publish_progress() is False and topic_a.fenced
+    produce_range(hosted_b, hosted_b.next_offset, hosted_b.next_offset + 2)
+    end = hosted_b.next_offset
+    b.unload(TOPIC)
+    again = a.load(TOPIC)
+    assert again is not topic_a and not again.fenced and again.next_offset == end

@@ -30,7 +30,7 @@ class Context:
         self.state = state
         self.topics = sorted(view.placements)
         self.model = ScoreModel(view, config, now, self.topics)
-        self.history = HistoryIndex(view.history)
+        self.history = HistoryIndex(view.history, now)
         self.actions: list[Action] = []
         self.alarms: list[Alarm] = []
         self.skipped: list[str] = []

@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from tiered.cluster.actions import Assign, Decision, DropMarker, RejectRequest, Transfer
 from tiered.cluster.config import LoadManagerConfig
+from tiered.cluster.history import FUTURE_SKEW_S
 from tiered.cluster.context import Context
 from tiered.cluster.drain import drain
 from tiered.cluster.failover import complete_moves, fail_over, unstick
@@ -41,6 +42,12 @@ def decide(view: ClusterView, config: LoadManagerConfig, state: CoreState | None
     if state.started_at is None:
         state = replace(state, started_at=now)
     ctx = Context(view, config, state, now)
+    if ctx.history.ignored:
+        first = max(ctx.history.ignored, key=lambda r: r.last_at)
+        ctx.alarm("HistoryFromTheFuture", "/cluster/rebalancing_history",
+                  f"{len(ctx.history.ignored)} move(s) dated more than {FUTURE_SKEW_S:.0f}s ahead of this leader's "
+                  f"clock, counted by no rule (furthest: {first.move_id} of {first.topic}, "
+                  f"{first.last_at - now:.0f}s ahead)")
     rankings = ctx.model.rankings()
     start_balance = balance_stats(ctx.model.balance_loads())
     complete_moves(ctx)

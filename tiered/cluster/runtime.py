@@ -60,6 +60,7 @@ from tiered.cluster.actions import (
 from tiered.cluster.config import LoadManagerConfig
 from tiered.cluster.errors import ClusterError
 from tiered.cluster.decide import decide
+from tiered.cluster.history import FUTURE_SKEW_S
 from tiered.cluster.leader import LeaderElection, LeaderToken
 from tiered.cluster.metrics import LoadManagerMetrics
 from tiered.cluster.observe import Snapshot, ViewBuilder, read_snapshot
@@ -471,6 +472,8 @@ class LoadManager:
         self._views = ViewBuilder(self.config)
         self._next_wakeup: float | None = None
         self._last_skipped: tuple[str, ...] = ()
+        #: Alarms logged and not cleared since (kind, subject): each is logged when raised.
+        self._logged_alarms: set[tuple[str, str]] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -520,8 +523,13 @@ class LoadManager:
                 log.info("load manager (term %d): rebalancing check: %s (CV %s)", token.term,
                          ", ".join(decision.skipped) or "moving", _balance_text(decision.balance))
             report.decision = decision
-            for alarm in decision.alarms:
+            alarms = {(a.kind, a.subject): a for a in decision.alarms}
+            for key in alarms.keys() - self._logged_alarms:  # transitions, not one line per step
+                alarm = alarms[key]
                 log.warning("load manager alarm %s on %s: %s", alarm.kind, alarm.subject, alarm.detail)
+            for kind, subject in self._logged_alarms - alarms.keys():
+                log.info("load manager alarm %s on %s cleared", kind, subject)
+            self._logged_alarms = set(alarms)
             for action in decision.actions:
                 if self.election.current() is not token:
                     raise Fenced("leadership ended during the step")
@@ -594,7 +602,10 @@ class LoadManager:
         excess = len(entries) - self.runtime.history_entries_max
         doomed = []
         for key, h in entries:
-            recent = h.started_at > now - max(3600.0, self.config.rebalancing.pingpong_window_s)
+            # An entry dated further ahead than the rules count (history.FUTURE_SKEW_S) is
+            # not recent: it goes when the history is over its size, oldest keys first.
+            recent = now - max(3600.0, self.config.rebalancing.pingpong_window_s) < h.started_at \
+                <= now + FUTURE_SKEW_S
             if h.completed_at is None or recent:
                 continue
             if h.started_at < keep_after or len(doomed) < excess:
@@ -608,6 +619,7 @@ class LoadManager:
 
     def _forget(self) -> None:
         self._last_skipped = ()
+        self._logged_alarms = set()
         self._term = None
         self._state = None
         self._views = ViewBuilder(self.config)

@@ -210,17 +210,31 @@ class BrokerHost:
         """
         topic = TopicName.parse(name)
         self._check_open()
-        with self._topic_lock(topic):
-            with self._lock:
-                existing = self._topics.get(topic)
-            if existing is not None and existing.state is TopicState.OPEN:
-                return existing
-            if existing is not None:
-                raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
-            hosted = self._load(topic, force, discard_local_wal,
-                                self.config.auto_create if create is None else create, False)
-            with self._lock:
-                self._topics[topic] = hosted
+        abandoned = False
+        try:
+            with self._topic_lock(topic):
+                with self._lock:
+                    existing = self._topics.get(topic)
+                if existing is not None and existing.fenced:
+                    # A newer owner took it over: this copy is what a crash leaves behind
+                    # (appends and acks refused, no seal can land). Drop it keeping its WAL
+                    # and the owner record, then load as after a restart (the takeover's
+                    # recorded range rules what the stale WAL may still serve).
+                    log.warning("topic %s: loading again over a copy fenced by a newer owner: abandoning "
+                                "that copy", topic)
+                    self._abandon_locked(topic)
+                    existing, abandoned = None, True
+                if existing is not None and existing.state is TopicState.OPEN:
+                    return existing
+                if existing is not None:
+                    raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
+                hosted = self._load(topic, force, discard_local_wal,
+                                    self.config.auto_create if create is None else create, False)
+                with self._lock:
+                    self._topics[topic] = hosted
+        finally:
+            if abandoned:  # listeners are told outside the topic lock, as abandon() does
+                self._notify(1, topic, "abandoned")
         self._notify(0, hosted)
         return hosted
 

@@ -204,6 +204,8 @@ class AssignmentWatcher:
                         self._schedule_unload_retry(topic, e)
                     else:
                         self._report(topic, action, e)
+                        if action == "unload":
+                            self._abandon_if_fenced(topic)
                     return
                 delay_s = backoff.next_s()
                 log.info("topic %s: %s attempt %d failed (%s); retrying in %.2fs", topic, action, attempt, e, delay_s)
@@ -279,6 +281,7 @@ class AssignmentWatcher:
         unwanted = self._unload_unwanted(topic)
         if unwanted is not None:
             self._unload_done(topic, unwanted)
+            self._abandon_if_fenced(topic)
             return
         try:
             self._apply(topic, "unload")
@@ -288,9 +291,28 @@ class AssignmentWatcher:
             else:
                 self._report(topic, "unload", e)
                 self._unload_done(topic, "given up")
+                self._abandon_if_fenced(topic)
             return
         self._unload_done(topic, "unloaded")
         self._load_if_assigned(topic)
+
+    def _abandon_if_fenced(self, topic: TopicName) -> None:
+        """An unload that ended because a newer owner fenced the topic leaves a copy no
+        seal can finish (appends refused; it would stay hosted, in this broker's load
+        reports, until a restart). Precondition of dropping it: fenced, so a newer owner
+        holds the topic; abandon keeps the WAL files and touches no owner record, as a
+        crash would (a later load here starts from them as after a restart)."""
+        try:
+            hosted = self.host.topic(topic)
+        except TopicNotHosted:
+            return
+        if not hosted.fenced:
+            return
+        log.warning("topic %s: fenced by a newer owner while unloading: abandoning this copy (WAL kept)", topic)
+        try:
+            self.host.abandon(topic)
+        except TopicNotHosted:
+            pass
 
     def _load_if_assigned(self, topic: TopicName) -> None:
         """After a retried seal landed: assigned here again meanwhile (its load event may
