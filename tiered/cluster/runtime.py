@@ -320,24 +320,9 @@ class Executor:
         holding the topic."""
         held, _ = snap.placements[topic]
         source = held.broker
-        _, owner_rev = snap.owner(topic)
-        reg = snap.registered[source]
         log.warning("load manager: %s restarted while releasing %s; rolling the move back", source, topic)
-        ops: list[Op] = [
-            Put(records.placement_key(topic), records.encode(replace(
-                held, state="assigning", target=None, move_id=None, kind=None, history_key=None, attempts=0,
-                reason="rolled back", updated_at=self.clock(), term=token.term))),
-            Put(keys.assignment_key(source, topic), _assign_value("rolled back", self.clock())),
-            *self._marker_ops(snap, topic)]
-        if held.history_key is not None and held.history_key in snap.history:
-            h = snap.history[held.history_key]
-            ops.append(Put(held.history_key, records.encode(replace(
-                h, to_broker=source, reason=f"{h.reason}; rolled back: the source restarted",
-                completed_at=self.clock()))))
-        compares = [*self._placement_guard(snap, topic), mod_revision_is(owner_key(topic), owner_rev),
-                    create_revision_is(registered_key(source), reg.create_revision),
-                    absent(keys.assignment_key(source, topic))]
-        return self.txn(token, compares, ops)
+        return self._return_to_holder(snap, token, topic, source, "rolled back", "rolled back: the source restarted",
+                                      extra_ops=self._marker_ops(snap, topic))
 
     def give_back(self, snap: Snapshot, token: LeaderToken, topic: str, holder: str) -> bool:
         """``assigning`` another broker → ``assigning`` the live holder (see ``_observe``).
@@ -357,26 +342,38 @@ class Executor:
         (compared on their ``mod_revision``), so there is still one per topic (I1); the
         move's history entry is completed (to the holder)."""
         held, _ = snap.placements[topic]
-        _, owner_rev = snap.owner(topic)
-        reg = snap.registered[holder]
         assigned = snap.assignments.get(topic, {})
         log.warning("load manager: %s holds %s (restarted) but it is assigned to %s; giving it back to %s",
                     holder, topic, held.broker, holder)
+        return self._return_to_holder(
+            snap, token, topic, holder, "given back", f"given back: {holder} restarted holding it",
+            extra_ops=[Delete(keys.assignment_key(b, topic)) for b in sorted(assigned)],
+            extra_compares=[mod_revision_is(keys.assignment_key(b, topic), rev) for b, rev in sorted(assigned.items())])
+
+    def _return_to_holder(self, snap: Snapshot, token: LeaderToken, topic: str, holder: str, reason: str,
+                          history_note: str, extra_ops: list[Op], extra_compares: list | None = None) -> bool:
+        """The transaction shared by :meth:`roll_back` and :meth:`give_back`: placement
+        ``assigning holder`` (move fields cleared), the holder's assignment written, the
+        move's history entry completed to it; compared on the placement, the owner record
+        (unchanged, so still the holder's), the holder's registration incarnation and its
+        assignment being absent (each caller states why these hold)."""
+        held, _ = snap.placements[topic]
+        _, owner_rev = snap.owner(topic)
+        reg = snap.registered[holder]
+        now = self.clock()
         ops: list[Op] = [
             Put(records.placement_key(topic), records.encode(replace(
                 held, state="assigning", broker=holder, target=None, move_id=None, kind=None, history_key=None,
-                attempts=0, reason="given back", updated_at=self.clock(), term=token.term))),
-            Put(keys.assignment_key(holder, topic), _assign_value("given back", self.clock())),
-            *[Delete(keys.assignment_key(b, topic)) for b in sorted(assigned)]]
+                attempts=0, reason=reason, updated_at=now, term=token.term))),
+            Put(keys.assignment_key(holder, topic), _assign_value(reason, now)),
+            *extra_ops]
         if held.history_key is not None and held.history_key in snap.history:
             h = snap.history[held.history_key]
             ops.append(Put(held.history_key, records.encode(replace(
-                h, to_broker=holder, reason=f"{h.reason}; given back: {holder} restarted holding it",
-                completed_at=self.clock()))))
+                h, to_broker=holder, reason=f"{h.reason}; {history_note}", completed_at=now))))
         compares = [*self._placement_guard(snap, topic), mod_revision_is(owner_key(topic), owner_rev),
                     create_revision_is(registered_key(holder), reg.create_revision),
-                    absent(keys.assignment_key(holder, topic)),
-                    *[mod_revision_is(keys.assignment_key(b, topic), rev) for b, rev in sorted(assigned.items())]]
+                    absent(keys.assignment_key(holder, topic)), *(extra_compares or [])]
         return self.txn(token, compares, ops)
 
     def readopt(self, snap: Snapshot, token: LeaderToken, topic: str) -> bool:
