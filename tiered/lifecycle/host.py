@@ -85,6 +85,7 @@ from uploader.metrics import UploaderMetrics
 from wal.api import Wal
 from wal.errors import InvalidTopicName
 from wal.fs import FileSystem
+from wal.heap import HeapFreezer
 from wal.metrics import set_per_topic
 from wal.topics import TopicName
 
@@ -158,6 +159,13 @@ class BrokerHost:
                                               tick_s=self.config.uploader.poll_interval_s)
             #: Background cursor flushes of every hosted topic, on one thread.
             self.cursor_scheduler = Scheduler(f"dnb-cursors-{broker_id}")
+            #: Loaded topics' objects frozen out of the cyclic GC's walks (``wal.heap``);
+            #: the refreeze job runs on the cursor scheduler's thread.
+            self.heap: HeapFreezer | None = None
+            if self.config.gc_freeze:
+                self.heap = HeapFreezer(self.config.gc_refreeze_interval_s, metrics_registry=self.metrics_registry)
+                self.cursor_scheduler.every(self.config.gc_refreeze_interval_s / 4, self.heap.maintain,
+                                            "gc-refreeze")
             if retire_stale_wals:
                 self.retire_stale_wals()
             self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
@@ -668,6 +676,9 @@ class BrokerHost:
         scheduler = getattr(self, "cursor_scheduler", None)
         if scheduler is not None:
             quietly(lambda: scheduler.close(self.config.close_timeout_s))
+        heap = getattr(self, "heap", None)
+        if heap is not None:
+            heap.close()
 
     async def close_async(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
         await asyncio.to_thread(self.close, unload=unload, timeout_s=timeout_s)
@@ -707,6 +718,11 @@ class BrokerHost:
             self._listeners.append(_Listener(on_loaded, on_unloaded, loop))
 
     def _notify(self, which: int, *args: Any) -> None:
+        heap = self.heap
+        if heap is not None and which == 0:
+            heap.freeze()  # the loaded topic's objects leave the collector's walks
+        elif heap is not None:
+            heap.changed()  # the unloaded topic's cycles wait for the next refreeze
         with self._lock:
             listeners = list(self._listeners)
         for entry in listeners:

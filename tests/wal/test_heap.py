@@ -1,0 +1,132 @@
+"""wal.heap.HeapFreezer: what a load freezes stays out of the collector's walks, frozen
+garbage cycles are reclaimed by the next refreeze, and the process's last freezer leaves
+the collector as it found it."""
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from tests.tiered.helpers_lifecycle import Cluster, local_cluster  # noqa: F401
+from wal import heap
+from wal.heap import HeapFreezer
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Node:
+    """A reference cycle (its ``me`` points back at it) that refcounting cannot free."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen() -> Iterator[None]:
+    """Each test starts with nothing frozen and no open freezer (a host another test left
+    open would otherwise keep the heap frozen), and must close every freezer it opens."""
+    gc.unfreeze()
+    others, heap._open = heap._open, 0
+    yield
+    leaked, heap._open = heap._open, others
+    gc.unfreeze()
+    assert leaked == 0, "a freezer of this test was never closed"
+
+
+def test_freeze_takes_what_is_alive_out_of_collections() -> None:
+    freezer = HeapFreezer()
+    try:
+        alive = [[i] for i in range(10_000)]
+        freezer.freeze()
+        assert gc.get_freeze_count() >= len(alive)
+        tracked = set(map(id, gc.get_objects()))  # what collections walk
+        assert not any(id(x) in tracked for x in alive[::100])
+    finally:
+        freezer.close()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_cycle_that_dies_frozen_is_reclaimed_by_the_next_refreeze_only_after_the_interval() -> None:
+    clock = _Clock()
+    freezer = HeapFreezer(refreeze_interval_s=60.0, clock=clock)
+    try:
+        node = _Node()
+        dead = weakref.ref(node)
+        freezer.freeze()
+        del node
+        gc.collect()
+        assert dead() is not None, "frozen: a collection does not walk it"
+        freezer.changed()
+        clock.now += 59.0
+        assert not freezer.maintain(), "refroze before the interval"
+        assert dead() is not None
+        clock.now += 1.0
+        assert freezer.maintain()
+        assert dead() is None, "the refreeze collected the dead cycle"
+        assert not freezer.maintain(), "nothing changed since: no second pass"
+        assert freezer.metrics.refreezes._value.get() == 1
+    finally:
+        freezer.close()
+
+
+def test_refreeze_keeps_live_objects_frozen() -> None:
+    clock = _Clock()
+    freezer = HeapFreezer(refreeze_interval_s=1.0, clock=clock)
+    try:
+        alive = [[i] for i in range(5_000)]
+        freezer.freeze()
+        clock.now += 2.0
+        assert freezer.maintain()
+        assert gc.get_freeze_count() >= len(alive)
+    finally:
+        freezer.close()
+
+
+def test_the_last_freezer_to_close_unfreezes_and_not_before() -> None:
+    first, second = HeapFreezer(), HeapFreezer()
+    first.freeze()
+    first.close()
+    second.freeze()
+    assert gc.get_freeze_count() > 0, "another freezer is still open"
+    second.close()
+    second.close()  # idempotent: the count must not go negative
+    assert gc.get_freeze_count() == 0
+    assert heap._open == 0
+    first.freeze()  # closed: does nothing
+    assert gc.get_freeze_count() == 0
+
+
+def test_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        HeapFreezer(refreeze_interval_s=0)
+
+
+def test_a_host_freezes_after_loads_and_unfreezes_when_it_closes(local_cluster: Cluster) -> None:
+    host = local_cluster.broker("A")
+    try:
+        assert host.heap is not None
+        host.load("/default/frozen")
+        assert gc.get_freeze_count() > 0, "a load freezes the heap"
+        assert host.heap._changed
+        host.unload("/default/frozen")
+    finally:
+        host.close()
+    assert gc.get_freeze_count() == 0, "the host's close unfroze the heap"
+
+
+def test_a_host_with_gc_freeze_off_leaves_the_collector_alone(local_cluster: Cluster) -> None:
+    host = local_cluster.broker("A", gc_freeze=False)
+    try:
+        assert host.heap is None
+        host.load("/default/thawed")
+        assert gc.get_freeze_count() == 0
+    finally:
+        host.close()

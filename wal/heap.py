@@ -1,0 +1,141 @@
+"""Keep the long-lived state of open WALs out of the cyclic garbage collector's walks:
+:class:`HeapFreezer`.
+
+Why (measured, docs/WAL.md "Commit groups"): CPython's cyclic collector walks every
+GC-tracked object of the process in a full collection, holding the GIL. An open WAL is
+about 100 such objects (locks, conditions, deques, bound methods of its hooks), so 1,000
+open WALs are ~110,000, and a full collection takes 10-40 ms. Under load, messages in
+flight survive young collections often enough to start a full one every few seconds, and
+every append and every commit round waits for it: at 1,000 topics and 10,000 msg/s the
+append->durable p99 was 15-24 ms with the default collector and 0.8 ms with the WALs'
+objects frozen.
+
+What freezing does: ``gc.freeze()`` moves every object tracked now into the collector's
+permanent generation, which collections never walk. Reference counting still frees a
+frozen object the moment its last reference goes, so memory is unaffected for everything
+that is not part of a reference cycle. A cycle that becomes garbage while frozen is not
+reclaimed (nor are its finalizers run) until it is unfrozen; nothing of a WAL's
+durability depends on finalizers (files are closed by ``close()``, not by garbage
+collection).
+
+The policy, for a process that hosts topics (``tiered.lifecycle.BrokerHost``):
+
+* :meth:`HeapFreezer.freeze` after a topic loads: its new objects stop being walked.
+  Costs no walk (the generations' lists are spliced).
+* :meth:`HeapFreezer.changed` after a topic unloads: its cycles, if any, are frozen
+  garbage now.
+* :meth:`HeapFreezer.maintain`, periodically: when anything loaded or unloaded since the
+  last time, and at most once per ``refreeze_interval_s``, unfreeze, collect everything
+  and freeze again. That is ONE full collection (the 10-40 ms pause above) per interval
+  while topics come and go, instead of one every few seconds; it bounds what frozen
+  garbage can hold to what the process made unreachable in one interval.
+
+The collector is one per interpreter, so freezing is process-wide: several freezers (one
+per host; tests open many hosts in one process) share a count, and the last one to
+:meth:`close` unfreezes everything, so a process that stops hosting collects as usual.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from wal.metrics import families_for
+
+_log = logging.getLogger(__name__)
+
+#: Open freezers in this process (guarded by _lock): the last close unfreezes.
+_open = 0
+_lock = threading.Lock()
+
+
+class HeapMetrics:
+    """The freezer's families (process-wide facts, so one series each)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.frozen_objects = Gauge("dnb_gc_frozen_objects",
+                                    "Objects in the collector's permanent generation after the last freeze",
+                                    registry=registry)
+        self.refreezes = Counter("dnb_gc_refreezes_total",
+                                 "Unfreeze + full collection + freeze passes (wal.heap)", registry=registry)
+        self.refreeze_seconds = Histogram("dnb_gc_refreeze_seconds",
+                                          "Duration of one refreeze pass (a full collection: the GIL is held)",
+                                          registry=registry)
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None) -> "HeapMetrics":
+        return families_for(registry if registry is not None else CollectorRegistry(), cls)
+
+
+class HeapFreezer:
+    """The freeze policy of one host (see the module docstring). Thread-safe."""
+
+    def __init__(self, refreeze_interval_s: float = 300.0, *, metrics_registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if refreeze_interval_s <= 0:
+            raise ValueError("refreeze_interval_s must be > 0")
+        global _open
+        self.refreeze_interval_s = refreeze_interval_s
+        self.metrics = HeapMetrics.create(metrics_registry)
+        self._clock = clock
+        self._changed = False
+        self._last_refreeze = clock()
+        self._closed = False
+        with _lock:
+            _open += 1
+
+    def freeze(self) -> None:
+        """Freeze every object tracked now (call after a topic loaded). Also counts as a
+        change: garbage cycles made while loading were frozen with it."""
+        with _lock:
+            if self._closed:
+                return
+            self._changed = True
+            gc.freeze()
+            self.metrics.frozen_objects.set(gc.get_freeze_count())
+
+    def changed(self) -> None:
+        """Something unloaded (or failed to load): the next :meth:`maintain` after the
+        interval reclaims what it left in frozen cycles."""
+        self._changed = True
+
+    def maintain(self) -> bool:
+        """Unfreeze, collect and freeze again if anything changed since the last time
+        and the interval has passed; True if it did. For a periodic job."""
+        now = self._clock()
+        if not self._changed or now - self._last_refreeze < self.refreeze_interval_s:
+            return False
+        with _lock:
+            if self._closed:
+                return False
+            self._changed = False
+            self._last_refreeze = now
+            started = time.perf_counter()
+            gc.unfreeze()
+            found = gc.collect()
+            gc.freeze()
+            seconds = time.perf_counter() - started
+            frozen = gc.get_freeze_count()
+        self.metrics.refreezes.inc()
+        self.metrics.refreeze_seconds.observe(seconds)
+        self.metrics.frozen_objects.set(frozen)
+        _log.info("refroze the heap: %d unreachable objects collected, %d frozen (%.1f ms with the GIL held)",
+                  found, frozen, seconds * 1e3)
+        return True
+
+    def close(self) -> None:
+        """This host stops freezing; the process's last open freezer unfreezes
+        everything (the next collections reclaim any frozen garbage). Idempotent."""
+        global _open
+        with _lock:
+            if self._closed:
+                return
+            self._closed = True
+            _open -= 1
+            if _open == 0:
+                gc.unfreeze()
+                self.metrics.frozen_objects.set(0)
