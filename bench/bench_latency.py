@@ -29,7 +29,12 @@ Systems (``--modes``), each fed the same stream:
   synced on commit).
 
 Our WALs run with the default ``WalConfig`` and one aggregated metrics registry, as a
-broker host with ``metrics_per_topic = false`` has. A new mode is one entry in ``MODES``.
+broker host with ``metrics_per_topic = false`` has, and every mode runs under a broker
+host's garbage-collector policy (``broker.gc_freeze``, ``wal.heap``): once its topics are
+open, what is alive is frozen out of the cyclic collector's walks. ``--gc stock`` (or
+``both``) also runs each case with the interpreter's stock collector, shown as
+``MODE:stock-gc``: at 1,000 topics its full collections walk every WAL's objects with the
+GIL held, which sets the p99 (docs/WAL.md). A new mode is one entry in ``MODES``.
 
 What is measured, per message (every message appended after the warm-up, none sampled):
 latency = the moment the producer found the message due -> the durable listener of its
@@ -103,6 +108,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from wal import WalConfig, WriteAheadLog  # noqa: E402
 from wal.fs import AppendFile, Chunk, RealFs, SyncHandle  # noqa: E402
 from wal.group import CommitGroup  # noqa: E402
+from wal.heap import HeapFreezer  # noqa: E402
 from wal.journal import JournalConfig  # noqa: E402
 from wal.metrics import set_per_topic  # noqa: E402
 
@@ -451,6 +457,7 @@ class RunSpec:
     seconds: float
     warmup_s: float
     directory: str
+    gc: str = "freeze"  # "freeze": the broker host's policy (wal.heap); "stock": the interpreter's
 
 
 def run_one(spec: RunSpec) -> dict:
@@ -467,6 +474,9 @@ def run_one(spec: RunSpec) -> dict:
                   expected_bytes=int(spec.rate * spec.seconds + 1) * (spec.payload_bytes + 64), listeners=log.listeners)
     try:
         target = mode.open(setup)
+        heap = HeapFreezer() if spec.gc == "freeze" else None
+        if heap is not None:
+            heap.freeze()  # as a broker host does after loading its topics
         try:
             syncs_at_warmup: list[int] = []
             offered = offer(target.appenders, b"x" * spec.payload_bytes, spec.rate, spec.seconds, spec.warmup_s,
@@ -476,6 +486,8 @@ def run_one(spec: RunSpec) -> dict:
             target.drain(DRAIN_TIMEOUT_S)
         finally:
             target.close()
+            if heap is not None:
+                heap.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     window = (offered.began + spec.warmup_s, offered.began + spec.seconds)
@@ -505,7 +517,7 @@ def run_child(spec: RunSpec) -> dict:
 
 # --------------------------------------------------------------------------- the table
 
-HEADER = (f"{'mode':<16} {'size':>5} {'topics':>6} {'offered/s':>10} {'achieved/s':>11}  "
+HEADER = (f"{'mode':<18} {'size':>5} {'topics':>6} {'offered/s':>10} {'achieved/s':>11}  "
           f"{'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'threads':>7} {'RSS MiB':>8} {'syncs/s':>8}")
 
 
@@ -514,7 +526,8 @@ def _size(payload_bytes: int) -> str:
 
 
 def format_row(r: dict) -> str:
-    head = f"{r['mode']:<16} {_size(r['payload_bytes']):>5} {r['topics']:>6,} {r['offered']:>10,}"
+    label = r["mode"] + (":stock-gc" if r.get("gc") == "stock" else "")
+    head = f"{label:<18} {_size(r['payload_bytes']):>5} {r['topics']:>6,} {r['offered']:>10,}"
     if "skipped" in r or "failed" in r:
         return f"{head}  {'skipped: ' + r['skipped'] if 'skipped' in r else 'FAILED: ' + r['failed']}"
     saturated = "*" if r["achieved"] < SATURATED * r["offered"] else " "
@@ -541,7 +554,7 @@ def run_case(spec: RunSpec, saturated_at: dict[tuple[int, int, str], int]) -> di
     """A case of the table; once a mode missed a rate (achieved < 95 % of offered) at a size
     and topic count, higher rates there are skipped: they would only add backlog (a
     per-topic WAL bounds its own, so 1,000 of them can queue minutes of drain)."""
-    key = (spec.payload_bytes, spec.topics, spec.mode)
+    key = (spec.payload_bytes, spec.topics, spec.mode + ":" + spec.gc)
     if key in saturated_at and spec.rate > saturated_at[key]:
         return {"mode": spec.mode, "topics": spec.topics, "offered": spec.rate, "payload_bytes": spec.payload_bytes,
                 "skipped": f"already saturated at {saturated_at[key]:,} msg/s"}
@@ -647,12 +660,16 @@ def main() -> None:
                         help="comma-separated topic counts: search each one's saturation rate instead of the cases")
     parser.add_argument("--start-rate", type=int, default=1_000, help="--find-saturation's first offered rate")
     parser.add_argument("--max-rate", type=int, default=2_048_000, help="--find-saturation's highest offered rate")
+    parser.add_argument("--gc", choices=("freeze", "stock", "both"), default="freeze",
+                        help="collector policy: the broker host's (freeze, default), the interpreter's "
+                        "stock one, or each case under both")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: one run, as JSON
     args = parser.parse_args()
     if args.one is not None:
         print(json.dumps(run_one(RunSpec(**json.loads(args.one)))))
         return
     modes = _parse_modes(args.modes)
+    policies = ("freeze", "stock") if args.gc == "both" else (args.gc,)
     seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 5.0)
     if seconds <= args.warmup:
         raise SystemExit("--seconds must be longer than --warmup")
@@ -680,7 +697,8 @@ def main() -> None:
             for size in (sizes or SIZES[:1]):
                 for topics in (int(t) for t in args.find_saturation.split(",")):
                     for mode in modes:
-                        spec = RunSpec(mode, topics, args.start_rate, size, seconds, args.warmup, directory)
+                        spec = RunSpec(mode, topics, args.start_rate, size, seconds, args.warmup, directory,
+                                       policies[0])
                         results["saturation"].append(find_saturation(spec, args.max_rate, report))
             print("\nsaturation = highest offered rate with achieved >= 95 % of it; then one run at half of it:")
             for s in results["saturation"]:
@@ -689,8 +707,8 @@ def main() -> None:
             saturated_at: dict[tuple[int, int, str], int] = {}  # (size, topics, mode) -> offered rate
             for size, cases in plan:
                 for topics, rate in (case for case in cases for _ in range(args.repeat)):
-                    for mode in modes:
-                        spec = RunSpec(mode, topics, rate, size, seconds, args.warmup, directory)
+                    for mode, policy in ((m, p) for m in modes for p in policies):
+                        spec = RunSpec(mode, topics, rate, size, seconds, args.warmup, directory, policy)
                         report(run_case(spec, saturated_at))
     finally:
         if owned:

@@ -56,6 +56,8 @@ scan_frames = codec.scan_frames
 encode_segment_header = codec.encode_segment_header
 decode_segment_header = codec.decode_segment_header
 encode_round_marker = codec.encode_round_marker
+# Many files' commit rounds in one call (one release of the GIL in the compiled twin).
+write_rounds = codec.write_rounds
 # The WAL's append core (offsets + encoding + pending frames in one atomic step).
 AppendBuffer = codec.AppendBuffer
 

@@ -9,7 +9,9 @@ twins build on the C declarations in ``native/_frames.pxd``.
 """
 from __future__ import annotations
 
+import errno
 import operator
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -57,7 +59,7 @@ CRC32C_HARDWARE: bool = bool(_crc32c_mod.hardware_based)
 __all__ = [
     "CRC32C_HARDWARE", "crc32c", "encode_record", "encode_frame", "encode_batch",
     "decode_record", "scan_frames", "encode_round_marker", "encode_segment_header",
-    "decode_segment_header",
+    "decode_segment_header", "write_rounds",
 ]
 
 _U16 = struct.Struct("<H")
@@ -328,3 +330,49 @@ def decode_segment_header(buf: Buffer) -> tuple[int, int]:
     if flags != 0:
         raise CorruptSegmentHeader(f"unknown segment flags {flags:#x}")
     return base, created_ms
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing the rounds of many files
+
+def write_rounds(fds: list[int], rounds: list[list[bytes]]) -> list[int]:
+    """Write ``rounds[i]`` (bytes objects, in order) to descriptor ``fds[i]``, for every i,
+    with vectored writes until every byte is out; returns one errno per file (0: written
+    whole). One failing file does not stop the others. The compiled twin does all of it in
+    ONE release of the GIL: a commit group writing 1,000 topics' rounds would otherwise
+    give the GIL away and wait to take it back 1,000 times per round."""
+    if len(fds) != len(rounds):
+        raise ValueError("write_rounds needs one list of parts per descriptor")
+    for parts in rounds:
+        if type(parts) is not list or any(type(p) is not bytes for p in parts):
+            raise TypeError("write_rounds takes lists of bytes")
+    results = []
+    for fd, parts in zip(fds, rounds):
+        results.append(_writev_whole(fd, parts))
+    return results
+
+
+def _writev_whole(fd: int, parts: list[bytes]) -> int:
+    """errno of writing ``parts`` whole to ``fd`` (short writes and EINTR continue), or 0."""
+    pending: list[bytes | memoryview] = [p for p in parts if p]
+    while pending:
+        try:
+            written = os.writev(fd, pending[:_IOV_MAX])
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            return exc.errno or errno.EIO
+        if written <= 0:
+            return errno.EIO
+        while written:
+            head = pending[0]
+            if written >= len(head):
+                written -= len(head)
+                pending.pop(0)
+            else:
+                pending[0] = memoryview(head)[written:]
+                written = 0
+    return 0
+
+
+_IOV_MAX = 1024  # writev's vector limit on Linux (sysconf(_SC_IOV_MAX))

@@ -75,6 +75,7 @@ class FramesTwin(Protocol):
     def encode_segment_header(self, base_offset: int, created_ms: int, version: int = ...) -> bytes: ...
     def encode_round_marker(self, first_offset: int) -> bytes: ...
     def decode_segment_header(self, buf: Buffer) -> tuple[int, int]: ...
+    def write_rounds(self, fds: list[int], rounds: list[list[bytes]]) -> list[int]: ...
 
 
 @runtime_checkable
@@ -97,7 +98,7 @@ class CodecTwin(FramesTwin, AppendTwin, ObjectsTwin, Protocol):
 PART_NAMES = {
     "frames": ("CRC32C_HARDWARE", "crc32c", "encode_record", "encode_frame", "encode_batch",
                "decode_record", "scan_frames", "encode_round_marker", "encode_segment_header",
-               "decode_segment_header"),
+               "decode_segment_header", "write_rounds"),
     "append": ("AppendBuffer",),
     "objects": ("object_encode", "object_footer_bytes_needed", "object_parse_footer",
                 "object_parse_header", "object_decode_block"),

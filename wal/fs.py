@@ -106,6 +106,14 @@ class _RealAppendFile(_RealWritable):
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
+    def hold(self) -> int:
+        """The descriptor, for a write by descriptor (``native.write_rounds``) made by the
+        only thread that writes or closes this file; ``let_go`` after it. -1 once closed."""
+        return self._fd
+
+    def let_go(self) -> None:
+        """Nothing to release (see ``hold``)."""
+
     def write(self, chunks: Sequence[Chunk]) -> None:
         """Writes every chunk, in order; one syscall per 1,024 chunks, no joining copy."""
         if len(chunks) <= _IOV_MAX:

@@ -130,6 +130,23 @@ class SegmentFile:
                 raise WalFailed(f"write to a segment file that is {self._state}")
             self._inner.write(chunks)
 
+    def hold(self) -> int:
+        """The descriptor, held open (a close or abandon waits) until ``let_go``, for a
+        write by descriptor (``native.write_rounds``); -1 if the file has none (a test file
+        layer: write through ``write``). WalFailed if the file is no longer open."""
+        hold = getattr(self._inner, "hold", None)
+        if hold is None:
+            return -1
+        self._io_lock.acquire()
+        if self._state != "open":
+            self._io_lock.release()
+            raise WalFailed(f"write to a segment file that is {self._state}")
+        return hold()
+
+    def let_go(self) -> None:
+        """After ``hold`` returned a descriptor: the file may be closed again."""
+        self._io_lock.release()
+
     def sync(self) -> None:
         """fdatasync; nothing to do once closed (a close syncs first)."""
         with self._lock:

@@ -107,17 +107,41 @@ class SegmentAppender:
 
     def write_round(self, batch: Batch) -> Written:
         """Writes ``batch`` as one round (its marker, then its frames) with one writev."""
+        parts = self.begin_round(batch)
+        self._file.write(parts)
+        return self.end_round(batch, parts)
+
+    def begin_round(self, batch: Batch) -> list[bytes]:
+        """What ``write_round`` writes, laid out but not written: a new segment is cut
+        first if the active one is full or old. Write the parts to the active file (its
+        ``hold()`` descriptor or ``write``), then ``end_round``; nothing else in between."""
         if self._should_rotate():
             self._rotate(batch.first_offset)
         assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
         assert self._active.has_rounds, "the writer appends only to segments with commit rounds"
         # Every round starts with its marker: recovery takes a later round's marker as proof
         # that this round was synced (native/format.py, "Commit rounds").
-        position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame lands
-        parts = [encode_round_marker(batch.first_offset), *batch.chunks]
-        self._file.write(parts)
+        return [encode_round_marker(batch.first_offset), *batch.chunks]
+
+    def end_round(self, batch: Batch, parts: list[bytes]) -> Written:
+        """After ``begin_round``'s parts were written whole to the active file."""
+        position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame landed
         self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
         return Written(batch, self._active, position, self._file_bytes, parts)
+
+    def write_parts(self, parts: list[bytes]) -> None:
+        """Write ``begin_round``'s parts through the active file (no descriptor to hold)."""
+        self._file.write(parts)
+
+    def hold(self) -> int:
+        """The active file's descriptor, held open until ``let_go``, for a commit group
+        writing many topics' rounds in one call (``native.write_rounds``); -1 if its file
+        layer has no descriptors (then ``write_parts``, and no ``let_go``)."""
+        hold = getattr(self._file, "hold", None)
+        return -1 if hold is None else hold()
+
+    def let_go(self) -> None:
+        self._file.let_go()  # type: ignore[attr-defined]  # only after hold() gave a descriptor
 
     def sync(self) -> None:
         """fdatasync of the active segment (the per-topic writer's sync)."""

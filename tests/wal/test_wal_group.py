@@ -241,3 +241,47 @@ def test_a_round_takes_topics_up_to_its_byte_bound_and_the_rest_come_next(journa
         assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(wal.next_offset))
         wal.close()
     group.close()
+
+
+@pytest.mark.parametrize("journaled", [False, True])
+def test_on_the_real_disk_a_topic_whose_segment_write_fails_fails_alone(tmp_path, journaled):
+    """The group writes every topic's round in one call by descriptor; one descriptor
+    failing (here: its segment file turned into /dev/full, every write ENOSPC as on a full
+    disk) fails that topic closed with nothing of its round acknowledged, while the other
+    topics' rounds in the same call commit and survive a reopen."""
+    from wal.fs import RealFs
+    from wal.journal import JournalConfig
+    root = os.fspath(tmp_path)
+    group = CommitGroup(root, RealFs(), journal=JournalConfig() if journaled else None)
+    wals = [WriteAheadLog.open(root, _topic(i), group=group) for i in range(5)]
+    for wal in wals:
+        wal.append(payload_for(0))
+        wal.flush()
+    victim = wals[2]
+    segment = victim._member.appender._file
+    fd = getattr(segment, "_inner", segment)._fd
+    read_only = os.open(victim.segments()[-1].path, os.O_RDONLY)
+    os.dup2(read_only, fd)  # the same file, but every write now fails (EBADF); syncs still work
+    os.close(read_only)
+    for wal in wals:  # one round holds all five (the group is idle between the flushes)
+        wal.append(payload_for(1))
+    for i, wal in enumerate(wals):
+        if i == 2:
+            with pytest.raises(WalFailed):
+                wal.flush()
+            assert wal.durable_offset == 0, "nothing of the failed round is acknowledged"
+            with pytest.raises(WalFailed):
+                wal.append(payload_for(2))
+        else:
+            wal.flush()
+            wal.append(payload_for(2))
+            wal.flush()
+    for wal in wals:
+        if wal is not victim:
+            wal.close()
+    victim.close()
+    group.close()
+    for i in range(5):
+        with WriteAheadLog.open(root, _topic(i)) as wal:
+            expected = [0] if i == 2 else [0, 1, 2]
+            assert [check_payload(r.payload)[0] for r in read_all(wal)] == expected
