@@ -15,6 +15,7 @@ from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.objects.s3 import S3ObjectStore
 from tiered.read.metrics import ReadMetrics
 from uploader.metrics import UploaderMetrics
+from wal.heap import HeapMetrics
 from wal.metrics import GroupMetrics, WalMetrics
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "METRICS.md"
@@ -25,6 +26,7 @@ _S3_CLIENT = SimpleNamespace(meta=SimpleNamespace(endpoint_url="http://127.0.0.1
 BUILDERS: list[Callable[[CollectorRegistry], object]] = [
     lambda r: WalMetrics("/ns/t", r),
     GroupMetrics,
+    HeapMetrics,
     UploaderMetrics.create,
     LifecycleMetrics.create,
     ReadMetrics.create,
