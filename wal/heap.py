@@ -58,8 +58,11 @@ class HeapMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.frozen_objects = Gauge("dnb_gc_frozen_objects",
-                                    "Objects in the collector's permanent generation after the last freeze",
+                                    "Objects in the collector's permanent generation (counted when scraped)",
                                     registry=registry)
+        # Counted at scrape time: counting walks the whole permanent generation, too slow
+        # to do after each of thousands of loads.
+        self.frozen_objects.set_function(gc.get_freeze_count)
         self.refreezes = Counter("dnb_gc_refreezes_total",
                                  "Unfreeze + full collection + freeze passes (wal.heap)", registry=registry)
         self.refreeze_seconds = Histogram("dnb_gc_refreeze_seconds",
@@ -96,7 +99,6 @@ class HeapFreezer:
                 return
             self._changed = True
             gc.freeze()
-            self.metrics.frozen_objects.set(gc.get_freeze_count())
 
     def changed(self) -> None:
         """Something unloaded (or failed to load): the next :meth:`maintain` after the
@@ -119,12 +121,10 @@ class HeapFreezer:
             found = gc.collect()
             gc.freeze()
             seconds = time.perf_counter() - started
-            frozen = gc.get_freeze_count()
         self.metrics.refreezes.inc()
         self.metrics.refreeze_seconds.observe(seconds)
-        self.metrics.frozen_objects.set(frozen)
-        _log.info("refroze the heap: %d unreachable objects collected, %d frozen (%.1f ms with the GIL held)",
-                  found, frozen, seconds * 1e3)
+        _log.info("refroze the heap: %d unreachable objects collected (%.1f ms with the GIL held)",
+                  found, seconds * 1e3)
         return True
 
     def close(self) -> None:
@@ -138,4 +138,3 @@ class HeapFreezer:
             _open -= 1
             if _open == 0:
                 gc.unfreeze()
-                self.metrics.frozen_objects.set(0)

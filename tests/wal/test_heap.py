@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.tiered.helpers_lifecycle import Cluster, local_cluster  # noqa: F401
 from wal import heap
@@ -42,11 +43,13 @@ def _unfrozen() -> Iterator[None]:
 
 
 def test_freeze_takes_what_is_alive_out_of_collections() -> None:
-    freezer = HeapFreezer()
+    registry = CollectorRegistry()
+    freezer = HeapFreezer(metrics_registry=registry)
     try:
         alive = [[i] for i in range(10_000)]
         freezer.freeze()
         assert gc.get_freeze_count() >= len(alive)
+        assert registry.get_sample_value("dnb_gc_frozen_objects") >= len(alive)
         tracked = set(map(id, gc.get_objects()))  # what collections walk
         assert not any(id(x) in tracked for x in alive[::100])
     finally:
