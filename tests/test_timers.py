@@ -1,7 +1,9 @@
 """tiered.timers.Scheduler: many periodic jobs on one thread."""
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 from tiered.timers import Scheduler
 
@@ -79,3 +81,23 @@ def test_a_failing_job_runs_again_and_does_not_stop_the_others():
         assert healthy.wait(WAIT_S)
     finally:
         assert scheduler.close(WAIT_S)
+
+
+def test_a_cancelled_job_does_not_keep_its_owner_alive_until_its_due_time():
+    """A cancelled job's heap entry is dropped lazily, at its due time; until then it must
+    not hold the owner (a cursor flush job of an unloaded topic would keep its WAL alive)."""
+    class Owner:
+        def flush(self) -> None:
+            pass
+
+    scheduler = Scheduler("test-owner")
+    try:
+        owner = Owner()
+        job = scheduler.every(3600.0, owner.flush)
+        gone = weakref.ref(owner)
+        assert job.cancel()
+        del owner
+        gc.collect()
+        assert gone() is None
+    finally:
+        scheduler.close()

@@ -124,6 +124,10 @@ class Scheduler:
             if not job._cancelled:
                 job._cancelled = True
                 self._jobs -= 1
+                # Its heap entry stays until its due time (skipped then): it must not keep
+                # the owner alive meanwhile (an unloaded topic's whole WAL, for a cursor
+                # flush job). A run in flight has its own reference.
+                job.fn = _nothing
             while self._running is job and threading.current_thread() is not self._thread:
                 remaining_s = deadline_s - time.monotonic()
                 if remaining_s <= 0:
@@ -166,6 +170,10 @@ class Scheduler:
                         woken, job._woken = job._woken, False
                         self._push(job, self._clock() + (0.0 if woken else job.interval_s))
                     self._cond.notify_all()  # a cancel() may be waiting for this run
+
+
+def _nothing() -> None:
+    """What a cancelled job holds instead of its function."""
 
 
 __all__ = ["Job", "Scheduler"]

@@ -307,6 +307,11 @@ class CommitGroup:
             started = time.perf_counter()
             journal.sync()  # raises: as syncfs above
         seconds = time.perf_counter() - started
+        if self._failure is not None:
+            # The group failed on another thread (its journal's checkpointer) while this
+            # round was in flight: every topic was told WalFailed and its files were
+            # abandoned, so nothing of this round is published as acknowledged.
+            return
         self.rounds += 1
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
         for member, done in written:
@@ -375,7 +380,7 @@ class CommitGroup:
                 assert member.wal_id is not None
                 journal.add(member.wal_id, member.wal_path, done.segment.base_offset, done.position - ROUND_MARKER_BYTES,
                             batch.first_offset, batch.last_offset - batch.first_offset + 1, done.parts,
-                            ROUND_MARKER_BYTES + batch.nbytes, member.appender)
+                            ROUND_MARKER_BYTES + batch.nbytes, done.file)
         return written
 
     def _fail_member(self, member: GroupMember, exc: BaseException) -> None:

@@ -34,7 +34,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from native import crc32c, scan_frames
 from native.format import ROUND_MARKER_BYTES, SEGMENT_HEADER_BYTES, segment_file_name
@@ -134,7 +133,7 @@ class SegmentFile:
         """The descriptor, held open (a close or abandon waits) until ``let_go``, for a
         write by descriptor (``native.write_rounds``); -1 if the file has none (a test file
         layer: write through ``write``). WalFailed if the file is no longer open."""
-        hold = getattr(self._inner, "hold", None)
+        hold: Callable[[], int] | None = getattr(self._inner, "hold", None)
         if hold is None:
             return -1
         self._io_lock.acquire()
@@ -182,14 +181,6 @@ class SegmentFile:
                 self._state = "failed"
                 self._inner.close()
             raise
-
-
-class HasSegmentFile(Protocol):
-    """What wrote an entry (``wal.writer.SegmentAppender``): its active segment file now
-    (None once closed, which synced it)."""
-
-    @property
-    def segment_file(self) -> SegmentFile | None: ...
 
 
 class _Writer:
@@ -258,7 +249,7 @@ class Journal:
         self._entries: list[Chunk] = []  # the round being built: entry headers and bytes
         self._entry_headers: list[bytes] = []
         self._round_bytes = 0
-        self._dirty: dict[int, HasSegmentFile] = {}  # whose segment files were written since the snapshot
+        self._dirty: dict[int, SegmentFile] = {}  # segment files written since the snapshot
         self._retired: list[SegmentFile] = []
         self._next_round = report.next_round
         self._failure: BaseException | None = None
@@ -288,9 +279,10 @@ class Journal:
 
     # ------------------------------------------------------------------ the group's side
     def add(self, wal_id: bytes, wal_path: bytes, segment_base: int, position: int, first_offset: int,
-            count: int, parts: Sequence[Chunk], nbytes: int, source: "HasSegmentFile") -> None:
+            count: int, parts: Sequence[Chunk], nbytes: int, file: AppendFile) -> None:
         """One topic's round, already written to its segment at ``position`` (round marker
-        first): journal it. ``wal_path``: the WAL's directory relative to the root
+        first) in ``file``: journal it; the next checkpoint syncs ``file`` (only the file,
+        not what wrote it: a WAL that closes meanwhile is not kept alive by the journal). ``wal_path``: the WAL's directory relative to the root
         (``entry_path``). The caller checked ``nbytes <= ENTRY_BYTES_MAX``. Called with
         ``round_lock`` held."""
         header = encode_entry_header(wal_id, segment_base, position, first_offset, count, nbytes, wal_path)
@@ -298,7 +290,8 @@ class Journal:
         self._entries.append(header)
         self._entries.extend(parts)
         self._round_bytes += len(header) + nbytes
-        self._dirty[id(source)] = source
+        if isinstance(file, SegmentFile):
+            self._dirty[id(file)] = file
 
     def write(self) -> int:
         """Append the round built by ``add`` to the journal (one positioned write, no sync);
@@ -487,7 +480,7 @@ class Journal:
         was written since the last checkpoint."""
         with self.round_lock:
             snapshot = _Snapshot(self._writer.sequence, self._writer.position, self._next_round)
-            files = [f for f in (source.segment_file for source in self._dirty.values()) if f is not None]
+            files = list(self._dirty.values())
             retired, self._retired = self._retired, []
             self._dirty = {}
             self._since_checkpoint = 0

@@ -475,6 +475,8 @@ class WriteAheadLog:
         """Writer thread, after a successful fsync: publish the new durable watermark."""
         tail = _cache_tail(batch)
         with self._lock:
+            if self._failure is not None:
+                return  # failed closed meanwhile: its waiters were told WalFailed; publish nothing
             assert batch.first_offset == self._durable_next, "durable offsets must stay contiguous"
             segment.last_offset = batch.last_offset
             segment.size_bytes = size_bytes

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from native import encode_round_marker
 from native.format import ROUND_MARKER_BYTES
 from wal.config import WalConfig
+from wal.errors import WalFailed
 from wal.fs import AppendFile, FileSystem
 from wal.journal import SegmentFile
 from wal.segment import Segment, create_segment
@@ -62,6 +63,7 @@ class Written(NamedTuple):
     position: int  # byte position of the round's first frame in it
     size_bytes: int  # the segment's size after the round
     parts: list[bytes]  # what was written, in order: the round marker, then the batch's chunks
+    file: AppendFile  # the file it was written to (journaled: the SegmentFile a checkpoint syncs)
 
 
 class SegmentAppender:
@@ -87,7 +89,10 @@ class SegmentAppender:
         # journal's checkpoints; a rotated-away file goes to ``_retire`` instead of closing.
         self._retire: Callable[[SegmentFile], None] | None = None
         self._retired: list[SegmentFile] = []  # journaled: files rotation left, synced at close
-        self._lock = threading.Lock()  # guards _file against the checkpointer's snapshot
+        # Guards _file and _retired against an abandon from another thread (a group
+        # failing on its journal checkpointer's thread) while a rotation swaps them.
+        self._lock = threading.Lock()
+        self._abandoned = False  # set by abandon(): a rotation must not open a file after it
 
     def journaled(self, retire: Callable[[SegmentFile], None]) -> None:
         """Switch to the journaled mode of a ``wal.group.CommitGroup`` with a journal (before
@@ -97,13 +102,6 @@ class SegmentAppender:
             if not isinstance(self._file, SegmentFile):
                 self._file = SegmentFile(self._file)
             self._retire = retire
-
-    @property
-    def segment_file(self) -> SegmentFile | None:
-        """The active segment file in journaled mode (else None); once closed (synced), its
-        ``sync`` does nothing."""
-        with self._lock:
-            return self._file if isinstance(self._file, SegmentFile) else None
 
     def write_round(self, batch: Batch) -> Written:
         """Writes ``batch`` as one round (its marker, then its frames) with one writev."""
@@ -127,7 +125,7 @@ class SegmentAppender:
         """After ``begin_round``'s parts were written whole to the active file."""
         position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame landed
         self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
-        return Written(batch, self._active, position, self._file_bytes, parts)
+        return Written(batch, self._active, position, self._file_bytes, parts, self._file)
 
     def write_parts(self, parts: list[bytes]) -> None:
         """Write ``begin_round``'s parts through the active file (no descriptor to hold)."""
@@ -157,13 +155,19 @@ class SegmentAppender:
         self._file.close()
 
     def abandon(self) -> None:
-        """Close without syncing: the WAL failed, nothing more will be acknowledged."""
-        for retired in self._retired:
-            retired.abandon()
-        if isinstance(self._file, SegmentFile):
-            self._file.abandon()
+        """Close without syncing: the WAL failed, nothing more will be acknowledged. May
+        run on another thread than the rounds' (a group failing on its journal
+        checkpointer's thread): a rotation in flight then closes the file it opened
+        instead of installing it (``_rotate``), so no descriptor outlives the WAL."""
+        with self._lock:
+            self._abandoned = True
+            retired, file = self._retired, self._file
+        for each in retired:
+            each.abandon()
+        if isinstance(file, SegmentFile):
+            file.abandon()
         else:
-            self._file.close()
+            file.close()
 
     def _should_rotate(self) -> bool:
         if self._active.record_count == 0:
@@ -182,6 +186,9 @@ class SegmentAppender:
         new = create_segment(self._fs, self._directory, base_offset)
         opened = self._fs.open_append(new.path)
         with self._lock:
+            if self._abandoned:
+                opened.close()  # the WAL failed meanwhile: nothing more is written
+                raise WalFailed(f"{self._directory}: abandoned while cutting segment {new.path}")
             old_file = self._file
             self._file = SegmentFile(opened) if self._retire is not None else opened
         if self._retire is not None:
