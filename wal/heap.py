@@ -118,8 +118,13 @@ class HeapFreezer:
             self._last_refreeze = now
             started = time.perf_counter()
             gc.unfreeze()
-            found = gc.collect()
-            gc.freeze()
+        # Not under the lock: a finalizer the collection runs must be free to load or
+        # unload (and so to call freeze) without deadlocking on it. A freeze by another
+        # host meanwhile only leaves this pass's garbage for the next one.
+        found = gc.collect()
+        with _lock:
+            if _open > 0:  # unless the last freezer closed meanwhile (it unfroze for good)
+                gc.freeze()
             seconds = time.perf_counter() - started
         self.metrics.refreezes.inc()
         self.metrics.refreeze_seconds.observe(seconds)

@@ -133,3 +133,33 @@ def test_a_host_with_gc_freeze_off_leaves_the_collector_alone(local_cluster: Clu
         assert gc.get_freeze_count() == 0
     finally:
         host.close()
+
+
+def test_a_finalizer_that_loads_during_the_refreeze_collection_does_not_deadlock() -> None:
+    """The refreeze's collection runs finalizers on the refreezing thread; one that ends up
+    freezing again (a load from a cleanup path) must not wait for the refreeze itself."""
+    import threading
+
+    clock = _Clock()
+    freezer = HeapFreezer(refreeze_interval_s=1.0, clock=clock)
+    ran = threading.Event()
+
+    class Finalized:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            freezer.freeze()
+            ran.set()
+
+    try:
+        Finalized()  # a dead cycle: only a collection finalizes it
+        freezer.freeze()
+        clock.now += 2.0
+        worker = threading.Thread(target=freezer.maintain, daemon=True)
+        worker.start()
+        worker.join(30.0)
+        assert not worker.is_alive(), "the refreeze deadlocked on its own finalizer"
+        assert ran.is_set()
+    finally:
+        freezer.close()
