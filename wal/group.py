@@ -81,6 +81,11 @@ class GroupMember:
         #: Set when the close-time sync of this WAL's segment files failed (journaled): its
         #: files are then not durable on their own, whatever else failed before.
         self.close_error: BaseException | None = None
+        # Who closes a leaving member's files (journaled), decided under the group's lock:
+        # the group set ``released`` when it let the member go; the closer set ``gave_up``
+        # when its wait timed out before that, and then the group closes them itself.
+        self.released = False
+        self.gave_up = False
 
     def wake(self) -> None:
         """The append core's callback (via the WAL): frames are pending for this topic."""
@@ -95,19 +100,30 @@ class GroupMember:
         thread: a closed WAL never depends on the journal."""
         self._group._leave(self)
         if not self.left.wait(timeout_s):
-            return False
-        if self._group.journal is not None and not self._group.failed:
-            # Also after this topic alone failed (a write error): its acknowledged rounds
-            # must not depend on the journal once it is closed. (After the GROUP failed its
-            # files were abandoned: the journal is their copy of record until a restart.)
-            try:
-                self.appender.close()
-            except BaseException as exc:  # noqa: BLE001 - the journal is the only copy now
-                self.failed = True
-                self.close_error = exc
-                self.hooks.commit.fail(exc)
-                self._group.fail(exc)
+            if self._group._give_up(self):
+                return False  # the group closes this topic's files once it lets it go
+            self.left.wait()  # let go just now: ``left`` is being set
+        if self._group.journal is not None:
+            # Also after this topic alone failed (a write error), and also when the group
+            # failed after letting this topic go: its acknowledged rounds must not depend
+            # on the journal once it is closed. (Files the group's failure abandoned, while
+            # it still was a member, close as a no-op: the journal is their copy of record
+            # until a restart, and the WAL was failed with them, so its close raises.)
+            self._close_files()
         return True
+
+    def _close_files(self) -> None:
+        """Journaled: sync and close this WAL's segment files; a failure fails the WAL and
+        the group (the journal is then the only copy of what the files lack)."""
+        try:
+            self.appender.close()
+        except BaseException as exc:  # noqa: BLE001 - the journal is the only copy now
+            self.close_error = exc  # close() raises: the files need the journal
+            if not self.failed:
+                self.failed = True
+                self.hooks.commit.fail(exc)
+            if not self._group.failed:
+                self._group.fail(exc)
 
 
 class _Claim:
@@ -411,10 +427,24 @@ class CommitGroup:
             if not member.leaving:
                 return
             self._members.discard(member)
+            member.released = True
+            closer_gave_up = member.gave_up
         if self.journal is None:
             member.appender.close()
-        # Journaled: the leaving WAL's own thread syncs and closes its file (GroupMember.join).
+        elif closer_gave_up:
+            member._close_files()  # its closer timed out and left them to the group
+        # Otherwise (journaled) the leaving WAL's own thread syncs and closes its files
+        # (GroupMember.join).
         member.left.set()
+
+    def _give_up(self, member: GroupMember) -> bool:
+        """A leaving member's closer timed out: True if the group had not let it go yet
+        (the group then closes its files when it does), False if it just had."""
+        with self._lock:
+            if member.released:
+                return False
+            member.gave_up = True
+            return True
 
     def _fail_all(self, exc: BaseException) -> None:
         _log.error("commit group of %s failed: every topic in it fails closed: %r", self.root, exc)

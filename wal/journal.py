@@ -129,6 +129,11 @@ class SegmentFile:
                 raise WalFailed(f"write to a segment file that is {self._state}")
             self._inner.write(chunks)
 
+    @property
+    def closed(self) -> bool:
+        """Closed (synced first) or abandoned: nothing more to sync or close."""
+        return self._state in ("closed", "abandoned")
+
     def hold(self) -> int:
         """The descriptor, held open (a close or abandon waits) until ``let_go``, for a
         write by descriptor (``native.write_rounds``); -1 if the file has none (a test file

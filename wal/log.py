@@ -235,6 +235,12 @@ class WriteAheadLog:
             if drained and self._dir_lock is not None:
                 self._dir_lock.release()
             self.metrics.close()
+        if not drained and not already:
+            # Its last rounds may not be synced on their own (journaled: the group syncs
+            # and closes its files once it lets it go): no caller may move or delete the
+            # files as if they were.
+            cause = self._failure
+            raise WalFailed(f"WAL {self.topic} did not close in time: {cause!r}") from cause
         close_error = self._member.close_error if self._member is not None else None
         if drained and not already and (close_error is not None or (not failed_before and self._failure is not None)):
             # Draining failed (the last round, or a commit group's last sync of this WAL's

@@ -191,9 +191,15 @@ class SegmentAppender:
                 raise WalFailed(f"{self._directory}: abandoned while cutting segment {new.path}")
             old_file = self._file
             self._file = SegmentFile(opened) if self._retire is not None else opened
+            if self._retire is not None:
+                assert isinstance(old_file, SegmentFile)
+                # Recorded with the swap, so an abandon sees the old file in one place or
+                # the other. Files a checkpoint already synced and closed are dropped: a
+                # long-lived WAL does not keep one object per rotation it ever made.
+                self._retired = [f for f in self._retired if not f.closed]
+                self._retired.append(old_file)
         if self._retire is not None:
             assert isinstance(old_file, SegmentFile)
-            self._retired.append(old_file)
             self._retire(old_file)
         else:
             old_file.close()
