@@ -285,11 +285,11 @@ class Journal:
     # ------------------------------------------------------------------ the group's side
     def add(self, wal_id: bytes, wal_path: bytes, segment_base: int, position: int, first_offset: int,
             count: int, parts: Sequence[Chunk], nbytes: int, file: AppendFile) -> None:
-        """One topic's round, already written to its segment at ``position`` (round marker
-        first) in ``file``: journal it; the next checkpoint syncs ``file`` (only the file,
-        not what wrote it: a WAL that closes meanwhile is not kept alive by the journal). ``wal_path``: the WAL's directory relative to the root
-        (``entry_path``). The caller checked ``nbytes <= ENTRY_BYTES_MAX``. Called with
-        ``round_lock`` held."""
+        """One topic's round, already written to its segment ``file`` at ``position``
+        (round marker first): journal it. The next checkpoint syncs ``file``; only the file
+        is kept, not what wrote it, so a WAL that closes meanwhile is not kept alive.
+        ``wal_path``: the WAL's directory relative to the root (``entry_path``). The caller
+        checked ``nbytes <= ENTRY_BYTES_MAX``. Called with ``round_lock`` held."""
         header = encode_entry_header(wal_id, segment_base, position, first_offset, count, nbytes, wal_path)
         self._entry_headers.append(header)
         self._entries.append(header)

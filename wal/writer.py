@@ -106,7 +106,7 @@ class SegmentAppender:
     def write_round(self, batch: Batch) -> Written:
         """Writes ``batch`` as one round (its marker, then its frames) with one writev."""
         parts = self.begin_round(batch)
-        self._file.write(parts)
+        self.write_parts(parts)
         return self.end_round(batch, parts)
 
     def begin_round(self, batch: Batch) -> list[bytes]:
