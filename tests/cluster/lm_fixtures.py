@@ -18,7 +18,7 @@ from tiered.cluster.runtime import LoadManager, RuntimeConfig, StepReport
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.watcher import AssignmentWatcher, WatcherConfig
 from tiered.metadata import open_metadata
-from tests.tiered.helpers_lifecycle import FAST_BROKER, local_stores, remote_stores
+from tests.tiered.helpers_lifecycle import FAST_BROKER, stores_of
 
 #: Event-driven waits are bounded by this; it only matters when something is broken.
 WAIT_S = 30.0
@@ -107,10 +107,7 @@ class InProcessCluster:
 
 @pytest.fixture(params=["local", "etcd+s3"])
 def lm_cluster(request, tmp_path) -> Iterator[InProcessCluster]:
-    if request.param == "local":
-        metadata, objects = local_stores(str(tmp_path))
-    else:
-        metadata, objects = remote_stores(request)
+    metadata, objects = stores_of(request, request.param, str(tmp_path))
     cluster = InProcessCluster(str(tmp_path), metadata, objects)
     try:
         yield cluster

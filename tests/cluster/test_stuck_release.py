@@ -26,7 +26,7 @@ from tiered.objects.testing.faults import FaultyObjectStore
 from tiered.tools.verify import verify_topic
 from tests.cluster.lm_fixtures import FAST_LM, InProcessCluster, wait_for
 from tests.cluster.test_runtime import all_owned, assert_one_assignment_per_topic, host_of, placements
-from tests.tiered.helpers_lifecycle import FAST_BROKER, FAST_UPLOADER, local_stores, read_all, remote_stores
+from tests.tiered.helpers_lifecycle import FAST_BROKER, FAST_UPLOADER, read_all, stores_of
 
 TOPIC = "/default/stuck-release"
 #: A short drain and few attempts: the watcher's bounded attempts run out quickly.
@@ -51,10 +51,7 @@ class FaultyCluster(InProcessCluster):
 
 @pytest.fixture(params=["local", "etcd+s3"])
 def faulty_cluster(request, tmp_path):
-    if request.param == "local":
-        metadata, objects = local_stores(str(tmp_path))
-    else:
-        metadata, objects = remote_stores(request)
+    metadata, objects = stores_of(request, request.param, str(tmp_path))
     cluster = FaultyCluster(str(tmp_path), metadata, FaultyObjectStore(objects))
     try:
         yield cluster

@@ -84,6 +84,11 @@ def remote_stores(request: pytest.FixtureRequest) -> tuple[MetadataStore, Object
     return open_metadata(metadata_url), open_objects(objects_url)
 
 
+def stores_of(request: pytest.FixtureRequest, kind: str, root: str) -> tuple[MetadataStore, ObjectStore]:
+    """The stores of a ``local`` / ``etcd+s3`` fixture parameter (see ``store_urls``)."""
+    return local_stores(root) if kind == "local" else remote_stores(request)
+
+
 @pytest.fixture
 def local_cluster(tmp_path) -> Iterator[Cluster]:
     metadata, objects = local_stores(str(tmp_path))
@@ -96,10 +101,7 @@ def local_cluster(tmp_path) -> Iterator[Cluster]:
 @pytest.fixture(params=["local", "etcd+s3"])
 def any_cluster(request, tmp_path) -> Iterator[Cluster]:
     """The embedded stores and the real servers, same test."""
-    if request.param == "local":
-        metadata, objects = local_stores(str(tmp_path))
-    else:
-        metadata, objects = remote_stores(request)
+    metadata, objects = stores_of(request, request.param, str(tmp_path))
     cluster = Cluster(str(tmp_path), metadata, objects)
     yield cluster
     cluster.close()

@@ -15,7 +15,7 @@ from tiered.objects.testing.faults import FaultyObjectStore
 from tiered.tools.verify import verify_topic
 
 from tests.tiered.helpers_lifecycle import (
-    FAST_BROKER, FAST_UPLOADER, TOPIC, Cluster, local_stores, payload_for, produce_range, read_all, remote_stores)
+    FAST_BROKER, FAST_UPLOADER, TOPIC, Cluster, payload_for, produce_range, read_all, stores_of)
 
 WAIT_S = 30.0
 WATCHER = WatcherConfig(retry_attempts_max=2, retry_backoff_s=0.01, retry_backoff_max_s=0.05,
@@ -36,10 +36,7 @@ def _hosted(host, topic: str = TOPIC):
 
 @pytest.fixture(params=["local", "etcd+s3"])
 def faulty(request, tmp_path):
-    if request.param == "local":
-        metadata, objects = local_stores(str(tmp_path))
-    else:
-        metadata, objects = remote_stores(request)
+    metadata, objects = stores_of(request, request.param, str(tmp_path))
     objects = FaultyObjectStore(objects)
     cluster = Cluster(str(tmp_path), metadata, objects,
                       replace(FAST_BROKER, uploader=replace(FAST_UPLOADER, drain_timeout_s=0.3)))
@@ -49,16 +46,24 @@ def faulty(request, tmp_path):
     metadata.close()
 
 
+def _unload_with_the_store_down(md, faults, a):
+    """A hosts the topic with ten durable (not archived) messages; then its unload is
+    requested while the object store refuses every put. Returns A's hosted topic."""
+    assign(md, TOPIC, "A")
+    _wait_until(lambda: _hosted(a), "A hosts the topic")
+    faults.fail("put")
+    hosted = a.topic(TOPIC)
+    produce_range(hosted, 0, 9)  # durable acks, not archived
+    request_unload(md, TOPIC, "A")
+    return hosted
+
+
 def test_an_unload_failing_past_its_attempts_is_retried_until_the_seal_lands(faulty: Cluster) -> None:
     md, faults = faulty.metadata, faulty.objects.faults
     a, b = faulty.broker("A"), faulty.broker("B")
     watch_a = AssignmentWatcher(a, WATCHER).start()
     try:
-        assign(md, TOPIC, "A")
-        _wait_until(lambda: _hosted(a), "A hosts the topic")
-        faults.fail("put")
-        produce_range(a.topic(TOPIC), 0, 9)  # durable acks, not archived
-        request_unload(md, TOPIC, "A")
+        _unload_with_the_store_down(md, faults, a)
         _wait_until(lambda: watch_a.errors, "the unload to fail past its bounded attempts")
         assert [(str(t), action) for t, action, _ in watch_a.errors] == [(TOPIC, "unload")]
         assert [str(t) for t in watch_a.unload_retrying()] == [TOPIC]
@@ -78,12 +83,7 @@ def test_a_topic_assigned_back_while_its_seal_keeps_failing_is_sealed_then_loade
     a = faulty.broker("A")
     watch_a = AssignmentWatcher(a, WATCHER).start()
     try:
-        assign(md, TOPIC, "A")
-        _wait_until(lambda: _hosted(a), "A hosts the topic")
-        faults.fail("put")
-        produce_range(a.topic(TOPIC), 0, 9)
-        first = a.topic(TOPIC)
-        request_unload(md, TOPIC, "A")
+        first = _unload_with_the_store_down(md, faults, a)
         _wait_until(lambda: watch_a.errors, "the unload to fail past its bounded attempts")
         assign(md, TOPIC, "A")  # an operator gives it back while the store is still down
         # Its load cannot finish the seal either (the store is down) and gives up...
@@ -111,11 +111,7 @@ def test_a_topic_fenced_while_its_unload_is_retried_is_abandoned_and_can_be_load
     a, b = faulty.broker("A"), faulty.broker("B")
     watch_a = AssignmentWatcher(a, WATCHER).start()
     try:
-        assign(md, TOPIC, "A")
-        _wait_until(lambda: _hosted(a), "A hosts the topic")
-        faults.fail("put")
-        produce_range(a.topic(TOPIC), 0, 9)  # durable acks, not archived
-        request_unload(md, TOPIC, "A")
+        _unload_with_the_store_down(md, faults, a)
         _wait_until(lambda: watch_a.unload_retrying(), "A to retry its failing unload")
         faults.clear()
         hosted_b = b.load(TOPIC, force=True)  # the takeover fences A's copy
