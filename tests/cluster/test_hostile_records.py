@@ -19,7 +19,8 @@ from tiered.metadata import keys, open_metadata
 from tests.cluster.helpers import NOW, READY, cluster, fair, record
 from tests.cluster.lm_fixtures import lm_cluster, wait_for  # noqa: F401 - lm_cluster is a fixture
 from tests.cluster.test_rebalance import skewed, transfers
-from tests.cluster.test_runtime import TOPICS, all_owned, check_continuity, placements, produce, start_cluster
+from tests.cluster.test_runtime import (TOPICS, all_owned, check_continuity, place_all, placements, produce,
+                                      start_cluster)
 
 
 def report_json(**fields) -> bytes:
@@ -85,10 +86,7 @@ def test_hostile_records_do_not_stall_failover_or_placement(lm_cluster):
     every acknowledged offset is read back exactly once."""
     cluster = lm_cluster
     start_cluster(cluster)
-    for t in TOPICS:
-        admin.request_topic(cluster.metadata, t)
-    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
-    acked = {t: [] for t in TOPICS}
+    acked = place_all(cluster)
     produce(cluster, acked, 3, ack="archived")
 
     now = time.time()

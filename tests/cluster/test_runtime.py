@@ -48,6 +48,14 @@ def host_of(cluster: InProcessCluster, topic: str):
     return cluster.hosts[placements(cluster)[topic].broker].topic(topic)
 
 
+def place_all(cluster: InProcessCluster) -> dict[str, list[int]]:
+    """Request every topic of TOPICS and wait until each is owned; their (empty) ack lists."""
+    for t in TOPICS:
+        admin.request_topic(cluster.metadata, t)
+    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
+    return {t: [] for t in TOPICS}
+
+
 def produce(cluster: InProcessCluster, acked: dict[str, list[int]], n: int, ack: str = "durable") -> None:
     for t in TOPICS:
         hosted = host_of(cluster, t)
@@ -184,10 +192,7 @@ def test_places_new_topics_then_drains_a_broker(lm_cluster):
 def test_failover_of_a_dead_broker(lm_cluster):
     cluster = lm_cluster
     start_cluster(cluster)
-    for t in TOPICS:
-        admin.request_topic(cluster.metadata, t)
-    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
-    acked = {t: [] for t in TOPICS}
+    acked = place_all(cluster)
     produce(cluster, acked, 3, ack="archived")  # archived: nothing is lost when the broker dies
     dead = "2"
     moved = [t for t, p in placements(cluster).items() if p.broker == dead]
@@ -206,10 +211,7 @@ def test_leader_change_in_the_middle_of_a_drain(lm_cluster):
     transfer; B wins, reconciles from the store and completes every move."""
     cluster = lm_cluster
     lm_a = start_cluster(cluster)
-    for t in TOPICS:
-        admin.request_topic(cluster.metadata, t)
-    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
-    acked = {t: [] for t in TOPICS}
+    acked = place_all(cluster)
     produce(cluster, acked, 2)
     steps = StepLog(lm_a)
     admin.set_mode(cluster.metadata, "3", "draining")
@@ -265,10 +267,7 @@ def test_leader_crash_at_each_step_of_a_move(lm_cluster, crash_after):
     cluster = lm_cluster
     lm_a = start_cluster(cluster)
     lm_b = cluster.manager("lm-b").start()  # a follower from the start
-    for t in TOPICS:
-        admin.request_topic(cluster.metadata, t)
-    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
-    acked = {t: [] for t in TOPICS}
+    acked = place_all(cluster)
     produce(cluster, acked, 2)
     term_a = lm_a.election.current().term
     crashed = threading.Event()
@@ -374,10 +373,7 @@ def test_a_broker_back_within_the_grace_keeps_its_topics_and_loses_nothing(lm_cl
     cluster = lm_cluster
     config = replace(FAST_LM, failover=FailoverConfig(grace_s=3600.0, grace_unstable_s=3600.0))
     lm = start_cluster(cluster, config=config)
-    for t in TOPICS:
-        admin.request_topic(cluster.metadata, t)
-    wait_for(lambda: all_owned(cluster, TOPICS), "every topic placed")
-    acked = {t: [] for t in TOPICS}
+    acked = place_all(cluster)
     produce(cluster, acked, 3)  # durable only: the WAL is the only copy
     before = placements(cluster)
     steps = StepLog(lm)
