@@ -44,31 +44,39 @@ class FrameCache:
         self._messages = 0
         self._bytes = 0
 
-    def add(self, first_offset: int, last_offset: int, chunks: Sequence[bytes], skip: int = 0) -> None:
+    def add(self, first_offset: int, last_offset: int, chunks: Sequence[bytes], skip: int = 0,
+            nbytes: int = -1) -> None:
         """Caches frames first_offset..last_offset: ``chunks`` joined, from byte ``skip`` of
-        the first chunk on (a frame start). The chunks must be immutable and hold whole frames."""
+        the first chunk on (a frame start). The chunks must be immutable and hold whole frames.
+        ``nbytes``: their total length when the caller knows it (the commit round's hot path
+        does), else -1 to count them here."""
         assert chunks and 0 <= skip < len(chunks[0])
-        parts: list[Buffer] = list(chunks)
-        nbytes = sum(map(len, chunks))
+        if nbytes < 0:
+            nbytes = sum(map(len, chunks))
         if skip:
+            parts: list[Buffer] = list(chunks)
             if nbytes <= self._bytes_max:
                 parts[0] = memoryview(chunks[0])[skip:]  # no copy; keeps chunks[0] alive (counted)
             else:
                 parts[0] = chunks[0][skip:]  # a view would pass the bound: copy this piece only
                 nbytes -= skip
+            kept = tuple(parts)
+        else:
+            kept = tuple(chunks)
         count = last_offset - first_offset + 1
         if count > self._messages_max or nbytes > self._bytes_max:
             self.clear()  # too big to cache; keeping older chunks would leave a hole
             return
-        if self._chunks and first_offset != self._chunks[-1].last_offset + 1:
+        chunks_now = self._chunks
+        if chunks_now and first_offset != chunks_now[-1].last_offset + 1:
             # Only the tail of a big batch was cached: the window restarts so it stays contiguous.
             self.clear()
-        assert not self._chunks or first_offset == self._chunks[-1].last_offset + 1
-        self._chunks.append(CacheChunk(first_offset, last_offset, tuple(parts), nbytes))
+        chunks_now.append(CacheChunk(first_offset, last_offset, kept, nbytes))
         self._firsts.append(first_offset)
         self._messages += count
         self._bytes += nbytes
-        self._evict()
+        if self._messages > self._messages_max or self._bytes > self._bytes_max:
+            self._evict()
 
     def _evict(self) -> None:
         while self._messages > self._messages_max or self._bytes > self._bytes_max:

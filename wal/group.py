@@ -71,6 +71,11 @@ class GroupMember:
                  wal_id: bytes | None, wal_path: bytes) -> None:
         self._group = group
         self.hooks = hooks
+        # The three calls every round makes, looked up once (the round's per-topic cost
+        # is what bounds latency with many topics: docs/WAL.md).
+        self.take_ready = hooks.take_ready
+        self.on_durable = hooks.commit.on_durable
+        self.park = hooks.park
         self.appender = appender
         self.name = name
         self.wal_id = wal_id  # journaled groups: the WAL's .walid, named by its journal entries
@@ -330,8 +335,8 @@ class CommitGroup:
             return
         self.rounds += 1
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
-        for member, done in written:
-            member.hooks.commit.on_durable(done.batch, done.segment, done.position, done.size_bytes, seconds)
+        for member, (batch, segment, position, size_bytes, _parts, _file) in written:
+            member.on_durable(batch, segment, position, size_bytes, seconds)
         for member, _done in written:
             self._settle(member)
 
@@ -357,7 +362,7 @@ class CommitGroup:
                 if round_bytes >= self.round_bytes_max:
                     self._requeue(members[index:])
                     break
-                batch = None if member.failed else member.hooks.take_ready()
+                batch = None if member.failed else member.take_ready()
                 if batch is None:
                     self._settle(member)
                     continue
@@ -420,7 +425,7 @@ class CommitGroup:
     def _settle(self, member: GroupMember) -> None:
         """After a member's turn: look again next round if frames are pending, else park
         it (its next append wakes the group), or let it go if it is leaving and drained."""
-        if not member.failed and not member.hooks.park():
+        if not member.failed and not member.park():
             self._ready(member)
             return
         with self._lock:

@@ -119,6 +119,7 @@ class SegmentFile:
 
     def __init__(self, inner: AppendFile) -> None:
         self._inner = inner
+        self._inner_hold: Callable[[], int] | None = getattr(inner, "hold", None)
         self._lock = threading.Lock()  # sync, close, abandon
         self._io_lock = threading.Lock()  # write against close/abandon
         self._state = "open"  # open | closed (synced first) | failed | abandoned
@@ -138,7 +139,7 @@ class SegmentFile:
         """The descriptor, held open (a close or abandon waits) until ``let_go``, for a
         write by descriptor (``native.write_rounds``); -1 if the file has none (a test file
         layer: write through ``write``). WalFailed if the file is no longer open."""
-        hold: Callable[[], int] | None = getattr(self._inner, "hold", None)
+        hold = self._inner_hold
         if hold is None:
             return -1
         self._io_lock.acquire()

@@ -712,21 +712,26 @@ def _decode_chunks(chunks: list[CacheChunk], position: int, limit: int, max_byte
     return records
 
 
-def _cache_tail(batch: Batch) -> tuple[int, int, list[bytes], int] | None:
+def _cache_tail(batch: Batch) -> tuple[int, int, list[bytes], int, int] | None:
     """The newest frames of a batch that fit the cache bounds (found by the core's take()),
     as ``FrameCache.add`` takes them: (first offset, last offset, the chunks from the one
-    they start in, where in it); None if not even the last one fits. Copies nothing: the
-    cache keeps the chunks the writer has just written (see wal/cache.py)."""
+    they start in, where in it, the bytes of those chunks); None if not even the last one
+    fits. Copies nothing: the cache keeps the chunks the writer has just written (see
+    wal/cache.py)."""
     if batch.tail_count == 0:
         return None
-    assert 0 <= batch.tail_position < batch.nbytes
+    tail_position = batch.tail_position
+    assert 0 <= tail_position < batch.nbytes
+    chunks = batch.chunks
+    first = batch.last_offset - batch.tail_count + 1
+    if tail_position < len(chunks[0]):  # the common case: a round of one chunk
+        return first, batch.last_offset, chunks, tail_position, batch.nbytes
     start = 0  # byte position of chunks[index] in the batch
-    for index, chunk in enumerate(batch.chunks):
-        if batch.tail_position < start + len(chunk):
+    for index, chunk in enumerate(chunks):
+        if tail_position < start + len(chunk):
             break
         start += len(chunk)
-    return (batch.last_offset - batch.tail_count + 1, batch.last_offset, batch.chunks[index:],
-            batch.tail_position - start)
+    return first, batch.last_offset, chunks[index:], tail_position - start, batch.nbytes - start
 
 
 def _split_ready(waiters: list[_AsyncWaiter], durable_next: int) -> tuple[list[_AsyncWaiter], list[_AsyncWaiter]]:

@@ -79,6 +79,7 @@ class SegmentAppender:
         self._fs = fs
         self._directory = directory
         self._config = config
+        self._age_max_ms = config.segment_age_max_s * 1000
         self._active = active
         # Recovery truncated any torn tail, so the file ends exactly at the last valid frame.
         actual = fs.file_size(active.path)
@@ -170,14 +171,15 @@ class SegmentAppender:
             file.close()
 
     def _should_rotate(self) -> bool:
-        if self._active.record_count == 0:
+        active = self._active
+        if active.last_offset < active.base_offset:
             return False  # never leave an empty sealed segment behind
-        if not self._active.has_rounds:
+        if not active.has_rounds:
             return True  # an older-format segment (from before an upgrade) takes no new rounds
         if self._file_bytes >= self._config.segment_bytes_max:
             return True
-        age_ms = time.time_ns() // 1_000_000 - self._active.created_ms
-        return age_ms >= self._config.segment_age_max_s * 1000
+        # Against the wall clock, as the segment's created_ms (its name's time) is.
+        return time.time_ns() // 1_000_000 >= active.created_ms + self._age_max_ms
 
     def _rotate(self, base_offset: int) -> None:
         """Cut a new segment. Every byte of the old one was synced by the previous round
