@@ -44,7 +44,7 @@ from native import write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, SyncHandle
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, SyncHandle, directory_key
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
 from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
@@ -217,7 +217,7 @@ class CommitGroup:
         by the journal's lock; this keeps a second open in this group out. WalLocked if the
         directory is claimed; ``release()`` the claim once the WAL let go of its files."""
         # One key per directory however it is spelled (symlinks, "..", relative paths).
-        key = os.path.realpath(directory) if isinstance(self.fs, RealFs) else os.path.normpath(directory)
+        key = directory_key(self.fs, directory)
         with self._lock:
             if key in self._claimed:
                 raise WalLocked(directory)
@@ -372,11 +372,15 @@ class CommitGroup:
                                         f"({ENTRY_BYTES_MAX})")
                     parts = member.appender.begin_round(batch)
                     fd = member.appender.hold()
-                    if fd < 0:
-                        member.appender.write_parts(parts)
                 except BaseException as exc:  # noqa: BLE001 - one file's error fails its topic only
                     self._fail_member(member, exc)
                     continue
+                if fd < 0:
+                    try:
+                        member.appender.write_parts(parts)
+                    except BaseException as exc:  # noqa: BLE001 - one file's error fails its topic only
+                        self._fail_write(member, exc)
+                        continue
                 round_bytes += batch.nbytes
                 laid_out.append((member, batch, parts, fd >= 0))
                 if fd >= 0:
@@ -393,7 +397,7 @@ class CommitGroup:
         for member, batch, parts, held in laid_out:
             error = next(by_descriptor) if held else 0
             if error:
-                self._fail_member(member, OSError(error, f"writing a commit round: {os.strerror(error)}"))
+                self._fail_write(member, OSError(error, f"writing a commit round: {os.strerror(error)}"))
                 continue
             done = member.appender.end_round(batch, parts)
             written.append((member, done))
@@ -410,6 +414,21 @@ class CommitGroup:
         member.failed = True
         member.hooks.commit.fail(exc)
         self._settle(member)
+
+    def _fail_write(self, member: GroupMember, exc: BaseException) -> None:
+        """A topic's round failed part-way through its write: that topic fails alone, and
+        what of the round reached its segment is cut back off it first
+        (``SegmentAppender.cut_back``: else a reopen of the topic in this group would build
+        on frames the journal never saw). If even that fails, the group fails: the file
+        may keep them, and only a restart's replay can vouch for it again."""
+        try:
+            member.appender.cut_back()
+        except BaseException as cut_exc:  # noqa: BLE001 - the file may keep the failed round
+            _log.error("commit group of %s: a round of %s failed to write (%r) and could not be cut back off "
+                       "its segment: %r", self.root, member.name, exc, cut_exc)
+            self.fail(cut_exc)  # this topic with every other: before anyone is told
+            return
+        self._fail_member(member, exc)
 
     def _requeue(self, members: list[GroupMember]) -> None:
         """Members a full round left out: first in line for the next one."""

@@ -132,6 +132,21 @@ class SegmentAppender:
         """Write ``begin_round``'s parts through the active file (no descriptor to hold)."""
         self._file.write(parts)
 
+    def cut_back(self) -> None:
+        """After a round's write failed part-way: truncate the active segment back to where
+        that round began (and sync that), so none of it survives this WAL.
+
+        Precondition, so this deletes nothing acknowledged: ``_file_bytes`` is moved only by
+        ``end_round``, after a whole write, and a round is acknowledged only after that
+        (and, journaled, after it was journaled); the bytes past it are the failed round's
+        alone (whole frames, or just its marker). Why: in a journaled group the WAL may be
+        reopened in the same group before the journal's next checkpoint (a host abandoning
+        and reloading a topic). Recovery would keep those frames, the WAL would go on after
+        them, and its journal entries would skip their offsets: after a crash the whole
+        root's replay would refuse (CorruptLog), every topic with it. Raises if the
+        truncation fails; the caller then fails the group (nothing else can vouch)."""
+        self._fs.truncate(self._active.path, self._file_bytes)
+
     def hold(self) -> int:
         """The active file's descriptor, held open until ``let_go``, for a commit group
         writing many topics' rounds in one call (``native.write_rounds``); -1 if its file
