@@ -314,3 +314,9 @@ class _RealLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the only descriptor drops the flock
+
+
+def directory_key(fs: FileSystem, path: str) -> str:
+    """One name per directory however it is spelled (symlinks, "..", relative paths): the
+    real path on the real file system, the normalised one on a file layer without links."""
+    return os.path.realpath(path) if isinstance(fs, RealFs) else os.path.normpath(path)

@@ -58,7 +58,7 @@ from native.journal_format import (
 )
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.errors import CorruptLog, WalFailed, WalLocked
-from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile
+from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, directory_key
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
 from wal.metrics import GroupMetrics
@@ -459,7 +459,7 @@ class Journal:
 
     def _checkpointer(self) -> None:
         try:
-            self._prepare_spare()  # the writer's first switch must not prepare its file itself
+            self._try_prepare_spare()  # the writer's first switch must not prepare its file itself
             while True:
                 with self._wake:
                     if not (self._stopping or self._checkpoint_wanted):
@@ -476,7 +476,7 @@ class Journal:
                     self.checkpoint()
                 if stopping:
                     return
-                self._prepare_spare()
+                self._try_prepare_spare()
         except BaseException as exc:  # noqa: BLE001 - whatever it was, the journal cannot be truncated
             self._fail(exc)
 
@@ -509,6 +509,16 @@ class Journal:
                    self.directory, snapshot.file, snapshot.position, snapshot.round, len(files) + len(retired),
                    time.perf_counter() - started)
         return True
+
+    def _try_prepare_spare(self) -> None:
+        """``_prepare_spare``, where an I/O error (a full disk) only waits for the next try:
+        nothing depends on the spare yet. The group's thread prepares the file itself if
+        it needs one first (``_switch``), and only a failure there fails the group."""
+        try:
+            self._prepare_spare()
+        except OSError as exc:
+            _log.warning("journal %s: preparing the next journal file failed (tried again at the next "
+                         "checkpoint or switch): %r", self.directory, exc)
 
     def _prepare_spare(self) -> None:
         with self.round_lock:
@@ -556,14 +566,37 @@ def journal_exists(fs: FileSystem, root: str) -> bool:
     return fs.exists(os.path.join(root, JOURNAL_DIR))
 
 
-def replay_standalone(fs: FileSystem, root: str) -> ReplayReport:
+#: One standalone replay at a time per root in this process. Without it, two threads opening
+#: different topics of one root at once (a host's load workers) would each try the journal's
+#: lock, and the second would take the first's replay for a running group (WalLocked).
+_standalone_replays: dict[str, threading.RLock] = {}
+_standalone_replays_lock = threading.Lock()
+
+
+def standalone_turn(root: str) -> "threading.RLock":
+    """The lock that serialises this process's standalone replays of ``root``'s journal
+    (reentrant): an opener holds it from before it locks its WAL directory until its
+    replay is done, so a replay never finds the directory of an opener waiting its turn
+    locked."""
+    with _standalone_replays_lock:
+        return _standalone_replays.setdefault(os.path.normpath(root), threading.RLock())
+
+
+def replay_standalone(fs: FileSystem, root: str, held: str | None = None) -> ReplayReport:
     """Replay a root's journal for a WAL opened without its group (a standalone
     ``WriteAheadLog.open`` under a journaled root): under the journal's lock, so never
-    while a group uses it (WalLocked)."""
+    while a group uses it (WalLocked). Other replays of this process wait for each other.
+    ``held``: a WAL directory whose lock the caller holds (the WAL being opened): replay
+    writes into it without taking that lock, as it does for every other WAL."""
     directory = os.path.join(root, JOURNAL_DIR)
+    with standalone_turn(root):
+        return _replay_standalone_locked(fs, root, directory, held)
+
+
+def _replay_standalone_locked(fs: FileSystem, root: str, directory: str, held: str | None) -> ReplayReport:
     lock = _lock_journal(fs, root, directory)
     try:
-        report = replay(fs, root)
+        report = replay(fs, root, held)
         if report.rounds:
             # Nothing before the end needs the journal any more.
             write_checkpoint(fs, directory, {"file": report.end_file, "position": report.end_position,
@@ -604,10 +637,12 @@ class _Round:
     entries: list[tuple[EntryHeader, bytes, memoryview]]
 
 
-def replay(fs: FileSystem, root: str) -> ReplayReport:
+def replay(fs: FileSystem, root: str, held: str | None = None) -> ReplayReport:
     """Write every valid round after the checkpoint into its WAL's segments (format spec:
     ``native/journal_format.py``, "Checkpoint and replay"). Reads everything and checks
-    every WAL's entries before writing anything: CorruptLog leaves all files as they were."""
+    every WAL's entries before writing anything: CorruptLog leaves all files as they were.
+    Each WAL is written under its directory's lock (WalLocked if it is open), except
+    ``held``, a directory whose lock the caller holds."""
     started = time.perf_counter()
     directory = os.path.join(root, JOURNAL_DIR)
     report = ReplayReport()
@@ -618,7 +653,7 @@ def replay(fs: FileSystem, root: str) -> ReplayReport:
     report.end_file, report.end_position, report.next_round = end
     report.rounds = len(rounds)
     if rounds:
-        _apply(fs, root, rounds, report)
+        _apply(fs, root, rounds, report, None if held is None else directory_key(fs, held))
     report.seconds = time.perf_counter() - started
     if rounds:
         _log.info("journal %s: replayed %d rounds (%d entries, %d bytes) into %d WALs in %.3f s; "
@@ -828,7 +863,7 @@ def _owner(root: str, directories: _Directories, wal_id: bytes, entries: list[_E
     return None
 
 
-def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport) -> None:
+def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport, held: str | None) -> None:
     ordered: dict[bytes, list[_Entry]] = {}
     for round_ in rounds:
         for entry in round_.entries:
@@ -848,7 +883,7 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
             plans[path] = segment_plans
     # Everything checked: now write. A crash from here on replays the same rounds again.
     for path, segment_plans in plans.items():
-        lock = _lock_wal(fs, path)
+        lock = _NOT_LOCKED if held is not None and directory_key(fs, path) == held else _lock_wal(fs, path)
         try:
             for plan in segment_plans:
                 # The journal's bytes over what is there, then cut whatever followed them:
@@ -902,6 +937,16 @@ def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[li
                              f"after the journal checkpoint starts: synced bytes are missing")
         plans.append(_SegmentPlan(segment, entry.position, [payload]))
     return plans, skipped
+
+
+class _NotLocked:
+    """The lock of a WAL directory the replay's caller holds already."""
+
+    def release(self) -> None:
+        pass
+
+
+_NOT_LOCKED = _NotLocked()
 
 
 def _lock_wal(fs: FileSystem, path: str) -> DirLock:

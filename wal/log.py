@@ -44,7 +44,7 @@ from wal.segment import Segment, SegmentInfo
 from wal.topics import TopicName
 from wal.group import CommitGroup, GroupMember, MemberHooks
 from wal.identity import ensure_wal_id
-from wal.journal import journal_exists, replay_standalone
+from wal.journal import journal_exists, replay_standalone, standalone_turn
 from wal.writer import Batch, CommitHooks, GroupCommitWriter, SegmentAppender
 
 _log = logging.getLogger(__name__)
@@ -87,14 +87,7 @@ class WriteAheadLog:
             fs = group.fs
         fs = fs or RealFs()
         directory = os.path.join(root_dir, name.namespace, name.name)
-        if group is None:
-            # The root has a shared journal: rounds of this WAL may live only there until it
-            # is replayed (under the journal's lock: WalLocked while a group uses it). The
-            # root is the one the directory really lies in, whatever path reached it (a
-            # symlinked namespace would otherwise slip past a running group's journal).
-            journal_root = _real_root(fs, directory, root_dir)
-            if journal_exists(fs, journal_root):
-                replay_standalone(fs, journal_root)
+        journaled = group is not None and group.journal is not None
         if not _holds_wal(fs, directory):
             fs.makedirs(directory)
             # Both names makedirs may have created must survive a power loss: the topic's
@@ -110,7 +103,7 @@ class WriteAheadLog:
         # (In a journaled group the group claims the directory instead, holding no descriptor:
         # the journal's lock, held for the group's life, keeps every other opener out of the
         # whole root, so a topic costs one open file, its segment, not two.)
-        lock = group.claim(directory) if group is not None and group.journal is not None else _take_lock(fs, directory)
+        lock = group.claim(directory) if journaled else _lock_and_replay(fs, directory, root_dir)
         wal = None
         try:
             # A journaled group names this WAL instance in its journal entries: the id must
@@ -157,6 +150,8 @@ class WriteAheadLog:
         self._async_waiters: list[_AsyncWaiter] = []
         self._readers: "weakref.WeakSet[WalReader]" = weakref.WeakSet()
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
+        self._retention_lock = Lock()  # one truncate_before at a time
+        self._unlink_pending: list[str] = []  # retention's files whose unlink failed: retried
         self._checkpoint_lock = Lock()
         self._pending_bytes_max = config.pending_bytes_max
         self._member: GroupMember | None = None  # set below when the WAL is in a commit group
@@ -545,20 +540,44 @@ class WriteAheadLog:
 
     # ------------------------------------------------------------------ retention
     def truncate_before(self, offset: int) -> int:
-        """Deletes whole sealed segments whose offsets are all < ``offset``; returns how many."""
-        with self._lock:
-            doomed: list[Segment] = []
-            while len(self._segments) - len(doomed) > 1 and self._segments[len(doomed)].last_offset < offset:
-                doomed.append(self._segments[len(doomed)])
-            if not doomed:
-                return 0
-            del self._segments[:len(doomed)]
-            del self._segment_bases[:len(doomed)]
-            assert self._segment_bases[0] == doomed[-1].last_offset + 1
-        self._write_checkpoint()  # before unlinking, so it never names a missing first segment
-        for segment in doomed:
-            self._fs.remove(segment.path)
-        self._fs.fsync_dir(self.directory)
+        """Deletes whole sealed segments whose offsets are all < ``offset``; returns how many.
+
+        A loss path; its precondition is the caller's (the uploader archived everything below
+        ``offset``). It removes them from the WAL, then records the new first offset in
+        ``wal.ckpt``, then unlinks their files. If the checkpoint cannot be written (a full
+        disk: it needs a new file) they are put back, untouched, and the error raised; a
+        file that fails to unlink is retried by the next call. Either way a later call can
+        still free the space."""
+        with self._retention_lock:
+            with self._lock:
+                doomed: list[Segment] = []
+                while len(self._segments) - len(doomed) > 1 and self._segments[len(doomed)].last_offset < offset:
+                    doomed.append(self._segments[len(doomed)])
+                unlinked_before = self._unlink_pending
+                if not doomed and not unlinked_before:
+                    return 0
+                del self._segments[:len(doomed)]
+                del self._segment_bases[:len(doomed)]
+                assert not doomed or self._segment_bases[0] == doomed[-1].last_offset + 1
+            if doomed:
+                try:
+                    self._write_checkpoint()  # before unlinking, so it never names a missing first segment
+                except BaseException:
+                    with self._lock:  # only this call removes segments (the retention lock)
+                        self._segments[:0] = doomed
+                        self._segment_bases[:0] = [s.base_offset for s in doomed]
+                    raise
+            paths = unlinked_before + [s.path for s in doomed]
+            self._unlink_pending = []
+            for index, path in enumerate(paths):
+                try:
+                    self._fs.remove(path)
+                except FileNotFoundError:
+                    pass  # a retry of an unlink that did happen
+                except BaseException:
+                    self._unlink_pending = paths[index:]
+                    raise
+            self._fs.fsync_dir(self.directory)
         _log.info("WAL %s: retention removed %d segments, first offset now %d", self.topic,
                   len(doomed), self.first_offset)
         return len(doomed)
@@ -779,6 +798,30 @@ def _holds_wal(fs: FileSystem, directory: str) -> bool:
         return any(n.endswith(".seg") or n == "wal.ckpt" for n in fs.listdir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return False
+
+
+def _lock_and_replay(fs: FileSystem, directory: str, root_dir: str) -> DirLock:
+    """Lock the directory for an opener that is not in a journaled group (standalone, or
+    in a syncfs group), then replay the root's journal if it has one.
+
+    The root's shared journal may hold rounds of this WAL that only it has, until it is
+    replayed (under the journal's lock: WalLocked while a journaled group uses it). Also in
+    a syncfs group, which checked the journal only when it was created: a journaled group
+    may have started on the root since. Checked with the directory's lock already held: a
+    journaled group starting later is kept out by that lock (CommitGroup.claim), one running
+    now by its journal's lock, so the two kinds of opener never both have this directory.
+    The root is the one the directory really lies in, whatever path reached it (a
+    symlinked namespace would otherwise slip past a running group's journal)."""
+    journal_root = _real_root(fs, directory, root_dir)
+    with standalone_turn(journal_root):  # before the directory's lock: see standalone_turn
+        lock = _take_lock(fs, directory)
+        try:
+            if journal_exists(fs, journal_root):
+                replay_standalone(fs, journal_root, held=directory)
+        except BaseException:
+            lock.release()
+            raise
+    return lock
 
 
 def _take_lock(fs: FileSystem, directory: str) -> DirLock:

@@ -222,6 +222,54 @@ def test_rotation_retention_and_offset_below_retention(tmp_path):
     again.close()
 
 
+def test_retention_that_fails_on_a_full_disk_frees_the_space_once_it_can():
+    """truncate_before records the new first offset before it unlinks anything; on a full
+    disk that record cannot be written. The segments stay readable and in the WAL, and the
+    next call frees them: a failure never leaves files nothing will delete."""
+    fs = FaultFs()
+    log = WriteAheadLog.open("/r", "/ns/t", small_config(segment_bytes_max=2048), fs=fs)
+    for offset in range(200):
+        log.append(payload_for(offset))
+        if offset % 25 == 0:
+            log.flush()
+    log.flush()
+    infos = log.segments()
+    assert len(infos) > 3
+    fs.disk_full = True
+    with pytest.raises(OSError):
+        log.truncate_before(infos[-1].base_offset)
+    assert log.first_offset == 0 and [s.path for s in log.segments()] == [s.path for s in infos]
+    assert [check_payload(r.payload)[0] for r in read_all(log)] == list(range(200)), "nothing was lost"
+    fs.disk_full = False
+    assert log.truncate_before(infos[-1].base_offset) == len(infos) - 1
+    assert [name for name in fs.listdir("/r/ns/t") if name.endswith(".seg")] == [os.path.basename(infos[-1].path)]
+    log.close()
+
+
+def test_retention_retries_the_unlinks_that_failed():
+    fs = FaultFs()
+    log = WriteAheadLog.open("/r", "/ns/t", small_config(segment_bytes_max=2048), fs=fs)
+    for offset in range(200):
+        log.append(payload_for(offset))
+        if offset % 25 == 0:
+            log.flush()
+    log.flush()
+    infos = log.segments()
+    real_remove = fs.remove
+
+    def remove_fails_once(path: str) -> None:
+        del fs.remove
+        raise OSError(5, "Input/output error (injected)")
+
+    fs.remove = remove_fails_once  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        log.truncate_before(infos[-1].base_offset)
+    assert fs.remove == real_remove
+    log.truncate_before(infos[-1].base_offset)  # nothing more to drop, but the files left go now
+    assert [name for name in fs.listdir("/r/ns/t") if name.endswith(".seg")] == [os.path.basename(infos[-1].path)]
+    log.close()
+
+
 def test_rotation_by_age(tmp_path):
     log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(segment_age_max_s=0.05))
     log.append(b"a")

@@ -12,11 +12,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
 from wal import WriteAheadLog
+from wal import journal as wal_journal
 from wal.errors import WalLocked
+from wal.group import CommitGroup
+from wal.journal import JournalConfig
 from wal.fs import RealFs
 from wal.testing import FaultFs
 
@@ -90,3 +94,79 @@ def test_another_process_is_refused_and_a_killed_holder_releases_the_lock(tmp_pa
         assert wal.next_offset == 1
     finally:
         wal.close()
+
+
+def test_a_syncfs_group_cannot_open_a_wal_a_journaled_group_has_open(tmp_path) -> None:
+    """A journaled group claims its WALs without a lock file per topic; its journal's lock
+    keeps other openers out of the whole root. A syncfs group created before the journaled
+    one (so before its journal existed) must be kept out too: two writers would hand out
+    the same offsets."""
+    root, fs = str(tmp_path), RealFs()
+    older = CommitGroup(root, fs, journal=None)
+    journaled = CommitGroup(root, fs, journal=JournalConfig())
+    wal = WriteAheadLog.open(root, TOPIC, group=journaled)
+    try:
+        assert wal.append(b"journaled") == 0
+        wal.flush(5.0)
+        with pytest.raises(WalLocked):
+            WriteAheadLog.open(root, TOPIC, group=older)
+        with pytest.raises(WalLocked):
+            WriteAheadLog.open(root, TOPIC)  # nor a standalone opener
+        assert wal.append(b"still the only writer") == 1
+        wal.flush(5.0)
+    finally:
+        wal.close()
+        journaled.close()
+    again = WriteAheadLog.open(root, TOPIC, group=older)  # once the journaled group is gone
+    try:
+        assert again.next_offset == 2
+    finally:
+        again.close()
+        older.close()
+
+
+def test_standalone_opens_of_two_topics_at_once_under_a_journaled_root_both_succeed(tmp_path, monkeypatch) -> None:
+    """Each standalone open replays the root's journal under its lock; a second open in the
+    same process waits for the first's replay instead of taking it for a running group."""
+    root, fs = str(tmp_path), RealFs()
+    group = CommitGroup(root, fs, journal=JournalConfig())
+    for topic in ("/ns/a", "/ns/b"):
+        wal = WriteAheadLog.open(root, topic, group=group)
+        wal.append(b"x")
+        wal.flush(5.0)
+        wal.close()
+    group.close()
+
+    inside, go = threading.Event(), threading.Event()
+    real_replay = wal_journal.replay
+
+    def slow_replay(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "first-opener":
+            inside.set()
+            go.wait(30)
+        return real_replay(*args, **kwargs)
+
+    monkeypatch.setattr(wal_journal, "replay", slow_replay)
+    opened: dict[str, object] = {}
+
+    def open_a() -> None:
+        try:
+            opened["a"] = WriteAheadLog.open(root, "/ns/a")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            opened["a"] = exc
+
+    first = threading.Thread(target=open_a, name="first-opener")
+    first.start()
+    assert inside.wait(30)
+    second = threading.Thread(target=lambda: opened.setdefault("b", WriteAheadLog.open(root, "/ns/b")))
+    second.start()
+    # Give the second opener time to reach the journal while the first replays (a loaded
+    # machine only makes this check weaker, never makes correct code fail).
+    second.join(0.5)
+    go.set()
+    first.join(30)
+    second.join(30)
+    for name in ("a", "b"):
+        assert isinstance(opened.get(name), WriteAheadLog), f"{name}: {opened.get(name)!r}"
+        assert opened[name].next_offset == 1  # type: ignore[union-attr]
+        opened[name].close()  # type: ignore[union-attr]
