@@ -102,6 +102,7 @@ def test_caching_a_round_copies_none_of_it(codec, tail_messages):
     try:
         tail = _cache_tail(batch)
         assert tail is not None
+        assert tail[4] == sum(map(len, tail[2])), "the tail's byte count is its chunks' (from the one it starts in)"
         cache.add(*tail)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
