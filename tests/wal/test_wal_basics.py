@@ -222,18 +222,23 @@ def test_rotation_retention_and_offset_below_retention(tmp_path):
     again.close()
 
 
-def test_retention_that_fails_on_a_full_disk_frees_the_space_once_it_can():
-    """truncate_before records the new first offset before it unlinks anything; on a full
-    disk that record cannot be written. The segments stay readable and in the WAL, and the
-    next call frees them: a failure never leaves files nothing will delete."""
-    fs = FaultFs()
+def _many_segments(fs: FaultFs) -> tuple[WriteAheadLog, list]:
+    """A WAL on ``fs`` with 200 messages over several small segments, and its segments."""
     log = WriteAheadLog.open("/r", "/ns/t", small_config(segment_bytes_max=2048), fs=fs)
     for offset in range(200):
         log.append(payload_for(offset))
         if offset % 25 == 0:
             log.flush()
     log.flush()
-    infos = log.segments()
+    return log, log.segments()
+
+
+def test_retention_that_fails_on_a_full_disk_frees_the_space_once_it_can():
+    """truncate_before records the new first offset before it unlinks anything; on a full
+    disk that record cannot be written. The segments stay readable and in the WAL, and the
+    next call frees them: a failure never leaves files nothing will delete."""
+    fs = FaultFs()
+    log, infos = _many_segments(fs)
     assert len(infos) > 3
     fs.disk_full = True
     with pytest.raises(OSError):
@@ -248,13 +253,7 @@ def test_retention_that_fails_on_a_full_disk_frees_the_space_once_it_can():
 
 def test_retention_retries_the_unlinks_that_failed():
     fs = FaultFs()
-    log = WriteAheadLog.open("/r", "/ns/t", small_config(segment_bytes_max=2048), fs=fs)
-    for offset in range(200):
-        log.append(payload_for(offset))
-        if offset % 25 == 0:
-            log.flush()
-    log.flush()
-    infos = log.segments()
+    log, infos = _many_segments(fs)
     real_remove = fs.remove
 
     def remove_fails_once(path: str) -> None:
