@@ -44,7 +44,7 @@ from native import write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import LOCK_NAME, FileSystem, LockHeld, SyncHandle, directory_key
+from wal.fs import LOCK_NAME, FileSystem, Lock, LockHeld, SyncHandle, directory_key
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
 from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
@@ -91,6 +91,10 @@ class GroupMember:
         # when its wait timed out before that, and then the group closes them itself.
         self.released = False
         self.gave_up = False
+        #: The WAL's hold on its directory (journaled: the group's claim; syncfs: its flock),
+        #: set by the WAL once open. The WAL releases it when it closed in time; when its
+        #: closer gave up, the group does, once it closed the files (``_settle``).
+        self.dir_lock: "_Claim | Lock | None" = None
 
     def wake(self) -> None:
         """The append core's callback (via the WAL): frames are pending for this topic."""
@@ -218,6 +222,15 @@ class CommitGroup:
         directory is claimed; ``release()`` the claim once the WAL let go of its files."""
         # One key per directory however it is spelled (symlinks, "..", relative paths).
         key = directory_key(self.fs, directory)
+        # The directory must really lie in this root: an opener outside the group finds a
+        # running group by the journal of the root the directory really lies in (its real
+        # path, however it was reached). Through a namespace symlinked to another root, a
+        # standalone opener would check that other root's journal and become a second
+        # writer, or after a crash skip this journal's rounds.
+        real_root = os.path.dirname(os.path.dirname(key))
+        if real_root != directory_key(self.fs, self.root):
+            raise WalLocked(directory, f"it really lies in {real_root}, not in the journaled commit group's root "
+                            f"{self.root} (a symlinked namespace?): other openers could not see this group")
         with self._lock:
             if key in self._claimed:
                 raise WalLocked(directory)
@@ -459,6 +472,8 @@ class CommitGroup:
             member._close_files()  # its closer timed out and left them to the group
         # Otherwise (journaled) the leaving WAL's own thread syncs and closes its files
         # (GroupMember.join).
+        if closer_gave_up and member.close_error is None and member.dir_lock is not None:
+            member.dir_lock.release()  # the WAL's close left it to the group: its files are closed now
         member.left.set()
 
     def _give_up(self, member: GroupMember) -> bool:

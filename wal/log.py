@@ -114,6 +114,8 @@ class WriteAheadLog:
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
                       group, wal_id)
             wal._dir_lock = lock
+            if wal._member is not None:
+                wal._member.dir_lock = lock  # the group releases it if close() gives up waiting
             wal._write_checkpoint(unless_equal=checkpoint)
             wal._writer.start()
         except BaseException:
@@ -225,8 +227,10 @@ class WriteAheadLog:
             if not already and self._failure is None:
                 self._write_checkpoint()
         finally:
-            # A writer that did not stop may still write: keep the directory locked (the
-            # kernel drops the lock with the process) rather than let a new opener in.
+            # A writer that did not stop may still write: keep the directory locked rather
+            # than let a new opener in. In a commit group, the group releases it once it has
+            # let this WAL go and closed its files; the per-topic writer's lock goes with the
+            # process (the kernel drops it).
             if drained and self._dir_lock is not None:
                 self._dir_lock.release()
             self.metrics.close()

@@ -225,3 +225,33 @@ def test_discarding_an_unreadable_stale_wal_completes_the_takeovers_record(local
     [record] = keys.read_lost_ranges(local_cluster.metadata, T)
     assert (record.start_offset, record.epoch) == (takeover.start_offset, takeover.epoch)
     assert record.quarantine_path and not record.exact
+
+
+def test_a_failed_commit_group_is_not_reported_as_an_unreadable_wal(tmp_path) -> None:
+    """After the root's commit group failed, no topic of the root opens until a restart; the
+    WAL itself is healthy (its segments may lack rounds only the journal holds), so the load
+    must not call it unreadable or advise discarding it. After a restart it opens."""
+    from wal.config import WalConfig
+    from tiered.lifecycle.wal_root import WalRoot
+
+    root = WalRoot("b1", str(tmp_path), None, WalConfig())
+    topic = TopicName.parse("/ns/t")
+    wal = root.open_wal(topic)
+    for i in range(3):
+        wal.append(b"m%d" % i)
+    wal.flush()
+    wal.close()
+    assert root.group is not None
+    root.group.fail(OSError(errno.EIO, "a segment sync failed at a checkpoint (injected)"))
+    with pytest.raises(LoadError) as info:
+        root.open_local(topic)
+    assert not isinstance(info.value, LocalWalUnreadable)
+    assert "restart the broker" in str(info.value) and "discard" not in str(info.value)
+    root.release()
+    restarted = WalRoot("b1", str(tmp_path), None, WalConfig())
+    wal = restarted.open_local(topic)
+    try:
+        assert wal.next_offset == 3
+    finally:
+        wal.close()
+        restarted.release()

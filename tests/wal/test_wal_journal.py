@@ -852,3 +852,62 @@ def test_a_failed_checkpoint_write_at_close_lets_go_of_the_directory():
     assert wal.next_offset == 1
     wal.close()
     group.close()
+
+
+def test_a_journaled_group_refuses_a_namespace_symlinked_out_of_its_root(tmp_path):
+    """Openers outside the group find it by the journal of the root a WAL directory really
+    lies in. A directory reached through a namespace symlinked to another root lies outside
+    the group's view: a standalone opener there would check the other root's journal and
+    become a second writer. The group refuses such a directory instead."""
+    from wal.fs import RealFs
+
+    root, other = os.path.join(tmp_path, "root"), os.path.join(tmp_path, "other")
+    os.makedirs(root)
+    os.makedirs(os.path.join(other, "ns"))
+    os.symlink(os.path.join(other, "ns"), os.path.join(root, "ns"))
+    group = CommitGroup(root, RealFs(), journal=NO_CHECKPOINTS)
+    try:
+        with pytest.raises(WalLocked):
+            WriteAheadLog.open(root, "/ns/a", small_config(), group=group)
+        wal = WriteAheadLog.open(root, "/ns/a", small_config())  # nothing of it is the group's
+        wal.close()
+    finally:
+        group.close()
+
+
+def test_a_wal_whose_close_timed_out_can_be_opened_again_once_the_group_let_it_go(tmp_path):
+    """A close that timed out leaves the WAL's files to the group (it syncs and closes them
+    when it lets the WAL go); it must leave the directory's claim to it too, or the topic
+    could never be opened again in this process."""
+    from wal.fs import RealFs
+
+    group = CommitGroup(str(tmp_path), RealFs(), journal=NO_CHECKPOINTS)
+    wal = WriteAheadLog.open(str(tmp_path), "/ns/a", small_config(close_timeout_s=0.2), group=group)
+    wal.append(b"m0")
+    wal.flush()
+    assert group.journal is not None
+    gate, inside = threading.Event(), threading.Event()
+    real_sync = group.journal.sync
+
+    def held_sync() -> None:
+        inside.set()
+        gate.wait(60)
+        real_sync()
+
+    group.journal.sync = held_sync  # type: ignore[method-assign]
+    wal.append(b"m1")
+    assert inside.wait(30)
+    with pytest.raises(WalFailed):
+        wal.close()  # times out: the round is held in its sync
+    with pytest.raises(WalLocked):
+        WriteAheadLog.open(str(tmp_path), "/ns/a", small_config(), group=group)  # still being written
+    gate.set()
+    group.journal.sync = real_sync  # type: ignore[method-assign]
+    assert wal._member is not None and wal._member.left.wait(30)
+    again = WriteAheadLog.open(str(tmp_path), "/ns/a", small_config(), group=group)
+    try:
+        assert again.next_offset >= 1  # m1's outcome is unknown (its append got no ack)
+        assert [bytes(r.payload) for r in again.reader(0, live=False)][:1] == [b"m0"]
+    finally:
+        again.close()
+        group.close()

@@ -29,7 +29,7 @@ from tiered.lifecycle.ownership import OwnerToken
 from wal import WriteAheadLog
 from wal.api import WalOffsets
 from wal.config import GroupSync, WalConfig
-from wal.errors import WalLocked, WalTimeout
+from wal.errors import WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, syncfs_reports_errors
 from wal.group import CommitGroup
 from wal.journal import JournalConfig
@@ -204,6 +204,16 @@ class WalRoot:
             return self.open_wal(topic)
         except WalLocked:
             raise  # someone else has it open: not unreadable, and nothing to decide here
+        except WalFailed as e:
+            if self.group is None or not self.group.failed:
+                raise LocalWalUnreadable(topic, self.path(topic), e) from e
+            # The root's commit group failed (a journal or segment sync error): the WAL is
+            # not what is broken, and its segments may lack rounds only the journal holds,
+            # so discarding it would lose them. Only a restart (whose replay restores them)
+            # helps; every topic of the root stays unloaded until then.
+            raise LoadError(topic, "open WAL", f"the commit group of WAL root {self.wal_root} failed ({e}); "
+                            "restart the broker: its journal replay restores what only the journal holds. "
+                            f"The local WAL {self.path(topic)} is kept as it is") from e
         except OSError as e:
             if e.errno in _ENVIRONMENT_ERRNOS:
                 # Disk full, quota, read-only or permissions: nothing says the WAL is damaged,
