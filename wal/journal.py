@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -58,7 +59,7 @@ from native.journal_format import (
 )
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.errors import CorruptLog, WalFailed, WalLocked
-from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, directory_key
+from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
 from wal.metrics import GroupMetrics
@@ -573,13 +574,18 @@ _standalone_replays: dict[str, threading.RLock] = {}
 _standalone_replays_lock = threading.Lock()
 
 
-def standalone_turn(root: str) -> "threading.RLock":
+#: Per file layer and root: the journal checkpoint's bytes as this process's last standalone
+#: replay left them (nothing after it to replay). See ``_replay_standalone_locked``.
+_replayed_at: dict[tuple[object, str], tuple["weakref.ref[FileSystem] | None", bytes]] = {}
+
+
+def standalone_turn(fs: FileSystem, root: str) -> "threading.RLock":
     """The lock that serialises this process's standalone replays of ``root``'s journal
     (reentrant): an opener holds it from before it locks its WAL directory until its
     replay is done, so a replay never finds the directory of an opener waiting its turn
-    locked."""
+    locked. One lock per root however it is spelled (symlinks, relative paths)."""
     with _standalone_replays_lock:
-        return _standalone_replays.setdefault(os.path.normpath(root), threading.RLock())
+        return _standalone_replays.setdefault(directory_key(fs, root), threading.RLock())
 
 
 def replay_standalone(fs: FileSystem, root: str, held: str | None = None) -> ReplayReport:
@@ -589,21 +595,41 @@ def replay_standalone(fs: FileSystem, root: str, held: str | None = None) -> Rep
     ``held``: a WAL directory whose lock the caller holds (the WAL being opened): replay
     writes into it without taking that lock, as it does for every other WAL."""
     directory = os.path.join(root, JOURNAL_DIR)
-    with standalone_turn(root):
+    with standalone_turn(fs, root):
         return _replay_standalone_locked(fs, root, directory, held)
 
 
 def _replay_standalone_locked(fs: FileSystem, root: str, directory: str, held: str | None) -> ReplayReport:
+    """Under the journal's lock: replay, unless this process's last replay of this root
+    left the journal's checkpoint exactly as it is now. Then nothing follows it: rounds
+    are added only by a journaled group, and a group's start first writes a checkpoint
+    naming a file past every existing one, so the checkpoint's bytes change before any
+    round is written. This spares every open after the first (a syncfs group's members, a
+    broker without a commit group) reading the journal's files again."""
     lock = _lock_journal(fs, root, directory)
     try:
+        key = ("real" if isinstance(fs, RealFs) else id(fs), directory_key(fs, root))
+        alive = None if isinstance(fs, RealFs) else weakref.ref(fs)
+        seen = _replayed_at.get(key)
+        now = _checkpoint_bytes(fs, directory)
+        if seen is not None and now is not None and seen[1] == now and (seen[0] is None or seen[0]() is fs):
+            return ReplayReport()
         report = replay(fs, root, held)
         if report.rounds:
             # Nothing before the end needs the journal any more.
             write_checkpoint(fs, directory, {"file": report.end_file, "position": report.end_position,
                                              "round": report.next_round}, name=_CHECKPOINT)
+            now = _checkpoint_bytes(fs, directory)
+        if now is not None:
+            _replayed_at[key] = (alive, now)
         return report
     finally:
         lock.release()
+
+
+def _checkpoint_bytes(fs: FileSystem, directory: str) -> bytes | None:
+    path = os.path.join(directory, _CHECKPOINT)
+    return fs.read_all(path) if fs.exists(path) else None
 
 
 def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str, tuple[int, bytes]]:

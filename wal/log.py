@@ -817,7 +817,7 @@ def _lock_and_replay(fs: FileSystem, directory: str, root_dir: str) -> DirLock:
     The root is the one the directory really lies in, whatever path reached it (a
     symlinked namespace would otherwise slip past a running group's journal)."""
     journal_root = _real_root(fs, directory, root_dir)
-    with standalone_turn(journal_root):  # before the directory's lock: see standalone_turn
+    with standalone_turn(fs, journal_root):  # before the directory's lock: see standalone_turn
         lock = _take_lock(fs, directory)
         try:
             if journal_exists(fs, journal_root):

@@ -170,3 +170,47 @@ def test_standalone_opens_of_two_topics_at_once_under_a_journaled_root_both_succ
         assert isinstance(opened.get(name), WriteAheadLog), f"{name}: {opened.get(name)!r}"
         assert opened[name].next_offset == 1  # type: ignore[union-attr]
         opened[name].close()  # type: ignore[union-attr]
+
+
+def _journaled_child_killed(root: str, topic: str) -> None:
+    """Another process runs a journaled group on ``root``, acknowledges 5 messages of
+    ``topic`` and dies before its final checkpoint (only the journal holds them durably)."""
+    child = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {REPO!r})
+        from wal import WriteAheadLog
+        from wal.fs import RealFs
+        from wal.group import CommitGroup
+        from wal.journal import JournalConfig
+        group = CommitGroup({root!r}, RealFs(), journal=JournalConfig(checkpoint_interval_s=3600))
+        wal = WriteAheadLog.open({root!r}, {topic!r}, group=group)
+        for i in range(5):
+            wal.append(b"journaled-%d" % i)
+        wal.flush(30)
+        os._exit(9)  # as a SIGKILL: no close, no final checkpoint
+    """)
+    subprocess.run([sys.executable, "-c", child], check=False, timeout=120)
+
+
+def test_a_standalone_open_replays_what_a_journaled_group_left_since_the_last_open(tmp_path, monkeypatch) -> None:
+    """Standalone opens skip reading the journal again while its checkpoint is the one their
+    last replay left. A journaled group that ran since (in another process, killed before
+    its final checkpoint) changed it, so the next open replays that group's rounds."""
+    root = str(tmp_path)
+    _journaled_child_killed(root, "/ns/b")
+    WriteAheadLog.open(root, "/ns/a").close()  # replays b's rounds; the checkpoint is now known
+    _journaled_child_killed(root, "/ns/d")
+    replays: list[str] = []
+    real_replay = wal_journal.replay
+    monkeypatch.setattr(wal_journal, "replay", lambda *a, **k: replays.append("replay") or real_replay(*a, **k))
+    WriteAheadLog.open(root, "/ns/a").close()
+    assert replays, "a journaled group ran since the last replay: the journal is read again"
+    for topic in ("/ns/b", "/ns/d"):
+        wal = WriteAheadLog.open(root, topic)
+        try:
+            assert [bytes(r.payload) for r in wal.reader(0, live=False)] == [b"journaled-%d" % i for i in range(5)]
+        finally:
+            wal.close()
+    replays.clear()
+    WriteAheadLog.open(root, "/ns/c").close()
+    assert not replays, "nothing changed since the last replay: the journal's files are not read again"
