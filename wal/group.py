@@ -289,6 +289,12 @@ class CommitGroup:
     def failed(self) -> bool:
         return self._failure is not None
 
+    @property
+    def failure(self) -> BaseException | None:
+        """What failed the group (None while it works): no topic of the root can be
+        acknowledged or opened again in this process; a restart replays the journal."""
+        return self._failure
+
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the group's thread. Its members must have left (closed their WALs) first:
         the thread drains them before it stops, and WalTimeout says it did not in time."""

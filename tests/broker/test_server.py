@@ -257,3 +257,23 @@ def test_a_data_gap_met_mid_read_reaches_the_http_client_as_a_typed_error(local_
     assert served == [0, 1, 2] and next_offset == 3
     assert status == 422, body
     assert body["error"]["type"] == "DataGap"
+
+
+def test_healthz_turns_503_once_the_wal_roots_commit_group_failed(local_cluster: Cluster) -> None:
+    """After the commit group failed nothing can be acknowledged or loaded until a restart
+    replays the journal: the health check says so, so a supervisor restarts the broker."""
+    import errno
+
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        response = await client.get("/healthz")
+        return response.status, await response.json()
+
+    status, body = _run(a, scenario)
+    assert status == 200 and body["ok"] is True
+    assert a.root.group is not None, "the broker host runs a journaled commit group by default"
+    a.root.group.fail(OSError(errno.EIO, "a segment sync failed at a checkpoint (injected)"))
+    status, body = _run(a, scenario)
+    assert status == 503 and body["ok"] is False and "restart the broker" in body["error"]

@@ -26,7 +26,8 @@ Routes:
   continue at ``next``.
 * ``POST /topics/{ns}/{topic}/subscriptions/{name}/ack`` body ``{"offset": N}`` ->
   ``{"cursor": N}`` once the cursor is written.
-* ``GET /topics``, ``GET /healthz``, ``GET /metrics`` (Prometheus text).
+* ``GET /topics``, ``GET /healthz``, ``GET /metrics`` (Prometheus text). ``/healthz`` is a
+  503 once the WAL root's commit group failed (a restart replays its journal).
 """
 from __future__ import annotations
 
@@ -266,6 +267,12 @@ class BrokerServer:
             for h in self.host.topics()]})
 
     async def healthz(self, request: web.Request) -> web.Response:
+        failure = self.host.wal_failure
+        if failure is not None:
+            # Nothing can be acknowledged or loaded until a restart replays the journal.
+            return web.json_response({"ok": False, "broker_id": self.host.broker_id,
+                                      "error": f"WAL commit group failed: {failure!r}; restart the broker"},
+                                     status=503)
         return web.json_response({"ok": True, "broker_id": self.host.broker_id, "topics": len(self.host.topics())})
 
     async def metrics(self, request: web.Request) -> web.Response:

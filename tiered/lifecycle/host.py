@@ -743,6 +743,14 @@ class BrokerHost:
         """True once :meth:`close` has run (nothing can be loaded any more)."""
         return self._closed.is_set()
 
+    @property
+    def wal_failure(self) -> BaseException | None:
+        """Why the WAL root's commit group failed, or None. Once it has, no topic of this
+        host can be acknowledged or loaded until the process restarts (and replays the
+        journal): the broker's ``/healthz`` reports it so a supervisor restarts it."""
+        group = self.root.group
+        return None if group is None else group.failure
+
     def _check_open(self) -> None:
         if self._closed.is_set():
             raise RuntimeError(f"broker host {self.broker_id} is closed")
