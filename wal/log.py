@@ -103,12 +103,12 @@ class WriteAheadLog:
         # (In a journaled group the group claims the directory instead, holding no descriptor:
         # the journal's lock, held for the group's life, keeps every other opener out of the
         # whole root, so a topic costs one open file, its segment, not two.)
-        lock = group.claim(directory) if journaled else _lock_and_replay(fs, directory, root_dir)
+        lock = group.claim(directory) if group is not None and journaled else _lock_and_replay(fs, directory, root_dir)
         wal = None
         try:
             # A journaled group names this WAL instance in its journal entries: the id must
             # be durable before the first round is (wal/identity.py).
-            wal_id = ensure_wal_id(fs, directory) if group is not None and group.journal is not None else None
+            wal_id = ensure_wal_id(fs, directory) if journaled else None
             checkpoint = read_checkpoint(fs, directory)
             recovered = recover(fs, directory, checkpoint, initial_offset, config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
