@@ -172,6 +172,11 @@ KEYS: dict[str, tuple[str, str]] = {
                          "`gc_refreeze_interval_s` (docs/WAL.md).", "Instagram's `gc.freeze()` (CPython 3.7+)"),
     "broker.gc_refreeze_interval_s": ("At most this often, and only after loads or unloads: unfreeze, collect "
                                       "everything (one pause of the length above), freeze again.", NONE),
+    "broker.failed_wal_check_interval_s": ("How often the host looks for topics whose WAL failed on its own (a "
+                                           "segment write on a full disk) and reopens them from their files, as a "
+                                           "restart would: nothing acknowledged is lost, and the topic takes "
+                                           "appends again once the disk allows. A load or an unload of such a "
+                                           "topic reopens it at once.", NONE),
     "broker.cursor_flush_every_acks": ("Write a subscription's cursor after this many acks ...", NONE),
     "broker.cursor_flush_interval_s": ("... or after this long, whichever comes first.",
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "

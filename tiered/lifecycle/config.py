@@ -62,10 +62,14 @@ class BrokerConfig:
     # collections walk every topic's objects (10-40 ms with the GIL held at 1,000 topics).
     gc_freeze: bool = True
     gc_refreeze_interval_s: float = 300.0
+    # How often the host looks for hosted topics whose WAL failed on its own (a segment
+    # write on a full disk) and reopens them from their files (``BrokerHost._revive_locked``).
+    failed_wal_check_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
-                     "flush_timeout_s", "close_timeout_s", "cursor_flush_interval_s", "gc_refreeze_interval_s"):
+                     "flush_timeout_s", "close_timeout_s", "cursor_flush_interval_s", "gc_refreeze_interval_s",
+                     "failed_wal_check_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.ack_lease_margin_s is not None and not 0 <= self.ack_lease_margin_s < self.session_ttl_s:

@@ -29,12 +29,13 @@ an asyncio broker's loop never waits on disk or network.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -142,10 +143,12 @@ class BrokerHost:
         self.retired: list[RetiredWal] = self.stale.retired
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
-        self._topic_locks: dict[TopicName, threading.Lock] = {}
+        self._topic_locks: dict[TopicName, _TopicLockEntry] = {}
         self._listeners: list[_Listener] = []
         try:
             self._closed = threading.Event()
+            #: Set when close() begins: loads and creates are refused from then on.
+            self._closing = threading.Event()
             self.session: BrokerSession | None = None
             if self.config.register_session:
                 self.session = BrokerSession(metadata, broker_id, self.config.session_ttl_s,
@@ -166,6 +169,8 @@ class BrokerHost:
                 self.heap = HeapFreezer(self.config.gc_refreeze_interval_s, metrics_registry=self.metrics_registry)
                 self.cursor_scheduler.every(self.config.gc_refreeze_interval_s / 4, self.heap.maintain,
                                             "gc-refreeze")
+            self.cursor_scheduler.every(self.config.failed_wal_check_interval_s, self._revive_failed_wals,
+                                        "revive-failed-wals")
             if retire_stale_wals:
                 self.retire_stale_wals()
             self._progress_thread = threading.Thread(target=self._progress_loop, daemon=True,
@@ -193,9 +198,27 @@ class BrokerHost:
         with self._lock:
             return list(self._topics.values())
 
-    def _topic_lock(self, topic: TopicName) -> threading.Lock:
+    @contextlib.contextmanager
+    def _topic_lock(self, topic: TopicName, blocking: bool = True) -> Iterator[bool]:
+        """Hold ``topic``'s lock (loads, unloads, abandons and deletes of one topic run one
+        at a time); yields False, holding nothing, if ``blocking`` is off and it is taken.
+        An entry lives only while a thread holds or waits for it, so a host that saw many
+        topic names keeps no lock per name it ever saw."""
         with self._lock:
-            return self._topic_locks.setdefault(topic, threading.Lock())
+            entry = self._topic_locks.setdefault(topic, _TopicLockEntry())
+            entry.users += 1
+        try:
+            got = entry.lock.acquire(blocking)
+            try:
+                yield got
+            finally:
+                if got:
+                    entry.lock.release()
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._topic_locks[topic]
 
     # -- load --------------------------------------------------------------------
     def load(self, name: TopicName | str, *, force: bool = False,
@@ -221,8 +244,11 @@ class BrokerHost:
         abandoned = False
         try:
             with self._topic_lock(topic):
+                self._check_open()  # close() began while this waited: it will not see this topic
                 with self._lock:
                     existing = self._topics.get(topic)
+                if existing is not None and self._wal_failed_alone(existing):
+                    existing = self._revive_locked(topic)  # reopened from its files, as after a restart
                 if existing is not None and existing.fenced:
                     # A newer owner took it over: this copy is what a crash leaves behind
                     # (appends and acks refused, no seal can land). Drop it keeping its WAL
@@ -262,6 +288,7 @@ class BrokerHost:
         self._check_open()
         existed = topic_exists(self.metadata, topic)
         with self._topic_lock(topic):
+            self._check_open()  # close() began while this waited: it will not see this topic
             with self._lock:
                 existing = self._topics.get(topic)
             if existing is not None and existing.state is TopicState.OPEN:
@@ -598,6 +625,10 @@ class BrokerHost:
     def _unload_locked(self, topic: TopicName) -> int | None:
         """:meth:`unload` for a caller holding the topic lock (listeners not told)."""
         hosted = self.topic(topic)
+        if self._wal_failed_alone(hosted):
+            # Its WAL cannot flush, so no seal could ever land: reopen it from its files
+            # first (everything acknowledged is in them), then seal that.
+            hosted = self._revive_locked(topic)
         started = time.monotonic()
         last = sealing.seal(hosted, self.metadata, self.config)
         sealing.cleanup(hosted, self.config)
@@ -620,6 +651,51 @@ class BrokerHost:
             self._abandon_locked(topic)
         self._notify(1, topic, "abandoned")
 
+    def _wal_failed_alone(self, hosted: HostedTopic) -> bool:
+        """Whether ``hosted``'s WAL failed on its own (a segment write error), the commit
+        group still working, the copy neither fenced nor sealed: what a reopen fixes."""
+        group = self.root.group
+        return (hosted.wal.failed and not hosted.fenced and hosted.state in (TopicState.OPEN, TopicState.UNLOADING)
+                and (group is None or not group.failed))
+
+    def _revive_locked(self, topic: TopicName) -> HostedTopic:
+        """Reopen a topic whose WAL failed on its own (caller holds the topic lock).
+
+        Precondition (``_wal_failed_alone``): no seal landed (so the topic is still ours
+        to reload: its owner record names this broker) and the copy is not fenced. Then it
+        is what a crash of this one topic leaves: abandon it (files and owner record kept,
+        nothing released), and load it again from its WAL, which holds every acknowledged
+        message (the failed round was never acknowledged, and cut back off its segment).
+        A load that fails leaves the topic unloaded and owned, as after a crash: the
+        assignment watcher or an operator loads it again."""
+        log.warning("topic %s: its WAL failed on its own; reopening it from its files", topic)
+        self._abandon_locked(topic)
+        hosted = self._load(topic, False, False, False, False)
+        with self._lock:
+            self._topics[topic] = hosted
+        self.metrics.revived_topics.inc()
+        return hosted
+
+    def _revive_failed_wals(self) -> None:
+        """Scheduler job: reopen every open topic whose WAL failed on its own."""
+        for hosted in self.topics():
+            if self._closing.is_set():
+                return
+            if hosted.state is not TopicState.OPEN or not self._wal_failed_alone(hosted):
+                continue
+            with self._topic_lock(hosted.topic, blocking=False) as got:
+                if not got:
+                    continue  # a load or unload of it is running: it reopens the topic itself
+                with self._lock:
+                    current = self._topics.get(hosted.topic)
+                if current is not hosted or not self._wal_failed_alone(hosted) or self._closing.is_set():
+                    continue
+                try:
+                    self._revive_locked(hosted.topic)
+                except Exception as e:  # noqa: BLE001 - left unloaded and owned, as after a crash
+                    log.error("topic %s: reopening its failed WAL failed: %r", hosted.topic, e)
+                    self._notify(1, hosted.topic, "abandoned")
+
     def _abandon_locked(self, topic: TopicName) -> None:
         """:meth:`abandon` for a caller holding the topic lock (listeners not told)."""
         hosted = self.topic(topic)
@@ -630,7 +706,9 @@ class BrokerHost:
         quietly(hosted.publish_progress)
         hosted.state = TopicState.CLOSED
         hosted.move_readers_away()
-        quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
+        # Closed, not just stopped: producers waiting for ``archived`` are told at once
+        # (TopicUnloading) instead of each waiting out its timeout.
+        quietly(lambda: hosted.uploader.close(self.config.close_timeout_s))
         quietly(lambda: hosted.subscriptions.close(flush=False))
         quietly(hosted.wal.close)
         with self._lock:
@@ -648,6 +726,14 @@ class BrokerHost:
         if self._closed.is_set():
             return
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            self._closing.set()  # no load or create starts from now on (checked under the topic lock)
+            busy = list(self._topic_locks)
+        for topic in busy:
+            # A load (or unload, or reopen) in flight finishes first, so its topic is among
+            # those closed below; one that had not taken its lock yet is refused.
+            with self._topic_lock(topic):
+                pass
         for hosted in self.topics():
             if unload and (deadline is None or time.monotonic() < deadline):
                 try:
@@ -752,7 +838,7 @@ class BrokerHost:
         return None if group is None else group.failure
 
     def _check_open(self) -> None:
-        if self._closed.is_set():
+        if self._closed.is_set() or self._closing.is_set():
             raise RuntimeError(f"broker host {self.broker_id} is closed")
 
     def _progress_loop(self) -> None:
@@ -803,3 +889,13 @@ def _deleted_meanwhile(metadata: MetadataStore, topic: TopicName) -> TopicDelete
 def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:
     if isinstance(error, (OwnershipLost, OwnershipLostError)):
         hosted.fence(step)
+
+
+class _TopicLockEntry:
+    """A topic's lock and how many threads hold or wait for it (``BrokerHost._topic_lock``)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0

@@ -41,6 +41,7 @@ from tiered.read.metrics import ReadMetrics
 from tiered.read.reader import Start, TieredReader, create_reader
 from tiered.read.subscriptions import Subscription, SubscriptionManager
 from uploader import Uploader
+from uploader.errors import UploaderStopped
 from wal.api import Wal
 
 
@@ -161,7 +162,12 @@ class HostedTopic:
         if ack == "archived":
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
-            if not await self.uploader.wait_archived_async(offset, remaining_s):
+            try:
+                archived = await self.uploader.wait_archived_async(offset, remaining_s)
+            except UploaderStopped as e:
+                self._raise_if_left(offset, e)
+                raise
+            if not archived:
                 self._raise_not_archived(offset, timeout_s)
         return offset
 
@@ -200,8 +206,22 @@ class HostedTopic:
             # Ask for an upload now: an archived waiter should not sit out a whole interval.
             self.uploader.request_upload()
             remaining_s = max(0.0, deadline - time.monotonic())
-            if self.uploader.wait_archived(offset, remaining_s) is False:
+            try:
+                archived = self.uploader.wait_archived(offset, remaining_s)
+            except UploaderStopped as e:
+                self._raise_if_left(offset, e)
+                raise
+            if archived is False:
                 self._raise_not_archived(offset, timeout_s)
+
+    def _raise_if_left(self, offset: int, stopped: UploaderStopped) -> None:
+        """An ``archived`` wait ended because the topic left this broker unsealed (abandoned:
+        its uploader was closed): TopicUnloading at once, rather than a ProduceTimeout
+        after the whole timeout. Whether the offset is archived is unknown: a producer
+        that retries may write the message twice (reading it back first tells)."""
+        if self.state is TopicState.CLOSED:
+            raise TopicUnloading(self.topic, "wait archived", f"the topic left this broker before offset {offset} "
+                                 "was known to be archived: its outcome is unknown") from stopped
 
     def _raise_not_archived(self, offset: int, timeout_s: float) -> NoReturn:
         """ProduceTimeout for an ``archived`` ack not reached in time, caused by (and

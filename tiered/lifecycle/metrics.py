@@ -19,6 +19,7 @@ class LifecycleMetrics:
     quarantines: Counter
     quarantined_offsets: Counter
     fenced_topics: Counter
+    revived_topics: Counter
     load_seconds: Histogram
     unload_seconds: Histogram
 
@@ -47,6 +48,9 @@ def _make(registry: CollectorRegistry) -> LifecycleMetrics:
         fenced_topics=Counter("dnb_topics_fenced_total",
                               "Hosted topics that learned a newer owner exists and stopped acknowledging",
                               registry=r),
+        revived_topics=Counter("dnb_topics_wal_reopened_total",
+                               "Hosted topics whose WAL failed on its own and were reopened from their files",
+                               registry=r),
         load_seconds=Histogram("dnb_topic_load_seconds", "Time to load (restore) a topic", registry=r),
         unload_seconds=Histogram("dnb_topic_unload_seconds", "Time to unload (seal) a topic", registry=r),
     )  # fmt: skip

@@ -1,0 +1,152 @@
+"""A broker host recovers what it can on its own, and closes what it started.
+
+* A topic whose WAL failed on its own (a segment write on a full disk) is what a crash of
+  that one topic leaves: the host reopens it from its files (nothing acknowledged is
+  lost) when it is loaded or unloaded, and by itself, instead of hosting a copy that
+  refuses every produce and every seal for the rest of the process.
+* ``close()`` racing a load: the load either finishes first (and is closed with the rest)
+  or is refused; nothing outlives the host (no commit group left running on its root).
+* Producers waiting for ``archived`` on a topic that is abandoned are told at once.
+* The host keeps no lock per topic name it ever saw.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from tests.tiered.helpers_lifecycle import FAST_BROKER, TOPIC, Cluster, local_cluster  # noqa: F401
+from tiered.lifecycle import BrokerHost, TopicUnloading
+from tiered.lifecycle.hosted import TopicState
+from wal.testing import FaultFs
+
+
+def _host_on(cluster: Cluster, fs: FaultFs, **overrides: object) -> BrokerHost:
+    config = replace(FAST_BROKER, **overrides) if overrides else FAST_BROKER
+    host = BrokerHost("A", cluster.wal_root("A"), cluster.metadata, cluster.objects, config, wal_fs=fs)
+    cluster.hosts.append(host)
+    return host
+
+
+def _fail_wal_with_a_full_disk(fs: FaultFs, hosted) -> None:  # type: ignore[no-untyped-def]
+    fs.disk_full = True
+    with pytest.raises(Exception):  # noqa: B017 - WalFailed, or the ack's timeout: not acknowledged
+        hosted.produce(b"never acknowledged", timeout_s=5)
+    fs.disk_full = False
+    assert hosted.wal.failed
+
+
+def _payloads(hosted) -> list[bytes]:  # type: ignore[no-untyped-def]
+    return [bytes(r.payload) for r in hosted.wal.reader(hosted.wal.first_offset, live=False)]
+
+
+@pytest.mark.parametrize("how", ["load", "unload"])
+def test_a_topic_whose_wal_failed_alone_is_reopened_from_its_files(local_cluster: Cluster, how: str) -> None:
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0)  # only load/unload reopen here
+    hosted = host.load(TOPIC)
+    other = host.load("/default/other")
+    acked = [hosted.produce(b"m%d" % i) for i in range(3)]
+    _fail_wal_with_a_full_disk(fs, hosted)
+    assert other.produce(b"unaffected") == 0, "one topic's failed WAL fails that topic only"
+    if how == "load":
+        again = host.load(TOPIC)
+        assert again is not hosted and again.state is TopicState.OPEN
+        offset = again.produce(b"after")
+        assert offset > acked[-1] and _payloads(again)[:3] == [b"m0", b"m1", b"m2"]
+    else:
+        last = host.unload(TOPIC)  # a seal needs a WAL that flushes: reopened first
+        assert last is not None and last >= acked[-1]
+        reloaded = host.load(TOPIC)
+        assert reloaded.next_offset == last + 1, "the next load continues right after the seal"
+
+
+def test_the_host_reopens_a_failed_wal_by_itself(local_cluster: Cluster) -> None:
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=0.05)
+    hosted = host.load(TOPIC)
+    hosted.produce(b"m0")
+    _fail_wal_with_a_full_disk(fs, hosted)
+    deadline = time.monotonic() + 60
+    while host.topic(TOPIC) is hosted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    reopened = host.topic(TOPIC)
+    assert reopened is not hosted and reopened.state is TopicState.OPEN
+    assert reopened.produce(b"m1") >= 1 and _payloads(reopened)[0] == b"m0"
+
+
+@pytest.mark.parametrize("held_until", ["the WAL opened", "the uploader started"])
+def test_close_waits_for_a_load_in_flight_and_closes_it_too(local_cluster: Cluster, monkeypatch,
+                                                             held_until: str) -> None:
+    import tiered.lifecycle.host as host_module
+
+    host = local_cluster.broker("A")
+    gate, reached = threading.Event(), threading.Event()
+
+    def held(real):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            reached.set()
+            gate.wait(60)
+            return real(*args, **kwargs)
+        return call
+
+    if held_until == "the WAL opened":
+        monkeypatch.setattr(host.root, "write_owner_marker", held(host.root.write_owner_marker))
+    else:
+        monkeypatch.setattr(host_module, "check_not_deleted", held(host_module.check_not_deleted))
+    result: dict[str, object] = {}
+
+    def load() -> None:
+        try:
+            result["hosted"] = host.load(TOPIC)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            result["error"] = exc
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    assert reached.wait(60)
+    # Let the load go once close() has begun (close waits for it, whatever the timing).
+    threading.Thread(target=lambda: (host._closing.wait(60), gate.set())).start()
+    host.close()
+    loader.join(60)
+    assert host.topics() == [], "nothing stays hosted on a closed host"
+    assert not [t for t in threading.enumerate() if t.name.startswith("wal-")], "no commit group left running"
+    again = local_cluster.broker("A")  # the root is free again
+    assert again.load(TOPIC).state is TopicState.OPEN
+
+
+def test_producers_waiting_for_archived_are_told_when_the_topic_is_abandoned(local_cluster: Cluster) -> None:
+    config = replace(FAST_BROKER, uploader=replace(FAST_BROKER.uploader, poll_interval_s=3600.0))
+    host = local_cluster.broker("A", uploader=config.uploader)
+    hosted = host.load(TOPIC)
+    real_upload = hosted.uploader.request_upload
+    hosted.uploader.request_upload = lambda: None  # type: ignore[method-assign]  # never archives now
+    outcome: dict[str, object] = {}
+
+    def produce() -> None:
+        started = time.monotonic()
+        try:
+            hosted.produce(b"x", ack="archived", timeout_s=300)
+        except Exception as exc:  # noqa: BLE001 - checked below
+            outcome["error"], outcome["took"] = exc, time.monotonic() - started
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    deadline = time.monotonic() + 60
+    while hosted.wal.durable_offset is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    host.abandon(TOPIC)
+    producer.join(60)
+    assert not producer.is_alive(), "the waiter was told, not left to its 300 s timeout"
+    assert isinstance(outcome.get("error"), TopicUnloading)
+    hosted.uploader.request_upload = real_upload  # type: ignore[method-assign]
+
+
+def test_the_host_keeps_no_lock_per_topic_name_it_ever_saw(local_cluster: Cluster) -> None:
+    host = local_cluster.broker("A")
+    for i in range(20):
+        host.load(f"/default/t{i}")
+        host.unload(f"/default/t{i}")
+    assert host.topics() == [] and host._topic_locks == {}
