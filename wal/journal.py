@@ -281,6 +281,7 @@ class Journal:
         self._stopping = False
         self.checkpoints = 0
         self.rounds = 0
+        self._checkpoint_record_failing = False  # logged once per run of failures
         self._thread = threading.Thread(target=self._checkpointer, name=f"wal-journal-checkpoint:{root}", daemon=True)
         self._thread.start()
 
@@ -497,10 +498,24 @@ class Journal:
             return False
         started = time.perf_counter()
         for file in files:
-            file.sync()
+            file.sync()  # raises: the checkpointer fails the group (the journal is the only copy)
         for file in retired:
             file.close()
-        write_checkpoint(self.fs, self.directory, _checkpoint_state(snapshot), name=_CHECKPOINT)
+        try:
+            write_checkpoint(self.fs, self.directory, _checkpoint_state(snapshot), name=_CHECKPOINT)
+        except OSError as exc:
+            # Only the record could not be written (a full disk: it needs a new file). The
+            # files are synced and the older checkpoint still stands, so nothing is at risk:
+            # replay would just start earlier. The next checkpoint tries again; meanwhile
+            # the journal cannot move past it, which bounds it (``wait_for_room``).
+            if not self._checkpoint_record_failing:
+                _log.warning("journal %s: could not write a checkpoint (tried again at the next one): %r",
+                             self.directory, exc)
+            self._checkpoint_record_failing = True
+            return False
+        if self._checkpoint_record_failing:
+            _log.warning("journal %s: checkpoints are written again", self.directory)
+            self._checkpoint_record_failing = False
         with self._checkpointed_cond:
             self._checkpointed = snapshot
             self._checkpointed_cond.notify_all()

@@ -112,7 +112,9 @@ def test_close_waits_for_a_load_in_flight_and_closes_it_too(local_cluster: Clust
     host.close()
     loader.join(60)
     assert host.topics() == [], "nothing stays hosted on a closed host"
-    assert not [t for t in threading.enumerate() if t.name.startswith("wal-")], "no commit group left running"
+    root = local_cluster.wal_root("A")
+    assert not [t for t in threading.enumerate() if t.name.startswith("wal-") and root in t.name], \
+        "no commit group left running"
     again = local_cluster.broker("A")  # the root is free again
     assert again.load(TOPIC).state is TopicState.OPEN
 
@@ -150,3 +152,72 @@ def test_the_host_keeps_no_lock_per_topic_name_it_ever_saw(local_cluster: Cluste
         host.load(f"/default/t{i}")
         host.unload(f"/default/t{i}")
     assert host.topics() == [] and host._topic_locks == {}
+
+
+def test_a_reopen_that_fails_keeps_the_failed_copy_hosted_until_it_succeeds(local_cluster: Cluster) -> None:
+    """While the disk stays full the WAL cannot be opened again: the failed copy stays
+    hosted (the topic is still owned here and must stay somebody's), and the reopen is
+    tried again by the next load, unload or periodic check."""
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0)
+    hosted = host.load(TOPIC)
+    hosted.produce(b"m0")
+    fs.disk_full = True
+    with pytest.raises(Exception):  # noqa: B017 - not acknowledged
+        hosted.produce(b"never acknowledged", timeout_s=5)
+    assert hosted.wal.failed
+    with pytest.raises(Exception):  # noqa: B017 - the reopen cannot open the WAL yet
+        host.load(TOPIC)
+    assert host.topic(TOPIC) is hosted, "still hosted: nothing released, nobody else may serve it"
+    host._revive_failed_wals()  # the periodic check, still on a full disk: changes nothing
+    assert host.topic(TOPIC) is hosted
+    with pytest.raises(Exception):  # noqa: B017 - an unload cannot seal it yet either
+        host.unload(TOPIC)
+    assert host.topic(TOPIC) is hosted and hosted.state is TopicState.UNLOADING, "the watcher retries the unload"
+    fs.disk_full = False
+    last = host.unload(TOPIC)
+    assert last is not None and last >= 0
+    assert host.load(TOPIC).next_offset == last + 1
+
+
+def test_listeners_are_told_when_a_copy_is_replaced(local_cluster: Cluster) -> None:
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0)
+    events: list[tuple[str, object]] = []
+    host.add_listener(on_loaded=lambda h: events.append(("loaded", h)),
+                      on_unloaded=lambda topic, why: events.append((why, topic)))
+    hosted = host.load(TOPIC)
+    _fail_wal_with_a_full_disk(fs, hosted)
+    host._revive_failed_wals()
+    reopened = host.topic(TOPIC)
+    assert reopened is not hosted
+    assert events[-2:] == [("abandoned", hosted.topic), ("loaded", reopened)]
+
+
+def test_an_archived_ack_waits_on_the_reopened_copy(local_cluster: Cluster) -> None:
+    """A producer waiting for ``archived`` when its topic's WAL failed and was reopened
+    from the same files is answered by the new copy (same offsets): it is not told the
+    topic left, which would make a retry write the message twice."""
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0,
+                    uploader=replace(FAST_BROKER.uploader, poll_interval_s=3600.0))
+    hosted = host.load(TOPIC)
+    hosted.uploader.request_upload = lambda: None  # type: ignore[method-assign]  # never archives on its own
+    outcome: dict[str, object] = {}
+
+    def produce() -> None:
+        try:
+            outcome["offset"] = hosted.produce(b"archive me", ack="archived", timeout_s=120)
+        except Exception as exc:  # noqa: BLE001 - checked below
+            outcome["error"] = exc
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    deadline = time.monotonic() + 60
+    while hosted.wal.durable_offset is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _fail_wal_with_a_full_disk(fs, hosted)
+    host.load(TOPIC)  # reopens it; the new copy archives what the WAL holds
+    producer.join(120)
+    assert outcome == {"offset": 0}
+

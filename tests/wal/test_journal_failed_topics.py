@@ -162,3 +162,25 @@ def test_a_spare_journal_file_the_checkpointer_cannot_prepare_does_not_fail_the_
         group.close()
     finally:
         Journal._prepare = real_prepare  # type: ignore[method-assign]
+
+
+def test_a_checkpoint_record_that_cannot_be_written_does_not_fail_the_group() -> None:
+    """On a full disk the checkpoint's record (a new file) cannot be written; the segment
+    files it synced stay synced and the older checkpoint stands, so nothing is at risk:
+    the group goes on, and a later checkpoint records it."""
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=HELD_CHECKPOINTS)
+    wal = WriteAheadLog.open(ROOT, "ns/a", group=group)
+    acked: dict[int, bytes] = {}
+    _fill(wal, "a", 0, 5, acked)
+    assert group.journal is not None
+    fs.disk_full = True
+    assert group.journal.checkpoint() is False
+    fs.disk_full = False
+    assert not group.failed and not wal.failed
+    _fill(wal, "a", 5, 5, acked)
+    assert group.journal.checkpoint() is True
+    image = fs.crash_image()
+    wal.close()
+    group.close()
+    _check_acknowledged(image, {"a": acked})

@@ -242,13 +242,16 @@ class BrokerHost:
         topic = TopicName.parse(name)
         self._check_open()
         abandoned = False
+        revived: HostedTopic | None = None
         try:
             with self._topic_lock(topic):
                 self._check_open()  # close() began while this waited: it will not see this topic
                 with self._lock:
                     existing = self._topics.get(topic)
                 if existing is not None and self._wal_failed_alone(existing):
-                    existing = self._revive_locked(topic)  # reopened from its files, as after a restart
+                    # Reopened from its files, as after a restart (raises, keeping the
+                    # failed copy, while that cannot be done yet).
+                    existing = revived = self._revive_locked(topic, TopicState.OPEN)
                 if existing is not None and existing.fenced:
                     # A newer owner took it over: this copy is what a crash leaves behind
                     # (appends and acks refused, no seal can land). Drop it keeping its WAL
@@ -267,8 +270,10 @@ class BrokerHost:
                 with self._lock:
                     self._topics[topic] = hosted
         finally:
-            if abandoned:  # listeners are told outside the topic lock, as abandon() does
+            if abandoned or revived is not None:  # listeners are told outside the topic lock, as abandon() does
                 self._notify(1, topic, "abandoned")
+            if revived is not None:
+                self._notify(0, revived)
         self._notify(0, hosted)
         return hosted
 
@@ -617,18 +622,29 @@ class BrokerHost:
         """Seal ``name`` and let go of it; returns its last committed offset (None if
         the topic never had a message). See the module docstring for the steps."""
         topic = TopicName.parse(name)
-        with self._topic_lock(topic):
-            last = self._unload_locked(topic)
+        revived: list[HostedTopic] = []
+        try:
+            with self._topic_lock(topic):
+                last = self._unload_locked(topic, revived)
+        finally:
+            for copy in revived:  # listeners are told outside the topic lock
+                self._notify(1, topic, "abandoned")
+                self._notify(0, copy)
         self._notify(1, topic, "sealed")
         return last
 
-    def _unload_locked(self, topic: TopicName) -> int | None:
-        """:meth:`unload` for a caller holding the topic lock (listeners not told)."""
+    def _unload_locked(self, topic: TopicName, revived: list[HostedTopic] | None = None) -> int | None:
+        """:meth:`unload` for a caller holding the topic lock (listeners not told; a copy
+        reopened first is appended to ``revived``)."""
         hosted = self.topic(topic)
         if self._wal_failed_alone(hosted):
             # Its WAL cannot flush, so no seal could ever land: reopen it from its files
-            # first (everything acknowledged is in them), then seal that.
-            hosted = self._revive_locked(topic)
+            # first (everything acknowledged is in them), then seal that. If it cannot be
+            # reopened yet, the failed copy stays hosted as unloading (appends refused), so
+            # the watcher keeps retrying the unload.
+            hosted = self._revive_locked(topic, TopicState.UNLOADING)
+            if revived is not None:
+                revived.append(hosted)
         started = time.monotonic()
         last = sealing.seal(hosted, self.metadata, self.config)
         sealing.cleanup(hosted, self.config)
@@ -658,21 +674,45 @@ class BrokerHost:
         return (hosted.wal.failed and not hosted.fenced and hosted.state in (TopicState.OPEN, TopicState.UNLOADING)
                 and (group is None or not group.failed))
 
-    def _revive_locked(self, topic: TopicName) -> HostedTopic:
-        """Reopen a topic whose WAL failed on its own (caller holds the topic lock).
+    def _revive_locked(self, topic: TopicName, keep_as: TopicState) -> HostedTopic:
+        """Reopen a topic whose WAL failed on its own (caller holds the topic lock); the
+        new copy, published. Listeners are the caller's to tell (outside the topic lock).
 
         Precondition (``_wal_failed_alone``): no seal landed (so the topic is still ours
         to reload: its owner record names this broker) and the copy is not fenced. Then it
-        is what a crash of this one topic leaves: abandon it (files and owner record kept,
-        nothing released), and load it again from its WAL, which holds every acknowledged
-        message (the failed round was never acknowledged, and cut back off its segment).
-        A load that fails leaves the topic unloaded and owned, as after a crash: the
-        assignment watcher or an operator loads it again."""
+        is what a crash of this one topic leaves: its WAL holds every acknowledged message
+        (the failed round was never acknowledged, and was cut back off its segment).
+
+        First the failed WAL is closed and opened again on its own, as a probe: if that
+        fails (the disk is still full), nothing else is touched and the failed copy stays
+        hosted, in state ``keep_as`` (its appends refused by its WAL), so its load, its
+        unload and the periodic check try again; the topic is never left owned here and
+        served by nobody. Only then is the copy abandoned (files and owner record kept,
+        nothing released) and the topic loaded again. Should that load still fail, the
+        failed copy is put back the same way. Refused once the host is closing."""
+        self._check_open()
+        old = self.topic(topic)
         log.warning("topic %s: its WAL failed on its own; reopening it from its files", topic)
-        self._abandon_locked(topic)
-        hosted = self._load(topic, False, False, False, False)
+        quietly(old.wal.close)  # a failed WAL: closes at once, letting go of its directory
+        try:
+            probe = self.root.open_local(topic)  # raises while the disk is still full ...
+            probe.close()
+        except BaseException:
+            old.state = keep_as  # ... and nothing else changed
+            raise
+        self._abandon_locked(topic, fail_archived_waiters=False)
+        try:
+            hosted = self._load(topic, False, False, False, False)
+        except BaseException:
+            old.state = keep_as
+            with self._lock:
+                self._topics[topic] = old
+            raise
         with self._lock:
             self._topics[topic] = hosted
+        # Now: its producers waiting for ``archived`` find the new copy and wait on it
+        # (HostedTopic._raise_if_left) instead of being told the topic left.
+        quietly(lambda: old.uploader.close(self.config.close_timeout_s))
         self.metrics.revived_topics.inc()
         return hosted
 
@@ -683,6 +723,7 @@ class BrokerHost:
                 return
             if hosted.state is not TopicState.OPEN or not self._wal_failed_alone(hosted):
                 continue
+            revived = None
             with self._topic_lock(hosted.topic, blocking=False) as got:
                 if not got:
                     continue  # a load or unload of it is running: it reopens the topic itself
@@ -691,13 +732,18 @@ class BrokerHost:
                 if current is not hosted or not self._wal_failed_alone(hosted) or self._closing.is_set():
                     continue
                 try:
-                    self._revive_locked(hosted.topic)
-                except Exception as e:  # noqa: BLE001 - left unloaded and owned, as after a crash
-                    log.error("topic %s: reopening its failed WAL failed: %r", hosted.topic, e)
-                    self._notify(1, hosted.topic, "abandoned")
+                    revived = self._revive_locked(hosted.topic, TopicState.OPEN)
+                except Exception as e:  # noqa: BLE001 - the failed copy stays hosted: tried again later
+                    log.error("topic %s: reopening its failed WAL failed (tried again in %.0f s): %r",
+                              hosted.topic, self.config.failed_wal_check_interval_s, e)
+            if revived is not None:  # listeners are told outside the topic lock
+                self._notify(1, hosted.topic, "abandoned")
+                self._notify(0, revived)
 
-    def _abandon_locked(self, topic: TopicName) -> None:
-        """:meth:`abandon` for a caller holding the topic lock (listeners not told)."""
+    def _abandon_locked(self, topic: TopicName, fail_archived_waiters: bool = True) -> None:
+        """:meth:`abandon` for a caller holding the topic lock (listeners not told).
+        ``fail_archived_waiters`` off: the uploader is stopped, not closed (a reopen
+        closes it once the new copy is published)."""
         hosted = self.topic(topic)
         hosted.refuse_appends()  # no more appends
         # The durable tip as of now, so a takeover's record says how much this WAL
@@ -708,7 +754,10 @@ class BrokerHost:
         hosted.move_readers_away()
         # Closed, not just stopped: producers waiting for ``archived`` are told at once
         # (TopicUnloading) instead of each waiting out its timeout.
-        quietly(lambda: hosted.uploader.close(self.config.close_timeout_s))
+        if fail_archived_waiters:
+            quietly(lambda: hosted.uploader.close(self.config.close_timeout_s))
+        else:
+            quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
         quietly(lambda: hosted.subscriptions.close(flush=False))
         quietly(hosted.wal.close)
         with self._lock:

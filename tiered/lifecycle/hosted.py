@@ -43,6 +43,7 @@ from tiered.read.subscriptions import Subscription, SubscriptionManager
 from uploader import Uploader
 from uploader.errors import UploaderStopped
 from wal.api import Wal
+from wal.topics import TopicName
 
 
 class TopicHost(Protocol):
@@ -56,6 +57,11 @@ class TopicHost(Protocol):
     session: BrokerSession | None
     metrics: LifecycleMetrics
     read_metrics: ReadMetrics
+
+    def topic(self, name: TopicName | str) -> "HostedTopic":
+        """The copy of ``name`` hosted now (raises when none is)."""
+        ...
+
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +171,8 @@ class HostedTopic:
             try:
                 archived = await self.uploader.wait_archived_async(offset, remaining_s)
             except UploaderStopped as e:
-                self._raise_if_left(offset, e)
-                raise
+                reopened = self._reopened_copy(offset, e)
+                archived = await reopened.uploader.wait_archived_async(offset, max(0.0, deadline - time.monotonic()))
             if not archived:
                 self._raise_not_archived(offset, timeout_s)
         return offset
@@ -209,19 +215,32 @@ class HostedTopic:
             try:
                 archived = self.uploader.wait_archived(offset, remaining_s)
             except UploaderStopped as e:
-                self._raise_if_left(offset, e)
-                raise
+                reopened = self._reopened_copy(offset, e)
+                archived = reopened.uploader.wait_archived(offset, max(0.0, deadline - time.monotonic()))
             if archived is False:
                 self._raise_not_archived(offset, timeout_s)
 
-    def _raise_if_left(self, offset: int, stopped: UploaderStopped) -> None:
-        """An ``archived`` wait ended because the topic left this broker unsealed (abandoned:
-        its uploader was closed): TopicUnloading at once, rather than a ProduceTimeout
-        after the whole timeout. Whether the offset is archived is unknown: a producer
-        that retries may write the message twice (reading it back first tells)."""
-        if self.state is TopicState.CLOSED:
-            raise TopicUnloading(self.topic, "wait archived", f"the topic left this broker before offset {offset} "
-                                 "was known to be archived: its outcome is unknown") from stopped
+    def _reopened_copy(self, offset: int, stopped: UploaderStopped) -> "HostedTopic":
+        """An ``archived`` wait whose uploader was closed: the copy of this topic that now
+        holds ``offset`` when the host reopened the topic from its files (its WAL had
+        failed on its own: the same files, so the same offsets), to wait on instead.
+        Otherwise the topic left this broker unsealed (abandoned): TopicUnloading at once,
+        rather than a ProduceTimeout after the whole timeout. Whether the offset is
+        archived is then unknown: a producer that retries may write the message twice
+        (reading it back first tells). Anything else: the uploader's own error."""
+        if self.state is not TopicState.CLOSED:
+            raise stopped
+        try:
+            current = self.host.topic(self.topic)
+        except Exception:  # noqa: BLE001 - not hosted here any more
+            current = None
+        if current is not None and current is not self and current.state is TopicState.OPEN:
+            durable = current.wal.durable_offset
+            if durable is not None and durable >= offset:
+                current.uploader.request_upload()
+                return current
+        raise TopicUnloading(self.topic, "wait archived", f"the topic left this broker before offset {offset} "
+                             "was known to be archived: its outcome is unknown") from stopped
 
     def _raise_not_archived(self, offset: int, timeout_s: float) -> NoReturn:
         """ProduceTimeout for an ``archived`` ack not reached in time, caused by (and
