@@ -154,17 +154,24 @@ def test_the_host_keeps_no_lock_per_topic_name_it_ever_saw(local_cluster: Cluste
     assert host.topics() == [] and host._topic_locks == {}
 
 
-def test_a_reopen_that_fails_keeps_the_failed_copy_hosted_until_it_succeeds(local_cluster: Cluster) -> None:
-    """While the disk stays full the WAL cannot be opened again: the failed copy stays
-    hosted (the topic is still owned here and must stay somebody's), and the reopen is
-    tried again by the next load, unload or periodic check."""
-    fs = FaultFs()
-    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0)
+def _failed_on_a_full_disk(cluster: Cluster, fs: FaultFs) -> tuple[BrokerHost, object]:
+    """A host on ``fs`` (no periodic reopen) with a topic holding m0 whose WAL failed on a
+    disk that is still full."""
+    host = _host_on(cluster, fs, failed_wal_check_interval_s=3600.0)
     hosted = host.load(TOPIC)
     hosted.produce(b"m0")
     fs.disk_full = True
     with pytest.raises(Exception):  # noqa: B017 - not acknowledged
         hosted.produce(b"never acknowledged", timeout_s=5)
+    return host, hosted
+
+
+def test_a_reopen_that_fails_keeps_the_failed_copy_hosted_until_it_succeeds(local_cluster: Cluster) -> None:
+    """While the disk stays full the WAL cannot be opened again: the failed copy stays
+    hosted (the topic is still owned here and must stay somebody's), and the reopen is
+    tried again by the next load, unload or periodic check."""
+    fs = FaultFs()
+    host, hosted = _failed_on_a_full_disk(local_cluster, fs)
     assert hosted.wal.failed
     with pytest.raises(Exception):  # noqa: B017 - the reopen cannot open the WAL yet
         host.load(TOPIC)
@@ -221,3 +228,49 @@ def test_an_archived_ack_waits_on_the_reopened_copy(local_cluster: Cluster) -> N
     producer.join(120)
     assert outcome == {"offset": 0}
 
+
+
+def test_a_reopen_whose_load_failed_midway_is_tried_again(local_cluster: Cluster, monkeypatch) -> None:
+    """The WAL opened again, but the load then failed after it had taken the topic at a
+    newer epoch: the failed copy, put back with its older token, is fenced by this very
+    broker. It is still this broker's to reopen, by the periodic check and by an unload."""
+    import errno
+
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0)
+    hosted = host.load(TOPIC)
+    acked = [hosted.produce(b"m%d" % i) for i in range(3)]
+    _fail_wal_with_a_full_disk(fs, hosted)
+    real_marker, calls = host.root.write_owner_marker, []
+
+    def marker_fails_once(token):  # type: ignore[no-untyped-def]
+        calls.append(token)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return real_marker(token)
+
+    monkeypatch.setattr(host.root, "write_owner_marker", marker_fails_once)
+    host._revive_failed_wals()  # the probe opens, the load fails after taking a newer epoch
+    assert host.topic(TOPIC) is hosted, "the failed copy stays hosted"
+    hosted.check_ownership()  # its old token is refused: fenced, by this broker itself
+    assert hosted.fenced and not host.fenced_by_another(hosted)
+    host._revive_failed_wals()
+    reopened = host.topic(TOPIC)
+    assert reopened is not hosted and reopened.state is TopicState.OPEN
+    assert _payloads(reopened)[:3] == [b"m0", b"m1", b"m2"] and reopened.produce(b"m3") > acked[-1]
+
+
+def test_a_load_leaves_a_copy_being_unloaded_to_its_unload(local_cluster: Cluster) -> None:
+    """A move's unload that cannot seal yet (the disk still full) keeps the copy as
+    unloading; a load meanwhile must not turn it back into an open topic (the watcher
+    would stop retrying the unload, and the move would never finish)."""
+    fs = FaultFs()
+    host, hosted = _failed_on_a_full_disk(local_cluster, fs)
+    with pytest.raises(Exception):  # noqa: B017 - cannot reopen, so cannot seal
+        host.unload(TOPIC)
+    assert hosted.state is TopicState.UNLOADING
+    with pytest.raises(Exception):  # noqa: B017 - "finish unload first"
+        host.load(TOPIC)
+    assert host.topic(TOPIC).state is TopicState.UNLOADING
+    fs.disk_full = False
+    assert host.unload(TOPIC) is not None

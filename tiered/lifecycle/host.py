@@ -248,9 +248,10 @@ class BrokerHost:
                 self._check_open()  # close() began while this waited: it will not see this topic
                 with self._lock:
                     existing = self._topics.get(topic)
-                if existing is not None and self._wal_failed_alone(existing):
+                if existing is not None and existing.state is TopicState.OPEN and self._wal_failed_alone(existing):
                     # Reopened from its files, as after a restart (raises, keeping the
-                    # failed copy, while that cannot be done yet).
+                    # failed copy, while that cannot be done yet). A copy being unloaded
+                    # is left to its unload, which reopens it itself.
                     existing = revived = self._revive_locked(topic, TopicState.OPEN)
                 if existing is not None and existing.fenced:
                     # A newer owner took it over: this copy is what a crash leaves behind
@@ -671,8 +672,28 @@ class BrokerHost:
         """Whether ``hosted``'s WAL failed on its own (a segment write error), the commit
         group still working, the copy neither fenced nor sealed: what a reopen fixes."""
         group = self.root.group
-        return (hosted.wal.failed and not hosted.fenced and hosted.state in (TopicState.OPEN, TopicState.UNLOADING)
-                and (group is None or not group.failed))
+        if not (hosted.wal.failed and hosted.state in (TopicState.OPEN, TopicState.UNLOADING)
+                and (group is None or not group.failed)):
+            return False
+        return not hosted.fenced or self._fenced_by_itself(hosted)
+
+    def fenced_by_another(self, hosted: HostedTopic) -> bool:
+        """Whether ``hosted`` is fenced by a newer owner other than this broker (no seal of
+        it can land: only abandon remains). A copy fenced by this broker's own later epoch
+        (a reopen whose load failed midway) is not: its unload reopens and seals it."""
+        return hosted.fenced and not self._fenced_by_itself(hosted)
+
+    def _fenced_by_itself(self, hosted: HostedTopic) -> bool:
+        """A fenced copy whose newer owner is this broker: a reopen whose load failed after
+        it had taken the topic at a newer epoch put the old copy back (``_revive_locked``),
+        and its old token was then refused. It is still this broker's to reopen: the owner
+        record names this broker, held (not released), at a newer epoch."""
+        try:
+            record, _kv = read_owner(self.metadata, hosted.topic)
+        except Exception:  # noqa: BLE001 - unknown: not revivable now, the next check asks again
+            return False
+        return (record is not None and record.broker_id == self.broker_id and record.released_at is None
+                and record.epoch > hosted.token.epoch)
 
     def _revive_locked(self, topic: TopicName, keep_as: TopicState) -> HostedTopic:
         """Reopen a topic whose WAL failed on its own (caller holds the topic lock); the

@@ -238,7 +238,7 @@ class AssignmentWatcher:
             hosted = self.host.topic(topic)
         except TopicNotHosted:
             return "the topic is no longer hosted here"  # unloaded (or abandoned)
-        if hosted.fenced:
+        if self.host.fenced_by_another(hosted):
             return "a newer owner holds the topic (fenced): no seal can land"
         if hosted.state not in (TopicState.UNLOADING, TopicState.SEALED):
             return f"the topic is {hosted.state.value} here"
@@ -306,7 +306,7 @@ class AssignmentWatcher:
             hosted = self.host.topic(topic)
         except TopicNotHosted:
             return
-        if not hosted.fenced:
+        if not self.host.fenced_by_another(hosted):
             return
         log.warning("topic %s: fenced by a newer owner while unloading: abandoning this copy (WAL kept)", topic)
         try:
@@ -356,7 +356,7 @@ class AssignmentWatcher:
             hosted = self.host.topic(topic)
         except TopicNotHosted:
             return
-        if hosted.fenced or hosted.state not in (TopicState.UNLOADING, TopicState.SEALED):
+        if self.host.fenced_by_another(hosted) or hosted.state not in (TopicState.UNLOADING, TopicState.SEALED):
             return
         log.warning("topic %s: assigned here again while its unload is unfinished; sealing it first", topic)
         try:
