@@ -681,13 +681,15 @@ class BrokerHost:
         """Whether ``hosted`` is fenced by a newer owner other than this broker (no seal of
         it can land: only abandon remains). A copy fenced by this broker's own later epoch
         (a reopen whose load failed midway) is not: its unload reopens and seals it."""
-        return hosted.fenced and not self._fenced_by_itself(hosted)
+        return hosted.fenced and not (hosted.wal.failed and self._fenced_by_itself(hosted))
 
     def _fenced_by_itself(self, hosted: HostedTopic) -> bool:
         """A fenced copy whose newer owner is this broker: a reopen whose load failed after
         it had taken the topic at a newer epoch put the old copy back (``_revive_locked``),
         and its old token was then refused. It is still this broker's to reopen: the owner
-        record names this broker, held (not released), at a newer epoch."""
+        record names this broker, held (not released), at a newer epoch. (Only such a
+        put-back copy, whose WAL failed, can be superseded by this broker's own load: a
+        load returns the hosted copy instead of loading while one is hosted.)"""
         try:
             record, _kv = read_owner(self.metadata, hosted.topic)
         except Exception:  # noqa: BLE001 - unknown: not revivable now, the next check asks again
