@@ -271,10 +271,11 @@ class BrokerHost:
                 with self._lock:
                     self._topics[topic] = hosted
         finally:
-            if abandoned or revived is not None:  # listeners are told outside the topic lock, as abandon() does
-                self._notify(1, topic, "abandoned")
+            # Listeners are told outside the topic lock, as abandon() does.
             if revived is not None:
-                self._notify(0, revived)
+                self._notify_reopened(topic, revived)
+            elif abandoned:
+                self._notify(1, topic, "abandoned")
         self._notify(0, hosted)
         return hosted
 
@@ -629,8 +630,7 @@ class BrokerHost:
                 last = self._unload_locked(topic, revived)
         finally:
             for copy in revived:  # listeners are told outside the topic lock
-                self._notify(1, topic, "abandoned")
-                self._notify(0, copy)
+                self._notify_reopened(topic, copy)
         self._notify(1, topic, "sealed")
         return last
 
@@ -670,7 +670,8 @@ class BrokerHost:
 
     def _wal_failed_alone(self, hosted: HostedTopic) -> bool:
         """Whether ``hosted``'s WAL failed on its own (a segment write error), the commit
-        group still working, the copy neither fenced nor sealed: what a reopen fixes."""
+        group still working, the copy not sealed and not fenced by another broker: what a
+        reopen fixes."""
         group = self.root.group
         if not (hosted.wal.failed and hosted.state in (TopicState.OPEN, TopicState.UNLOADING)
                 and (group is None or not group.failed)):
@@ -701,8 +702,8 @@ class BrokerHost:
         """Reopen a topic whose WAL failed on its own (caller holds the topic lock); the
         new copy, published. Listeners are the caller's to tell (outside the topic lock).
 
-        Precondition (``_wal_failed_alone``): no seal landed (so the topic is still ours
-        to reload: its owner record names this broker) and the copy is not fenced. Then it
+        Precondition (``_wal_failed_alone``): no seal landed and no other broker fenced the
+        copy (so the topic is still ours to reload: its owner record names this broker). Then it
         is what a crash of this one topic leaves: its WAL holds every acknowledged message
         (the failed round was never acknowledged, and was cut back off its segment).
 
@@ -734,7 +735,7 @@ class BrokerHost:
         with self._lock:
             self._topics[topic] = hosted
         # Now: its producers waiting for ``archived`` find the new copy and wait on it
-        # (HostedTopic._raise_if_left) instead of being told the topic left.
+        # (HostedTopic._reopened_copy) instead of being told the topic left.
         quietly(lambda: old.uploader.close(self.config.close_timeout_s))
         self.metrics.revived_topics.inc()
         return hosted
@@ -760,8 +761,12 @@ class BrokerHost:
                     log.error("topic %s: reopening its failed WAL failed (tried again in %.0f s): %r",
                               hosted.topic, self.config.failed_wal_check_interval_s, e)
             if revived is not None:  # listeners are told outside the topic lock
-                self._notify(1, hosted.topic, "abandoned")
-                self._notify(0, revived)
+                self._notify_reopened(hosted.topic, revived)
+
+    def _notify_reopened(self, topic: TopicName, copy: HostedTopic) -> None:
+        """Tell listeners that ``topic``'s failed copy was replaced by ``copy``."""
+        self._notify(1, topic, "abandoned")
+        self._notify(0, copy)
 
     def _abandon_locked(self, topic: TopicName, fail_archived_waiters: bool = True) -> None:
         """:meth:`abandon` for a caller holding the topic lock (listeners not told).
@@ -775,8 +780,8 @@ class BrokerHost:
         quietly(hosted.publish_progress)
         hosted.state = TopicState.CLOSED
         hosted.move_readers_away()
-        # Closed, not just stopped: producers waiting for ``archived`` are told at once
-        # (TopicUnloading) instead of each waiting out its timeout.
+        # Closed, not just stopped, unless a reopen follows: producers waiting for
+        # ``archived`` are told at once (TopicUnloading) instead of waiting out their timeout.
         if fail_archived_waiters:
             quietly(lambda: hosted.uploader.close(self.config.close_timeout_s))
         else:
@@ -910,7 +915,7 @@ class BrokerHost:
         return None if group is None else group.failure
 
     def _check_open(self) -> None:
-        if self._closed.is_set() or self._closing.is_set():
+        if self._closing.is_set():  # set first by close(), so also once closed
             raise RuntimeError(f"broker host {self.broker_id} is closed")
 
     def _progress_loop(self) -> None:
