@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import pytest
 
-from tests.tiered.helpers_lifecycle import FAST_BROKER, TOPIC, Cluster, local_cluster  # noqa: F401
-from tiered.lifecycle import BrokerHost, TopicUnloading
+from tests.tiered.helpers_lifecycle import FAST_BROKER, TOPIC, Cluster, local_cluster, read_all  # noqa: F401
+from tiered.lifecycle import BrokerHost, LoadError, TopicUnloading
 from tiered.lifecycle.hosted import TopicState
 from wal.testing import FaultFs
 
@@ -117,6 +117,48 @@ def test_close_waits_for_a_load_in_flight_and_closes_it_too(local_cluster: Clust
         "no commit group left running"
     again = local_cluster.broker("A")  # the root is free again
     assert again.load(TOPIC).state is TopicState.OPEN
+
+
+@pytest.mark.parametrize("before", ["sealed", "abandoned"])
+def test_close_stops_a_load_in_flight_at_its_next_step_and_loses_nothing(local_cluster: Cluster, monkeypatch,
+                                                                         before: str) -> None:
+    """close() does not wait for a whole load: the load stops before its next step and is
+    undone as a failed load, keeping what the topic held (sealed: released and sealed
+    again; unsealed history: still owned, so its WAL is recovered by the next load)."""
+    first = local_cluster.broker("A")
+    hosted = first.load(TOPIC)
+    acked = [hosted.produce(b"m%d" % i) for i in range(3)]
+    first.close(unload=before == "sealed")
+    host = local_cluster.broker("A")
+    gate, reached = threading.Event(), threading.Event()
+    real = host.root.write_owner_marker
+
+    def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+        reached.set()
+        gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.root, "write_owner_marker", held)  # the WAL is open by then
+    result: dict[str, object] = {}
+
+    def load() -> None:
+        try:
+            result["hosted"] = host.load(TOPIC)
+        except Exception as exc:  # noqa: BLE001 - checked below
+            result["error"] = exc
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    assert reached.wait(60)
+    threading.Thread(target=lambda: (host._closing.wait(60), gate.set())).start()
+    host.close()
+    loader.join(60)
+    assert isinstance(result.get("error"), LoadError) and "closing" in str(result["error"]), result
+    assert host.topics() == []
+    again = local_cluster.broker("A").load(TOPIC)
+    served = [bytes(m.payload) for m in read_all(again, 0, acked[-1])]
+    assert served == [b"m0", b"m1", b"m2"] and again.next_offset == acked[-1] + 1
+    assert again.produce(b"next") == acked[-1] + 1, "offsets continue right after the acknowledged ones"
 
 
 def test_producers_waiting_for_archived_are_told_when_the_topic_is_abandoned(local_cluster: Cluster) -> None:

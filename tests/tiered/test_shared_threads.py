@@ -13,10 +13,10 @@ from tiered.lifecycle import UnloadError
 from tiered.lifecycle.hosted import TopicState
 
 #: Threads a BrokerHost starts, whatever its topic count: the session keep-alive, the
-#: progress thread, the cursor scheduler, the upload pool's workers
-#: (``upload_workers_max``, 4 here) and its scheduler, and the commit-group writer and the
-#: journal checkpointer of its one WAL root = 10.
-HOST_THREADS_MAX = 10
+#: progress thread, the cursor scheduler, the reopen scheduler (failed WALs), the upload
+#: pool's workers (``upload_workers_max``, 4 here) and its scheduler, and the commit-group
+#: writer and the journal checkpointer of its one WAL root = 11.
+HOST_THREADS_MAX = 11
 
 TOPICS = 500
 WAIT_S = 60.0

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -90,6 +90,7 @@ from wal.heap import HeapFreezer
 from wal.metrics import set_per_topic
 from wal.topics import TopicName
 
+_T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 
@@ -169,7 +170,10 @@ class BrokerHost:
                 self.heap = HeapFreezer(self.config.gc_refreeze_interval_s, metrics_registry=self.metrics_registry)
                 self.cursor_scheduler.every(self.config.gc_refreeze_interval_s / 4, self.heap.maintain,
                                             "gc-refreeze")
-            self.cursor_scheduler.every(self.config.failed_wal_check_interval_s, self._revive_failed_wals,
+            #: Reopens of topics whose WAL failed on its own, on a thread of their own: a slow
+            #: reopen (a restore from the archive, a long recovery) must not hold up cursor flushes.
+            self.reopen_scheduler = Scheduler(f"dnb-reopen-{broker_id}")
+            self.reopen_scheduler.every(self.config.failed_wal_check_interval_s, self._revive_failed_wals,
                                         "revive-failed-wals")
             if retire_stale_wals:
                 self.retire_stale_wals()
@@ -376,26 +380,36 @@ class BrokerHost:
         retired: list[RetiredWal] = []
         plan: RestorePlan | None = None
         wal: Wal | None = None
+
+        def closing(name: str) -> None:
+            # A close() that began meanwhile stops the load before its next step, so
+            # close() waits for one step at most; undone below as any failed load is.
+            if self._closing.is_set():
+                raise LoadError(topic, name, f"broker host {self.broker_id} is closing")
+
+        def step(name: str, fn: Callable[[], _T]) -> _T:
+            closing(name)
+            return run_step(topic, name, LoadError, fn)
+
         try:
-            plan = plan_restore(self.metadata, token)
-            wal, recovered = run_step(topic, "open WAL", LoadError,
-                                      lambda: self._open_wal(token, plan, retired, discard_local_wal))
+            plan = plan_restore(self.metadata, token)  # read first: a failed load then knows what to keep
+            wal, recovered = step("open WAL", lambda: self._open_wal(token, plan, retired, discard_local_wal))
             opened.append(lambda: wal.close())
-            run_step(topic, "open WAL", LoadError, lambda: self.root.write_owner_marker(token))
+            step("open WAL", lambda: self.root.write_owner_marker(token))
             retired_here = retired[0] if retired else None
-            unarchived = run_step(topic, "mark topic open", LoadError,
-                                  lambda: self._mark_open(token, plan, recovered, retired_here))
+            unarchived = step("mark topic open", lambda: self._mark_open(token, plan, recovered, retired_here))
             # Offsets continue at wal.next_offset. Unsealed, a cursor may have acknowledged
             # offsets past it that nobody archived (a dead owner's tail, or bytes a power
             # loss took); sealed, a cursor past the seal can only be a damaged record. Either
             # way those offsets are about to name new messages the cursor would skip.
-            clamped = run_step(topic, "clamp subscription cursors", LoadError,
-                               lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing,
-                                                             self.read_metrics))
-            uploader = run_step(topic, "start uploader", LoadError, lambda: self._start_uploader(token, wal, plan))
+            clamped = step("clamp subscription cursors",
+                           lambda: clamp_cursors(self.metadata, topic, wal.next_offset, token.fencing,
+                                                 self.read_metrics))
+            uploader = step("start uploader", lambda: self._start_uploader(token, wal, plan))
             opened.append(lambda: uploader.stop(self.config.close_timeout_s))
-            subs = run_step(topic, "open subscriptions", LoadError, lambda: self._open_subscriptions(token, wal))
+            subs = step("open subscriptions", lambda: self._open_subscriptions(token, wal))
             opened.append(lambda: subs.close(flush=False))
+            closing("publish")
             # A delete whose tombstone landed after our acquire (it rewrote the owner record,
             # so every fenced write of ours from then on fails) must not leave a topic served
             # here: checked once more before the topic is published as hosted.
@@ -799,7 +813,11 @@ class BrokerHost:
         overall bound; every seal step has its own) has passed, is abandoned instead:
         left owned and unsealed with its WAL on disk, so this broker's restart recovers
         it or, once the lease lapses, another broker fails it over (the unarchived tail
-        recorded as lost). ``unload=False`` abandons every topic: what a crash does."""
+        recorded as lost). ``unload=False`` abandons every topic: what a crash does.
+
+        A load in flight when close() begins stops before its next step (LoadError, undone
+        as any failed load: :meth:`_after_failed_load`), so close() waits for at most one
+        of its steps, each bounded on its own; an unload or delete in flight finishes first."""
         if self._closed.is_set():
             return
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -807,8 +825,10 @@ class BrokerHost:
             self._closing.set()  # no load or create starts from now on (checked under the topic lock)
             busy = list(self._topic_locks)
         for topic in busy:
-            # A load (or unload, or reopen) in flight finishes first, so its topic is among
-            # those closed below; one that had not taken its lock yet is refused.
+            # A load (or a reopen) in flight stops before its next step; an unload or a
+            # delete finishes. Either way, once its lock is free, the topic is hosted or
+            # not for good (a load that had not taken the lock yet is refused), and every
+            # hosted one is closed below.
             with self._topic_lock(topic):
                 pass
         for hosted in self.topics():
@@ -831,14 +851,15 @@ class BrokerHost:
         self.root.release()
 
     def _stop_shared_threads(self) -> None:
-        """Stop the upload pool and the cursor scheduler (after every topic left: each
-        topic's own stop already waited for its pass or flush in flight)."""
+        """Stop the upload pool and the schedulers (after every topic left: each topic's
+        own stop already waited for its pass or flush in flight)."""
         pool = getattr(self, "uploader_pool", None)
         if pool is not None:
             quietly(lambda: pool.close(self.config.close_timeout_s))
-        scheduler = getattr(self, "cursor_scheduler", None)
-        if scheduler is not None:
-            quietly(lambda: scheduler.close(self.config.close_timeout_s))
+        for name in ("reopen_scheduler", "cursor_scheduler"):
+            scheduler = getattr(self, name, None)
+            if scheduler is not None:
+                quietly(lambda: scheduler.close(self.config.close_timeout_s))
         heap = getattr(self, "heap", None)
         if heap is not None:
             heap.close()
