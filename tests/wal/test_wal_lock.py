@@ -125,10 +125,23 @@ def test_a_syncfs_group_cannot_open_a_wal_a_journaled_group_has_open(tmp_path) -
         older.close()
 
 
-def test_standalone_opens_of_two_topics_at_once_under_a_journaled_root_both_succeed(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("second_spelling", ["same", "symlink", "dotdot", "syncfs group via symlink"])
+def test_standalone_opens_of_two_topics_at_once_under_a_journaled_root_both_succeed(tmp_path, monkeypatch,
+                                                                                 second_spelling: str) -> None:
     """Each standalone open replays the root's journal under its lock; a second open in the
-    same process waits for the first's replay instead of taking it for a running group."""
-    root, fs = str(tmp_path), RealFs()
+    same process waits for the first's replay instead of taking it for a running group,
+    however it spells the root (their turn is the root's real path), also when it is a
+    syncfs group starting up (which replays the journal it finds first)."""
+    root, fs = str(tmp_path / "root"), RealFs()
+    if "symlink" in second_spelling:
+        os.makedirs(root)
+        os.symlink(root, str(tmp_path / "link"))
+        second_root = str(tmp_path / "link")
+    elif second_spelling == "dotdot":
+        os.makedirs(str(tmp_path / "elsewhere"))
+        second_root = str(tmp_path / "elsewhere" / ".." / "root")
+    else:
+        second_root = root
     group = CommitGroup(root, fs, journal=JournalConfig())
     for topic in ("/ns/a", "/ns/b"):
         wal = WriteAheadLog.open(root, topic, group=group)
@@ -158,7 +171,17 @@ def test_standalone_opens_of_two_topics_at_once_under_a_journaled_root_both_succ
     first = threading.Thread(target=open_a, name="first-opener")
     first.start()
     assert inside.wait(30)
-    second = threading.Thread(target=lambda: opened.setdefault("b", WriteAheadLog.open(root, "/ns/b")))
+    groups: list[CommitGroup] = []
+
+    def open_b() -> None:
+        try:
+            if second_spelling.startswith("syncfs group"):
+                groups.append(CommitGroup(second_root, fs))
+            opened["b"] = WriteAheadLog.open(second_root, "/ns/b", group=groups[0] if groups else None)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            opened["b"] = exc
+
+    second = threading.Thread(target=open_b)
     second.start()
     # Give the second opener time to reach the journal while the first replays (a loaded
     # machine only makes this check weaker, never makes correct code fail).
@@ -170,6 +193,8 @@ def test_standalone_opens_of_two_topics_at_once_under_a_journaled_root_both_succ
         assert isinstance(opened.get(name), WriteAheadLog), f"{name}: {opened.get(name)!r}"
         assert opened[name].next_offset == 1  # type: ignore[union-attr]
         opened[name].close()  # type: ignore[union-attr]
+    for each in groups:
+        each.close()
 
 
 def _journaled_child_killed(root: str, topic: str) -> None:
