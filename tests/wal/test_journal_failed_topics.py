@@ -184,3 +184,58 @@ def test_a_checkpoint_record_that_cannot_be_written_does_not_fail_the_group() ->
     wal.close()
     group.close()
     _check_acknowledged(image, {"a": acked})
+
+
+def test_a_long_run_of_checkpoint_record_failures_holds_producers_back_and_loses_nothing(monkeypatch) -> None:
+    """While no checkpoint record can be written (a disk that stays full), the journal
+    cannot move past the last one: it stays within ``files_max`` files, the group waits
+    for room before each round, and producers feel it as backpressure (appends time out
+    once ``pending_bytes_max`` is pending; nothing is acknowledged that was not journaled).
+    Once records are written again, every appended message becomes durable."""
+    import wal.journal as wal_journal
+    from wal.config import WalConfig
+    from wal.errors import WalTimeout
+
+    fs = FaultFs()
+    config = JournalConfig(file_bytes=64 * 1024, checkpoint_bytes=16 * 1024, checkpoint_interval_s=0.05, files_max=2)
+    real_write_checkpoint = wal_journal.write_checkpoint
+    records_fail = threading.Event()  # set once the group runs (its start writes a record)
+
+    def write_checkpoint(fs_, directory, state, name=None):  # type: ignore[no-untyped-def]
+        if name == "wal.ckpt" and directory.endswith(".journal") and records_fail.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write_checkpoint(fs_, directory, state, **({"name": name} if name else {}))
+
+    monkeypatch.setattr(wal_journal, "write_checkpoint", write_checkpoint)
+    group = CommitGroup(ROOT, fs, journal=config)
+    assert group.journal is not None
+    wal = WriteAheadLog.open(ROOT, "ns/a", group=group,
+                             config=WalConfig(max_message_bytes=4096, pending_bytes_max=32 * 1024,
+                                               append_timeout_s=0.05))
+    records_fail.set()
+    appended: dict[int, bytes] = {}
+    timeouts = 0
+    payload = b"p" * 1000
+    # Append until the producer is held back: the journal fills its files_max files, the
+    # group waits for a checkpoint that cannot be recorded, pending bytes reach the bound.
+    for i in range(100_000):
+        try:
+            appended[wal.append(payload + b"%d" % i)] = payload + b"%d" % i
+        except WalTimeout:
+            timeouts += 1
+            if timeouts >= 3:
+                break
+    assert timeouts >= 3, "the producer was never held back"
+    durable_while_held = wal.durable_offset
+    assert durable_while_held is not None and durable_while_held < max(appended), \
+        "appends past the journal's room were acknowledged"
+    journal_files = [n for n in fs.listdir(f"{ROOT}/.journal") if n.endswith(".jnl")]
+    assert len(journal_files) <= config.files_max + 1, journal_files  # + the spare prepared ahead
+    assert not group.failed and not wal.failed, "a checkpoint record that cannot be written fails nothing"
+    records_fail.clear()
+    wal.flush(60)  # room again: everything appended becomes durable
+    assert wal.durable_offset == max(appended)
+    image = fs.crash_image()
+    wal.close()
+    group.close()
+    _check_acknowledged(image, {"a": appended})
