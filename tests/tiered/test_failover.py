@@ -283,3 +283,51 @@ def test_an_older_dead_owners_progress_is_not_blamed_on_the_next_one(local_clust
     topic_c = local_cluster.broker("C").load(TOPIC)
     assert topic_c.next_offset == 5
     assert topic_c.report.unarchived_at_least == 0  # B lost nothing; A's 5-11 is A's record
+
+
+@pytest.mark.parametrize("failed_step", ["mark topic open", "closing"])
+def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local_cluster: Cluster, monkeypatch,
+                                                                           failed_step: str) -> None:
+    """A dies with 5-11 durable only and its tip published; its restart's load fails after
+    taking the topic again (epoch + 1; ownership kept, as its WAL holds the tail). The
+    failover that follows still reports the published tail as lost, at least 7 offsets,
+    not "at least 0": the failed reload carried its previous epoch's tip to its own."""
+    import threading
+
+    a = local_cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4, ack="archived")
+    produce_range(topic_a, 5, 11)
+    topic_a.publish_progress()
+    _die(a)
+    again = local_cluster.broker("A")
+    if failed_step == "mark topic open":
+        def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+            raise OSError("metadata store unavailable")
+
+        monkeypatch.setattr(again, "_mark_open", refuse)
+        with pytest.raises(Exception):  # noqa: B017 - LoadError naming the step
+            again.load(TOPIC)
+        _die(again)
+    else:  # stopped before its next step by close()
+        gate, reached = threading.Event(), threading.Event()
+        real = again.root.write_owner_marker
+
+        def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+            reached.set()
+            gate.wait(60)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(again.root, "write_owner_marker", held)
+        loader = threading.Thread(target=lambda: pytest.raises(Exception, again.load, TOPIC))
+        loader.start()
+        assert reached.wait(60)
+        threading.Thread(target=lambda: (again._closing.wait(60), gate.set())).start()
+        again.close()
+        loader.join(60)
+    b = local_cluster.broker("B")
+    hosted = b.load(TOPIC)
+    assert hosted.next_offset == 5
+    assert hosted.report.unarchived_at_least == 7, hosted.report
+    ranges = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert [(r.start_offset, r.end_offset) for r in ranges] == [(5, 11)], ranges

@@ -161,6 +161,86 @@ def test_close_stops_a_load_in_flight_at_its_next_step_and_loses_nothing(local_c
     assert again.produce(b"next") == acked[-1] + 1, "offsets continue right after the acknowledged ones"
 
 
+def test_a_graceful_close_seals_a_topic_whose_wal_failed_alone(local_cluster: Cluster) -> None:
+    """close() reopens such a topic itself to seal it (the periodic reopen may not have
+    run yet): abandoning it would leave its unarchived tail to a failover, which loses it."""
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0,
+                    uploader=replace(FAST_BROKER.uploader, interval_s=3600.0, poll_interval_s=3600.0))
+    hosted = host.load(TOPIC)
+    acked = [hosted.produce(b"m%d" % i) for i in range(5)]
+    _fail_wal_with_a_full_disk(fs, hosted)
+    host.close()
+    other = local_cluster.broker("B")
+    moved = other.load(TOPIC)
+    assert moved.next_offset == acked[-1] + 1, "sealed: the next owner continues right after"
+    assert [bytes(m.payload) for m in read_all(moved, 0, acked[-1])] == [b"m%d" % i for i in range(5)]
+
+
+def test_reopening_a_failed_wal_keeps_the_subscriptions_acks(local_cluster: Cluster) -> None:
+    """The reopen is no crash: acks not yet flushed are written before the old copy goes,
+    so the new copy's subscription does not deliver them again."""
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=0.05, cursor_flush_interval_s=3600.0)
+    hosted = host.load(TOPIC)
+    sub = hosted.subscribe("billing", "earliest")
+    offsets = [hosted.produce(b"m%d" % i) for i in range(6)]
+    for offset in offsets[:4]:
+        sub.ack(offset)
+    _fail_wal_with_a_full_disk(fs, hosted)
+    deadline = time.monotonic() + 60
+    while host.topic(TOPIC) is hosted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    reopened = host.topic(TOPIC)
+    assert reopened is not hosted
+    assert reopened.subscribe("billing", "earliest").cursor == offsets[3], "acknowledged offsets come again"
+
+
+def test_an_abandon_publishes_the_tip_after_its_last_acknowledgement(local_cluster: Cluster, monkeypatch) -> None:
+    """An append taken before the abandon becomes durable (and is acknowledged) as the
+    WAL closes; the durable tip a takeover reads is published after that, so it covers it."""
+    from tiered.lifecycle.restore import read_progress
+    from wal.topics import TopicName
+
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs)
+    hosted = host.load(TOPIC)
+    for i in range(3):
+        hosted.produce(b"m%d" % i)
+    fs.hold_syncs()
+    result: dict[str, object] = {}
+
+    def produce() -> None:
+        try:
+            result["offset"] = hosted.produce(b"late", timeout_s=60)
+        except Exception as exc:  # noqa: BLE001 - not acknowledged: nothing to cover
+            result["error"] = exc
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    deadline = time.monotonic() + 60
+    while hosted.wal.next_offset < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    closing_wal = threading.Event()
+    real_close = hosted.wal.close
+
+    def close_wal(*args, **kwargs):  # type: ignore[no-untyped-def]
+        closing_wal.set()
+        return real_close(*args, **kwargs)
+
+    monkeypatch.setattr(hosted.wal, "close", close_wal)
+    abandoning = threading.Thread(target=host.abandon, args=(TOPIC,))
+    abandoning.start()
+    assert closing_wal.wait(60)
+    fs.release_syncs()
+    abandoning.join(60)
+    producer.join(60)
+    progress = read_progress(local_cluster.metadata, TopicName.parse(TOPIC))
+    if "offset" in result:
+        assert progress is not None and progress.durable_offset is not None
+        assert progress.durable_offset >= result["offset"], (progress, result)  # type: ignore[operator]
+
+
 def test_producers_waiting_for_archived_are_told_when_the_topic_is_abandoned(local_cluster: Cluster) -> None:
     config = replace(FAST_BROKER, uploader=replace(FAST_BROKER.uploader, poll_interval_s=3600.0))
     host = local_cluster.broker("A", uploader=config.uploader)

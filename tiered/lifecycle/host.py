@@ -68,13 +68,14 @@ from tiered.lifecycle.ownership import (
     read_owner,
     release_ops,
 )
-from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
+from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
-from tiered.lifecycle.wal_root import WalRoot
+from tiered.lifecycle.wal_root import WalRoot, durable_tip
 from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore, Op, Put
+from tiered.metadata.owned import OwnedRecord
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
@@ -365,7 +366,7 @@ class BrokerHost:
         return await asyncio.to_thread(self.load, name, force=force, discard_local_wal=discard_local_wal)
 
     def _load(self, topic: TopicName, force: bool, discard_local_wal: bool, create: bool,
-              recreate: bool) -> HostedTopic:
+              recreate: bool, stop_when_closing: bool = True) -> HostedTopic:
         started = time.monotonic()
         generation = self.session.generation if self.session is not None else 0
         if recreate:
@@ -384,7 +385,8 @@ class BrokerHost:
         def closing(name: str) -> None:
             # A close() that began meanwhile stops the load before its next step, so
             # close() waits for one step at most; undone below as any failed load is.
-            if self._closing.is_set():
+            # (Not close()'s own reopen of a failed WAL, which it then seals.)
+            if stop_when_closing and self._closing.is_set():
                 raise LoadError(topic, name, f"broker host {self.broker_id} is closing")
 
         def step(name: str, fn: Callable[[], _T]) -> _T:
@@ -457,6 +459,7 @@ class BrokerHost:
         if plan is None or not fresh or not nothing_local:
             log.warning("topic %s: load failed; broker %s keeps ownership (epoch %d) so its local WAL "
                         "stays recoverable by its next load", token.topic, self.broker_id, token.epoch)
+            self._carry_progress(token, plan, wal)
             return
         ops: list[Op] = list(release_ops(token))
         if plan.sealed is not None and plan.sealed.sealed:
@@ -466,6 +469,31 @@ class BrokerHost:
                 log.warning("topic %s: load failed and ownership was already lost", token.topic)
         except Exception as e:  # noqa: BLE001 - the original load error matters more
             log.warning("topic %s: releasing ownership after a failed load failed (kept): %s", token.topic, e)
+
+    def _carry_progress(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None) -> None:
+        """A failed load that keeps ownership after taking the topic from this broker's own
+        previous epoch: publish that epoch's durable tip (and what this attempt's WAL held)
+        as this epoch's. A failover accounts only for the epoch it takes the topic from, and
+        counts the unarchived tail from the progress record of that very epoch: without
+        this, a dead broker's own aborted reload would turn its published "at least N
+        lost" into "at least 0". Only the broker's own record is carried (another
+        broker's, still needed for that broker's inherited history, is never overwritten);
+        fenced, so a newer owner's record is never touched."""
+        previous = token.previous
+        if plan is None or previous is None or previous.holder != token.broker_id:
+            return
+        progress = plan.progress
+        if progress is not None and (progress.broker_id, progress.epoch) != (token.broker_id, previous.epoch):
+            return
+        tips = [t for t in (progress.durable_offset if progress is not None else None,
+                            durable_tip(wal) if wal is not None else None) if t is not None]
+        if not tips:
+            return
+        record = Progress(token.broker_id, token.epoch, max(tips), time.time())
+        try:
+            OwnedRecord(self.metadata, keys.progress_key(token.topic)).write(record.encode(), token.fencing)
+        except Exception as e:  # noqa: BLE001 - the original load error matters more
+            log.warning("topic %s: carrying the durable tip to epoch %d failed: %s", token.topic, token.epoch, e)
 
     def _on_durable(self, _durable_offset: int) -> None:
         # Runs on a WAL writer thread after each fsync: only flag the progress thread,
@@ -637,27 +665,32 @@ class BrokerHost:
     def unload(self, name: TopicName | str) -> int | None:
         """Seal ``name`` and let go of it; returns its last committed offset (None if
         the topic never had a message). See the module docstring for the steps."""
-        topic = TopicName.parse(name)
+        return self._unload(TopicName.parse(name), by_close=False)
+
+    def _unload(self, topic: TopicName, by_close: bool) -> int | None:
+        """:meth:`unload`; ``by_close``: close()'s own, which may still reopen a failed WAL
+        (to seal it) once the host is closing."""
         revived: list[HostedTopic] = []
         try:
             with self._topic_lock(topic):
-                last = self._unload_locked(topic, revived)
+                last = self._unload_locked(topic, revived, by_close)
         finally:
             for copy in revived:  # listeners are told outside the topic lock
                 self._notify_reopened(topic, copy)
         self._notify(1, topic, "sealed")
         return last
 
-    def _unload_locked(self, topic: TopicName, revived: list[HostedTopic] | None = None) -> int | None:
+    def _unload_locked(self, topic: TopicName, revived: list[HostedTopic] | None = None,
+                       by_close: bool = False) -> int | None:
         """:meth:`unload` for a caller holding the topic lock (listeners not told; a copy
-        reopened first is appended to ``revived``)."""
+        reopened first is appended to ``revived``; ``by_close``: see :meth:`_unload`)."""
         hosted = self.topic(topic)
         if self._wal_failed_alone(hosted):
             # Its WAL cannot flush, so no seal could ever land: reopen it from its files
             # first (everything acknowledged is in them), then seal that. If it cannot be
             # reopened yet, the failed copy stays hosted as unloading (appends refused), so
             # the watcher keeps retrying the unload.
-            hosted = self._revive_locked(topic, TopicState.UNLOADING)
+            hosted = self._revive_locked(topic, TopicState.UNLOADING, by_close)
             if revived is not None:
                 revived.append(hosted)
         started = time.monotonic()
@@ -712,7 +745,7 @@ class BrokerHost:
         return (record is not None and record.broker_id == self.broker_id and record.released_at is None
                 and record.epoch > hosted.token.epoch)
 
-    def _revive_locked(self, topic: TopicName, keep_as: TopicState) -> HostedTopic:
+    def _revive_locked(self, topic: TopicName, keep_as: TopicState, by_close: bool = False) -> HostedTopic:
         """Reopen a topic whose WAL failed on its own (caller holds the topic lock); the
         new copy, published. Listeners are the caller's to tell (outside the topic lock).
 
@@ -727,8 +760,11 @@ class BrokerHost:
         unload and the periodic check try again; the topic is never left owned here and
         served by nobody. Only then is the copy abandoned (files and owner record kept,
         nothing released) and the topic loaded again. Should that load still fail, the
-        failed copy is put back the same way. Refused once the host is closing."""
-        self._check_open()
+        failed copy is put back the same way. Refused once the host is closing, except for
+        close()'s own unload (``by_close``): a graceful close seals such a topic too, rather
+        than leaving it unsealed to a failover that would lose its unarchived tail."""
+        if not by_close:
+            self._check_open()
         old = self.topic(topic)
         log.warning("topic %s: its WAL failed on its own; reopening it from its files", topic)
         quietly(old.wal.close)  # a failed WAL: closes at once, letting go of its directory
@@ -740,7 +776,7 @@ class BrokerHost:
             raise
         self._abandon_locked(topic, fail_archived_waiters=False)
         try:
-            hosted = self._load(topic, False, False, False, False)
+            hosted = self._load(topic, False, False, False, False, stop_when_closing=not by_close)
         except BaseException:
             old.state = keep_as
             with self._lock:
@@ -788,10 +824,6 @@ class BrokerHost:
         closes it once the new copy is published)."""
         hosted = self.topic(topic)
         hosted.refuse_appends()  # no more appends
-        # The durable tip as of now, so a takeover's record says how much this WAL
-        # holds (a short-lived process would otherwise leave "at least 0"). Fenced:
-        # refused, and harmless, when a newer owner exists.
-        quietly(hosted.publish_progress)
         hosted.state = TopicState.CLOSED
         hosted.move_readers_away()
         # Closed, not just stopped, unless a reopen follows: producers waiting for
@@ -800,8 +832,15 @@ class BrokerHost:
             quietly(lambda: hosted.uploader.close(self.config.close_timeout_s))
         else:
             quietly(lambda: hosted.uploader.stop(self.config.close_timeout_s))
-        quietly(lambda: hosted.subscriptions.close(flush=False))
+        # Acks already given are written (fenced: refused, and harmless, once a newer
+        # owner exists), so neither a reopen nor a restart delivers them again.
+        quietly(lambda: hosted.subscriptions.close(flush=True))
+        # Appends already taken become durable (and acknowledged) as the WAL closes ...
         quietly(hosted.wal.close)
+        # ... so only now is the durable tip final: published so a takeover's record says
+        # how much this WAL holds (a short-lived process would otherwise leave "at least
+        # 0"), never less than was acknowledged. Fenced as above.
+        quietly(lambda: hosted.publish_progress(final=True))
         with self._lock:
             self._topics.pop(topic, None)
 
@@ -834,7 +873,7 @@ class BrokerHost:
         for hosted in self.topics():
             if unload and (deadline is None or time.monotonic() < deadline):
                 try:
-                    self.unload(hosted.topic)
+                    self._unload(hosted.topic, by_close=True)
                     continue
                 except Exception as e:  # noqa: BLE001 - one topic must not keep the others from closing
                     log.error("topic %s: seal at close failed, abandoning it (recoverable): %s: %s",
@@ -937,7 +976,7 @@ class BrokerHost:
 
     def _check_open(self) -> None:
         if self._closing.is_set():  # set first by close(), so also once closed
-            raise RuntimeError(f"broker host {self.broker_id} is closed")
+            raise RuntimeError(f"broker host {self.broker_id} is {'closed' if self._closed.is_set() else 'closing'}")
 
     def _progress_loop(self) -> None:
         """Publish durable tips soon after they move, at most once per interval.

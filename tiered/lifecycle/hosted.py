@@ -384,15 +384,18 @@ class HostedTopic:
         return self.wal.config.max_message_bytes
 
     # -- progress ----------------------------------------------------------------
-    def publish_progress(self) -> bool:
+    def publish_progress(self, final: bool = False) -> bool:
         """Publish the durable tip (fenced) if it moved; True when written.
 
         Also while unloading: a seal that fails after its flush leaves the topic to a
-        failover, which reports from this record."""
+        failover, which reports from this record. ``final``: an abandon's last publish,
+        after its WAL closed (the copy is closed by then)."""
         # One writer at a time, so an older tip can never overwrite a newer one.
         with self._progress_lock:
             durable = durable_tip(self.wal)
-            if self.state not in (TopicState.OPEN, TopicState.UNLOADING) or durable == self._progress_published:
+            publishing = (TopicState.OPEN, TopicState.UNLOADING, TopicState.CLOSED) if final else \
+                (TopicState.OPEN, TopicState.UNLOADING)
+            if self.state not in publishing or durable == self._progress_published:
                 return False
             record = Progress(self.token.broker_id, self.token.epoch, durable, time.time())
             try:
