@@ -53,6 +53,11 @@ class WalReader:
         self._buffer: deque[Record] = deque()
         self._batch_bytes = batch_bytes
         self.closed = False
+        # The file read in flight for ``async for`` (a worker thread). An await cancelled
+        # while it runs (``asyncio.wait_for`` polling) does not cancel the read: the next
+        # ``__anext__`` waits for that same read instead of starting a second one at the
+        # same position (which would queue its records twice).
+        self._fill_task: asyncio.Future[bool] | None = None
 
     @property
     def consumed_offset(self) -> int:
@@ -97,10 +102,17 @@ class WalReader:
             if self.closed or self._position > self._stop_offset:
                 raise StopAsyncIteration
             # Cache hits decode in memory; file reads go to a thread so the loop never blocks on disk.
-            if self._hooks.cache_covers(self._position):
+            task = self._fill_task
+            if task is None and self._hooks.cache_covers(self._position):
                 filled = self._fill()
             else:
-                filled = await asyncio.to_thread(self._fill)
+                if task is None:
+                    task = self._fill_task = asyncio.ensure_future(asyncio.to_thread(self._fill))
+                try:
+                    filled = await asyncio.shield(task)
+                finally:
+                    if task.done():
+                        self._fill_task = None
             if filled:
                 return self._buffer.popleft()
             await self._hooks.wait_durable_async(self._position, _WAIT_SLICE_S)

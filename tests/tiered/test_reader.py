@@ -132,3 +132,88 @@ def test_cancelled_async_reads_lose_and_repeat_nothing(backends: Backends) -> No
         return got
 
     assert asyncio.run(main()) == list(range(34))
+
+
+def test_retention_overtaking_a_reader_mid_stream_sends_it_to_the_archive(backends: Backends) -> None:
+    """WAL retention removes only archived segments, so a reader it overtakes after
+    serving from the WAL (slower than the uploader) reads on from the archive: no
+    OffsetBelowRetention, no skip."""
+    wal = history(backends)
+    reader = create_reader(TOPIC, wal, backends.metadata, backends.objects, 25, live=False)
+    assert [next(reader).offset for _ in range(2)] == [25, 26]  # from the WAL
+    archive(backends, 28, 31, broker_id="broker-b", epoch=2)
+    wal.trim(32)  # 27..31 archived meanwhile, and retention dropped them from the WAL
+    rest = list(reader)
+    assert [m.offset for m in rest] == list(range(27, 34))
+    assert [m.tier for m in rest] == ["cloud"] * 5 + ["wal"] * 2
+
+
+def test_a_reader_that_keeps_losing_the_race_to_retention_still_reads_everything(backends: Backends) -> None:
+    """Each time the reader is back at the WAL, retention has moved past it again: it falls
+    back to the archive as often as that happens (every fallback serves something), and
+    never reports a DataGap for data the archive holds."""
+    wal = history(backends)  # archived 0..27, WAL 25..33
+    archived_end = 27
+    reader = create_reader(TOPIC, wal, backends.metadata, backends.objects, 20, live=False)
+    got = []
+    for _round in range(20):  # more rounds than any fixed limit on fallbacks
+        while True:  # up to the first message the WAL serves
+            message = next(reader)
+            got.append(message.offset)
+            if message.tier != "cloud":
+                break
+        wal.append(4)
+        tip = wal.next_offset - 1
+        archive(backends, archived_end + 1, tip - 1, broker_id="broker-b", epoch=2)
+        archived_end = tip - 1
+        wal.trim(tip)  # everything archived is dropped from the WAL
+    got.extend(m.offset for m in reader)
+    assert got == list(range(20, wal.next_offset))
+
+
+def test_earliest_racing_the_first_upload_and_retention_starts_at_the_archive(backends: Backends) -> None:
+    """'earliest' reads the (empty) archive, and meanwhile the first upload lands and WAL
+    retention drops what it archived: the start must still be 0, not the WAL's new first
+    offset (which would skip the archived prefix for good, e.g. as a new subscription's
+    cursor)."""
+    from tiered.read.reader import earliest_offset
+    from wal.topics import TopicName
+
+    wal = MemoryWal(first_offset=0)
+    wal.append(30)
+
+    class UploadLandsDuringTheRead:
+        """The metadata store, where the first archive read returns what it saw just
+        before the upload and the WAL retention behind it landed."""
+
+        def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+            self._inner, self._landed = inner, False
+
+        def range(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            page = self._inner.range(*args, **kwargs)
+            if not self._landed and "/objects/" in str(args[0]):
+                self._landed = True
+                archive(backends, 0, 19)
+                wal.trim(15)
+            return page
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self._inner, name)
+
+    racing = UploadLandsDuringTheRead(backends.metadata)
+    assert earliest_offset(TopicName.parse(TOPIC), wal, racing) == 0  # type: ignore[arg-type]
+    assert earliest_offset(TopicName.parse(TOPIC), wal, backends.metadata) == 0
+
+
+def test_overlapping_descriptors_are_refused_not_served(backends: Backends) -> None:
+    """Two objects claiming the same offsets (damaged or hostile metadata): which one is
+    the topic's history cannot be told, so the reader refuses instead of picking one."""
+    from tiered.read.errors import CorruptArchive
+
+    archive(backends, 0, 9)
+    archive(backends, 5, 14, broker_id="broker-b", epoch=2)
+    got = []
+    with pytest.raises(CorruptArchive, match="overlapping"):
+        for message in create_reader(TOPIC, None, backends.metadata, backends.objects, 0, live=False):
+            got.append(message.offset)
+    assert got == list(range(10))

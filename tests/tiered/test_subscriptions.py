@@ -43,6 +43,18 @@ def test_resume_at_cursor_plus_one(backends: Backends) -> None:
         assert m.subscribe("subs_reliable").start_offset == 14
 
 
+def test_subscribing_again_on_the_same_broker_resumes_after_the_acks(backends: Backends) -> None:
+    """The same subscription object comes back; where it starts follows its acks, as a
+    subscribe on any other broker would (else a reconnecting consumer reads its acked
+    messages again)."""
+    with manager(backends) as m:
+        sub = m.subscribe("s", initial="earliest")
+        for offset in range(10):
+            sub.ack(offset)
+        again = m.subscribe("s")
+        assert again is sub and again.start_offset == 10
+
+
 def test_new_subscription_latest_pins_its_start(backends: Backends) -> None:
     topic = Topic(first=5, next_offset=22)
     with manager(backends, wal=topic) as m:

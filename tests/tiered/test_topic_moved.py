@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
-from tiered.read.errors import TopicMoved
+from tiered.read.errors import HistoryDiverged, TopicMoved
+from wal.config import WalConfig
 
 from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster, produce_range  # noqa: F401
 
@@ -65,11 +67,13 @@ def test_a_fenced_topic_stops_serving_its_readers(local_cluster: Cluster) -> Non
     reader = hosted.create_reader(0, live=True)
     it = iter(reader)
     assert next(it).offset == 0
-    b.load(TOPIC, force=True)
+    b.load(TOPIC, force=True)  # nothing was archived: B numbers its own messages from 0
     hosted.check_ownership()
     with pytest.raises(TopicMoved) as info:
         next(it)
-    assert info.value.next_offset == 1
+    # What A served from 0 on is not the topic's history any more: resume where B continues.
+    assert isinstance(info.value, HistoryDiverged)
+    assert (info.value.next_offset, info.value.served_until) == (0, 1)
 
 
 def test_async_readers_end_the_same_way(local_cluster: Cluster) -> None:
@@ -97,3 +101,70 @@ def test_async_readers_end_the_same_way(local_cluster: Cluster) -> None:
 
     moved = asyncio.run(main())
     assert moved.next_offset == 3
+
+
+def test_a_fenced_owners_reader_resumes_where_the_new_owner_continues(local_cluster: Cluster) -> None:
+    """A served its unarchived tail 5..9 to a live reader; B took over at 5 and numbers its
+    own messages from there. Resuming at the reader's position (10) would skip B's 5..9:
+    the reader says HistoryDiverged(next_offset=5), and from there it reads B's messages."""
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    produce_range(hosted, 5, 9)  # durable only: lost when B takes over
+    reader = hosted.create_reader(0, live=True)
+    it = iter(reader)
+    assert [next(it).offset for _ in range(10)] == list(range(10))
+    topic_b = b.load(TOPIC, force=True)
+    assert topic_b.next_offset == 5
+    new_messages = [topic_b.produce(b"from B %d" % i) for i in range(5)]
+    hosted.check_ownership()
+    with pytest.raises(HistoryDiverged) as info:
+        next(it)
+    assert (info.value.next_offset, info.value.served_until) == (5, 10)
+    with topic_b.create_reader(info.value.next_offset, live=False) as rest:
+        assert [(m.offset, bytes(m.payload)) for m in rest] == [(o, b"from B %d" % i)
+                                                               for i, o in enumerate(new_messages)]
+
+
+def test_a_reader_fetching_from_the_archive_when_the_topic_leaves_says_moved(local_cluster: Cluster,
+                                                                             monkeypatch) -> None:
+    """The unload closes the reader's archive fetch under it: the consumer is told where to
+    resume (TopicMoved), not just that a reader was closed."""
+    a = local_cluster.broker("A", wal_config=WalConfig(segment_bytes_max=300))
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 14, ack="archived")
+    hosted.wal.truncate_before(15)  # most of 0..14 only in the archive now (WAL retention)
+    assert hosted.wal.first_offset > 0
+    inside, release = threading.Event(), threading.Event()
+    real = local_cluster.objects.get_tail
+
+    def held_get_tail(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "consumer":
+            inside.set()
+            release.wait(HANG_GUARD_S)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(local_cluster.objects, "get_tail", held_get_tail)
+    reader = hosted.create_reader(0, live=True, prefetch_objects=0)
+    ended: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for _message in reader:
+                pass
+        except BaseException as e:  # noqa: BLE001 - checked below
+            ended.append(e)
+
+    consumer = threading.Thread(target=consume, name="consumer")
+    consumer.start()
+    assert inside.wait(HANG_GUARD_S)
+    unloading = threading.Thread(target=a.unload, args=(TOPIC,))
+    unloading.start()
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not reader.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    consumer.join(HANG_GUARD_S)
+    unloading.join(HANG_GUARD_S)
+    [error] = ended
+    assert isinstance(error, TopicMoved) and error.next_offset == reader.position, repr(error)

@@ -180,6 +180,40 @@ def test_wait_durable_async_and_async_reader(wal):
     assert asyncio.run(scenario()) == list(range(201))
 
 
+def test_an_async_poll_cancelled_during_a_file_read_loses_and_repeats_nothing(tmp_path, monkeypatch):
+    """``asyncio.wait_for(anext(reader), t)`` timing out while the reader's file read runs
+    in a worker thread: the next await waits for that same read instead of starting a
+    second one at the same position (which would hand its records out twice)."""
+    gate = threading.Event()
+    gate.set()
+    real = WriteAheadLog._read_records
+
+    def read_records(self, position, limit, max_bytes):  # type: ignore[no-untyped-def]
+        if threading.current_thread() is not threading.main_thread():
+            gate.wait(60)  # a cold disk: held until the poll below has given up
+        return real(self, position, limit, max_bytes)
+
+    monkeypatch.setattr(WriteAheadLog, "_read_records", read_records)
+    log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(cache_messages_max=8, cache_bytes_max=4096))
+    try:
+        for i in range(100):
+            log.append(b"m%d" % i)
+        log.flush()
+
+        async def consume() -> list[int]:
+            reader = log.reader(0, live=False)  # offset 0 is out of the cache: a file read
+            it = reader.__aiter__()
+            gate.clear()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(it.__anext__(), 0.05)
+            gate.set()
+            return [record.offset async for record in it]
+
+        assert asyncio.run(consume()) == list(range(100))
+    finally:
+        log.close()
+
+
 def test_durable_listener_reports_monotonic_durable_offsets(wal):
     reported = []
     wal.add_durable_listener(reported.append)

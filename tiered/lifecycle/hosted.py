@@ -25,7 +25,8 @@ from typing import Literal, NoReturn, Protocol
 
 from tiered.errors import MalformedRecord, StorageError
 from tiered.logs import describe
-from tiered.metadata.keys import progress_key
+from tiered.archive.chain import DescriptorChain
+from tiered.metadata.keys import progress_key, read_lost_ranges
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.lifecycle.activity import TopicActivity
 from tiered.lifecycle.errors import ProduceTimeout, TopicUnloading
@@ -271,8 +272,9 @@ class HostedTopic:
         if self._fenced is None:
             self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
             self.host.metrics.fenced_topics.inc()
-            # What this WAL holds past the archive is not the topic's history any more.
-            self.move_readers_away()
+            # What this WAL holds past the archive is not the topic's history any more:
+            # readers past where the new owner continues are told to resume there.
+            self.move_readers_away(self._diverged_from())
             log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
                       self.topic, self.token.epoch, step)
 
@@ -360,12 +362,32 @@ class HostedTopic:
         tip = self.next_offset
         return sum(max(tip - sub.cursor - 1, 0) for sub in list(self.subscriptions.subscriptions.values()))
 
-    def move_readers_away(self) -> None:
+    def move_readers_away(self, diverged_from: int | None = None) -> None:
         """Every reader of this topic ends with TopicMoved (carrying its next offset) now:
         once appends are refused the topic is leaving this broker, and acks of what a
-        reader would still serve could no longer be written here."""
+        reader would still serve could no longer be written here. ``diverged_from``: see
+        :meth:`TieredReader.move_away` (a fenced owner)."""
         for reader in list(self._readers):
-            reader.move_away()
+            reader.move_away(diverged_from)
+
+    def _diverged_from(self) -> int:
+        """Fenced: the offset from which the new owner replaced this owner's history (where
+        it continues numbering). The takeover's LostRange of this epoch says it exactly;
+        before the takeover wrote it (or if it cannot be read) the archive's end does: it
+        is read FIRST, so if no LostRange exists after it, the new owner had not opened
+        yet, nor archived anything, when it was read. If neither can be read, this owner's
+        own last commit: never past the new owner's start, so a consumer re-reads rather
+        than skips."""
+        try:
+            archive_next = DescriptorChain(self.host.metadata, self.topic).next_offset()
+            lost = [r.start_offset for r in read_lost_ranges(self.host.metadata, self.topic)
+                    if (r.broker_id, r.epoch) == (self.token.broker_id, self.token.epoch)]
+            return min(lost) if lost else archive_next
+        except Exception as e:  # noqa: BLE001 - the conservative bound below
+            log.warning("topic %s: fenced; could not read where the new owner continues (%s): readers resume "
+                        "after this broker's own last archived offset", self.topic, e)
+            committed = self.uploader.committed_through
+            return 0 if committed is None else committed + 1
 
     def subscribe(self, name: str, initial: Literal["latest", "earliest"] = "latest") -> Subscription:
         return self.subscriptions.subscribe(name, initial)

@@ -192,6 +192,7 @@ class CloudReader:
         expected = self.start
         pending: list[concurrent.futures.Future[_Prepared] | _Prepared] = []
         descriptors = self._covering()
+        previous_end: int | None = None
         while expected <= self.end:
             self._fill(pending, descriptors)
             if not pending:
@@ -200,6 +201,12 @@ class CloudReader:
             if prepared.descriptor.start_offset > expected:
                 raise DataGap(expected, prepared.descriptor.start_offset - 1,
                               f"no archived object covers them (topic {self.topic})")
+            if previous_end is not None and prepared.descriptor.start_offset <= previous_end:
+                # Two objects claim the same offsets (damaged or hostile metadata): which
+                # history is the topic's cannot be told, so neither is picked silently.
+                raise CorruptArchive(prepared.key, f"starts at offset {prepared.descriptor.start_offset}, inside the "
+                                     f"previous object (which ends at {previous_end}): overlapping descriptors")
+            previous_end = prepared.descriptor.end_offset
             self._fill(pending, descriptors)  # start the next object before consuming this one
             for message in self._object_messages(prepared, expected):
                 yield message

@@ -74,6 +74,23 @@ class TopicMoved(ReaderClosed):
         self.next_offset = next_offset
 
 
+class HistoryDiverged(TopicMoved):
+    """The topic moved because a failover replaced this broker's history from
+    ``next_offset`` on: this broker was fenced, and what this reader served from
+    ``next_offset`` up to ``served_until - 1`` (acknowledged only here, never archived) is
+    not the topic's history any more (the new owner recorded it as lost). The new owner
+    numbers its own messages from ``next_offset``: resume reading there, as after any
+    TopicMoved, to get them instead of skipping them."""
+
+    def __init__(self, topic: str, next_offset: int, served_until: int) -> None:
+        ReaderClosed.__init__(self, f"topic {topic} was taken over by a new owner, which replaced the history "
+                              f"from offset {next_offset} on (this reader had served up to {served_until - 1}); "
+                              f"resume at offset {next_offset} on its new owner")
+        self.topic = topic
+        self.next_offset = next_offset
+        self.served_until = served_until
+
+
 class ReadTimeout(ReadError, TimeoutError):
     """A fetch did not complete within its bound."""
 
@@ -114,6 +131,7 @@ class SubscriptionClosed(CursorError):
 
 
 __all__ = [
-    "CorruptArchive", "CursorError", "CursorFenced", "CursorWriteFailed", "DataGap", "InvalidAck", "OffsetOutOfOrder",
-    "ReadError", "ReadTimeout", "ReaderClosed", "SubscriptionClosed", "UnknownOffset",
+    "CorruptArchive", "CursorError", "CursorFenced", "CursorWriteFailed", "DataGap", "HistoryDiverged", "InvalidAck",
+    "OffsetOutOfOrder",
+    "ReadError", "ReadTimeout", "ReaderClosed", "SubscriptionClosed", "TopicMoved", "UnknownOffset",
 ]  # fmt: skip

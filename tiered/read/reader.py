@@ -54,7 +54,7 @@ from tiered.errors import TopicDeleted
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
 from tiered.objects.base import ObjectStore
-from tiered.read.errors import DataGap, OffsetOutOfOrder, ReaderClosed, TopicMoved, UnknownOffset
+from tiered.read.errors import DataGap, HistoryDiverged, OffsetOutOfOrder, ReaderClosed, TopicMoved, UnknownOffset
 from wal.api import WalOffsets, WalTailReader, WalTailSource
 from wal.errors import OffsetBelowRetention
 from wal.topics import TopicName
@@ -71,8 +71,6 @@ LAG_SAMPLE_MESSAGES = 256
 ASYNC_BATCH_MESSAGES = 512
 #: Messages taken from the archive per refill in ``for`` (amortises the generator hops).
 SYNC_BATCH_MESSAGES = 64
-#: How many times one reader re-reads the archive because WAL retention moved on.
-RETENTION_RETRIES_MAX = 8
 
 _PHASE_CLOUD, _PHASE_WAL, _PHASE_DONE = "cloud", "wal", "done"
 
@@ -116,11 +114,16 @@ def earliest_offset(topic: TopicName, wal: WalOffsets | None, metadata: Metadata
     """The first offset the topic still holds: the archive's first retained offset (its
     descriptors below the archive start are a cut's leftovers, never served), else the
     WAL's first offset, else 0."""
+    # The WAL's first offset is read BEFORE the archive: WAL retention removes only what
+    # was archived, so if the archive is still empty after this read, nothing below this
+    # first offset was archived or removed. (Read after, an upload and a retention landing
+    # in between would start past the newly archived prefix.)
+    wal_first = 0 if wal is None else int(wal.first_offset)
     start = archive_start(metadata, topic)
     first = DescriptorChain(metadata, topic).first()
     if first is not None:
         return max(first.start_offset, start)
-    return max(start, 0 if wal is None else int(wal.first_offset))
+    return max(start, wal_first)
 
 
 def topic_next_offset(topic: TopicName, wal: WalOffsets | None, metadata: MetadataStore) -> int:
@@ -158,14 +161,16 @@ class TieredReader:
         # The WAL reader as iterated by next() and by anext() (the same object, one state).
         self._wal_iter: Iterator[Record] | None = None
         self._wal_aiter: AsyncIterator[Record] | None = None
-        self._wal_served = False
         self._live_from: int | None = None
-        self._retention_retries = 0
+        self._retention_retries = 0  # times WAL retention sent this reader back to the archive
         self._served = 0
         self._mode: str | None = None
         self._io_lock = threading.Lock()  # one archive batch or WAL open at a time
         self._closed = False
-        self._moved: TopicMoved | None = None
+        self._moved = False
+        # Set when the topic moved because a failover replaced this owner's history from
+        # this offset on (a fenced owner): see move_away.
+        self._diverged_from: int | None = None
         self._phase = self._initial_phase()
 
     # -- public ------------------------------------------------------------------
@@ -198,12 +203,19 @@ class TieredReader:
         self._close_wal_reader()
         self._pending.clear()
 
-    def move_away(self) -> None:
+    def move_away(self, diverged_from: int | None = None) -> None:
         """The topic stops being served here: iteration (also one blocked waiting for
         live messages) ends with :class:`TopicMoved` carrying the next offset to read.
-        Safe from any thread, idempotent."""
-        if self._moved is None:
-            self._moved = TopicMoved(str(self.topic), self._position)
+
+        ``diverged_from``: a failover replaced this broker's history from that offset on
+        (this owner was fenced), so the offsets from there on now hold other messages on
+        the new owner. A reader that got past it ends with :class:`HistoryDiverged`
+        (a TopicMoved) whose ``next_offset`` is that offset, not its own position, so a
+        consumer that resumes there reads the new owner's messages instead of skipping
+        them. Safe from any thread, idempotent."""
+        if diverged_from is not None and (self._diverged_from is None or diverged_from < self._diverged_from):
+            self._diverged_from = diverged_from
+        self._moved = True
         self.close()
 
     async def aclose(self) -> None:
@@ -232,7 +244,7 @@ class TieredReader:
             if self._pending:
                 return self._accept(self._pending.popleft())
             if self._phase == _PHASE_CLOUD:
-                self._cloud_batch()
+                self._cloud_batch_checked()
             elif self._phase == _PHASE_WAL:
                 message = self._next_wal_sync()
                 if message is not None:
@@ -253,7 +265,7 @@ class TieredReader:
             if self._phase == _PHASE_CLOUD:
                 # Archive reads block on the network: one worker-thread hop per batch. The
                 # thread itself queues the batch, so a cancelled await loses nothing.
-                await asyncio.to_thread(self._cloud_batch)
+                await asyncio.to_thread(self._cloud_batch_checked)
             elif self._phase == _PHASE_WAL:
                 message = await self._next_wal_async()
                 if message is not None:
@@ -278,6 +290,15 @@ class TieredReader:
         self._cloud_readers.append(self._cloud)
         log.debug("reader of %s: cloud %d..%d", self.topic, self._position, end_inclusive)
         return _PHASE_CLOUD
+
+    def _cloud_batch_checked(self) -> None:
+        """``_cloud_batch``; a cloud reader closed because the topic moved away reports
+        that (TopicMoved), not its own ReaderClosed."""
+        try:
+            self._cloud_batch()
+        except ReaderClosed:
+            self._check_open()
+            raise
 
     def _cloud_batch(self) -> None:
         """Queue the next archive messages; at the end of the archive range, hand off to the WAL.
@@ -320,17 +341,22 @@ class TieredReader:
             return
         # Everything below the durable watermark now is a replay; above it is live.
         self._live_from = durable_next(self.wal)
-        self._wal_served = False
         log.debug("reader of %s: WAL from %d (live from %d)", self.topic, position, self._live_from)
 
     def _fall_back_to_cloud(self, error: OffsetBelowRetention) -> None:
+        """WAL retention removed the reader's position (at the handoff, or mid-stream
+        under a reader slower than the uploader): read up to the WAL's new first offset
+        from the archive, then try the WAL again. WAL retention removes only archived
+        segments, so the archive holds that range; if it does not, the cloud reader says
+        so (DataGap, or OffsetBelowArchiveStart where archive retention cut it), never a
+        skip. Each fallback serves at least one message, so a reader that keeps losing the
+        race to retention still advances; there is no limit on how often."""
         self._close_wal_reader()
+        if error.first_offset <= self._position:
+            raise error  # not retention of what this reader still needs: never hidden
         self._retention_retries += 1
-        if self._retention_retries > RETENTION_RETRIES_MAX:
-            raise DataGap(self._position, error.first_offset - 1,
-                          "WAL retention kept moving past the reader") from error
-        log.info("reader of %s: WAL now starts at %d; reading %d.. from the archive",
-                 self.topic, error.first_offset, self._position)
+        log.info("reader of %s: WAL now starts at %d; reading %d.. from the archive (fallback %d)",
+                 self.topic, error.first_offset, self._position, self._retention_retries)
         self._phase = self._start_cloud(error.first_offset - 1)
 
     def _next_wal_sync(self) -> Message | None:
@@ -344,7 +370,7 @@ class TieredReader:
         try:
             record = next(self._wal_iter)
         except StopIteration:
-            if self._moved is not None:
+            if self._moved:
                 self._check_open()
             self._phase = _PHASE_DONE
             return None
@@ -367,7 +393,7 @@ class TieredReader:
         try:
             record = await self._wal_aiter.__anext__()
         except StopAsyncIteration:
-            if self._moved is not None:
+            if self._moved:
                 self._check_open()
             self._phase = _PHASE_DONE
             return None
@@ -380,12 +406,9 @@ class TieredReader:
         return self._wal_message(record)
 
     def _wal_retention_error(self, error: OffsetBelowRetention) -> None:
-        if self._wal_served:
-            raise error  # Mid-stream: the WAL lost data under us; never hide it.
         self._fall_back_to_cloud(error)
 
     def _wal_message(self, record: Record) -> Message:
-        self._wal_served = True
         assert self._live_from is not None
         tier = TIER_WAL if record[0] < self._live_from else TIER_LIVE
         return Message.from_record(record, tier)
@@ -419,7 +442,9 @@ class TieredReader:
         return message
 
     def _check_open(self) -> None:
-        if self._moved is not None:
+        if self._moved:
+            if self._diverged_from is not None and self._position > self._diverged_from:
+                raise HistoryDiverged(str(self.topic), self._diverged_from, self._position)
             # The position when iteration stopped (a message fetched while moving away
             # was still served, so the resume point is where the consumer really is).
             raise TopicMoved(str(self.topic), self._position)

@@ -90,7 +90,6 @@ class Subscription:
                  stored_cursor: int | None, record: OwnedRecord) -> None:
         self.name = name
         self._record = record  # the cursor key, written compare-and-swap on its revision
-        self.start_offset = start_offset  # first offset the consumer should read
         self._manager = manager
         self._lock = threading.Lock()
         # Held across read-cursor-then-write: two flushes (background flusher and
@@ -102,6 +101,13 @@ class Subscription:
         self._known_next = 0  # a next offset of the topic seen earlier (a lower bound)
         self._fenced = False
         self._closed = False
+
+    @property
+    def start_offset(self) -> int:
+        """Where a reader of this subscription starts: cursor + 1. It follows the acks, so
+        a consumer that subscribes again (the same object on this broker) resumes after
+        what it acknowledged, as it would on any other broker."""
+        return self._cursor + 1
 
     @property
     def cursor(self) -> int:
@@ -420,10 +426,17 @@ def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: 
         for kv in page:
             if not kv.key.endswith("/cursor"):
                 continue
-            old = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
+            name = kv.key[len(prefix):-len("/cursor")]
+            try:
+                old = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
+            except MalformedRecord as e:
+                # One damaged record must not keep the whole topic from loading. It stays
+                # as it is: subscribing to that subscription alone fails (MalformedRecord)
+                # until an operator repairs the record.
+                log.error("topic %s: subscription %s has a damaged cursor record (%s); not clamped", topic, name, e)
+                continue
             if old < next_offset:
                 continue
-            name = kv.key[len(prefix):-len("/cursor")]
             op = Put(kv.key, keys.Cursor(next_offset - 1).to_json())
             result = metadata.txn([*fencing, value_is(kv.key, kv.value)], [op], [])
             if not result.succeeded:
