@@ -132,3 +132,35 @@ def read_all(hosted_or_reader: Any, start: int, stop_after: int) -> list[Any]:
 def wal_files(cluster: Cluster, broker_id: str, topic: str = TOPIC) -> list[str]:
     path = os.path.join(cluster.wal_root(broker_id), *topic.strip("/").split("/"))
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def close_while_loading(host: BrokerHost, monkeypatch: Any, topic: str = TOPIC) -> dict[str, object]:
+    """Start ``host.load(topic)``, hold it once its WAL is open (at the owner marker), close
+    the host, and let the load go once close() has begun. Returns ``{"hosted": ...}`` or
+    ``{"error": ...}``: what the load came to."""
+    import threading
+
+    gate, reached = threading.Event(), threading.Event()
+    real = host.root.write_owner_marker
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        reached.set()
+        gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.root, "write_owner_marker", held)
+    result: dict[str, object] = {}
+
+    def load() -> None:
+        try:
+            result["hosted"] = host.load(topic)
+        except Exception as exc:  # noqa: BLE001 - the caller checks it
+            result["error"] = exc
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    assert reached.wait(60), "the load never reached its WAL"
+    threading.Thread(target=lambda: (host._closing.wait(60), gate.set())).start()
+    host.close()
+    loader.join(60)
+    return result

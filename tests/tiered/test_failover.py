@@ -25,6 +25,7 @@ from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
     TOPIC,
     Cluster,
     any_cluster,
+    close_while_loading,
     local_cluster,
     payload_for,
     produce_range,
@@ -292,8 +293,6 @@ def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local
     taking the topic again (epoch + 1; ownership kept, as its WAL holds the tail). The
     failover that follows still reports the published tail as lost, at least 7 offsets,
     not "at least 0": the failed reload carried its previous epoch's tip to its own."""
-    import threading
-
     a = local_cluster.broker("A")
     topic_a = a.load(TOPIC)
     produce_range(topic_a, 0, 4, ack="archived")
@@ -310,21 +309,7 @@ def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local
             again.load(TOPIC)
         _die(again)
     else:  # stopped before its next step by close()
-        gate, reached = threading.Event(), threading.Event()
-        real = again.root.write_owner_marker
-
-        def held(*args, **kwargs):  # type: ignore[no-untyped-def]
-            reached.set()
-            gate.wait(60)
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(again.root, "write_owner_marker", held)
-        loader = threading.Thread(target=lambda: pytest.raises(Exception, again.load, TOPIC))
-        loader.start()
-        assert reached.wait(60)
-        threading.Thread(target=lambda: (again._closing.wait(60), gate.set())).start()
-        again.close()
-        loader.join(60)
+        assert "error" in close_while_loading(again, monkeypatch)
     b = local_cluster.broker("B")
     hosted = b.load(TOPIC)
     assert hosted.next_offset == 5

@@ -17,7 +17,14 @@ from dataclasses import replace
 
 import pytest
 
-from tests.tiered.helpers_lifecycle import FAST_BROKER, TOPIC, Cluster, local_cluster, read_all  # noqa: F401
+from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
+    FAST_BROKER,
+    TOPIC,
+    Cluster,
+    close_while_loading,
+    local_cluster,
+    read_all,
+)
 from tiered.lifecycle import BrokerHost, LoadError, TopicUnloading
 from tiered.lifecycle.hosted import TopicState
 from wal.testing import FaultFs
@@ -130,29 +137,7 @@ def test_close_stops_a_load_in_flight_at_its_next_step_and_loses_nothing(local_c
     acked = [hosted.produce(b"m%d" % i) for i in range(3)]
     first.close(unload=before == "sealed")
     host = local_cluster.broker("A")
-    gate, reached = threading.Event(), threading.Event()
-    real = host.root.write_owner_marker
-
-    def held(*args, **kwargs):  # type: ignore[no-untyped-def]
-        reached.set()
-        gate.wait(60)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(host.root, "write_owner_marker", held)  # the WAL is open by then
-    result: dict[str, object] = {}
-
-    def load() -> None:
-        try:
-            result["hosted"] = host.load(TOPIC)
-        except Exception as exc:  # noqa: BLE001 - checked below
-            result["error"] = exc
-
-    loader = threading.Thread(target=load)
-    loader.start()
-    assert reached.wait(60)
-    threading.Thread(target=lambda: (host._closing.wait(60), gate.set())).start()
-    host.close()
-    loader.join(60)
+    result = close_while_loading(host, monkeypatch)
     assert isinstance(result.get("error"), LoadError) and "closing" in str(result["error"]), result
     assert host.topics() == []
     again = local_cluster.broker("A").load(TOPIC)
