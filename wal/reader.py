@@ -96,13 +96,19 @@ class WalReader:
         return self
 
     async def __anext__(self) -> Record:
-        if self._buffer:
-            return self._buffer.popleft()
         while True:
+            if self._buffer:
+                return self._buffer.popleft()
             if self.closed or self._position > self._stop_offset:
                 raise StopAsyncIteration
-            # Cache hits decode in memory; file reads go to a thread so the loop never blocks on disk.
             task = self._fill_task
+            if task is not None and task.done():
+                # A read whose await was cancelled, finished since: its records are in the
+                # buffer (handed out above), or its error is raised now.
+                self._fill_task = None
+                task.result()
+                continue
+            # Cache hits decode in memory; file reads go to a thread so the loop never blocks on disk.
             if task is None and self._hooks.cache_covers(self._position):
                 filled = self._fill()
             else:
@@ -114,7 +120,7 @@ class WalReader:
                     if task.done():
                         self._fill_task = None
             if filled:
-                return self._buffer.popleft()
+                continue  # handed out from the buffer above
             await self._hooks.wait_durable_async(self._position, _WAIT_SLICE_S)
 
     # ---------------------------------------------------------------- shared

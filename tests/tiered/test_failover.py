@@ -286,13 +286,17 @@ def test_an_older_dead_owners_progress_is_not_blamed_on_the_next_one(local_clust
     assert topic_c.report.unarchived_at_least == 0  # B lost nothing; A's 5-11 is A's record
 
 
-@pytest.mark.parametrize("failed_step", ["mark topic open", "closing"])
+@pytest.mark.parametrize("failed_steps", [("mark topic open",), ("closing",), ("plan restore",),
+                                          ("plan restore", "clamp subscription cursors")])
 def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local_cluster: Cluster, monkeypatch,
-                                                                           failed_step: str) -> None:
-    """A dies with 5-11 durable only and its tip published; its restart's load fails after
-    taking the topic again (epoch + 1; ownership kept, as its WAL holds the tail). The
-    failover that follows still reports the published tail as lost, at least 7 offsets,
-    not "at least 0": the failed reload carried its previous epoch's tip to its own."""
+                                                                           failed_steps: tuple[str, ...]) -> None:
+    """A dies with 5-11 durable only and its tip published; its restarts' loads fail after
+    taking the topic again (epoch + 1 each; ownership kept, as its WAL holds the tail),
+    at any step, once or more. The failover that follows still reports the published
+    tail as lost, at least 7 offsets, not "at least 0": a failed reload carries what this
+    broker is known to hold to its own epoch."""
+    import tiered.lifecycle.host as host_module
+
     a = local_cluster.broker("A")
     topic_a = a.load(TOPIC)
     produce_range(topic_a, 0, 4, ack="archived")
@@ -300,16 +304,24 @@ def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local
     topic_a.publish_progress()
     _die(a)
     again = local_cluster.broker("A")
-    if failed_step == "mark topic open":
+    for step in failed_steps:
+        if step == "closing":  # stopped before its next step by close()
+            assert "error" in close_while_loading(again, monkeypatch)
+            break
+
         def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
             raise OSError("metadata store unavailable")
 
-        monkeypatch.setattr(again, "_mark_open", refuse)
-        with pytest.raises(Exception):  # noqa: B017 - LoadError naming the step
-            again.load(TOPIC)
+        with monkeypatch.context() as patch:
+            if step == "mark topic open":
+                patch.setattr(again, "_mark_open", refuse)
+            else:
+                patch.setattr(host_module, {"plan restore": "plan_restore",
+                                            "clamp subscription cursors": "clamp_cursors"}[step], refuse)
+            with pytest.raises(Exception):  # noqa: B017 - the step's error, the topic kept owned
+                again.load(TOPIC)
+    else:
         _die(again)
-    else:  # stopped before its next step by close()
-        assert "error" in close_while_loading(again, monkeypatch)
     b = local_cluster.broker("B")
     hosted = b.load(TOPIC)
     assert hosted.next_offset == 5

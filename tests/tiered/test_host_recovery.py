@@ -226,6 +226,39 @@ def test_an_abandon_publishes_the_tip_after_its_last_acknowledgement(local_clust
         assert progress.durable_offset >= result["offset"], (progress, result)  # type: ignore[operator]
 
 
+def test_a_copy_fenced_by_its_own_brokers_reload_keeps_its_readers_resume_point(local_cluster: Cluster,
+                                                                                monkeypatch) -> None:
+    """A reopen whose load failed after taking the topic at a newer epoch puts the failed
+    copy back, fenced by this broker itself. Nothing replaced its history (the next reopen
+    recovers the same WAL), so its readers resume where they were, not at the archive's
+    end (which would serve the same messages twice)."""
+    import tiered.lifecycle.host as host_module
+    from tiered.read.errors import HistoryDiverged, TopicMoved
+
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=3600.0)
+    hosted = host.load(TOPIC)
+    for i in range(5):
+        hosted.produce(b"a%d" % i, ack="archived")
+    for i in range(5, 10):
+        hosted.produce(b"a%d" % i)
+    it = iter(hosted.create_reader(0, live=True))
+    assert [next(it).offset for _ in range(10)] == list(range(10))
+    _fail_wal_with_a_full_disk(fs, hosted)
+
+    def unavailable(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("metadata store unavailable")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(host_module, "plan_restore", unavailable)
+        host._revive_failed_wals()  # its load fails: the failed copy is put back
+    assert host.topic(TOPIC) is hosted
+    hosted.check_ownership()  # the owner record now names this broker at a newer epoch
+    with pytest.raises(TopicMoved) as moved:
+        next(it)
+    assert not isinstance(moved.value, HistoryDiverged) and moved.value.next_offset == 10
+
+
 def test_producers_waiting_for_archived_are_told_when_the_topic_is_abandoned(local_cluster: Cluster) -> None:
     config = replace(FAST_BROKER, uploader=replace(FAST_BROKER.uploader, poll_interval_s=3600.0))
     host = local_cluster.broker("A", uploader=config.uploader)

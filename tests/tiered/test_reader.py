@@ -217,3 +217,48 @@ def test_overlapping_descriptors_are_refused_not_served(backends: Backends) -> N
         for message in create_reader(TOPIC, None, backends.metadata, backends.objects, 0, live=False):
             got.append(message.offset)
     assert got == list(range(10))
+
+
+def test_an_async_poll_cancelled_during_an_archive_read_keeps_its_error(backends: Backends) -> None:
+    """An archive read that fails (a transient store error) while the await that started it
+    was cancelled: the next await gets that error, typed, not a DataGap for data the archive
+    holds."""
+    from tiered.errors import StorageUnavailable
+
+    archive(backends, 0, 9)
+    wal = MemoryWal(first_offset=10)
+    wal.append(5)
+    gate, inside = threading.Event(), threading.Event()
+
+    class FailingOnce:
+        def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+            self._inner, self._failed = inner, False
+
+        def get_tail(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if not self._failed:
+                self._failed = True
+                inside.set()
+                gate.wait(60)
+                raise StorageUnavailable("injected transient failure")
+            return self._inner.get_tail(*args, **kwargs)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self._inner, name)
+
+    reader = create_reader(TOPIC, wal, backends.metadata, FailingOnce(backends.objects), 0,  # type: ignore[arg-type]
+                           live=False, prefetch_objects=0)
+
+    async def consume() -> BaseException | None:
+        it = reader.__aiter__()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 0.05)
+        assert inside.is_set() or await asyncio.to_thread(inside.wait, 60)
+        gate.set()
+        try:
+            await it.__anext__()
+        except BaseException as e:  # noqa: BLE001 - checked below
+            return e
+        return None
+
+    error = asyncio.run(consume())
+    assert isinstance(error, StorageUnavailable), repr(error)

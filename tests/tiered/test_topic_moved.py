@@ -168,3 +168,38 @@ def test_a_reader_fetching_from_the_archive_when_the_topic_leaves_says_moved(loc
     unloading.join(HANG_GUARD_S)
     [error] = ended
     assert isinstance(error, TopicMoved) and error.next_offset == reader.position, repr(error)
+
+
+@pytest.mark.parametrize("how", ["abandoned", "unloaded", "reader created once fenced"])
+def test_a_takeover_the_old_owner_had_not_noticed_still_diverges_its_readers(local_cluster: Cluster,
+                                                                           how: str) -> None:
+    """B took over (A's lease lapsed, or a forced load) while A had nothing left to write,
+    so A did not notice. A reader of A's copy must not be told to resume past B's first
+    message: an abandon checks the owner record first, and a reader created once the copy
+    knows it is fenced serves nothing of the replaced tail."""
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    produce_range(hosted, 5, 9)  # durable only: lost when B takes over
+    hosted.publish_progress()  # so A has nothing left to write when it leaves
+    it = iter(hosted.create_reader(0, live=True))
+    assert [next(it).offset for _ in range(10)] == list(range(10))
+    topic_b = b.load(TOPIC, force=True)
+    assert topic_b.next_offset == 5
+    if how in ("abandoned", "unloaded"):
+        if how == "abandoned":
+            a.abandon(TOPIC)
+        else:
+            with pytest.raises(Exception):  # noqa: B017 - the seal is refused: fenced
+                a.unload(TOPIC)
+        with pytest.raises(HistoryDiverged) as diverged:
+            next(it)
+        assert diverged.value.next_offset == 5
+    else:
+        hosted.check_ownership()
+        reader = hosted.create_reader(0, live=True)
+        served = []
+        with pytest.raises(TopicMoved) as moved:
+            for message in reader:
+                served.append(message.offset)
+        assert all(o < 5 for o in served) and moved.value.next_offset <= 5

@@ -180,10 +180,12 @@ def test_wait_durable_async_and_async_reader(wal):
     assert asyncio.run(scenario()) == list(range(201))
 
 
-def test_an_async_poll_cancelled_during_a_file_read_loses_and_repeats_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("next_await", ["at once", "after the read finished"])
+def test_an_async_poll_cancelled_during_a_file_read_loses_and_repeats_nothing(tmp_path, monkeypatch, next_await):
     """``asyncio.wait_for(anext(reader), t)`` timing out while the reader's file read runs
     in a worker thread: the next await waits for that same read instead of starting a
-    second one at the same position (which would hand its records out twice)."""
+    second one at the same position (which would hand its records out twice), or, if it
+    finished meanwhile, hands out its records and then reads on."""
     gate = threading.Event()
     gate.set()
     real = WriteAheadLog._read_records
@@ -207,6 +209,9 @@ def test_an_async_poll_cancelled_during_a_file_read_loses_and_repeats_nothing(tm
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(it.__anext__(), 0.05)
             gate.set()
+            if next_await == "after the read finished":
+                while not reader._fill_task.done():  # type: ignore[union-attr]
+                    await asyncio.sleep(0.01)
             return [record.offset async for record in it]
 
         assert asyncio.run(consume()) == list(range(100))

@@ -68,7 +68,7 @@ from tiered.lifecycle.ownership import (
     read_owner,
     release_ops,
 )
-from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore
+from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, read_progress
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot, durable_tip
@@ -418,7 +418,7 @@ class BrokerHost:
             check_not_deleted(self.metadata, topic)
         except BaseException as e:
             undo(opened)
-            self._after_failed_load(token, plan, wal)
+            self._after_failed_load(token, plan, wal, retired)
             deleted = _deleted_meanwhile(self.metadata, topic) if isinstance(e, Exception) else None
             if deleted is not None and not isinstance(e, TopicDeleted):
                 raise deleted from e  # the typed cause: the topic was deleted under the load
@@ -434,7 +434,8 @@ class BrokerHost:
         wal.add_durable_listener(self._on_durable)
         return hosted
 
-    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None) -> None:
+    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None,
+                           retired: list[RetiredWal] | None = None) -> None:
         """Leave the topic at least as recoverable as before the failed attempt.
 
         Releasing is a loss path: a released topic's next load (by any broker, this one
@@ -459,7 +460,7 @@ class BrokerHost:
         if plan is None or not fresh or not nothing_local:
             log.warning("topic %s: load failed; broker %s keeps ownership (epoch %d) so its local WAL "
                         "stays recoverable by its next load", token.topic, self.broker_id, token.epoch)
-            self._carry_progress(token, plan, wal)
+            self._carry_progress(token, plan, wal, bool(retired))
             return
         ops: list[Op] = list(release_ops(token))
         if plan.sealed is not None and plan.sealed.sealed:
@@ -470,23 +471,45 @@ class BrokerHost:
         except Exception as e:  # noqa: BLE001 - the original load error matters more
             log.warning("topic %s: releasing ownership after a failed load failed (kept): %s", token.topic, e)
 
-    def _carry_progress(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None) -> None:
+    def _carry_progress(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None,
+                        retired_a_wal: bool = False) -> None:
         """A failed load that keeps ownership after taking the topic from this broker's own
-        previous epoch: publish that epoch's durable tip (and what this attempt's WAL held)
-        as this epoch's. A failover accounts only for the epoch it takes the topic from, and
-        counts the unarchived tail from the progress record of that very epoch: without
-        this, a dead broker's own aborted reload would turn its published "at least N
-        lost" into "at least 0". Only the broker's own record is carried (another
-        broker's, still needed for that broker's inherited history, is never overwritten);
-        fenced, so a newer owner's record is never touched."""
+        previous epoch: publish, as this epoch's durable tip, what this broker is known to
+        hold past the archive. A failover accounts only for the epoch it takes the topic
+        from, and counts the unarchived tail from the progress record of that very epoch:
+        without this, a dead broker's own failed reload would turn its published "at least
+        N lost" into "at least 0".
+
+        What is carried: the tip of the WAL this attempt opened (what this disk holds now),
+        and the progress record of an earlier epoch of this broker that no LostRange
+        accounts for yet (no other broker took the topic over since it: every takeover
+        records the history it takes over, so its epochs since were all this broker's). A
+        record already accounted for (by a takeover, or by this broker's own retire or
+        discard of that WAL) is not carried: it would count the same loss twice. Another
+        broker's record whose history no LostRange accounts for yet is never overwritten
+        (that broker's takeover still needs it). Fenced, so a newer owner's is never touched.
+        ``retired_a_wal``: this attempt retired or discarded the local WAL (recording its
+        loss itself): only the new WAL's own tip is carried, never an older record."""
         previous = token.previous
-        if plan is None or previous is None or previous.holder != token.broker_id:
+        if previous is None or previous.holder != token.broker_id:
             return
-        progress = plan.progress
-        if progress is not None and (progress.broker_id, progress.epoch) != (token.broker_id, previous.epoch):
+        try:
+            progress = plan.progress if plan is not None else read_progress(self.metadata, token.topic)
+            accounted = {(r.broker_id, r.epoch) for r in keys.read_lost_ranges(self.metadata, token.topic)}
+        except Exception as e:  # noqa: BLE001 - the original load error matters more
+            log.warning("topic %s: could not carry the durable tip to epoch %d: %s", token.topic, token.epoch, e)
             return
-        tips = [t for t in (progress.durable_offset if progress is not None else None,
-                            durable_tip(wal) if wal is not None else None) if t is not None]
+        tips: list[int] = []
+        if progress is not None:
+            unaccounted = (progress.broker_id, progress.epoch) not in accounted
+            if progress.broker_id != token.broker_id:
+                if unaccounted:
+                    return  # another broker's history still needs its record
+            elif unaccounted and not retired_a_wal and progress.durable_offset is not None:
+                tips.append(progress.durable_offset)
+        tip = durable_tip(wal) if wal is not None else None
+        if tip is not None:
+            tips.append(tip)
         if not tips:
             return
         record = Progress(token.broker_id, token.epoch, max(tips), time.time())
@@ -824,6 +847,10 @@ class BrokerHost:
         closes it once the new copy is published)."""
         hosted = self.topic(topic)
         hosted.refuse_appends()  # no more appends
+        # A takeover this copy has not noticed yet (nothing left to write here) replaced its
+        # unarchived tail: learn it now, so its readers are told where the new owner
+        # continues (HistoryDiverged) instead of resuming past its first messages.
+        quietly(hosted.check_ownership)
         hosted.state = TopicState.CLOSED
         hosted.move_readers_away()
         # Closed, not just stopped, unless a reopen follows: producers waiting for

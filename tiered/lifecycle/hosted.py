@@ -33,7 +33,7 @@ from tiered.lifecycle.errors import ProduceTimeout, TopicUnloading
 from tiered.lifecycle.losses import RetiredWal
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.metrics import LifecycleMetrics
-from tiered.lifecycle.ownership import BrokerSession, OwnershipLostError, OwnerToken
+from tiered.lifecycle.ownership import BrokerSession, OwnerRecord, OwnershipLostError, OwnerToken
 from tiered.lifecycle.restore import Progress
 from tiered.lifecycle.wal_root import durable_tip
 from tiered.metadata.base import MetadataStore
@@ -113,6 +113,7 @@ class HostedTopic:
         self._progress_published: int | None = -1
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
         self._fenced: OwnershipLostError | None = None
+        self._diverged_at: int | None = None  # fenced: where the new owner continues (see fence)
         #: The session lease generation under which the owner record was last seen ours:
         #: the one current BEFORE the acquire (a lease that lapsed and was replaced while
         #: the topic loaded must make the first ack re-read the owner record).
@@ -273,8 +274,10 @@ class HostedTopic:
             self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
             self.host.metrics.fenced_topics.inc()
             # What this WAL holds past the archive is not the topic's history any more:
-            # readers past where the new owner continues are told to resume there.
-            self.move_readers_away(self._diverged_from())
+            # readers past where the new owner continues are told to resume there (also
+            # readers created from now on: create_reader).
+            self._diverged_at = self._diverged_from()
+            self.move_readers_away(self._diverged_at)
             log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
                       self.topic, self.token.epoch, step)
 
@@ -348,8 +351,9 @@ class HostedTopic:
         reader = create_reader(self.topic, self.wal, self.host.metadata, self.host.objects, start,
                                live=live, metrics=self.host.read_metrics, on_served=self.activity.served, **options)
         self._readers.add(reader)
-        if self.state is not TopicState.OPEN:
-            reader.move_away()  # created while the topic is leaving: nothing more is served
+        if self.state is not TopicState.OPEN or self._fenced is not None:
+            # Created while the topic is leaving, or once fenced: nothing more is served.
+            reader.move_away(self._diverged_at)
         return reader
 
     def open_readers(self) -> int:
@@ -370,19 +374,25 @@ class HostedTopic:
         for reader in list(self._readers):
             reader.move_away(diverged_from)
 
-    def _diverged_from(self) -> int:
+    def _diverged_from(self) -> int | None:
         """Fenced: the offset from which the new owner replaced this owner's history (where
         it continues numbering). The takeover's LostRange of this epoch says it exactly;
         before the takeover wrote it (or if it cannot be read) the archive's end does: it
         is read FIRST, so if no LostRange exists after it, the new owner had not opened
         yet, nor archived anything, when it was read. If neither can be read, this owner's
         own last commit: never past the new owner's start, so a consumer re-reads rather
-        than skips."""
+        than skips. None when the newer owner is this broker itself (a reload of the same
+        WAL at a newer epoch): the history goes on, nothing diverged."""
         try:
             archive_next = DescriptorChain(self.host.metadata, self.topic).next_offset()
             lost = [r.start_offset for r in read_lost_ranges(self.host.metadata, self.topic)
                     if (r.broker_id, r.epoch) == (self.token.broker_id, self.token.epoch)]
-            return min(lost) if lost else archive_next
+            if lost:
+                return min(lost)
+            owner = self.host.metadata.get(self.token.key)
+            if owner is not None and OwnerRecord.decode(owner.key, owner.value).holder == self.token.broker_id:
+                return None  # fenced by this broker's own newer epoch
+            return archive_next
         except Exception as e:  # noqa: BLE001 - the conservative bound below
             log.warning("topic %s: fenced; could not read where the new owner continues (%s): readers resume "
                         "after this broker's own last archived offset", self.topic, e)

@@ -30,6 +30,9 @@ def seal(hosted: HostedTopic, metadata: MetadataStore, config: BrokerConfig) -> 
         raise UnloadError(hosted.topic, "unload", "topic is closed on this broker")
     topic, cfg = hosted.topic, config
     hosted.refuse_appends()
+    # A takeover this copy has not noticed yet replaced its unarchived tail: learn it before
+    # the readers go, so they are told where the new owner continues (HistoryDiverged).
+    quietly(hosted.check_ownership)
     hosted.move_readers_away()
     run_step(topic, "flush WAL", UnloadError, lambda: _flush_wal(hosted.wal, cfg.flush_timeout_s))
     run_step(topic, "flush subscription cursors", UnloadError, hosted.subscriptions.flush_all)

@@ -166,6 +166,7 @@ class TieredReader:
         self._served = 0
         self._mode: str | None = None
         self._io_lock = threading.Lock()  # one archive batch or WAL open at a time
+        self._cloud_hop: asyncio.Future[None] | None = None  # async: the archive batch in flight
         self._closed = False
         self._moved = False
         # Set when the topic moved because a failover replaced this owner's history from
@@ -264,8 +265,20 @@ class TieredReader:
                 return self._accept(self._pending.popleft())
             if self._phase == _PHASE_CLOUD:
                 # Archive reads block on the network: one worker-thread hop per batch. The
-                # thread itself queues the batch, so a cancelled await loses nothing.
-                await asyncio.to_thread(self._cloud_batch_checked)
+                # thread itself queues the batch, and an await cancelled during a hop leaves
+                # that hop to the next await (its batch, or its error, is not lost).
+                hop = self._cloud_hop
+                if hop is not None and hop.done():
+                    self._cloud_hop = None
+                    hop.result()  # the error of a hop whose await was cancelled; its batch is queued
+                    continue
+                if hop is None:
+                    hop = self._cloud_hop = asyncio.ensure_future(asyncio.to_thread(self._cloud_batch_checked))
+                try:
+                    await asyncio.shield(hop)
+                finally:
+                    if hop.done():
+                        self._cloud_hop = None
             elif self._phase == _PHASE_WAL:
                 message = await self._next_wal_async()
                 if message is not None:

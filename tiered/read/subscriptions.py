@@ -426,17 +426,13 @@ def clamp_cursors(metadata: MetadataStore, topic: TopicName | str, next_offset: 
         for kv in page:
             if not kv.key.endswith("/cursor"):
                 continue
-            name = kv.key[len(prefix):-len("/cursor")]
-            try:
-                old = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
-            except MalformedRecord as e:
-                # One damaged record must not keep the whole topic from loading. It stays
-                # as it is: subscribing to that subscription alone fails (MalformedRecord)
-                # until an operator repairs the record.
-                log.error("topic %s: subscription %s has a damaged cursor record (%s); not clamped", topic, name, e)
-                continue
+            # A damaged record fails the load (typed, nothing changed): the clamp cannot
+            # tell whether it acknowledged offsets about to be reused, and a record skipped
+            # now would never be clamped once repaired.
+            old = keys.Cursor.from_json(kv.key, kv.value).last_acked_offset
             if old < next_offset:
                 continue
+            name = kv.key[len(prefix):-len("/cursor")]
             op = Put(kv.key, keys.Cursor(next_offset - 1).to_json())
             result = metadata.txn([*fencing, value_is(kv.key, kv.value)], [op], [])
             if not result.succeeded:
