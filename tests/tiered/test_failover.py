@@ -328,3 +328,26 @@ def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local
     assert hosted.report.unarchived_at_least == 7, hosted.report
     ranges = keys.read_lost_ranges(local_cluster.metadata, T)
     assert [(r.start_offset, r.end_offset) for r in ranges] == [(5, 11)], ranges
+
+
+def test_a_restart_that_dies_right_after_taking_its_topic_again_keeps_the_published_tip(
+        local_cluster: Cluster) -> None:
+    """A dies with 5-11 durable only and its tip published (epoch 1); its restart takes the
+    topic again (epoch 2) and dies before publishing anything. The failover from epoch 2
+    still counts the tip epoch 1 published: every epoch between was A's own (no LostRange
+    names A in between), so that record still describes the history it takes over."""
+    from tiered.lifecycle.ownership import acquire
+
+    a = local_cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4, ack="archived")
+    produce_range(topic_a, 5, 11)
+    topic_a.publish_progress()
+    _die(a)
+    assert acquire(local_cluster.metadata, T, "A").epoch == 2  # the restart's load got this far
+    b = local_cluster.broker("B")
+    hosted = b.load(TOPIC)
+    assert hosted.next_offset == 5
+    assert hosted.report.unarchived_at_least == 7, hosted.report
+    # ... and counted once, even where an older epoch of A is still to be recorded too.
+    assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [(5, 11)]

@@ -68,14 +68,13 @@ from tiered.lifecycle.ownership import (
     read_owner,
     release_ops,
 )
-from tiered.lifecycle.restore import Progress, RestorePlan, opened_state, plan_restore, read_progress
+from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
-from tiered.lifecycle.wal_root import WalRoot, durable_tip
+from tiered.lifecycle.wal_root import WalRoot
 from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore, Op, Put
-from tiered.metadata.owned import OwnedRecord
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
@@ -146,6 +145,9 @@ class BrokerHost:
         self._topics: dict[TopicName, HostedTopic] = {}
         self._lock = threading.Lock()
         self._topic_locks: dict[TopicName, _TopicLockEntry] = {}
+        # The newest epoch this host instance acquired of each topic it loaded: a copy fenced
+        # by one of them was superseded by this host's own reload of the same WAL.
+        self._acquired: dict[TopicName, int] = {}
         self._listeners: list[_Listener] = []
         try:
             self._closed = threading.Event()
@@ -377,6 +379,8 @@ class BrokerHost:
                 raise TopicNotFound(topic, "auto_create is off; create it first (dnb topic create)")
         token = acquire(self.metadata, topic, self.broker_id, force=force, extra_compares=compares,
                         extra_ops=tomb_ops)
+        with self._lock:
+            self._acquired[topic] = max(self._acquired.get(topic, 0), token.epoch)
         opened: list[Callable[[], object]] = []
         retired: list[RetiredWal] = []
         plan: RestorePlan | None = None
@@ -418,7 +422,7 @@ class BrokerHost:
             check_not_deleted(self.metadata, topic)
         except BaseException as e:
             undo(opened)
-            self._after_failed_load(token, plan, wal, retired)
+            self._after_failed_load(token, plan, wal)
             deleted = _deleted_meanwhile(self.metadata, topic) if isinstance(e, Exception) else None
             if deleted is not None and not isinstance(e, TopicDeleted):
                 raise deleted from e  # the typed cause: the topic was deleted under the load
@@ -434,8 +438,7 @@ class BrokerHost:
         wal.add_durable_listener(self._on_durable)
         return hosted
 
-    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None,
-                           retired: list[RetiredWal] | None = None) -> None:
+    def _after_failed_load(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None) -> None:
         """Leave the topic at least as recoverable as before the failed attempt.
 
         Releasing is a loss path: a released topic's next load (by any broker, this one
@@ -460,7 +463,6 @@ class BrokerHost:
         if plan is None or not fresh or not nothing_local:
             log.warning("topic %s: load failed; broker %s keeps ownership (epoch %d) so its local WAL "
                         "stays recoverable by its next load", token.topic, self.broker_id, token.epoch)
-            self._carry_progress(token, plan, wal, bool(retired))
             return
         ops: list[Op] = list(release_ops(token))
         if plan.sealed is not None and plan.sealed.sealed:
@@ -470,53 +472,6 @@ class BrokerHost:
                 log.warning("topic %s: load failed and ownership was already lost", token.topic)
         except Exception as e:  # noqa: BLE001 - the original load error matters more
             log.warning("topic %s: releasing ownership after a failed load failed (kept): %s", token.topic, e)
-
-    def _carry_progress(self, token: OwnerToken, plan: RestorePlan | None, wal: Wal | None,
-                        retired_a_wal: bool = False) -> None:
-        """A failed load that keeps ownership after taking the topic from this broker's own
-        previous epoch: publish, as this epoch's durable tip, what this broker is known to
-        hold past the archive. A failover accounts only for the epoch it takes the topic
-        from, and counts the unarchived tail from the progress record of that very epoch:
-        without this, a dead broker's own failed reload would turn its published "at least
-        N lost" into "at least 0".
-
-        What is carried: the tip of the WAL this attempt opened (what this disk holds now),
-        and the progress record of an earlier epoch of this broker that no LostRange
-        accounts for yet (no other broker took the topic over since it: every takeover
-        records the history it takes over, so its epochs since were all this broker's). A
-        record already accounted for (by a takeover, or by this broker's own retire or
-        discard of that WAL) is not carried: it would count the same loss twice. Another
-        broker's record whose history no LostRange accounts for yet is never overwritten
-        (that broker's takeover still needs it). Fenced, so a newer owner's is never touched.
-        ``retired_a_wal``: this attempt retired or discarded the local WAL (recording its
-        loss itself): only the new WAL's own tip is carried, never an older record."""
-        previous = token.previous
-        if previous is None or previous.holder != token.broker_id:
-            return
-        try:
-            progress = plan.progress if plan is not None else read_progress(self.metadata, token.topic)
-            accounted = {(r.broker_id, r.epoch) for r in keys.read_lost_ranges(self.metadata, token.topic)}
-        except Exception as e:  # noqa: BLE001 - the original load error matters more
-            log.warning("topic %s: could not carry the durable tip to epoch %d: %s", token.topic, token.epoch, e)
-            return
-        tips: list[int] = []
-        if progress is not None:
-            unaccounted = (progress.broker_id, progress.epoch) not in accounted
-            if progress.broker_id != token.broker_id:
-                if unaccounted:
-                    return  # another broker's history still needs its record
-            elif unaccounted and not retired_a_wal and progress.durable_offset is not None:
-                tips.append(progress.durable_offset)
-        tip = durable_tip(wal) if wal is not None else None
-        if tip is not None:
-            tips.append(tip)
-        if not tips:
-            return
-        record = Progress(token.broker_id, token.epoch, max(tips), time.time())
-        try:
-            OwnedRecord(self.metadata, keys.progress_key(token.topic)).write(record.encode(), token.fencing)
-        except Exception as e:  # noqa: BLE001 - the original load error matters more
-            log.warning("topic %s: carrying the durable tip to epoch %d failed: %s", token.topic, token.epoch, e)
 
     def _on_durable(self, _durable_offset: int) -> None:
         # Runs on a WAL writer thread after each fsync: only flag the progress thread,
@@ -721,6 +676,7 @@ class BrokerHost:
         sealing.cleanup(hosted, self.config)
         with self._lock:
             self._topics.pop(topic, None)
+            self._acquired.pop(topic, None)
         self.metrics.unload_seconds.observe(time.monotonic() - started)
         log.info("topic %s: unloaded, sealed at %s (%.3fs)", topic, last, time.monotonic() - started)
         return last
@@ -870,6 +826,7 @@ class BrokerHost:
         quietly(lambda: hosted.publish_progress(final=True))
         with self._lock:
             self._topics.pop(topic, None)
+            self._acquired.pop(topic, None)
 
     def close(self, *, unload: bool = True, timeout_s: float | None = None) -> None:
         """Stop hosting. Graceful by default: seal every hosted topic (its next owner
@@ -987,6 +944,11 @@ class BrokerHost:
                     callback(*args)
             except Exception:  # noqa: BLE001 - see add_listener
                 log.exception("topic %s: listener failed", args[0])
+
+    def acquired_here(self, topic: TopicName, epoch: int) -> bool:
+        """Whether this host instance took ``topic`` at ``epoch`` (a load of it here)."""
+        with self._lock:
+            return self._acquired.get(topic) == epoch
 
     @property
     def closed(self) -> bool:

@@ -63,6 +63,10 @@ class TopicHost(Protocol):
         """The copy of ``name`` hosted now (raises when none is)."""
         ...
 
+    def acquired_here(self, topic: TopicName, epoch: int) -> bool:
+        """Whether this host took ``topic`` at ``epoch`` (a load of it here)."""
+        ...
+
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +118,7 @@ class HostedTopic:
         #: Set once this broker learns a newer owner exists; appends and acks refuse.
         self._fenced: OwnershipLostError | None = None
         self._diverged_at: int | None = None  # fenced: where the new owner continues (see fence)
+        self._fence_lock = threading.Lock()
         #: The session lease generation under which the owner record was last seen ours:
         #: the one current BEFORE the acquire (a lease that lapsed and was replaced while
         #: the topic loaded must make the first ack re-read the owner record).
@@ -270,7 +275,12 @@ class HostedTopic:
         """Record that a newer owner exists (``step`` names how this broker learned it):
         appends refuse at once with OwnershipLostError, and so does every ``durable``
         ack not yet given whose offset is not archived. Only ``abandon`` remains."""
-        if self._fenced is None:
+        # Held while the divergence point is read, so a reader created meanwhile (or an
+        # unload or abandon learning of the fence now) waits for it instead of leaving
+        # with a plain TopicMoved past it (create_reader, check_ownership).
+        with self._fence_lock:
+            if self._fenced is not None:
+                return
             self._fenced = OwnershipLostError(self.topic, f"{step} (fenced: a newer owner holds the topic)")
             self.host.metrics.fenced_topics.inc()
             # What this WAL holds past the archive is not the topic's history any more:
@@ -278,8 +288,8 @@ class HostedTopic:
             # readers created from now on: create_reader).
             self._diverged_at = self._diverged_from()
             self.move_readers_away(self._diverged_at)
-            log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
-                      self.topic, self.token.epoch, step)
+        log.error("topic %s: fenced at epoch %d (%s): refusing appends and durable acks from now on",
+                  self.topic, self.token.epoch, step)
 
     @property
     def fenced(self) -> bool:
@@ -295,7 +305,8 @@ class HostedTopic:
         kv = self.host.metadata.get(self.token.key)
         if kv is None or kv.value != self.token.held_bytes:
             self.fence("owner record no longer ours")
-        return self._fenced is None
+        with self._fence_lock:  # a fence in progress on another thread has finished
+            return self._fenced is None
 
     def _ownership_certain(self) -> bool:
         """The fast path of every durable ack: no metadata access, no lock."""
@@ -353,7 +364,8 @@ class HostedTopic:
         self._readers.add(reader)
         if self.state is not TopicState.OPEN or self._fenced is not None:
             # Created while the topic is leaving, or once fenced: nothing more is served.
-            reader.move_away(self._diverged_at)
+            with self._fence_lock:  # a fence in progress has set its divergence point
+                reader.move_away(self._diverged_at)
         return reader
 
     def open_readers(self) -> int:
@@ -385,13 +397,17 @@ class HostedTopic:
         WAL at a newer epoch): the history goes on, nothing diverged."""
         try:
             archive_next = DescriptorChain(self.host.metadata, self.topic).next_offset()
+            # A takeover of this epoch's history, or of a later epoch of this broker id's
+            # continuing it (its own reloads), restarted numbering there.
             lost = [r.start_offset for r in read_lost_ranges(self.host.metadata, self.topic)
-                    if (r.broker_id, r.epoch) == (self.token.broker_id, self.token.epoch)]
+                    if r.broker_id == self.token.broker_id and r.epoch >= self.token.epoch]
             if lost:
                 return min(lost)
             owner = self.host.metadata.get(self.token.key)
-            if owner is not None and OwnerRecord.decode(owner.key, owner.value).holder == self.token.broker_id:
-                return None  # fenced by this broker's own newer epoch
+            if owner is not None:
+                record = OwnerRecord.decode(owner.key, owner.value)
+                if record.holder == self.token.broker_id and self.host.acquired_here(self.topic, record.epoch):
+                    return None  # fenced by this host's own reload of the same WAL
             return archive_next
         except Exception as e:  # noqa: BLE001 - the conservative bound below
             log.warning("topic %s: fenced; could not read where the new owner continues (%s): readers resume "

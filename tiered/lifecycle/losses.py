@@ -123,12 +123,20 @@ class LossRecords:
         and how many offsets those records know were lost."""
         ops: list[Put] = []
         unarchived = 0
-        for broker_id, epoch in self.unrecorded_histories(token, plan, recovered, retired):
+        recorded: set[tuple[str, int]] = set()
+        histories = self.unrecorded_histories(token, plan, recovered, retired, recorded)
+        # The progress record counts for one history at most: the newest one it may
+        # describe (see unarchived_by), never twice.
+        counted_for = next((pair for pair in sorted(histories, key=lambda p: -p[1])
+                            if unarchived_by(plan.progress, *pair, plan.start_offset, recorded) > 0), None)
+        for broker_id, epoch in histories:
             # The takeover's own account, in the same fenced txn as the open marker: where
             # numbering restarts and how much that owner is known to have lost (its last
-            # published tip). Its WAL, if it comes back, makes the record exact.
+            # published tip, also one an own reload of it left at an older epoch). Its WAL,
+            # if it comes back, makes the record exact.
             start = plan.start_offset
-            at_least = unarchived_by(plan.progress, broker_id, epoch, start)
+            at_least = unarchived_by(plan.progress, broker_id, epoch, start, recorded) \
+                if (broker_id, epoch) == counted_for else 0
             unarchived += at_least
             record = keys.LostRange(start, start + at_least - 1 if at_least > 0 else None,
                                     broker_id, epoch, False, None, token.broker_id, time.time())
@@ -136,7 +144,8 @@ class LossRecords:
         return ops, unarchived
 
     def unrecorded_histories(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
-                              retired: RetiredWal | None) -> list[tuple[str, int]]:
+                              retired: RetiredWal | None,
+                              recorded_out: set[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
         """The unsealed histories this load continues after without having their WAL,
         that no LostRange accounts for yet.
 
@@ -146,7 +155,9 @@ class LossRecords:
         * Our own previous epoch, when this load neither recovered its WAL nor retired it
           here as that epoch's history: it ran elsewhere (another data dir of this broker
           id) or left nothing on this disk. A stale WAL of ours retired here is an OLDER
-          history, already recorded by whoever took it over."""
+          history, already recorded by whoever took it over.
+
+        ``recorded_out``: filled with the ``(broker_id, epoch)`` pairs LostRanges name."""
         previous = token.previous
         held = OwnerRecord.decode(token.key, token.held_bytes)
         wanted = list(held.inherits)
@@ -159,5 +170,7 @@ class LossRecords:
         recorded = {(r.broker_id, r.epoch) for r in keys.read_lost_ranges(self.metadata, token.topic)}
         if retired is not None and retired.current and previous is not None:
             recorded.add((token.broker_id, previous.epoch))  # its retire wrote the exact record
+        if recorded_out is not None:
+            recorded_out.update(recorded)
         return [pair for pair in dict.fromkeys(wanted) if pair not in recorded]
 

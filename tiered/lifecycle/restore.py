@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from collections.abc import Iterable
 
 from native.format import MAX_OFFSET
 from tiered.archive.chain import DescriptorChain
@@ -178,15 +179,27 @@ def _is_sealed(state: keys.SealedState | None) -> bool:
     return state is not None and state.sealed
 
 
-def unarchived_by(progress: Progress | None, broker_id: str, epoch: int, start: int) -> int:
+def unarchived_by(progress: Progress | None, broker_id: str, epoch: int, start: int,
+                  recorded: Iterable[tuple[str, int]] | None = None) -> int:
     """Offsets from ``start`` on that owner ``(broker_id, epoch)`` published as durable
-    (a lower bound of what its WAL held past the archive; 0 when it published nothing)."""
+    (a lower bound of what its WAL held past the archive; 0 when it published nothing).
+
+    The record may be of an EARLIER epoch of the same broker: its own re-acquires (a
+    restart's reload) bump the epoch, and one that crashed or failed before its first
+    publish left the older record. It still counts when no LostRange (``recorded``:
+    ``(broker_id, epoch)`` pairs) names this broker at an epoch from the record's up to
+    ``epoch``: every takeover by another broker records the history it takes over, so then
+    every epoch in between was this broker's own, continuing the history the record
+    describes. Otherwise (or without ``recorded``) only the exact epoch counts: a takeover
+    does not delete the progress key, so it may be an earlier dead owner's, and counting
+    it would blame the wrong WAL for offsets it never held, or count them twice."""
     if progress is None or progress.durable_offset is None:
         return 0
-    # A takeover does not delete the progress key, so it may still be an earlier dead
-    # owner's; counting it would blame the wrong WAL for offsets it never held.
-    if (progress.broker_id, progress.epoch) != (broker_id, epoch):
+    if progress.broker_id != broker_id or progress.epoch > epoch:
         return 0
+    if progress.epoch < epoch:
+        if recorded is None or any(b == broker_id and progress.epoch <= e < epoch for b, e in recorded):
+            return 0
     return max(0, progress.durable_offset + 1 - start)
 
 
