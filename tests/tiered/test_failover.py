@@ -61,6 +61,16 @@ def _a_dies_with_unarchived_tail(cluster: Cluster, **b_config) -> tuple[BrokerHo
     return b, epoch
 
 
+def _a_dies_with_its_tip_published(cluster: Cluster) -> None:
+    """A archives 0-4, makes 5-11 durable only, publishes that tip (epoch 1) and dies."""
+    a = cluster.broker("A")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4, ack="archived")
+    produce_range(topic_a, 5, 11)
+    topic_a.publish_progress()
+    _die(a)
+
+
 # -- 1. the WAL's file layer -------------------------------------------------------
 
 
@@ -293,16 +303,11 @@ def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local
     """A dies with 5-11 durable only and its tip published; its restarts' loads fail after
     taking the topic again (epoch + 1 each; ownership kept, as its WAL holds the tail),
     at any step, once or more. The failover that follows still reports the published
-    tail as lost, at least 7 offsets, not "at least 0": a failed reload carries what this
-    broker is known to hold to its own epoch."""
+    tail as lost, at least 7 offsets, not "at least 0": the tip epoch 1 published still
+    describes the history of A's later epochs (no LostRange names A in between)."""
     import tiered.lifecycle.host as host_module
 
-    a = local_cluster.broker("A")
-    topic_a = a.load(TOPIC)
-    produce_range(topic_a, 0, 4, ack="archived")
-    produce_range(topic_a, 5, 11)
-    topic_a.publish_progress()
-    _die(a)
+    _a_dies_with_its_tip_published(local_cluster)
     again = local_cluster.broker("A")
     for step in failed_steps:
         if step == "closing":  # stopped before its next step by close()
@@ -338,12 +343,7 @@ def test_a_restart_that_dies_right_after_taking_its_topic_again_keeps_the_publis
     names A in between), so that record still describes the history it takes over."""
     from tiered.lifecycle.ownership import acquire
 
-    a = local_cluster.broker("A")
-    topic_a = a.load(TOPIC)
-    produce_range(topic_a, 0, 4, ack="archived")
-    produce_range(topic_a, 5, 11)
-    topic_a.publish_progress()
-    _die(a)
+    _a_dies_with_its_tip_published(local_cluster)
     assert acquire(local_cluster.metadata, T, "A").epoch == 2  # the restart's load got this far
     b = local_cluster.broker("B")
     hosted = b.load(TOPIC)
