@@ -203,3 +203,44 @@ def test_a_takeover_the_old_owner_had_not_noticed_still_diverges_its_readers(loc
             for message in reader:
                 served.append(message.offset)
         assert all(o < 5 for o in served) and moved.value.next_offset <= 5
+
+
+def test_a_reader_created_while_the_fence_is_being_worked_out_waits_for_it(local_cluster: Cluster) -> None:
+    """Between learning of the takeover and knowing where the new owner continues (a few
+    metadata reads), a new reader must not leave with a plain TopicMoved at its start
+    (past the new owner's first message): it waits for the divergence point."""
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    produce_range(hosted, 5, 9)
+    b.load(TOPIC, force=True)  # B continues at 5
+    inside, release = threading.Event(), threading.Event()
+    real = hosted._diverged_from
+
+    def slow_diverged_from():  # type: ignore[no-untyped-def]
+        inside.set()
+        release.wait(HANG_GUARD_S)
+        return real()
+
+    hosted._diverged_from = slow_diverged_from  # type: ignore[method-assign]
+    fencing = threading.Thread(target=hosted.fence, args=("uploader commit refused",))
+    fencing.start()
+    assert inside.wait(HANG_GUARD_S)
+    ended: list[BaseException] = []
+
+    def consume() -> None:  # a consumer (re)connecting at its cursor + 1 = 10
+        try:
+            next(iter(hosted.create_reader(10, live=True)))
+        except BaseException as e:  # noqa: BLE001 - checked below
+            ended.append(e)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    # Give the consumer time to get through the window if it could (a loaded machine only
+    # makes this check weaker, never makes correct code fail).
+    consumer.join(0.5)
+    release.set()
+    consumer.join(HANG_GUARD_S)
+    fencing.join(HANG_GUARD_S)
+    [error] = ended
+    assert isinstance(error, HistoryDiverged) and error.next_offset == 5, repr(error)
