@@ -351,3 +351,36 @@ def test_a_restart_that_dies_right_after_taking_its_topic_again_keeps_the_publis
     assert hosted.report.unarchived_at_least == 7, hosted.report
     # ... and counted once, even where an older epoch of A is still to be recorded too.
     assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [(5, 11)]
+
+
+@pytest.mark.parametrize("first_load", ["fails at mark open", "is stopped by close"])
+def test_a_restart_on_another_disk_whose_first_load_fails_still_records_the_loss(local_cluster: Cluster,
+                                                                                monkeypatch, first_load: str) -> None:
+    """A dies with 5-11 durable only on its disk; it restarts on another data dir, where its
+    load creates an empty WAL and fails before recording A's earlier history as lost. The
+    next load there recovers that empty WAL: it must still record the loss (the WAL's
+    marker says which history it lacks), not take the WAL as that history's."""
+    _a_dies_with_its_tip_published(local_cluster)
+    other_disk = os.path.join(local_cluster.root, "wal-A-second-disk")
+
+    def restarted() -> BrokerHost:
+        host = BrokerHost("A", other_disk, local_cluster.metadata, local_cluster.objects, FAST_BROKER)
+        local_cluster.hosts.append(host)
+        return host
+
+    again = restarted()
+    if first_load == "fails at mark open":
+        def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+            raise OSError("metadata store unavailable")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(again, "_mark_open", refuse)
+            with pytest.raises(Exception):  # noqa: B017 - the step's error, the topic kept owned
+                again.load(TOPIC)
+        _die(again)
+    else:
+        assert "error" in close_while_loading(again, monkeypatch)
+    hosted = restarted().load(TOPIC)
+    assert hosted.next_offset == 5
+    assert hosted.report.unarchived_at_least == 7, hosted.report
+    assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [(5, 11)]

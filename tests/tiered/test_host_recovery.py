@@ -383,11 +383,11 @@ def test_a_reopen_whose_load_failed_midway_is_tried_again(local_cluster: Cluster
     _fail_wal_with_a_full_disk(fs, hosted)
     real_marker, calls = host.root.write_owner_marker, []
 
-    def marker_fails_once(token):  # type: ignore[no-untyped-def]
+    def marker_fails_once(token, *rest):  # type: ignore[no-untyped-def]
         calls.append(token)
         if len(calls) == 1:
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        return real_marker(token)
+        return real_marker(token, *rest)
 
     monkeypatch.setattr(host.root, "write_owner_marker", marker_fails_once)
     host._revive_failed_wals()  # the probe opens, the load fails after taking a newer epoch

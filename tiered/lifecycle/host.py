@@ -401,9 +401,16 @@ class BrokerHost:
             plan = plan_restore(self.metadata, token)  # read first: a failed load then knows what to keep
             wal, recovered = step("open WAL", lambda: self._open_wal(token, plan, retired, discard_local_wal))
             opened.append(lambda: wal.close())
-            step("open WAL", lambda: self.root.write_owner_marker(token))
+            # An own earlier history the WAL does not hold: one a created-empty WAL left for
+            # its creating load to record (still owed if that load never marked open), or,
+            # creating one now, our own previous epoch's (recorded below, at mark open).
+            missing = step("open WAL", lambda: self.root.read_owner_marker_missing(topic)) if recovered else (
+                (previous.broker_id, previous.epoch)
+                if (previous := token.previous) is not None and previous.holder == self.broker_id else None)
+            step("open WAL", lambda: self.root.write_owner_marker(token, missing))
             retired_here = retired[0] if retired else None
-            unarchived = step("mark topic open", lambda: self._mark_open(token, plan, recovered, retired_here))
+            unarchived = step("mark topic open",
+                              lambda: self._mark_open(token, plan, recovered, retired_here, missing if recovered else None))
             # Offsets continue at wal.next_offset. Unsealed, a cursor may have acknowledged
             # offsets past it that nobody archived (a dead owner's tail, or bytes a power
             # loss took); sealed, a cursor past the seal can only be a damaged record. Either
@@ -600,10 +607,11 @@ class BrokerHost:
         return done
 
     def _mark_open(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
-                   retired: RetiredWal | None) -> int:
+                   retired: RetiredWal | None, missing: tuple[str, int] | None = None) -> int:
         """Write the open state and the LostRange of every history this load continues
-        after without its WAL; returns how many offsets those records know were lost."""
-        records, unarchived = self.losses.takeover_records(token, plan, recovered, retired)
+        after without its WAL (``missing``: one the recovered WAL's marker says it lacks);
+        returns how many offsets those records know were lost."""
+        records, unarchived = self.losses.takeover_records(token, plan, recovered, retired, missing)
         ops: list[Op] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json()), *records]
         result = self.metadata.txn(token.fencing, ops)
         if not result.succeeded:

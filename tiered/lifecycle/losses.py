@@ -118,13 +118,14 @@ class LossRecords:
         return key
 
     def takeover_records(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
-                         retired: RetiredWal | None) -> tuple[list[Put], int]:
+                         retired: RetiredWal | None,
+                         missing: tuple[str, int] | None = None) -> tuple[list[Put], int]:
         """The LostRange writes of a load, for the fenced txn that marks the topic open,
         and how many offsets those records know were lost."""
         ops: list[Put] = []
         unarchived = 0
         recorded: set[tuple[str, int]] = set()
-        histories = self.unrecorded_histories(token, plan, recovered, retired, recorded)
+        histories = self.unrecorded_histories(token, plan, recovered, retired, recorded, missing)
         # The progress record counts for one history at most: the newest one it may
         # describe (see unarchived_by), never twice.
         counted_for = next((pair for pair in sorted(histories, key=lambda p: -p[1])
@@ -145,7 +146,8 @@ class LossRecords:
 
     def unrecorded_histories(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
                               retired: RetiredWal | None,
-                              recorded_out: set[tuple[str, int]] | None = None) -> list[tuple[str, int]]:
+                              recorded_out: set[tuple[str, int]] | None = None,
+                              missing: tuple[str, int] | None = None) -> list[tuple[str, int]]:
         """The unsealed histories this load continues after without having their WAL,
         that no LostRange accounts for yet.
 
@@ -157,10 +159,15 @@ class LossRecords:
           id) or left nothing on this disk. A stale WAL of ours retired here is an OLDER
           history, already recorded by whoever took it over.
 
+        * ``missing``: an own earlier history the recovered WAL's marker says it does not
+          hold (it was created empty after it, by a load that did not get to record it).
+
         ``recorded_out``: filled with the ``(broker_id, epoch)`` pairs LostRanges name."""
         previous = token.previous
         held = OwnerRecord.decode(token.key, token.held_bytes)
         wanted = list(held.inherits)
+        if recovered and missing is not None:
+            wanted.append(missing)
         if (not recovered and not plan.is_sealed and previous is not None
                 and previous.holder == token.broker_id
                 and not (retired is not None and (retired.epoch == previous.epoch or retired.current))):

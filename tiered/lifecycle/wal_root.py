@@ -188,10 +188,37 @@ class WalRoot:
         epoch = body.get("epoch") if body.get("broker_id") == self.broker_id else None
         return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
-    def write_owner_marker(self, token: OwnerToken) -> None:
-        """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename)."""
-        self.write_marker(self.owner_marker_path(token.topic),
-                          {"broker_id": self.broker_id, "epoch": token.epoch})
+    def read_owner_marker_missing(self, topic: TopicName) -> tuple[str, int] | None:
+        """The history of this broker this WAL does NOT hold although it was opened after
+        it: ``(broker_id, epoch)`` of the own epoch before the one that created it empty
+        (its reload found no WAL of it here, e.g. another data dir), until some load records
+        that history's loss (see ``write_owner_marker``). None: none, or unknown."""
+        path = self.owner_marker_path(topic)
+        try:
+            if not self.fs.exists(path):
+                return None
+            body = decode_marker(self.fs.read_all(path))
+        except OSError:
+            return None
+        if body is None or body.get("broker_id") != self.broker_id:
+            return None
+        missing = body.get("missing")
+        if (isinstance(missing, list) and len(missing) == 2 and isinstance(missing[0], str)
+                and isinstance(missing[1], int) and not isinstance(missing[1], bool)):
+            return missing[0], missing[1]
+        return None
+
+    def write_owner_marker(self, token: OwnerToken, missing: tuple[str, int] | None = None) -> None:
+        """Durably record that ``token``'s epoch has this WAL open (temp, fsync, rename).
+
+        ``missing``: an own earlier history this WAL does not hold (it was created empty
+        after it). The load that created it records that history's loss when it marks
+        the topic open; should it fail or die before, a later load that recovers this WAL
+        still knows to record it, instead of taking the WAL as that history's."""
+        body: dict[str, object] = {"broker_id": self.broker_id, "epoch": token.epoch}
+        if missing is not None:
+            body["missing"] = [missing[0], missing[1]]
+        self.write_marker(self.owner_marker_path(token.topic), body)
 
     def open_wal(self, topic: TopicName, initial_offset: int | None = None) -> WriteAheadLog:
         """Open (or create) the WAL of ``topic`` under this root, in the root's commit group."""
