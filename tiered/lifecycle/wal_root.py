@@ -174,8 +174,9 @@ class WalRoot:
     def owner_marker_path(self, topic: TopicName) -> str:
         return os.path.join(self.path(topic), OWNER_MARKER)
 
-    def read_owner_marker(self, topic: TopicName) -> int | None:
-        """The epoch of this broker that last opened its WAL of ``topic`` (None: unknown)."""
+    def _own_marker(self, topic: TopicName) -> dict[str, object] | None:
+        """This broker's ``.owner`` marker of ``topic``, or None (absent, unreadable, damaged
+        (checksum), or another broker's: unknown, the owner record decides, as before markers)."""
         path = self.owner_marker_path(topic)
         try:
             if not self.fs.exists(path):
@@ -183,9 +184,12 @@ class WalRoot:
             body = decode_marker(self.fs.read_all(path))
         except OSError:
             return None
-        if body is None:
-            return None  # damaged (checksum): unknown, the owner record decides, as before markers
-        epoch = body.get("epoch") if body.get("broker_id") == self.broker_id else None
+        return body if body is not None and body.get("broker_id") == self.broker_id else None
+
+    def read_owner_marker(self, topic: TopicName) -> int | None:
+        """The epoch of this broker that last opened its WAL of ``topic`` (None: unknown)."""
+        body = self._own_marker(topic)
+        epoch = None if body is None else body.get("epoch")
         return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
     def read_owner_marker_missing(self, topic: TopicName) -> tuple[str, int] | None:
@@ -193,16 +197,8 @@ class WalRoot:
         it: ``(broker_id, epoch)`` of the own epoch before the one that created it empty
         (its reload found no WAL of it here, e.g. another data dir), until some load records
         that history's loss (see ``write_owner_marker``). None: none, or unknown."""
-        path = self.owner_marker_path(topic)
-        try:
-            if not self.fs.exists(path):
-                return None
-            body = decode_marker(self.fs.read_all(path))
-        except OSError:
-            return None
-        if body is None or body.get("broker_id") != self.broker_id:
-            return None
-        missing = body.get("missing")
+        body = self._own_marker(topic)
+        missing = None if body is None else body.get("missing")
         if (isinstance(missing, list) and len(missing) == 2 and isinstance(missing[0], str)
                 and isinstance(missing[1], int) and not isinstance(missing[1], bool)):
             return missing[0], missing[1]
