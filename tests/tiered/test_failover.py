@@ -384,3 +384,39 @@ def test_a_restart_on_another_disk_whose_first_load_fails_still_records_the_loss
     assert hosted.next_offset == 5
     assert hosted.report.unarchived_at_least == 7, hosted.report
     assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [(5, 11)]
+
+
+def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(local_cluster: Cluster,
+                                                                              monkeypatch) -> None:
+    """A's load on disk X fails and releases the (sealed) topic, leaving an empty WAL there.
+    A then runs the topic on disk Y, acknowledges a tail (its tip published) and dies. Back
+    on disk X, the empty WAL must not be recovered as the topic's history: the open state
+    names a newer epoch of A than its marker, so it is stale, and the tail is recorded lost."""
+    def on(disk: str) -> BrokerHost:
+        host = BrokerHost("A", os.path.join(local_cluster.root, disk), local_cluster.metadata,
+                          local_cluster.objects, FAST_BROKER)
+        local_cluster.hosts.append(host)
+        return host
+
+    first = on("disk-y")
+    produce_range(first.load(TOPIC), 0, 4, ack="archived")
+    assert first.unload(TOPIC) == 4  # sealed at 4
+    first.close()
+    on_x = on("disk-x")
+
+    def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("metadata store unavailable")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(on_x, "_mark_open", refuse)
+        with pytest.raises(Exception):  # noqa: B017 - released: sealed, nothing local
+            on_x.load(TOPIC)
+    on_x.close()
+    on_y = on("disk-y")
+    hosted = on_y.load(TOPIC)
+    produce_range(hosted, 5, 9)  # durable only
+    hosted.publish_progress()
+    _die(on_y)
+    back = on("disk-x").load(TOPIC)
+    assert not back.report.recovered_local_wal
+    assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report

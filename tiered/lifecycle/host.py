@@ -404,9 +404,12 @@ class BrokerHost:
             # An own earlier history the WAL does not hold: one a created-empty WAL left for
             # its creating load to record (still owed if that load never marked open), or,
             # creating one now, our own previous epoch's (recorded below, at mark open).
+            # (Not after retiring or discarding our current WAL here: its retire recorded
+            # that history's loss itself, under the epoch its own marker named.)
             missing = step("open WAL", lambda: self.root.read_owner_marker_missing(topic)) if recovered else (
                 (previous.broker_id, previous.epoch)
-                if (previous := token.previous) is not None and previous.holder == self.broker_id else None)
+                if (previous := token.previous) is not None and previous.holder == self.broker_id
+                and not any(r.current for r in retired) else None)
             step("open WAL", lambda: self.root.write_owner_marker(token, missing))
             retired_here = retired[0] if retired else None
             unarchived = step("mark topic open",

@@ -208,8 +208,8 @@ def opened_state(token: OwnerToken, plan: RestorePlan) -> keys.SealedState:
 
     Without it a later crash of this owner would leave the previous owner's
     ``sealed: true`` in place while descriptors run past it (a false mismatch)."""
-    return keys.SealedState(False, plan.committed_through, token.broker_id, time.time())
+    return keys.SealedState(False, plan.committed_through, token.broker_id, time.time(), token.epoch)
 
 
 def sealed_state(token: OwnerToken, last_committed_offset: int | None) -> keys.SealedState:
-    return keys.SealedState(True, last_committed_offset, token.broker_id, time.time())
+    return keys.SealedState(True, last_committed_offset, token.broker_id, time.time(), token.epoch)

@@ -28,7 +28,7 @@ from tiered.metadata.base import MetadataStore
 from tiered.lifecycle.losses import LossRecords, RetiredWal
 from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.lifecycle.ownership import OwnerToken
-from tiered.lifecycle.restore import RestorePlan
+from tiered.lifecycle.restore import RestorePlan, read_sealed_state
 from tiered.lifecycle.wal_root import WalRoot, durable_tip
 from tiered.metrics import topic_counter
 from wal.fs import LOCK_NAME, crash_safe_order
@@ -69,6 +69,12 @@ class StaleWals:
         marker = self.root.read_owner_marker(token.topic)
         if marker is None or marker == previous.epoch:
             return True, previous.epoch
+        state = read_sealed_state(self.metadata, token.topic)
+        if (state is not None and state.broker_id == self.broker_id and state.epoch is not None
+                and state.epoch > marker):
+            # A newer epoch of ours marked the topic open: that load continued from another
+            # WAL (this one's marker would name it otherwise), e.g. on another data dir.
+            return False, marker
         taken = [r for r in keys.read_lost_ranges(self.metadata, token.topic)
                  if r.broker_id == self.broker_id and r.epoch >= marker]
         # Epochs moved on since the WAL was opened: by our own failed loads only (still

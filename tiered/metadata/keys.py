@@ -391,10 +391,15 @@ class SealedState(_Record):
     last_committed_offset: int | None
     broker_id: str
     timestamp: float
+    #: The owner epoch that wrote it (None in records from before it was kept): a local WAL
+    #: marked with an older epoch of the same broker is not the history this one continued.
+    epoch: int | None = None
 
     _TYPES: ClassVar[dict[str, str]] = {
         "sealed": "bool", "last_committed_offset": "int|None", "broker_id": "str", "timestamp": "number",
+        "epoch": "int|None",
     }  # fmt: skip
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch"})
 
     def _problem(self) -> str | None:
         if self.last_committed_offset is not None and self.last_committed_offset < 0:
