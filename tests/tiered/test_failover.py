@@ -386,12 +386,15 @@ def test_a_restart_on_another_disk_whose_first_load_fails_still_records_the_loss
     assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [(5, 11)]
 
 
+@pytest.mark.parametrize("failing", ["_mark_open", "write_owner_marker"])
 def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(local_cluster: Cluster,
-                                                                              monkeypatch) -> None:
-    """A's load on disk X fails and releases the (sealed) topic, leaving an empty WAL there.
-    A then runs the topic on disk Y, acknowledges a tail (its tip published) and dies. Back
-    on disk X, the empty WAL must not be recovered as the topic's history: the open state
-    names a newer epoch of A than its marker, so it is stale, and the tail is recorded lost."""
+                                                                              monkeypatch, failing: str) -> None:
+    """A's load on disk X fails (marking the topic open, or before that writing the WAL's
+    marker) and releases the (sealed) topic, leaving an empty WAL there. A then runs the
+    topic on disk Y, acknowledges a tail (its tip published) and dies. Back on disk X, the
+    empty WAL must not be recovered as the topic's history (the open state names a newer
+    epoch of A than its marker, or it has no marker and holds nothing), and the tail is
+    recorded lost."""
     def on(disk: str) -> BrokerHost:
         host = BrokerHost("A", os.path.join(local_cluster.root, disk), local_cluster.metadata,
                           local_cluster.objects, FAST_BROKER)
@@ -408,7 +411,7 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
         raise OSError("metadata store unavailable")
 
     with monkeypatch.context() as patch:
-        patch.setattr(on_x, "_mark_open", refuse)
+        patch.setattr(on_x if failing == "_mark_open" else on_x.root, failing, refuse)
         with pytest.raises(Exception):  # noqa: B017 - released: sealed, nothing local
             on_x.load(TOPIC)
     on_x.close()

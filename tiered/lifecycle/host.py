@@ -68,7 +68,7 @@ from tiered.lifecycle.ownership import (
     read_owner,
     release_ops,
 )
-from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
+from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore, read_sealed_state
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
@@ -495,6 +495,8 @@ class BrokerHost:
         topic = token.topic
         if self.root.exists(topic):
             ours, wal_epoch = self.stale.is_current(token)
+            if ours and self._unmarked_and_empty(token, plan):
+                ours = False  # retired below (it holds nothing past the archive: no loss)
             try:
                 if ours and plan.may_recover_local:
                     wal, foreign = self._recover_local(topic, plan)
@@ -526,6 +528,30 @@ class BrokerHost:
             wal.close()
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
+
+    def _unmarked_and_empty(self, token: OwnerToken, plan: RestorePlan) -> bool:
+        """A local WAL with no ``.owner`` marker that holds nothing past the archive, while
+        the topic's state was written by an epoch of ours: a load of ours that created it
+        failed or died before writing its marker (every load writes it before marking the
+        topic open), so it is no history; a newer load of ours may have continued from
+        another WAL. Recovering it would take the archive's end for the topic's end and
+        drop that history's tail silently. (A marker-less WAL that holds offsets past the
+        archive is left to the rules as before markers: it may be a current WAL whose
+        marker was damaged.)"""
+        topic = token.topic
+        if self.root.read_owner_marker(topic) is not None:
+            return False
+        state = read_sealed_state(self.metadata, topic)
+        if state is None or state.broker_id != self.broker_id or state.epoch is None:
+            return False
+        try:
+            probe = self.root.open_local(topic)
+        except LocalWalUnreadable:
+            return False  # not empty as far as anyone can tell: the usual rules decide
+        try:
+            return probe.next_offset <= plan.start_offset
+        finally:
+            probe.close()
 
     def _recover_local(self, topic: TopicName, plan: RestorePlan) -> tuple[Wal | None, bool]:
         """(our own unsealed WAL if it still joins the archive without a gap, whether
