@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from wal import WriteAheadLog
-from wal.errors import WalError, WalFailed
+from wal.errors import WalError
 from wal.group import CommitGroup
 from wal.journal import Journal, JournalConfig
 from wal.testing import FaultFs
