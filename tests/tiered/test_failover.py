@@ -423,3 +423,40 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
     back = on("disk-x").load(TOPIC)
     assert not back.report.recovered_local_wal
     assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
+
+
+def test_a_tail_an_operator_discarded_is_not_counted_again_by_a_later_failover(local_cluster: Cluster,
+                                                                               monkeypatch) -> None:
+    """A's WAL (with its unarchived tail 5-11) does not open; the operator discards it (its
+    loss recorded then, under the WAL's epoch); that load and a later one fail after taking
+    the topic. The failover from A's last epoch must not report 5-11 lost a second time:
+    that epoch's WAL held nothing."""
+    import tiered.lifecycle.host as host_module
+    from tiered.lifecycle.errors import LocalWalUnreadable
+
+    _a_dies_with_its_tip_published(local_cluster)
+    again = local_cluster.broker("A")
+
+    def unreadable(topic):  # type: ignore[no-untyped-def]
+        raise LocalWalUnreadable(topic, again.root.path(topic), OSError("injected: bad segment header"))
+
+    def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("metadata store unavailable")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(again.root, "open_local", unreadable)
+        with pytest.raises(LocalWalUnreadable):
+            again.load(TOPIC)
+        patch.setattr(host_module, "clamp_cursors", refuse)
+        with pytest.raises(Exception):  # noqa: B017 - after the discard, the clamp fails
+            again.load(TOPIC, discard_local_wal=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(host_module, "clamp_cursors", refuse)
+        with pytest.raises(Exception):  # noqa: B017 - the clamp fails again
+            again.load(TOPIC)
+    _die(again)
+    discarded = [(r.start_offset, r.broker_id, r.epoch) for r in keys.read_lost_ranges(local_cluster.metadata, T)]
+    assert (5, "A", 1) in discarded, discarded
+    hosted = local_cluster.broker("B").load(TOPIC)
+    assert hosted.next_offset == 5
+    assert hosted.report.unarchived_at_least == 0, (hosted.report, keys.read_lost_ranges(local_cluster.metadata, T))
