@@ -71,6 +71,14 @@ def _a_dies_with_its_tip_published(cluster: Cluster) -> None:
     _die(a)
 
 
+def _a_on(cluster: Cluster, disk: str, fs: FaultFs | None = None) -> BrokerHost:
+    """Broker A restarted with its WAL root on another data dir (``disk``)."""
+    host = BrokerHost("A", os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, FAST_BROKER,
+                      wal_fs=fs)
+    cluster.hosts.append(host)
+    return host
+
+
 # -- 1. the WAL's file layer -------------------------------------------------------
 
 
@@ -361,14 +369,7 @@ def test_a_restart_on_another_disk_whose_first_load_fails_still_records_the_loss
     next load there recovers that empty WAL: it must still record the loss (the WAL's
     marker says which history it lacks), not take the WAL as that history's."""
     _a_dies_with_its_tip_published(local_cluster)
-    other_disk = os.path.join(local_cluster.root, "wal-A-second-disk")
-
-    def restarted() -> BrokerHost:
-        host = BrokerHost("A", other_disk, local_cluster.metadata, local_cluster.objects, FAST_BROKER)
-        local_cluster.hosts.append(host)
-        return host
-
-    again = restarted()
+    again = _a_on(local_cluster, "wal-A-second-disk")
     if first_load == "fails at mark open":
         def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
             raise OSError("metadata store unavailable")
@@ -380,7 +381,7 @@ def test_a_restart_on_another_disk_whose_first_load_fails_still_records_the_loss
         _die(again)
     else:
         assert "error" in close_while_loading(again, monkeypatch)
-    hosted = restarted().load(TOPIC)
+    hosted = _a_on(local_cluster, "wal-A-second-disk").load(TOPIC)
     assert hosted.next_offset == 5
     assert hosted.report.unarchived_at_least == 7, hosted.report
     assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [(5, 11)]
@@ -395,17 +396,11 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
     empty WAL must not be recovered as the topic's history (the open state names a newer
     epoch of A than its marker, or it has no marker and holds nothing), and the tail is
     recorded lost."""
-    def on(disk: str) -> BrokerHost:
-        host = BrokerHost("A", os.path.join(local_cluster.root, disk), local_cluster.metadata,
-                          local_cluster.objects, FAST_BROKER)
-        local_cluster.hosts.append(host)
-        return host
-
-    first = on("disk-y")
+    first = _a_on(local_cluster, "disk-y")
     produce_range(first.load(TOPIC), 0, 4, ack="archived")
     assert first.unload(TOPIC) == 4  # sealed at 4
     first.close()
-    on_x = on("disk-x")
+    on_x = _a_on(local_cluster, "disk-x")
 
     def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
         raise OSError("metadata store unavailable")
@@ -415,12 +410,12 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
         with pytest.raises(Exception):  # noqa: B017 - released: sealed, nothing local
             on_x.load(TOPIC)
     on_x.close()
-    on_y = on("disk-y")
+    on_y = _a_on(local_cluster, "disk-y")
     hosted = on_y.load(TOPIC)
     produce_range(hosted, 5, 9)  # durable only
     hosted.publish_progress()
     _die(on_y)
-    back = on("disk-x").load(TOPIC)
+    back = _a_on(local_cluster, "disk-x").load(TOPIC)
     assert not back.report.recovered_local_wal
     assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
 
@@ -460,3 +455,37 @@ def test_a_tail_an_operator_discarded_is_not_counted_again_by_a_later_failover(l
     hosted = local_cluster.broker("B").load(TOPIC)
     assert hosted.next_offset == 5
     assert hosted.report.unarchived_at_least == 0, (hosted.report, keys.read_lost_ranges(local_cluster.metadata, T))
+
+
+def test_a_load_killed_before_its_wal_marker_leaves_no_history_on_that_disk(local_cluster: Cluster,
+                                                                           monkeypatch) -> None:
+    """Power is lost on disk X between the load's WAL creation and its ``.owner`` marker.
+    The broker then runs the topic on disk Y, acknowledges a tail and dies. Back on X, the
+    marker-less empty WAL must not be recovered over Y's history: Y's tail is recorded lost."""
+    first = _a_on(local_cluster, "disk-y")
+    produce_range(first.load(TOPIC), 0, 4, ack="archived")
+    first.close()  # sealed at 4
+    disk_x = FaultFs()
+    on_x = _a_on(local_cluster, "disk-x", disk_x)
+    images: list[FaultFs] = []
+
+    class PowerLost(BaseException):
+        pass
+
+    def power_loss(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        images.append(disk_x.crash_image())
+        raise PowerLost()
+
+    monkeypatch.setattr(on_x.root, "write_owner_marker", power_loss)
+    monkeypatch.setattr(on_x, "_after_failed_load", lambda *_args: None)  # a dead process does nothing more
+    with pytest.raises(PowerLost):
+        on_x.load(TOPIC)
+    on_x.close(unload=False)
+    on_y = _a_on(local_cluster, "disk-y")
+    hosted = on_y.load(TOPIC)
+    produce_range(hosted, 5, 9)  # durable only
+    hosted.publish_progress()
+    _die(on_y)
+    back = _a_on(local_cluster, "disk-x", images[0]).load(TOPIC)
+    assert not back.report.recovered_local_wal
+    assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
