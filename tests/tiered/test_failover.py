@@ -489,3 +489,32 @@ def test_a_load_killed_before_its_wal_marker_leaves_no_history_on_that_disk(loca
     back = _a_on(local_cluster, "disk-x", images[0]).load(TOPIC)
     assert not back.report.recovered_local_wal
     assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
+
+
+def test_a_failed_reload_that_retired_an_older_wal_still_leaves_the_newer_tail_counted(local_cluster: Cluster,
+                                                                                      monkeypatch) -> None:
+    """A ran on disk X (5-11 lost there, recorded by its next load) and then on disk Y, where
+    it acknowledged 5-14 and published that tip before dying. Back on disk X, its load retires
+    the stale WAL there (the older history) and then fails before recording Y's history. The
+    failover that follows must still count Y's tail: at least 10 offsets, not 0."""
+    _a_dies_with_its_tip_published(local_cluster)  # on A's usual WAL root: "disk X"
+    on_y = _a_on(local_cluster, "disk-y")
+    hosted = on_y.load(TOPIC)
+    assert hosted.next_offset == 5 and hosted.report.unarchived_at_least == 7
+    produce_range(hosted, 5, 14)
+    hosted.publish_progress()
+    _die(on_y)
+    back_on_x = local_cluster.broker("A")
+
+    def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("metadata store unavailable")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(back_on_x, "_mark_open", refuse)
+        with pytest.raises(Exception):  # noqa: B017 - the stale WAL was retired, then the step failed
+            back_on_x.load(TOPIC)
+    assert back_on_x.retired, "the stale WAL on disk X was retired"
+    _die(back_on_x)
+    taken = local_cluster.broker("B").load(TOPIC)
+    assert taken.next_offset == 5
+    assert taken.report.unarchived_at_least == 10, taken.report
