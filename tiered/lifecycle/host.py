@@ -68,7 +68,7 @@ from tiered.lifecycle.ownership import (
     read_owner,
     release_ops,
 )
-from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore, read_sealed_state
+from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
 from tiered.lifecycle.retire import StaleWals
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
@@ -401,15 +401,7 @@ class BrokerHost:
             plan = plan_restore(self.metadata, token)  # read first: a failed load then knows what to keep
             wal, recovered = step("open WAL", lambda: self._open_wal(token, plan, retired, discard_local_wal))
             opened.append(lambda: wal.close())
-            # An own earlier history the WAL does not hold: one a created-empty WAL left for
-            # its creating load to record (still owed if that load never marked open), or,
-            # creating one now, our own previous epoch's (recorded below, at mark open).
-            # (Not after retiring or discarding our current WAL here: its retire recorded
-            # that history's loss itself, under the epoch its own marker named.)
-            missing = step("open WAL", lambda: self.root.read_owner_marker_missing(topic)) if recovered else (
-                (previous.broker_id, previous.epoch)
-                if (previous := token.previous) is not None and previous.holder == self.broker_id
-                and not any(r.current for r in retired) else None)
+            missing = step("open WAL", lambda: self._missing_history(token, recovered, retired))
             step("open WAL", lambda: self.root.write_owner_marker(token, missing))
             retired_here = retired[0] if retired else None
             unarchived = step("mark topic open",
@@ -494,9 +486,7 @@ class BrokerHost:
                   discard_local_wal: bool = False) -> tuple[Wal, bool]:
         topic = token.topic
         if self.root.exists(topic):
-            ours, wal_epoch = self.stale.is_current(token)
-            if ours and self._unmarked_and_empty(token, plan):
-                ours = False  # retired below (it holds nothing past the archive: no loss)
+            ours, wal_epoch = self.stale.is_current(token, plan.start_offset)
             try:
                 if ours and plan.may_recover_local:
                     wal, foreign = self._recover_local(topic, plan)
@@ -528,30 +518,6 @@ class BrokerHost:
             wal.close()
             raise LoadError(topic, "open WAL", f"new WAL starts at {wal.next_offset}, planned {plan.start_offset}")
         return wal, False
-
-    def _unmarked_and_empty(self, token: OwnerToken, plan: RestorePlan) -> bool:
-        """A local WAL with no ``.owner`` marker that holds nothing past the archive, while
-        the topic's state was written by an epoch of ours: a load of ours that created it
-        failed or died before writing its marker (every load writes it before marking the
-        topic open), so it is no history; a newer load of ours may have continued from
-        another WAL. Recovering it would take the archive's end for the topic's end and
-        drop that history's tail silently. (A marker-less WAL that holds offsets past the
-        archive is left to the rules as before markers: it may be a current WAL whose
-        marker was damaged.)"""
-        topic = token.topic
-        if self.root.read_owner_marker(topic) is not None:
-            return False
-        state = read_sealed_state(self.metadata, topic)
-        if state is None or state.broker_id != self.broker_id or state.epoch is None:
-            return False
-        try:
-            probe = self.root.open_local(topic)
-        except LocalWalUnreadable:
-            return False  # not empty as far as anyone can tell: the usual rules decide
-        try:
-            return probe.next_offset <= plan.start_offset
-        finally:
-            probe.close()
 
     def _recover_local(self, topic: TopicName, plan: RestorePlan) -> tuple[Wal | None, bool]:
         """(our own unsealed WAL if it still joins the archive without a gap, whether
@@ -634,6 +600,20 @@ class BrokerHost:
                         log.error("topic %s: retiring the stale local WAL failed, kept in place: %s: %s",
                                   topic, type(e).__name__, e, exc_info=e)
         return done
+
+    def _missing_history(self, token: OwnerToken, recovered: bool,
+                         retired: list[RetiredWal]) -> tuple[str, int] | None:
+        """An own earlier history the WAL this load opened does not hold, for its marker:
+        recovered, the one its marker already names (a created-empty WAL's, still owed if
+        the load that created it never marked the topic open); created empty now, our own
+        previous epoch's (recorded at mark open). None after retiring or discarding our
+        current WAL here: its retire recorded that history's loss itself."""
+        if recovered:
+            return self.root.read_owner_marker_missing(token.topic)
+        previous = token.previous
+        if previous is None or previous.holder != self.broker_id or any(r.current for r in retired):
+            return None
+        return previous.broker_id, previous.epoch
 
     def _mark_open(self, token: OwnerToken, plan: RestorePlan, recovered: bool,
                    retired: RetiredWal | None, missing: tuple[str, int] | None = None) -> int:

@@ -128,16 +128,15 @@ class LossRecords:
         histories = self.unrecorded_histories(token, plan, recovered, retired, recorded, missing)
         # The progress record counts for one history at most: the newest one it may
         # describe (see unarchived_by), never twice.
-        counted_for = next((pair for pair in sorted(histories, key=lambda p: -p[1])
-                            if unarchived_by(plan.progress, *pair, plan.start_offset, recorded) > 0), None)
+        counts = {pair: unarchived_by(plan.progress, *pair, plan.start_offset, recorded) for pair in histories}
+        counted_for = max((pair for pair in histories if counts[pair] > 0), key=lambda pair: pair[1], default=None)
         for broker_id, epoch in histories:
             # The takeover's own account, in the same fenced txn as the open marker: where
             # numbering restarts and how much that owner is known to have lost (its last
             # published tip, also one an own reload of it left at an older epoch). Its WAL,
             # if it comes back, makes the record exact.
             start = plan.start_offset
-            at_least = unarchived_by(plan.progress, broker_id, epoch, start, recorded) \
-                if (broker_id, epoch) == counted_for else 0
+            at_least = counts[(broker_id, epoch)] if (broker_id, epoch) == counted_for else 0
             unarchived += at_least
             record = keys.LostRange(start, start + at_least - 1 if at_least > 0 else None,
                                     broker_id, epoch, False, None, token.broker_id, time.time())

@@ -25,6 +25,7 @@ from tiered.archive import list_descriptors
 from tiered.errors import StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
+from tiered.lifecycle.errors import LocalWalUnreadable
 from tiered.lifecycle.losses import LossRecords, RetiredWal
 from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.lifecycle.ownership import OwnerToken
@@ -60,18 +61,27 @@ class StaleWals:
     # record alone cannot tell, because a load that fails keeps ownership and bumps the
     # epoch without touching the WAL, and a takeover from us may have happened in between.
 
-    def is_current(self, token: OwnerToken) -> tuple[bool, int]:
-        """(is the local WAL this broker's current history, the epoch that wrote it)."""
+    def is_current(self, token: OwnerToken, start: int) -> tuple[bool, int]:
+        """(is the local WAL this broker's current history, the epoch that wrote it);
+        ``start``: where the topic continues past the archive (the restore plan's)."""
         previous = token.previous
         if previous is None or previous.holder != self.broker_id:
             marker = self.root.read_owner_marker(token.topic)
             return False, marker if marker is not None else -1
         marker = self.root.read_owner_marker(token.topic)
-        if marker is None or marker == previous.epoch:
+        if marker == previous.epoch:
             return True, previous.epoch
         state = read_sealed_state(self.metadata, token.topic)
-        if (state is not None and state.broker_id == self.broker_id and state.epoch is not None
-                and state.epoch > marker):
+        ours_wrote_state = (state is not None and state.broker_id == self.broker_id and state.epoch is not None)
+        if marker is None:
+            # No marker although every load of ours writes it before marking the topic open:
+            # while the state names an epoch of ours, a WAL that holds nothing past the
+            # archive is a load's that failed or died before its marker, no history (a newer
+            # load of ours may have continued from another WAL); recovering it would take the
+            # archive's end for the topic's end. One that holds more is left to the rules as
+            # before markers: it may be a current WAL whose marker was damaged.
+            return not (ours_wrote_state and self._holds_nothing_past(token.topic, start)), previous.epoch
+        if ours_wrote_state and state is not None and state.epoch is not None and state.epoch > marker:
             # A newer epoch of ours marked the topic open: that load continued from another
             # WAL (this one's marker would name it otherwise), e.g. on another data dir.
             return False, marker
@@ -80,6 +90,17 @@ class StaleWals:
         # Epochs moved on since the WAL was opened: by our own failed loads only (still
         # current), or by a takeover from us and back (stale: its loss is recorded).
         return (not taken), marker
+
+    def _holds_nothing_past(self, topic: TopicName, start: int) -> bool:
+        """Whether the local WAL of ``topic`` opens and ends at or below ``start``."""
+        try:
+            probe = self.root.open_local(topic)
+        except LocalWalUnreadable:
+            return False  # not empty as far as anyone can tell: the usual rules decide
+        try:
+            return probe.next_offset <= start
+        finally:
+            probe.close()
 
     def retire(self, topic: TopicName, start: int | None = None, epoch: int | None = None) -> RetiredWal:
         """Delete or quarantine this broker's stale WAL of ``topic``; never lose silently.
