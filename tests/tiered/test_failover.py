@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NoReturn
 
 import pytest
 from prometheus_client import REGISTRY
@@ -69,6 +70,11 @@ def _a_dies_with_its_tip_published(cluster: Cluster) -> None:
     produce_range(topic_a, 5, 11)
     topic_a.publish_progress()
     _die(a)
+
+
+def _metadata_unavailable(*_args: object, **_kwargs: object) -> NoReturn:
+    """Stands in for a load step whose metadata store is down."""
+    raise OSError("metadata store unavailable")
 
 
 def _a_on(cluster: Cluster, disk: str, fs: FaultFs | None = None) -> BrokerHost:
@@ -322,15 +328,12 @@ def test_a_failed_own_reload_keeps_the_published_tip_for_the_next_failover(local
             assert "error" in close_while_loading(again, monkeypatch)
             break
 
-        def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
-            raise OSError("metadata store unavailable")
-
         with monkeypatch.context() as patch:
             if step == "mark topic open":
-                patch.setattr(again, "_mark_open", refuse)
+                patch.setattr(again, "_mark_open", _metadata_unavailable)
             else:
                 patch.setattr(host_module, {"plan restore": "plan_restore",
-                                            "clamp subscription cursors": "clamp_cursors"}[step], refuse)
+                                            "clamp subscription cursors": "clamp_cursors"}[step], _metadata_unavailable)
             with pytest.raises(Exception):  # noqa: B017 - the step's error, the topic kept owned
                 again.load(TOPIC)
     else:
@@ -371,11 +374,8 @@ def test_a_restart_on_another_disk_whose_first_load_fails_still_records_the_loss
     _a_dies_with_its_tip_published(local_cluster)
     again = _a_on(local_cluster, "wal-A-second-disk")
     if first_load == "fails at mark open":
-        def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
-            raise OSError("metadata store unavailable")
-
         with monkeypatch.context() as patch:
-            patch.setattr(again, "_mark_open", refuse)
+            patch.setattr(again, "_mark_open", _metadata_unavailable)
             with pytest.raises(Exception):  # noqa: B017 - the step's error, the topic kept owned
                 again.load(TOPIC)
         _die(again)
@@ -402,11 +402,8 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
     first.close()
     on_x = _a_on(local_cluster, "disk-x")
 
-    def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
-        raise OSError("metadata store unavailable")
-
     with monkeypatch.context() as patch:
-        patch.setattr(on_x if failing == "_mark_open" else on_x.root, failing, refuse)
+        patch.setattr(on_x if failing == "_mark_open" else on_x.root, failing, _metadata_unavailable)
         with pytest.raises(Exception):  # noqa: B017 - released: sealed, nothing local
             on_x.load(TOPIC)
     on_x.close()
@@ -435,18 +432,15 @@ def test_a_tail_an_operator_discarded_is_not_counted_again_by_a_later_failover(l
     def unreadable(topic):  # type: ignore[no-untyped-def]
         raise LocalWalUnreadable(topic, again.root.path(topic), OSError("injected: bad segment header"))
 
-    def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
-        raise OSError("metadata store unavailable")
-
     with monkeypatch.context() as patch:
         patch.setattr(again.root, "open_local", unreadable)
         with pytest.raises(LocalWalUnreadable):
             again.load(TOPIC)
-        patch.setattr(host_module, "clamp_cursors", refuse)
+        patch.setattr(host_module, "clamp_cursors", _metadata_unavailable)
         with pytest.raises(Exception):  # noqa: B017 - after the discard, the clamp fails
             again.load(TOPIC, discard_local_wal=True)
     with monkeypatch.context() as patch:
-        patch.setattr(host_module, "clamp_cursors", refuse)
+        patch.setattr(host_module, "clamp_cursors", _metadata_unavailable)
         with pytest.raises(Exception):  # noqa: B017 - the clamp fails again
             again.load(TOPIC)
     _die(again)
@@ -506,11 +500,8 @@ def test_a_failed_reload_that_retired_an_older_wal_still_leaves_the_newer_tail_c
     _die(on_y)
     back_on_x = local_cluster.broker("A")
 
-    def refuse(*_args, **_kwargs):  # type: ignore[no-untyped-def]
-        raise OSError("metadata store unavailable")
-
     with monkeypatch.context() as patch:
-        patch.setattr(back_on_x, "_mark_open", refuse)
+        patch.setattr(back_on_x, "_mark_open", _metadata_unavailable)
         with pytest.raises(Exception):  # noqa: B017 - the stale WAL was retired, then the step failed
             back_on_x.load(TOPIC)
     assert back_on_x.retired, "the stale WAL on disk X was retired"
