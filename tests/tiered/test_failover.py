@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import NoReturn
 
@@ -15,8 +16,10 @@ from prometheus_client import REGISTRY
 
 from tiered.errors import MalformedRecord
 from tiered.lifecycle import BrokerHost, seal
+from tiered.lifecycle.hosted import Ack, HostedTopic
 from tiered.metadata import keys
 from tiered.lifecycle.restore import read_progress
+from tiered.read.errors import HistoryDiverged, TopicMoved
 from tiered.tools.verify import VerifyReport, _scan_wal, verify_topic
 from wal.testing import FaultFs
 from wal.topics import TopicName
@@ -83,6 +86,25 @@ def _a_on(cluster: Cluster, disk: str, fs: FaultFs | None = None) -> BrokerHost:
                       wal_fs=fs)
     cluster.hosts.append(host)
     return host
+
+
+def _lease_lapses(host: BrokerHost) -> None:
+    """The broker process is paused past its session lease: its keep-alive stops (it revokes
+    nothing itself) and the server drops the lease, so the broker id is free to start again."""
+    session = host.session
+    assert session is not None
+    lease = session.lease_id
+    session.stop(revoke=False)
+    host.metadata.revoke_lease(lease)
+
+
+def _produce_tagged(hosted: HostedTopic, tag: str, start: int, end_inclusive: int, ack: Ack = "durable") -> None:
+    """Produce payloads ``<tag><offset>`` (tells apart histories that number the same offsets)."""
+    for offset in range(start, end_inclusive + 1):
+        assert hosted.produce(f"{tag}{offset}".encode(), ack=ack) == offset
+
+
+HANG_GUARD_S = 60.0  # bounds every wait below; never an expected duration
 
 
 # -- 1. the WAL's file layer -------------------------------------------------------
@@ -509,3 +531,152 @@ def test_a_failed_reload_that_retired_an_older_wal_still_leaves_the_newer_tail_c
     taken = local_cluster.broker("B").load(TOPIC)
     assert taken.next_offset == 5
     assert taken.report.unarchived_at_least == 10, taken.report
+
+
+@pytest.mark.parametrize("replaced_by", ["its restart still opening", "its restart after a failed load",
+                                         "another broker after that restart"])
+def test_a_copy_replaced_by_its_own_broker_id_elsewhere_tells_its_readers_where_the_new_owner_continues(
+        local_cluster: Cluster, monkeypatch, replaced_by: str) -> None:
+    """Broker A (epoch 1, disk 1) archived 0-4 and acknowledged 5-9 durable only; a live reader
+    of that copy is at 10. The process is paused past its lease and the same broker id
+    restarts on another data dir, where the topic continues at 5. The paused copy learns it
+    is fenced while that restart's load is still opening (no LostRange yet, the owner record
+    names A), or after the restart's first load failed (the LostRange names epoch 2, not 1),
+    or after that restart died too and B took over; the new owner archives 5-14. The
+    reader must end with HistoryDiverged at 5, where the new owner continues, not a plain
+    TopicMoved at 10 that skips the new owner's 5-9: the copy's history was replaced, not
+    continued by this host's own reload of the same WAL."""
+    paused = _a_on(local_cluster, "disk-1")
+    copy = paused.load(TOPIC)
+    produce_range(copy, 0, 4, ack="archived")
+    produce_range(copy, 5, 9)
+    copy.publish_progress()
+    served = iter(copy.create_reader(0, live=True))
+    assert [next(served).offset for _ in range(10)] == list(range(10))
+    _lease_lapses(paused)
+    restarted = _a_on(local_cluster, "disk-2")
+    if replaced_by == "its restart still opening":
+        inside, release = threading.Event(), threading.Event()
+        mark_open = restarted._mark_open
+
+        def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+            inside.set()
+            release.wait(HANG_GUARD_S)
+            return mark_open(*args, **kwargs)
+
+        monkeypatch.setattr(restarted, "_mark_open", held)
+        loaded: dict[str, HostedTopic] = {}
+        loader = threading.Thread(target=lambda: loaded.setdefault("hosted", restarted.load(TOPIC)))
+        loader.start()
+        assert inside.wait(HANG_GUARD_S), "the restart's load never reached mark open"
+        assert not copy.check_ownership()  # learned between the restart's acquire and its LostRange
+        release.set()
+        loader.join(HANG_GUARD_S)
+        assert not loader.is_alive(), "hang guard: the restart's load"
+        new_owner = loaded["hosted"]
+    else:
+        def disk_not_ready(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+            raise OSError("injected: data dir not ready")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(restarted, "_open_wal", disk_not_ready)
+            with pytest.raises(Exception):  # noqa: B017 - the step's error, the topic kept owned (epoch 2)
+                restarted.load(TOPIC)
+        new_owner = restarted.load(TOPIC)  # epoch 3: records epoch 2's history as lost
+        if replaced_by == "another broker after that restart":
+            _die(restarted)
+            new_owner = local_cluster.broker("B").load(TOPIC)
+    assert new_owner.next_offset == 5
+    _produce_tagged(new_owner, "new", 5, 14, ack="archived")  # the archive now ends past the reader
+    assert not copy.check_ownership()
+    with pytest.raises(TopicMoved) as moved:
+        next(served)
+    assert isinstance(moved.value, HistoryDiverged), repr(moved.value)
+    assert (moved.value.next_offset, moved.value.served_until) == (5, 10)
+    with new_owner.create_reader(moved.value.next_offset, live=False) as rest:
+        assert [(m.offset, bytes(m.payload)) for m in rest] == [(o, b"new%d" % o) for o in range(5, 15)]
+
+
+def test_an_empty_wal_naming_an_older_missing_history_is_not_taken_for_the_newer_one(local_cluster: Cluster,
+                                                                                   monkeypatch) -> None:
+    """Broker A alternates between two data dirs. On disk 1 it archives x0-x9 and dies. On
+    disk 2 its load fails at marking the topic open (ownership kept), leaving an empty WAL
+    whose marker names epoch 1's history as missing. Back on disk 1 it rightly recovers
+    x0-x9, acknowledges x10-x14 durable only (tip published) and dies. Back on disk 2, the
+    empty WAL must not be recovered: x10-x14 are recorded lost under the epoch that
+    acknowledged them (at least 5), not as epoch 1's history (0 lost). A then archives
+    z10-z14, acknowledges z15-z17 durable only and dies; back on disk 1 the x WAL must not
+    be recovered over the archive's z10-z14, and z15-z17 are recorded lost."""
+    first = _a_on(local_cluster, "disk-1")
+    _produce_tagged(first.load(TOPIC), "x", 0, 9, ack="archived")
+    _die(first)
+    failing = _a_on(local_cluster, "disk-2")
+    with monkeypatch.context() as patch:
+        patch.setattr(failing, "_mark_open", _metadata_unavailable)
+        with pytest.raises(Exception):  # noqa: B017 - the step's error, the topic kept owned
+            failing.load(TOPIC)
+    _die(failing)
+
+    on_1 = _a_on(local_cluster, "disk-1")
+    hosted = on_1.load(TOPIC)
+    assert hosted.report.recovered_local_wal and hosted.next_offset == 10  # nothing happened on disk 2
+    _produce_tagged(hosted, "x", 10, 14)  # durable only
+    hosted.publish_progress()
+    x_epoch = hosted.token.epoch
+    _die(on_1)
+
+    on_2 = _a_on(local_cluster, "disk-2")
+    hosted = on_2.load(TOPIC)
+    ranges = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert not hosted.report.recovered_local_wal, ranges
+    assert hosted.next_offset == 10 and hosted.report.unarchived_at_least == 5, (hosted.report, ranges)
+    assert [(r.start_offset, r.end_offset, r.broker_id, r.epoch) for r in ranges] == [(10, 14, "A", x_epoch)]
+    _produce_tagged(hosted, "z", 10, 14, ack="archived")
+    _produce_tagged(hosted, "z", 15, 17)  # durable only
+    hosted.publish_progress()
+    z_epoch = hosted.token.epoch
+    _die(on_2)
+
+    hosted = _a_on(local_cluster, "disk-1").load(TOPIC)
+    ranges = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert not hosted.report.recovered_local_wal, ranges
+    assert hosted.next_offset == 15 and hosted.report.unarchived_at_least == 3, (hosted.report, ranges)
+    assert sorted((r.start_offset, r.end_offset, r.epoch) for r in ranges) == [(10, 14, x_epoch), (15, 17, z_epoch)]
+    with hosted.create_reader(0, live=False) as everything:
+        assert [bytes(m.payload) for m in everything] == [b"x%d" % o for o in range(10)] + [
+            b"z%d" % o for o in range(10, 15)]
+
+
+def test_a_wal_a_discard_created_leaves_no_loss_for_a_later_reload_to_record(local_cluster: Cluster,
+                                                                            monkeypatch) -> None:
+    """A's WAL (5-11 durable only, tip published at epoch 1) does not open: a plain load
+    fails (epoch 2), then the operator's discard (epoch 3) records that loss under the WAL's
+    epoch 1 and starts a new WAL at 5. A acknowledges y5-y11 there (archived) and dies. The
+    reload that recovers the new WAL must record no loss: nothing was lost, and the epoch
+    before the discard is not a history that WAL lacks."""
+    from tiered.lifecycle.errors import LocalWalUnreadable
+
+    _a_dies_with_its_tip_published(local_cluster)
+    again = local_cluster.broker("A")
+
+    def unreadable(topic):  # type: ignore[no-untyped-def]
+        raise LocalWalUnreadable(topic, again.root.path(topic), OSError("injected: bad segment header"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(again.root, "open_local", unreadable)
+        with pytest.raises(LocalWalUnreadable):
+            again.load(TOPIC)
+        hosted = again.load(TOPIC, discard_local_wal=True)
+    assert hosted.next_offset == 5
+    discarded = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert [(r.start_offset, r.broker_id, r.epoch) for r in discarded] == [(5, "A", 1)]
+    _produce_tagged(hosted, "y", 5, 11, ack="archived")
+    _die(again)
+
+    hosted = local_cluster.broker("A").load(TOPIC)
+    assert hosted.report.recovered_local_wal and hosted.next_offset == 12
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == discarded
+    assert hosted.report.unarchived_at_least == 0, hosted.report
+    _produce_tagged(hosted, "y", 12, 14, ack="archived")
+    with hosted.create_reader(5, live=False) as rest:
+        assert [bytes(m.payload) for m in rest] == [b"y%d" % o for o in range(5, 15)]
