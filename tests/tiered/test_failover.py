@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from tiered.errors import MalformedRecord
 from tiered.lifecycle import BrokerHost, seal
+from tiered.lifecycle.errors import LocalWalUnreadable
 from tiered.lifecycle.hosted import Ack, HostedTopic
 from tiered.metadata import keys
 from tiered.lifecycle.restore import read_progress
@@ -439,6 +440,22 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
     assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
 
 
+def _a_returns_to_a_wal_that_does_not_open(cluster: Cluster, patch: pytest.MonkeyPatch) -> BrokerHost:
+    """A dies with 5-11 durable only (tip published at epoch 1) and restarts; its local WAL
+    is unreadable while ``patch`` lasts (as a damaged segment header makes it), so its
+    plain load (epoch 2) fails. Returns the restarted A."""
+    _a_dies_with_its_tip_published(cluster)
+    again = cluster.broker("A")
+
+    def unreadable(topic):  # type: ignore[no-untyped-def]
+        raise LocalWalUnreadable(topic, again.root.path(topic), OSError("injected: bad segment header"))
+
+    patch.setattr(again.root, "open_local", unreadable)
+    with pytest.raises(LocalWalUnreadable):
+        again.load(TOPIC)
+    return again
+
+
 def test_a_tail_an_operator_discarded_is_not_counted_again_by_a_later_failover(local_cluster: Cluster,
                                                                                monkeypatch) -> None:
     """A's WAL (with its unarchived tail 5-11) does not open; the operator discards it (its
@@ -446,18 +463,9 @@ def test_a_tail_an_operator_discarded_is_not_counted_again_by_a_later_failover(l
     the topic. The failover from A's last epoch must not report 5-11 lost a second time:
     that epoch's WAL held nothing."""
     import tiered.lifecycle.host as host_module
-    from tiered.lifecycle.errors import LocalWalUnreadable
-
-    _a_dies_with_its_tip_published(local_cluster)
-    again = local_cluster.broker("A")
-
-    def unreadable(topic):  # type: ignore[no-untyped-def]
-        raise LocalWalUnreadable(topic, again.root.path(topic), OSError("injected: bad segment header"))
 
     with monkeypatch.context() as patch:
-        patch.setattr(again.root, "open_local", unreadable)
-        with pytest.raises(LocalWalUnreadable):
-            again.load(TOPIC)
+        again = _a_returns_to_a_wal_that_does_not_open(local_cluster, patch)
         patch.setattr(host_module, "clamp_cursors", _metadata_unavailable)
         with pytest.raises(Exception):  # noqa: B017 - after the discard, the clamp fails
             again.load(TOPIC, discard_local_wal=True)
@@ -654,18 +662,8 @@ def test_a_wal_a_discard_created_leaves_no_loss_for_a_later_reload_to_record(loc
     epoch 1 and starts a new WAL at 5. A acknowledges y5-y11 there (archived) and dies. The
     reload that recovers the new WAL must record no loss: nothing was lost, and the epoch
     before the discard is not a history that WAL lacks."""
-    from tiered.lifecycle.errors import LocalWalUnreadable
-
-    _a_dies_with_its_tip_published(local_cluster)
-    again = local_cluster.broker("A")
-
-    def unreadable(topic):  # type: ignore[no-untyped-def]
-        raise LocalWalUnreadable(topic, again.root.path(topic), OSError("injected: bad segment header"))
-
     with monkeypatch.context() as patch:
-        patch.setattr(again.root, "open_local", unreadable)
-        with pytest.raises(LocalWalUnreadable):
-            again.load(TOPIC)
+        again = _a_returns_to_a_wal_that_does_not_open(local_cluster, patch)
         hosted = again.load(TOPIC, discard_local_wal=True)
     assert hosted.next_offset == 5
     discarded = keys.read_lost_ranges(local_cluster.metadata, T)
