@@ -173,6 +173,52 @@ def test_crash_after_each_step_then_rerun_finishes(local_cluster: Cluster, step:
     _assert_deleted(local_cluster, 1, 10)
 
 
+def _stalled_delete_outlived_by_a_recreate(cluster: Cluster, stalled_after: str) -> dict[str, Any]:
+    """A delete stalls after ``stalled_after`` while another run finishes the delete and
+    broker b creates the name again, acknowledging 10-14 as archived, with a subscription
+    and a placement record; then the stalled run goes on. What b's incarnation had."""
+    _sealed_topic_with_data(cluster)
+    later: dict[str, Any] = {}
+
+    def stall(done: str) -> None:
+        if done != stalled_after or later:
+            return
+        assert delete_topic(cluster.metadata, cluster.objects, T, broker_id="ops2").outcome == "resumed"
+        created, _fresh = cluster.broker("b").create(T)
+        produce_range(created, 10, 14, ack="archived")
+        sub = created.subscribe("s2", "earliest")
+        sub.ack(11)
+        sub.flush()
+        cluster.metadata.put(keys.placement_key(T), b'{"broker": "b"}')
+        later.update(hosted=created, everything=_everything(cluster))
+
+    report = delete_topic(cluster.metadata, cluster.objects, T, broker_id="ops", fault_hook=stall)
+    assert report.outcome == "already_deleted", "a run whose tombstone moved on must say it did not delete"
+    return later
+
+
+@pytest.mark.parametrize("stalled_after", STEPS[:-1])
+def test_a_stalled_delete_never_deletes_what_a_later_incarnation_wrote(local_cluster: Cluster,
+                                                                      stalled_after: str) -> None:
+    """Two runs of one delete (two operators, a retry while the first hangs on a slow
+    listing): the first may go on after the second finished and the name was created
+    again. It must then stop, deleting nothing of the new incarnation (atk28 F1: it deleted
+    the new descriptors, objects, cursors, progress and state, so archived acks were lost)."""
+    later = _stalled_delete_outlived_by_a_recreate(local_cluster, stalled_after)
+    assert _everything(local_cluster) == later["everything"]
+    tomb, _raw = keys.read_tombstone(local_cluster.metadata, T)
+    assert tomb is not None and tomb.phase == "recreated"
+    hosted = later["hosted"]
+    assert [m.offset for m in read_all(hosted, 10, 14)] == [10, 11, 12, 13, 14]
+    assert hosted.subscribe("s2", "earliest").cursor == 11
+
+
+def test_a_stalled_delete_never_deletes_what_a_later_incarnation_wrote_on_etcd_and_s3(any_cluster: Cluster) -> None:
+    later = _stalled_delete_outlived_by_a_recreate(any_cluster, "cursors")
+    assert _everything(any_cluster) == later["everything"]
+    assert [m.offset for m in read_all(later["hosted"], 10, 14)] == [10, 11, 12, 13, 14]
+
+
 def test_crash_after_each_step_then_rerun_finishes_on_etcd_and_s3(any_cluster: Cluster) -> None:
     _sealed_topic_with_data(any_cluster)
     for step in STEPS[1:-1]:  # crash again and again; every re-run gets one step further

@@ -26,6 +26,14 @@ Steps, each safe to crash after (:data:`STEPS`):
 6. ``progress``, 7. ``lost ranges``, 8. ``archive start`` (archive retention's record), 9. ``state``.
 10. ``deleted``: the tombstone moves to phase ``deleted`` (compare-and-swap).
 
+Every step after the tombstone deletes only while that tombstone is still the one this
+run works under (phase ``deleting``, the same record): each metadata delete is a
+transaction that compares it, and each batch of objects is deleted only after it was
+checked, which comes after the batch was listed (a topic created again under the name
+writes objects only once the tombstone moved on). A run that finds the tombstone changed
+(another run finished the delete, and maybe the name was created again) stops at once
+with outcome ``already_deleted``: a slow or stalled run never deletes what came after.
+
 The tombstone and the released owner record stay: they carry the epoch and the next
 offset a topic created again under this name continues from (see
 :func:`recreate_compares` and docs/LIFECYCLE.md, "Delete"). A crash at any step leaves
@@ -53,8 +61,8 @@ from tiered.lifecycle.ownership import (
 )
 from tiered.lifecycle.restore import read_progress, read_sealed_state
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, MetadataStore, Put, absent, mod_revision_is, value_is
-from tiered.objects.base import ObjectStore
+from tiered.metadata.base import Compare, Delete, MetadataStore, Put, absent, mod_revision_is, value_is
+from tiered.objects.base import DELETE_MANY_MAX, ObjectStore
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -64,6 +72,9 @@ STEPS = ("tombstone", "cursors", "cluster records", "descriptors", "objects", "p
          "archive start", "state", "deleted")
 #: Keys (or objects) handled per round trip when the delete walks a prefix.
 DELETE_PAGE = 500
+#: Keys deleted per transaction (each compares the tombstone): below etcd's default limit
+#: of 128 operations in one transaction (``--max-txn-ops``).
+TXN_DELETES = 100
 #: How often the tombstone transaction is retried when a record changed under it.
 TOMBSTONE_ATTEMPTS = 5
 
@@ -147,16 +158,17 @@ def delete_topic(metadata: MetadataStore, objects: ObjectStore, topic: TopicName
     says what this call found."""
     topic = TopicName.parse(topic)
     keys.broker_assignments_prefix(broker_id)  # validates the id
-    tomb, _raw = keys.read_tombstone(metadata, topic)
+    tomb, raw = keys.read_tombstone(metadata, topic)
     if tomb is not None and tomb.phase == "deleted":
         return DeleteReport(topic, "already_deleted", tomb.epoch, tomb.next_offset)
     report = DeleteReport(topic, "resumed")
-    if tomb is None or tomb.phase == "recreated":
+    if tomb is None or raw is None or tomb.phase == "recreated":
         if tomb is None and not _any_trace(metadata, objects, topic):
             return DeleteReport(topic, "not_found")
-        tomb = _write_tombstone(metadata, topic, broker_id)
+        tomb, raw = _write_tombstone(metadata, topic, broker_id)
         report.outcome = "deleted"
     report.epoch, report.next_offset = tomb.epoch, tomb.next_offset
+    run = _Run(metadata, objects, topic, tomb, raw)
 
     def done(step: str, count: int) -> None:
         report.removed[step] = count
@@ -165,18 +177,24 @@ def delete_topic(metadata: MetadataStore, objects: ObjectStore, topic: TopicName
         if fault_hook is not None:
             fault_hook(step)
 
-    done("tombstone", 1 if report.outcome == "deleted" else 0)
-    done("cursors", metadata.delete_prefix(keys.topic_prefix(topic)))
-    done("cluster records", _delete_cluster_records(metadata, topic))
-    done("descriptors", _delete_paged(metadata, keys.objects_prefix(topic)))
-    done("objects", _delete_objects(objects, topic))
-    done("progress", int(metadata.delete(keys.progress_key(topic))))
-    done("lost ranges", _delete_paged(metadata, keys.lost_prefix(topic)))
-    # After the descriptors: while any is left, the start still tells readers (and the
-    # retention of an owner, were there one) where the retained chain begins.
-    done("archive start", int(metadata.delete(keys.archive_start_key(topic))))
-    done("state", int(metadata.delete(keys.state_key(topic))))
-    _mark_deleted(metadata, topic)
+    try:
+        done("tombstone", 1 if report.outcome == "deleted" else 0)
+        done("cursors", run.delete_paged(keys.topic_prefix(topic)))
+        done("cluster records", run.delete_keys(_cluster_record_keys(metadata, topic)))
+        done("descriptors", run.delete_paged(keys.objects_prefix(topic)))
+        done("objects", run.delete_objects())
+        done("progress", run.delete_keys([keys.progress_key(topic)]))
+        done("lost ranges", run.delete_paged(keys.lost_prefix(topic)))
+        # After the descriptors: while any is left, the start still tells readers (and the
+        # retention of an owner, were there one) where the retained chain begins.
+        done("archive start", run.delete_keys([keys.archive_start_key(topic)]))
+        done("state", run.delete_keys([keys.state_key(topic)]))
+        run.mark_deleted()
+    except _Superseded as e:
+        log.warning("topic %s: delete by broker %s stopped: its tombstone changed under it (%s); "
+                    "another run finished the delete", topic, broker_id, e)
+        report.outcome = "already_deleted"
+        return report
     done("deleted", 1)
     log.warning("topic %s: deleted by broker %s (epoch %d, next offset %d; %s)", topic, broker_id, report.epoch,
                 report.next_offset, ", ".join(f"{k}: {v}" for k, v in report.removed.items()))
@@ -230,11 +248,13 @@ def _tip_compares(metadata: MetadataStore, topic: TopicName, first: int) -> list
     return out
 
 
-def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str) -> keys.TopicTombstone:
+def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str
+                     ) -> tuple[keys.TopicTombstone, bytes]:
+    """Write the tombstone (or find the one a concurrent delete wrote): it and its bytes."""
     for _attempt in range(TOMBSTONE_ATTEMPTS):
         tomb, raw = keys.read_tombstone(metadata, topic)
-        if tomb is not None and tomb.blocks:
-            return tomb  # a concurrent delete wrote it first: finish that one
+        if tomb is not None and raw is not None and tomb.blocks:
+            return tomb, raw  # a concurrent delete wrote it first: finish that one
         owner, kv = read_owner(metadata, topic)
         compares: list[Compare] = [absent(keys.owner_key(topic)) if kv is None
                                    else mod_revision_is(kv.key, kv.mod_revision)]
@@ -258,48 +278,91 @@ def _write_tombstone(metadata: MetadataStore, topic: TopicName, broker_id: str) 
         # never lands below something metadata knew when it was written.
         compares.extend(_tip_compares(metadata, topic, first))
         new = keys.TopicTombstone("deleting", epoch, _next_offset(metadata, topic, first), broker_id, time.time())
-        ops.append(Put(keys.tombstone_key(topic), new.to_json()))
+        written = new.to_json()
+        ops.append(Put(keys.tombstone_key(topic), written))
         if metadata.txn(compares, ops).succeeded:
             log.warning("topic %s: delete begun by broker %s: tombstone written (epoch %d, next offset %d)",
                         topic, broker_id, new.epoch, new.next_offset)
-            return new
+            return new, written
     raise OwnershipConflict(topic, f"its owner record kept changing during {TOMBSTONE_ATTEMPTS} delete attempts")
 
 
-def _delete_cluster_records(metadata: MetadataStore, topic: TopicName) -> int:
-    removed = int(metadata.delete(keys.placement_key(topic))) + int(metadata.delete(keys.unassigned_key(topic)))
-    for broker in keys.topic_assignments(metadata, topic):
-        removed += int(metadata.delete(keys.assignment_key(broker, topic)))
-    return removed
+def _cluster_record_keys(metadata: MetadataStore, topic: TopicName) -> list[str]:
+    return [keys.placement_key(topic), keys.unassigned_key(topic),
+            *(keys.assignment_key(broker, topic) for broker in keys.topic_assignments(metadata, topic))]
 
 
-def _delete_paged(metadata: MetadataStore, prefix: str) -> int:
-    removed = 0
-    while True:
-        page = metadata.range(prefix, limit=DELETE_PAGE)
-        if not page:
-            return removed
-        for kv in page:
-            removed += int(metadata.delete(kv.key))
+class _Superseded(Exception):
+    """The tombstone a delete run works under is not there any more (see the module docstring)."""
 
 
-def _delete_objects(objects: ObjectStore, topic: TopicName) -> int:
-    removed = 0
-    while True:
-        page = [info.key for _, info in zip(range(DELETE_PAGE), objects.list(topic_objects_prefix(topic)))]
-        if not page:
-            return removed
-        for key in page:
-            objects.delete(key)
-            removed += 1
+class _Run:
+    """One delete run's steps, each done only while its tombstone stays as it found it."""
 
+    def __init__(self, metadata: MetadataStore, objects: ObjectStore, topic: TopicName,
+                 tomb: keys.TopicTombstone, raw: bytes) -> None:
+        self.metadata, self.objects, self.topic = metadata, objects, topic
+        self.tomb, self.raw = tomb, raw
+        self._unchanged = value_is(keys.tombstone_key(topic), raw)
 
-def _mark_deleted(metadata: MetadataStore, topic: TopicName) -> None:
-    tomb, raw = keys.read_tombstone(metadata, topic)
-    if tomb is None or raw is None or tomb.phase != "deleting":
-        return
-    done = keys.TopicTombstone("deleted", tomb.epoch, tomb.next_offset, tomb.deleted_by, tomb.deleted_at)
-    metadata.txn([value_is(keys.tombstone_key(topic), raw)], [Put(keys.tombstone_key(topic), done.to_json())])
+    def check(self) -> None:
+        """_Superseded unless the tombstone is still the one this run works under."""
+        kv = self.metadata.get(keys.tombstone_key(self.topic))
+        if kv is None or kv.value != self.raw:
+            raise _Superseded("now " + ("absent" if kv is None else kv.value.decode(errors="replace")))
+
+    def delete_keys(self, names: list[str]) -> int:
+        """Delete ``names`` in transactions that each compare the tombstone; how many existed."""
+        removed = 0
+        for at in range(0, len(names), TXN_DELETES):
+            result = self.metadata.txn([self._unchanged], [Delete(k) for k in names[at:at + TXN_DELETES]])
+            if not result.succeeded:
+                self.check()  # raises: the compare failed because the tombstone changed
+                raise _Superseded("a delete transaction's compare failed")
+            removed += sum(1 for deleted in result.responses if deleted is True)
+        return removed
+
+    def delete_paged(self, prefix: str) -> int:
+        removed = 0
+        while page := self.metadata.range(prefix, limit=DELETE_PAGE):
+            removed += self.delete_keys([kv.key for kv in page])
+        return removed
+
+    def delete_objects(self) -> int:
+        """Every object under the topic's prefix, in batches, each deleted only after the
+        tombstone was checked unchanged. That check comes after the batch's keys were
+        listed, so none of them can be a later incarnation's: it starts only when the
+        tombstone moves on (``recreated``), and writes objects only after that. Passes
+        over the listing until one finds nothing (objects a stale writer put meanwhile go
+        too)."""
+        removed = 0
+        page = min(DELETE_PAGE, DELETE_MANY_MAX)
+        while True:
+            batch: list[str] = []
+            this_pass = 0
+            for info in self.objects.list(topic_objects_prefix(self.topic)):
+                batch.append(info.key)
+                if len(batch) >= page:
+                    this_pass += self._delete_batch(batch)
+                    batch = []
+            if batch:
+                this_pass += self._delete_batch(batch)
+            removed += this_pass
+            if not this_pass:
+                return removed
+
+    def _delete_batch(self, batch: list[str]) -> int:
+        self.check()  # after listing them: see delete_objects
+        self.objects.delete_many(batch)
+        return len(batch)
+
+    def mark_deleted(self) -> None:
+        """The tombstone moves to phase ``deleted`` (only from the record this run works under)."""
+        tomb = self.tomb
+        done = keys.TopicTombstone("deleted", tomb.epoch, tomb.next_offset, tomb.deleted_by, tomb.deleted_at)
+        if not self.metadata.txn([self._unchanged], [Put(keys.tombstone_key(self.topic), done.to_json())]).succeeded:
+            self.check()
+            raise _Superseded("the move to phase deleted failed its compare")
 
 
 # -- listing -----------------------------------------------------------------------
