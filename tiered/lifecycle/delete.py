@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from native.errors import DnbError
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import topic_objects_prefix
 from tiered.archive.start import incarnation_first_offset
@@ -292,8 +293,9 @@ def _cluster_record_keys(metadata: MetadataStore, topic: TopicName) -> list[str]
             *(keys.assignment_key(broker, topic) for broker in keys.topic_assignments(metadata, topic))]
 
 
-class _Superseded(Exception):
-    """The tombstone a delete run works under is not there any more (see the module docstring)."""
+class _Superseded(DnbError):
+    """The tombstone a delete run works under is not there any more (see the module
+    docstring). Internal: ``delete_topic`` turns it into the outcome ``already_deleted``."""
 
 
 class _Run:
