@@ -3,7 +3,7 @@
 See docs/UPLOADER.md. Public API::
 
     Uploader, UploaderConfig, RetentionConfig, ArchiveRetentionConfig, UploaderPool, UploaderMetrics
-    UploadError, OwnershipLost, ArchiveGap, CommitConflict, DrainTimeout, UploaderStopped
+    UploadError, OwnershipLost, ArchiveGap, ForeignDescriptor, CommitConflict, DrainTimeout, UploaderStopped
     collect_garbage, ArchiveRetention (archive retention, run by the owner's uploader)
 
 It is the archive's only writer; how the archive sits in the stores (object keys, the
@@ -22,6 +22,7 @@ from uploader.errors import (
     ArchiveGap,
     CommitConflict,
     DrainTimeout,
+    ForeignDescriptor,
     OwnershipLost,
     UploaderStopped,
     UploadError,
@@ -32,7 +33,7 @@ from uploader.pool import UploaderPool
 from uploader.uploader import Uploader
 
 __all__ = [
-    "ArchiveGap", "ArchiveRetention", "ArchiveRetentionConfig", "CommitConflict", "DrainTimeout", "OwnershipLost", "RetentionConfig",
+    "ArchiveGap", "ArchiveRetention", "ArchiveRetentionConfig", "CommitConflict", "DrainTimeout", "ForeignDescriptor", "OwnershipLost", "RetentionConfig",
     "UploadError", "Uploader", "UploaderConfig", "UploaderMetrics", "UploaderPool", "UploaderStopped",
     "collect_garbage",
 ]  # fmt: skip

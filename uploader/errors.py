@@ -32,6 +32,21 @@ class ArchiveGap(UploadError):
         self.wal_first_offset = wal_first_offset
 
 
+class ForeignDescriptor(UploadError):
+    """The descriptor chain runs past what this uploader committed with a descriptor it did
+    not commit: one past a gap, of another owner or epoch, or past the WAL's durable tip.
+
+    While an uploader owns the topic nobody else may extend its chain, so such a record is
+    damaged or hostile metadata. Trusting it would answer ``archived`` waiters for offsets
+    in no object and let WAL retention delete segments never archived; the uploader stops
+    for good instead (and WAL retention with it), keeping every WAL segment."""
+
+    def __init__(self, topic: str, problem: str) -> None:
+        super().__init__(f"topic {topic}: the descriptor chain's tip is not this uploader's: {problem}; "
+                         "archiving stopped, the WAL is kept")
+        self.topic = topic
+
+
 class CommitConflict(UploadError):
     """The contiguity compare failed: the descriptor chain moved under us (retried)."""
 

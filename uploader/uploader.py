@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import native
 from tiered.backoff import Backoff
 from tiered.archive import fetch
-from tiered.archive.chain import ChainTip
+from tiered.archive.chain import ChainTip, DescriptorChain
 from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.logs import FailureLog
@@ -47,6 +47,7 @@ from uploader.errors import (
     ArchiveGap,
     CommitConflict,
     DrainTimeout,
+    ForeignDescriptor,
     OwnershipLost,
     UploaderStopped,
     UploadError,
@@ -343,6 +344,10 @@ class Uploader:
             except OwnershipLost as e:
                 self._fail(e, "ownership")
                 raise
+            except ForeignDescriptor as e:
+                log.error("%s", e)
+                self._fail(e, "foreign_descriptor")
+                raise
             except CommitConflict as e:
                 self._count_failure("conflict")
                 self._tip = None
@@ -427,10 +432,44 @@ class Uploader:
             # owner would take the new owner's descriptors as its own progress and
             # answer its "archived" waiters for messages never archived.
             self._check_still_owner()
+            if tip.descriptor is not None:
+                self._check_tip_is_ours(tip.descriptor)
             self._tip = tip
             if tip.descriptor is not None:
                 self._advance(tip.descriptor.end_offset)
         return self._tip
+
+    def _check_tip_is_ours(self, tip: ObjectDescriptor) -> None:
+        """A re-read tip past what this uploader knows committed must be its own commits
+        (one whose reply was lost): contiguous from there, of this broker and epoch, and
+        within the WAL's durable tip. Everything below that is a predecessor's, which the
+        load's restore checked. Anything else raises ForeignDescriptor (fatal): taking it
+        as progress would acknowledge ``archived`` for offsets in no object and let WAL
+        retention delete segments that were never archived (atk28 F2)."""
+        known = self._committed_through
+        if known is not None and tip.end_offset <= known:
+            return
+        durable = self.wal.durable_offset
+        if durable is None or tip.end_offset > durable:
+            raise ForeignDescriptor(str(self.topic), f"descriptor {tip.start_offset}-{tip.end_offset} ends past "
+                                    f"the WAL's durable tip {durable}")
+        expected = known + 1 if known is not None else None
+        for d in DescriptorChain(self.metadata, self.topic).covering(expected if expected is not None else 0,
+                                                                      tip.end_offset):
+            if expected is not None and d.end_offset < expected:
+                continue
+            if expected is not None and d.start_offset != expected:
+                kind = "gap" if d.start_offset > expected else "overlap"
+                raise ForeignDescriptor(str(self.topic), f"{kind}: descriptor {d.start_offset}-{d.end_offset} "
+                                        f"where {expected} comes next")
+            if d.broker_id != str(self.broker_id) or (self.epoch is not None and d.epoch != self.epoch):
+                raise ForeignDescriptor(str(self.topic), f"descriptor {d.start_offset}-{d.end_offset} was committed "
+                                        f"by {d.broker_id} at epoch {d.epoch}, not by this uploader "
+                                        f"({self.broker_id} at epoch {self.epoch})")
+            expected = d.end_offset + 1
+        if expected != tip.end_offset + 1:
+            raise ForeignDescriptor(str(self.topic), f"the chain changed while it was checked (tip "
+                                    f"{tip.start_offset}-{tip.end_offset})")
 
     def _check_still_owner(self) -> None:
         for compare in self.fencing:

@@ -458,3 +458,38 @@ def test_a_bounded_pass_cuts_a_read_that_returns_more_than_its_bound(local_env):
     assert up.upload_once() == 9
     assert up.upload_once() == 14
     assert_archive(local_env, wal.frames, 0, 14)
+
+
+@pytest.mark.parametrize("planted", ["a gap", "past the durable tip", "another epoch", "the tip rewritten longer"])
+def test_a_chain_tip_this_uploader_did_not_commit_stops_it_and_keeps_the_wal(local_env, planted):
+    """While an uploader owns the topic only it extends the chain, so a tip it re-reads
+    (after any storage error) past what it committed must be its own. A damaged or
+    hostile descriptor there must stop it with a typed error, not count as progress: that
+    acknowledged "archived" for offsets in no object and let WAL retention delete durable
+    segments never archived (atk28 F2)."""
+    from dataclasses import replace
+
+    from tiered.archive.naming import object_id_for
+    from uploader import ForeignDescriptor, RetentionConfig
+    from uploader.records import encode_descriptor
+
+    wal = MemWal(segment_frames=10)
+    wal.append_n(20)
+    up = local_env.uploader(wal, retention=RetentionConfig(age_max_s=0))
+    assert up.upload_once() == 19
+    wal.append_n(40)  # 20-59: durable, not archived
+    last = list_descriptors(local_env.raw_metadata, local_env.topic)[-1]
+    epoch = last.epoch
+    start, end, epoch = {"a gap": (30, 45, epoch), "past the durable tip": (20, 500, epoch),
+                         "another epoch": (20, 45, epoch + 1),
+                         "the tip rewritten longer": (last.start_offset, 45, epoch)}[planted]
+    bad = replace(last, start_offset=start, end_offset=end, epoch=epoch, object_id=object_id_for(start, end, epoch))
+    local_env.raw_metadata.put(keys.descriptor_key(local_env.topic, start), encode_descriptor(bad))
+    local_env.faulty_objects.faults.fail("put", nth=1)  # the next pass re-reads the tip
+    with pytest.raises(ForeignDescriptor):
+        up.upload_once()
+    assert isinstance(up.failed, ForeignDescriptor)
+    with pytest.raises(UploaderStopped):
+        up.wait_archived(25, timeout_s=5)
+    assert wal.first_offset <= 20, "WAL retention must not pass what this uploader archived itself"
+    assert up.committed_through == 19
