@@ -198,6 +198,16 @@ class ArchiveRetention:
         result = RetentionRun(start, start)
         if below and start_kv is not None:
             # An interrupted cut: its start is in place, its descriptors are not all gone.
+            # A cut's start is always the start of a descriptor it keeps (never past the
+            # tip's start), so a start record that names no kept descriptor's start is
+            # damaged or hostile: finishing that "cut" would delete the whole archive,
+            # the tip included (atk28 F3). Refused, whatever the policy.
+            if not kept or kept[0][0].start_offset != start:
+                return self._refuse(result, "broken_chain", f"the archive start {start} is not the start of a "
+                                    "retained descriptor (" + (f"the chain ends at {entries[-1][0].end_offset}"
+                                                               if not kept else f"the first retained one is "
+                                                               f"{kept[0][0].start_offset}-{kept[0][0].end_offset}")
+                                    + "): the start record is damaged; nothing deleted")
             self._delete(below, start_kv, result)
         if not self.policy.enabled or len(kept) < 2:
             return result

@@ -242,6 +242,22 @@ def test_a_fenced_owner_cannot_finish_an_interrupted_cut(env) -> None:
     assert object_keys(env) == keys_before
 
 
+@pytest.mark.parametrize("start", [1_000_000, 40, 15], ids=["far past the tip", "past the tip's end", "inside a descriptor"])
+@pytest.mark.parametrize("limits", [{}, {"bytes_max": 10**12}], ids=["retention off", "retention on"])
+def test_a_start_record_that_names_no_retained_descriptor_deletes_nothing(env, start: int, limits) -> None:
+    """A cut's start is always the start of a descriptor it keeps. A start record that is
+    not (a flipped digit, a record copied from another topic) must not be "finished" as
+    an interrupted cut: that deleted every descriptor and object, the tip included, even
+    with retention off (atk28 F3)."""
+    uploader, _wal, descriptors = build_archive(env, 4)
+    keys_before = object_keys(env)
+    env.raw_metadata.put(keys.archive_start_key(env.topic), keys.ArchiveStart(start, "1", 7, time.time()).to_json())
+    run = retention(env, **limits).run(uploader.committed_through)
+    assert run.refused and run.descriptors_deleted == 0
+    assert list_descriptors(env.raw_metadata, env.topic) == descriptors
+    assert object_keys(env) == keys_before
+
+
 def test_a_fenced_uploader_stops_on_a_retention_refusal(env) -> None:
     ticks = [0.0]
     wal = MemWal()
