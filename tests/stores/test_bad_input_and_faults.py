@@ -57,6 +57,12 @@ GOOD = ObjectDescriptor(0, 9, "abc", 10, "etag", 1.0, "b1", 1, 0, "00000000")
         (GOOD.to_json().replace(b'"block_crc32c":"00000000",', b""), "missing field 'block_crc32c'"),
         (GOOD.to_json().replace(b'"block_crc32c":"00000000"', b'"block_crc32c":"0000000"'), "block_crc32c"),
         (GOOD.to_json().replace(b'"footer_crc32c":0', b'"footer_crc32c":4294967296'), "footer_crc32c"),
+        # The uploader's ids name the object's range: an id naming another range would send
+        # readers, gc and retention to another range's object (atk28 F4: a bare ValueError).
+        (GOOD.to_json().replace(b'"object_id":"abc"', b'"object_id":"data-1-9-e1"'), "does not name offsets 0-9"),
+        (GOOD.to_json().replace(b'"object_id":"abc"', b'"object_id":"data-0-8-e1"'), "does not name offsets 0-9"),
+        (GOOD.to_json().replace(b'"object_id":"abc"', b'"object_id":"data-00-9-e1"'), "does not name offsets 0-9"),
+        (GOOD.to_json().replace(b'"object_id":"abc"', b'"object_id":"data-0"'), "does not name offsets 0-9"),
     ],
 )
 def test_malformed_descriptor_names_key_and_problem(raw: bytes, problem: str) -> None:
@@ -65,6 +71,13 @@ def test_malformed_descriptor_names_key_and_problem(raw: bytes, problem: str) ->
         ObjectDescriptor.from_json(key, raw)
     assert info.value.key == key and problem in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_descriptor_ids_naming_their_own_range_are_accepted() -> None:
+    key = descriptor_key("/ns/t", 0)
+    for object_id in ("data-0-9-e1", "data-0-9-e1-0abc", "data-0-9", "abc"):
+        raw = GOOD.to_json().replace(b'"object_id":"abc"', f'"object_id":"{object_id}"'.encode())
+        assert ObjectDescriptor.from_json(key, raw).object_id == object_id
 
 
 def test_sealed_state_null_means_start_at_zero() -> None:

@@ -57,6 +57,8 @@ OFFSET_DIGITS = 20
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Long enough for ``data-<start>-<end>-e<epoch>-<nonce>`` with 20-digit numbers.
 OBJECT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,100}")
+#: ``data-<start>-<end>[-e<epoch>[-<nonce>]]``: the uploader's object ids (tiered.archive.naming).
+_DATA_ID_RE = re.compile(r"data-(\d{1,20})-(\d{1,20})(?:-[A-Za-z0-9_-]*)?")
 _BLOCK_CRCS_RE = re.compile(r"(?:[0-9a-f]{8})+")
 
 R = TypeVar("R", bound="_Record")
@@ -364,6 +366,12 @@ class ObjectDescriptor(_Record):
             return f"size {self.size} is not positive"
         if not OBJECT_ID_RE.fullmatch(self.object_id):
             return f"object_id {self.object_id!r} is not 1-100 of [A-Za-z0-9_-]"
+        if self.object_id.startswith("data-"):
+            # The uploader's ids name the object's range: one naming another range would
+            # point this descriptor at another range's object.
+            named = _DATA_ID_RE.fullmatch(self.object_id)
+            if named is None or named.groups() != (str(self.start_offset), str(self.end_offset)):
+                return f"object_id {self.object_id!r} does not name offsets {self.start_offset}-{self.end_offset}"
         if self.epoch < 0:
             return f"epoch {self.epoch} is negative"
         if not 0 <= self.footer_crc32c < 1 << 32:
