@@ -185,7 +185,9 @@ def archive(b: Backends, start: int, end: int, *, broker_id: str = "broker-a", e
     digest = object_format.object_digest(data)  # what the uploader recorded, before any damage
     if mangle is not None:
         data = mangle(data)
-    object_id = f"data-{start}-{end}"
+    # A data- id names its range, and a descriptor whose id names another range is
+    # malformed (never read): a lying descriptor gets an id that names no range.
+    object_id = f"data-{start}-{end}" if descriptor_end is None else f"object-{start}-{end}"
     key = object_key(topic, start, object_id)
     info = b.objects.put(key, data)
     descriptor = keys.ObjectDescriptor(

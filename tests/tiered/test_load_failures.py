@@ -188,6 +188,7 @@ def test_a_failed_load_of_a_sealed_topic_leaves_it_sealed(local_cluster: Cluster
 
 @pytest.mark.parametrize("kind", ["overlap", "gap"])
 def test_restore_refuses_a_broken_descriptor_chain(local_cluster: Cluster, kind: str) -> None:
+    from tiered.archive.naming import object_id_for
     from tiered.lifecycle.restore import BrokenChain
 
     a = local_cluster.broker("A")
@@ -197,8 +198,8 @@ def test_restore_refuses_a_broken_descriptor_chain(local_cluster: Cluster, kind:
     [d] = [keys.ObjectDescriptor.from_json(kv.key, kv.value)
            for kv in local_cluster.metadata.range(keys.objects_prefix(T))][-1:]
     start = d.end_offset - 2 if kind == "overlap" else d.end_offset + 5
-    bogus = keys.ObjectDescriptor(start, start + 4, d.object_id, d.size, d.etag, d.created_at, d.broker_id, d.epoch,
-                                  d.footer_crc32c, d.block_crc32c)
+    bogus = keys.ObjectDescriptor(start, start + 4, object_id_for(start, start + 4, d.epoch), d.size, d.etag,
+                                  d.created_at, d.broker_id, d.epoch, d.footer_crc32c, d.block_crc32c)
     local_cluster.metadata.put(keys.descriptor_key(T, start), bogus.to_json())
     with pytest.raises(BrokenChain) as info:
         local_cluster.broker("B").load(TOPIC)
