@@ -678,3 +678,66 @@ def test_a_wal_a_discard_created_leaves_no_loss_for_a_later_reload_to_record(loc
     _produce_tagged(hosted, "y", 12, 14, ack="archived")
     with hosted.create_reader(5, live=False) as rest:
         assert [bytes(m.payload) for m in rest] == [b"y%d" % o for o in range(5, 15)]
+
+
+def _a_leaves_an_empty_wal_on_disk_x_then_loses_a_tail_elsewhere(cluster: Cluster, monkeypatch, left_on_x: str,
+                                                                  killed: bool) -> None:
+    """A acknowledges 0-2 durable only on disk Y (its tip published) and dies with disk Y.
+    Disk X keeps an empty WAL of A's that does not hold that tail:
+
+    - "no marker": A's first load, on X, failed writing the WAL's ``.owner`` marker (and
+      released the new topic, or with ``killed`` died right there, keeping it);
+    - "a marker naming the missing history": a reload on X after Y died, which created its
+      WAL empty (its marker's ``missing`` names Y's epoch) and failed to mark the topic open."""
+    if left_on_x == "no marker":
+        on_x = _a_on(cluster, "disk-x")
+        with monkeypatch.context() as patch:
+            patch.setattr(on_x.root, "write_owner_marker", _metadata_unavailable)
+            if killed:
+                patch.setattr(on_x, "_after_failed_load", lambda *_args: None)  # a dead process does nothing
+            with pytest.raises(Exception):  # noqa: B017 - the injected failure
+                on_x.load(TOPIC)
+        on_x.close(unload=False)
+    on_y = _a_on(cluster, "disk-y")
+    hosted = on_y.load(TOPIC)
+    produce_range(hosted, 0, 2)  # durable only
+    hosted.publish_progress()
+    _die(on_y)
+    if left_on_x != "no marker":
+        on_x = _a_on(cluster, "disk-x")
+        with monkeypatch.context() as patch:
+            patch.setattr(on_x, "_mark_open", _metadata_unavailable)
+            with pytest.raises(Exception):  # noqa: B017 - kept: the topic has unsealed history
+                on_x.load(TOPIC)
+        assert on_x.root.read_owner_marker_missing(T) is not None
+        on_x.close(unload=False)
+
+
+@pytest.mark.parametrize("taken_over_by", ["B", "A on a third disk"])
+@pytest.mark.parametrize("left_on_x", ["no marker", "a marker naming the missing history"])
+def test_an_empty_wal_of_another_history_never_turns_a_recorded_loss_into_nothing_lost(
+        local_cluster: Cluster, monkeypatch, left_on_x: str, taken_over_by: str) -> None:
+    """The takeover records 0-2 lost ("at least", under an epoch of A's). Retiring disk X's
+    empty WAL later (at A's restart there, or at its load there) must leave that record
+    standing: an empty WAL proves only that its own history lost nothing, and this one is not
+    the history that acknowledged 0-2 (atk27 F1, F2: the retire rewrote the record as
+    "exactly nothing lost", so the loss became silent)."""
+    _a_leaves_an_empty_wal_on_disk_x_then_loses_a_tail_elsewhere(local_cluster, monkeypatch, left_on_x,
+                                                                  killed=taken_over_by != "B")
+    taker = local_cluster.broker("B") if taken_over_by == "B" else _a_on(local_cluster, "disk-z")
+    taken = taker.load(TOPIC)
+    assert taken.next_offset == 0 and taken.report.unarchived_at_least == 3, taken.report
+    recorded = keys.read_lost_ranges(local_cluster.metadata, T)
+    if taken_over_by == "B":
+        back = _a_on(local_cluster, "disk-x")  # its start retires the stale WAL there
+        assert [r.first_offset for r in back.retired] == [0]
+    else:
+        taker.close(unload=False)
+        assert not _a_on(local_cluster, "disk-x").load(TOPIC).report.recovered_local_wal
+    counted = {(r.start_offset, r.broker_id, r.epoch) for r in recorded if r.end_offset == 2}
+    assert counted, recorded  # the takeover counted A's published tail
+    after = {(r.start_offset, r.broker_id, r.epoch): r for r in keys.read_lost_ranges(local_cluster.metadata, T)}
+    for key in counted:
+        assert key in after and not (after[key].exact and after[key].end_offset is None), (
+            f"0-2 were acknowledged and are gone, but the record that counted them now says nothing was lost: "
+            f"{recorded} -> {list(after.values())}")

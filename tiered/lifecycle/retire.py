@@ -142,6 +142,7 @@ class StaleWals:
             self.retired.append(retired)
             return retired
         record = None
+        wal_epoch: int | None = None
         if start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
             record = self.losses.own_lost_record(topic, wal_epoch)
@@ -158,7 +159,7 @@ class StaleWals:
         lost_start = max(start, first)
         if tip is None or tip < lost_start:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
-            if record is not None and not record.exact:
+            if record is not None and self._confirms(topic, record, wal_epoch):
                 self.losses.write_lost(topic, start, epoch, None, None)  # confirm: nothing was lost
             self.delete(topic)
             log.info("topic %s: deleted stale local WAL %d..%s: every offset it held is archived",
@@ -180,6 +181,28 @@ class StaleWals:
             retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath)
         self.retired.append(retired)
         return retired
+
+    def _confirms(self, topic: TopicName, record: keys.LostRange, wal_epoch: int | None) -> bool:
+        """Whether this WAL, holding nothing past the record's start, proves the record's
+        history lost nothing, so the record may become ``exact`` with no end. Only when the
+        record is this very WAL's account:
+
+        - its ``.owner`` marker is readable and names the record's epoch (a marker-less WAL
+          is also what a load leaves that failed or died before writing the marker: it is
+          evidence about no history, and the newest record may be another disk's);
+        - the marker names no ``missing`` history (the WAL was created empty after an own
+          epoch it never held: a takeover may have counted that epoch's published tip
+          under this WAL's epoch);
+        - the record names no end: an end is a tip published as durable, which an empty
+          WAL of that history would have held, so it was counted from another one.
+
+        Precondition of the rewrite this allows (a loss record erased): all three hold.
+        Otherwise the record stays as the taker-over wrote it (conservative: "at least")."""
+        if record.exact or record.end_offset is not None:
+            return False
+        if wal_epoch is None or record.epoch != wal_epoch:
+            return False
+        return self.root.read_owner_marker_missing(topic) is None
 
     def _of_deleted_incarnation(self, topic: TopicName) -> tuple[int, int] | None:
         """(the WAL's epoch, the tombstone's epoch) when the local WAL was written by an
