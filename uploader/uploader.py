@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import native
 from tiered.backoff import Backoff
 from tiered.archive import fetch
-from tiered.archive.chain import ChainTip, DescriptorChain
+from tiered.archive.chain import ChainTip
 from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.logs import FailureLog
@@ -99,6 +99,12 @@ class Uploader:
         self._seed = committed_through
         self._committed_through = committed_through
         self._tip: ChainTip | None = None  # None: re-read the chain before the next commit
+        #: The descriptor of a commit whose outcome is unknown (its reply lost): the only
+        #: descriptor a re-read tip may be beyond what this uploader knows it committed.
+        self._in_doubt: ObjectDescriptor | None = None
+        #: Whether a tip read must be checked (``_check_tip_is_ours``): from the start with a
+        #: seed (the restore checked the chain up to it), else once the chain was read once.
+        self._chain_read = committed_through is not None
         self._pass_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -432,44 +438,36 @@ class Uploader:
             # owner would take the new owner's descriptors as its own progress and
             # answer its "archived" waiters for messages never archived.
             self._check_still_owner()
-            if tip.descriptor is not None:
+            if tip.descriptor is not None and self._chain_read:
                 self._check_tip_is_ours(tip.descriptor)
+            # Without a seed (``committed_through=None``), the first read is the baseline, as
+            # a restore's read of the chain is; every later re-read is checked against it.
+            self._chain_read = True
             self._tip = tip
             if tip.descriptor is not None:
                 self._advance(tip.descriptor.end_offset)
         return self._tip
 
     def _check_tip_is_ours(self, tip: ObjectDescriptor) -> None:
-        """A re-read tip past what this uploader knows committed must be its own commits
-        (one whose reply was lost): contiguous from there, of this broker and epoch, and
-        within the WAL's durable tip. Everything below that is a predecessor's, which the
-        load's restore checked. Anything else raises ForeignDescriptor (fatal): taking it
-        as progress would acknowledge ``archived`` for offsets in no object and let WAL
-        retention delete segments that were never archived (atk28 F2)."""
+        """A re-read tip past what this uploader knows committed must be the one commit of
+        its own whose outcome it did not learn (a lost reply, a timeout): the very
+        descriptor it sent, right after what it knew. Everything at or below what it knew
+        is its own or a predecessor's, which the load's restore checked. Anything else (a
+        descriptor past a gap, another owner's or epoch's, one rewritten or forged to look
+        like its own, one past the durable tip) raises ForeignDescriptor, which is fatal:
+        taking it as progress would acknowledge ``archived`` for offsets in no object and
+        let WAL retention delete segments never archived (atk28 F2, atk29 F1)."""
         known = self._committed_through
         if known is not None and tip.end_offset <= known:
             return
-        durable = self.wal.durable_offset
-        if durable is None or tip.end_offset > durable:
-            raise ForeignDescriptor(str(self.topic), f"descriptor {tip.start_offset}-{tip.end_offset} ends past "
-                                    f"the WAL's durable tip {durable}")
-        expected = known + 1 if known is not None else None
-        for d in DescriptorChain(self.metadata, self.topic).covering(expected if expected is not None else 0,
-                                                                      tip.end_offset):
-            if expected is not None and d.end_offset < expected:
-                continue
-            if expected is not None and d.start_offset != expected:
-                kind = "gap" if d.start_offset > expected else "overlap"
-                raise ForeignDescriptor(str(self.topic), f"{kind}: descriptor {d.start_offset}-{d.end_offset} "
-                                        f"where {expected} comes next")
-            if d.broker_id != str(self.broker_id) or (self.epoch is not None and d.epoch != self.epoch):
-                raise ForeignDescriptor(str(self.topic), f"descriptor {d.start_offset}-{d.end_offset} was committed "
-                                        f"by {d.broker_id} at epoch {d.epoch}, not by this uploader "
-                                        f"({self.broker_id} at epoch {self.epoch})")
-            expected = d.end_offset + 1
-        if expected != tip.end_offset + 1:
-            raise ForeignDescriptor(str(self.topic), f"the chain changed while it was checked (tip "
-                                    f"{tip.start_offset}-{tip.end_offset})")
+        sent = self._in_doubt
+        expected = known + 1 if known is not None else (sent.start_offset if sent is not None else None)
+        if sent is not None and tip == sent and tip.start_offset == expected:
+            return
+        what = "no commit of this uploader is in doubt" if sent is None else (
+            f"the commit in doubt was {sent.start_offset}-{sent.end_offset} ({sent.object_id})")
+        raise ForeignDescriptor(str(self.topic), f"descriptor {tip.start_offset}-{tip.end_offset} ({tip.object_id}, "
+                                f"broker {tip.broker_id}, epoch {tip.epoch}) follows offset {known}, and {what}")
 
     def _check_still_owner(self) -> None:
         for compare in self.fencing:
@@ -636,9 +634,18 @@ class Uploader:
         )  # fmt: skip
 
     def _commit(self, descriptor: ObjectDescriptor, tip: ChainTip) -> ChainTip:
+        # Until this commit is known to have landed or not, a re-read tip may be it
+        # (``_check_tip_is_ours``); a failure that proves it did not land changes nothing:
+        # the next attempt commits another descriptor and replaces this one.
+        self._in_doubt = descriptor
         try:
-            return commit_descriptor(self.metadata, self.topic, descriptor, tip, self.fencing)
-        except (StorageError, CommitConflict, OwnershipLost) as e:
+            committed = commit_descriptor(self.metadata, self.topic, descriptor, tip, self.fencing)
+            self._in_doubt = None
+            return committed
+        except CommitConflict:
+            self._in_doubt = None  # its compare failed: it did not land
+            raise
+        except (StorageError, OwnershipLost) as e:
             if isinstance(e, StorageError) and not isinstance(e, OwnershipLost):
                 self._count_failure("commit")
             raise

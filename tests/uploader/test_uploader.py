@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
 import pytest
@@ -221,16 +222,28 @@ def test_second_owner_fences_the_stale_uploader(env):
 
 
 def test_two_uploaders_racing_keep_the_chain_contiguous(env):
-    """Contiguity compare: two writers extending the same tip never both win."""
+    """Contiguity compare: two writers extending the same tip never both win. (One owner
+    runs one uploader; a second one of the same owner is a bug, so the loser of a race,
+    which then finds a descriptor it did not commit past its own, stops with
+    ForeignDescriptor rather than counting it as its progress.)"""
+    from uploader import ForeignDescriptor
+
     wal = MemWal()
     wal.append_n(200)
     ups = [env.uploader(wal, object_bytes_max=1_500) for _ in range(2)]
-    threads = [threading.Thread(target=u.upload_once) for u in ups]
+
+    def upload(up: Uploader) -> None:
+        with contextlib.suppress(ForeignDescriptor):
+            up.upload_once()
+
+    threads = [threading.Thread(target=upload, args=(u,)) for u in ups]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert max(u.upload_once() for u in ups) == 199
+    assert all(u.failed is None or isinstance(u.failed, ForeignDescriptor) for u in ups)
+    survivor = next((u for u in ups if u.failed is None), None) or env.uploader(wal, object_bytes_max=1_500)
+    assert survivor.upload_once() == 199
     assert_archive(env, wal.frames, 0, 199)
 
 
@@ -460,13 +473,15 @@ def test_a_bounded_pass_cuts_a_read_that_returns_more_than_its_bound(local_env):
     assert_archive(local_env, wal.frames, 0, 14)
 
 
-@pytest.mark.parametrize("planted", ["a gap", "past the durable tip", "another epoch", "the tip rewritten longer"])
+@pytest.mark.parametrize("planted", ["a gap", "past the durable tip", "another epoch", "the tip rewritten longer",
+                                     "a forgery of its own next descriptor"])
 def test_a_chain_tip_this_uploader_did_not_commit_stops_it_and_keeps_the_wal(local_env, planted):
     """While an uploader owns the topic only it extends the chain, so a tip it re-reads
     (after any storage error) past what it committed must be its own. A damaged or
     hostile descriptor there must stop it with a typed error, not count as progress: that
     acknowledged "archived" for offsets in no object and let WAL retention delete durable
-    segments never archived (atk28 F2)."""
+    segments never archived (atk28 F2; atk29 F1: one forged to look like its own next
+    commit, which no commit of its own in doubt could be)."""
     from dataclasses import replace
 
     from tiered.archive.naming import object_id_for
@@ -482,7 +497,8 @@ def test_a_chain_tip_this_uploader_did_not_commit_stops_it_and_keeps_the_wal(loc
     epoch = last.epoch
     start, end, epoch = {"a gap": (30, 45, epoch), "past the durable tip": (20, 500, epoch),
                          "another epoch": (20, 45, epoch + 1),
-                         "the tip rewritten longer": (last.start_offset, 45, epoch)}[planted]
+                         "the tip rewritten longer": (last.start_offset, 45, epoch),
+                         "a forgery of its own next descriptor": (20, 45, epoch)}[planted]
     bad = replace(last, start_offset=start, end_offset=end, epoch=epoch, object_id=object_id_for(start, end, epoch))
     local_env.raw_metadata.put(keys.descriptor_key(local_env.topic, start), encode_descriptor(bad))
     local_env.faulty_objects.faults.fail("put", nth=1)  # the next pass re-reads the tip
