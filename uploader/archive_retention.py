@@ -196,6 +196,13 @@ class ArchiveRetention:
         below = [d for d, _ in entries if d.end_offset < start]
         kept = [(d, kv) for d, kv in entries if d.end_offset >= start]
         result = RetentionRun(start, start)
+        if record is not None and 0 < self.epoch < record.epoch:
+            # Written by an owner epoch that never was (epochs only grow, and this owner's
+            # is the newest): a damaged or misplaced record is not a cut to finish or build
+            # on (atk29 F2). Nothing deleted; readers still honour it until it is repaired.
+            return self._refuse(result, "broken_chain", f"the archive start record names epoch {record.epoch} of "
+                                f"{record.broker_id}, above this owner's epoch {self.epoch}: it is damaged; "
+                                "nothing deleted")
         if below and start_kv is not None:
             # An interrupted cut: its start is in place, its descriptors are not all gone.
             # A cut's start is always the start of a descriptor it keeps (never past the

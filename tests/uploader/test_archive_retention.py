@@ -258,6 +258,22 @@ def test_a_start_record_that_names_no_retained_descriptor_deletes_nothing(env, s
     assert object_keys(env) == keys_before
 
 
+@pytest.mark.parametrize("limits", [{}, {"bytes_max": 0}], ids=["retention off", "retention on"])
+def test_a_start_record_of_an_epoch_above_the_owners_deletes_nothing(env, limits) -> None:
+    """Epochs only grow, and the owner's is the newest: a start record naming a later
+    epoch is damaged (or another topic's), even at a descriptor boundary, and must not be
+    finished as a cut (atk29 F2: it deleted all but the last descriptor, retention off)."""
+    uploader, _wal, descriptors = build_archive(env, 4)
+    keys_before = object_keys(env)
+    tip_start = descriptors[-1].start_offset
+    env.raw_metadata.put(keys.archive_start_key(env.topic),
+                         keys.ArchiveStart(tip_start, "nobody", env.owner.epoch + 1, time.time()).to_json())
+    run = retention(env, **limits).run(uploader.committed_through)
+    assert run.refused and run.descriptors_deleted == 0
+    assert list_descriptors(env.raw_metadata, env.topic) == descriptors
+    assert object_keys(env) == keys_before
+
+
 def test_a_fenced_uploader_stops_on_a_retention_refusal(env) -> None:
     ticks = [0.0]
     wal = MemWal()
