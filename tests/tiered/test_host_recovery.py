@@ -26,6 +26,7 @@ from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
     read_all,
 )
 from tiered.lifecycle import BrokerHost, LoadError, TopicUnloading
+from tiered.metadata import keys
 from tiered.lifecycle.hosted import TopicState
 from wal.testing import FaultFs
 
@@ -171,9 +172,12 @@ def test_a_graceful_close_seals_a_topic_whose_wal_failed_alone(local_cluster: Cl
     assert [bytes(m.payload) for m in read_all(moved, 0, acked[-1])] == [b"m%d" % i for i in range(5)]
 
 
-def test_reopening_a_failed_wal_keeps_the_subscriptions_acks(local_cluster: Cluster) -> None:
+@pytest.mark.parametrize("old_copys_flush", ["works", "fails once"])
+def test_reopening_a_failed_wal_keeps_the_subscriptions_acks(local_cluster: Cluster, monkeypatch,
+                                                             old_copys_flush: str) -> None:
     """The reopen is no crash: acks not yet flushed are written before the old copy goes,
-    so the new copy's subscription does not deliver them again."""
+    so the new copy's subscription does not deliver them again; if that write fails (a
+    metadata timeout), the new copy writes them (atk30 F1b)."""
     fs = FaultFs()
     host = _host_on(local_cluster, fs, failed_wal_check_interval_s=0.05, cursor_flush_interval_s=3600.0)
     hosted = host.load(TOPIC)
@@ -181,10 +185,26 @@ def test_reopening_a_failed_wal_keeps_the_subscriptions_acks(local_cluster: Clus
     offsets = [hosted.produce(b"m%d" % i) for i in range(6)]
     for offset in offsets[:4]:
         sub.ack(offset)
+    if old_copys_flush == "fails once":
+        from tiered.read.errors import CursorWriteFailed
+        from tiered.read.subscriptions import SubscriptionManager
+
+        real, calls = SubscriptionManager._write_cursor, []
+
+        def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
+            calls.append(cursor)
+            if len(calls) == 1:
+                raise CursorWriteFailed("injected: a metadata timeout")
+            return real(self, which, cursor)
+
+        monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
     _fail_wal_with_a_full_disk(fs, hosted)
     reopened = _reopened(host, hosted)
     assert reopened is not hosted
     assert reopened.subscribe("billing", "earliest").cursor == offsets[3], "acknowledged offsets come again"
+    key = keys.cursor_key(TOPIC, "billing")
+    kv = local_cluster.metadata.get(key)
+    assert kv is not None and keys.Cursor.from_json(key, kv.value).last_acked_offset == offsets[3], "written"
 
 
 def test_an_abandon_publishes_the_tip_after_its_last_acknowledgement(local_cluster: Cluster, monkeypatch) -> None:
@@ -420,3 +440,41 @@ def test_a_load_leaves_a_copy_being_unloaded_to_its_unload(local_cluster: Cluste
     assert host.topic(TOPIC).state is TopicState.UNLOADING
     fs.disk_full = False
     assert host.unload(TOPIC) is not None
+
+
+def test_a_close_whose_final_cursor_flush_fails_still_writes_the_acks(local_cluster: Cluster, monkeypatch) -> None:
+    """A graceful close: acks arrive while the unload drains, then the seal's final cursor
+    write fails once (a metadata timeout), so the topic is abandoned. The abandon must
+    write those acks (they were given), so the restart does not deliver 5-14 again
+    (atk30 F1: the abandon's flush returned at once, the manager being stopped already)."""
+    from tiered.lifecycle import seal as sealing
+    from tiered.read.errors import CursorWriteFailed
+    from tiered.read.subscriptions import SubscriptionManager
+
+    host = local_cluster.broker("A")
+    hosted = host.load(TOPIC)
+    sub = hosted.subscribe("s", "earliest")
+    for i in range(20):
+        hosted.produce(b"m%d" % i)
+    sub.ack(4)
+    sub.flush()
+    real_drain, real_write, calls = sealing.drain, SubscriptionManager._write_cursor, []
+
+    def drain_then_ack(topic, config):  # type: ignore[no-untyped-def]
+        last = real_drain(topic, config)
+        assert topic.subscriptions.get("s").ack(14)  # still taken: the subscriptions close after the drain
+        return last
+
+    def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
+        calls.append(cursor)
+        if len(calls) == 1:
+            raise CursorWriteFailed("injected: a metadata timeout")
+        return real_write(self, which, cursor)
+
+    monkeypatch.setattr(sealing, "drain", drain_then_ack)
+    monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
+    host.close()
+    monkeypatch.undo()
+    assert calls[:1] == [14]
+    again = local_cluster.broker("A").load(TOPIC)
+    assert again.subscribe("s").cursor == 14, "acknowledged 5-14 would be delivered again"

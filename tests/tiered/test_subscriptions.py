@@ -202,3 +202,51 @@ def test_an_ack_racing_the_final_flush_of_close_is_refused_not_dropped(backends:
     with pytest.raises(SubscriptionClosed):
         sub.ack(7)  # beyond what the subscription knew: it reads the bounds, close() runs
     assert stored(backends, "s") == 3 == sub.cursor
+
+
+def test_closing_again_writes_the_acks_a_failed_final_flush_left(backends: Backends, monkeypatch) -> None:
+    """A seal's final flush failed once (a metadata timeout); the abandon that follows
+    closes the manager again. That close must write the acks still unwritten, not return
+    at once because the manager is already stopped (atk30 F1: the restart delivered
+    acknowledged messages again)."""
+    from tiered.read.errors import CursorWriteFailed
+
+    m = manager(backends)
+    sub = m.subscribe("s", initial="earliest")
+    sub.ack(4)
+    sub.flush()
+    sub.ack(14)
+    real, calls = SubscriptionManager._write_cursor, []
+
+    def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
+        calls.append(cursor)
+        if len(calls) == 1:
+            raise CursorWriteFailed("injected: a metadata timeout")
+        return real(self, which, cursor)
+
+    monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
+    with pytest.raises(CursorWriteFailed):
+        m.close(flush=True)
+    assert m.unwritten_cursors() == {"s": 14}
+    m.close(flush=True)
+    assert stored(backends, "s") == 14 and m.unwritten_cursors() == {}
+    with pytest.raises(SubscriptionClosed):
+        sub.ack(20)  # still refused: nothing is acknowledged after the final flush
+
+
+def test_a_subscribe_racing_close_is_refused_not_left_taking_acks(backends: Backends) -> None:
+    """close() runs while subscribe() reads the cursor: the subscription it would return
+    was not in the list close() ended, so its acks would never be written (atk30 F2: the
+    next owner delivered them again). It is refused instead."""
+    m = manager(backends)
+    real = m._load
+
+    def close_meanwhile(name, initial):  # type: ignore[no-untyped-def]
+        loaded = real(name, initial)
+        m.close(flush=True)
+        return loaded
+
+    m._load = close_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(SubscriptionClosed):
+        m.subscribe("s", initial="earliest")
+    assert m.subscriptions == {}

@@ -778,6 +778,11 @@ class BrokerHost:
             with self._lock:
                 self._topics[topic] = old
             raise
+        # Acks the old copy took but could not write (its abandon's flush failed) belong
+        # to the same history: the new copy writes them, so they are not delivered again
+        # (atk30 F1b). Should this fail too, they stay in its memory and its flusher retries.
+        for name, cursor in old.subscriptions.unwritten_cursors().items():
+            quietly(lambda name=name, cursor=cursor: _carry_ack(hosted, name, cursor))
         with self._lock:
             self._topics[topic] = hosted
         # Now: its producers waiting for ``archived`` find the new copy and wait on it
@@ -1027,6 +1032,13 @@ def _deleted_meanwhile(metadata: MetadataStore, topic: TopicName) -> TopicDelete
     except Exception:  # noqa: BLE001 - see docstring
         return None
     return None
+
+
+def _carry_ack(hosted: HostedTopic, name: str, cursor: int) -> None:
+    """Acknowledge ``cursor`` on ``hosted``'s subscription ``name`` and write it now."""
+    sub = hosted.subscriptions.subscribe(name)
+    if sub.ack(cursor):
+        sub.flush()
 
 
 def _fence_if_ownership(hosted: HostedTopic, error: BaseException, step: str) -> None:

@@ -225,6 +225,7 @@ class SubscriptionManager:
         self._subs: dict[str, Subscription] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._close_lock = threading.Lock()  # one close() at a time stops the flusher
         #: Per subscription: the first flush failure and the recovery logged, repeats rate-limited.
         self._flush_failures: dict[str, FailureLog] = {}
         self._own_scheduler: Scheduler | None = None
@@ -244,6 +245,9 @@ class SubscriptionManager:
                 return existing
         sub = self._load(name, initial)
         with self._lock:
+            # Checked again where close() looks: a subscription added after close() took
+            # its list would take acks that its final flush never writes (atk30 F2).
+            self._check_open()
             return self._subs.setdefault(name, sub)
 
     def get(self, name: str) -> Subscription | None:
@@ -280,24 +284,34 @@ class SubscriptionManager:
         """Stop the flusher, write moved cursors (unless ``flush=False``), refuse more acks.
 
         Subscriptions already known to be fenced are skipped (their error was raised to
-        the caller that acked or flushed); any other write failure is raised.
+        the caller that acked or flushed); any other write failure is raised. Closing
+        again with ``flush`` writes what is still unwritten: a final flush that failed
+        (a metadata timeout during a seal) is tried again by the abandon that follows,
+        rather than dropping acks already given (atk30 F1).
         """
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        # No background flush starts from now on, and one in flight has ended: the final
-        # flush below is the last write (and runs on the caller's thread).
-        self._flusher.cancel(FLUSHER_JOIN_TIMEOUT_S)
-        if self._own_scheduler is not None:
-            self._own_scheduler.close(FLUSHER_JOIN_TIMEOUT_S)
-        # Refuse acks BEFORE the final flush (each under its subscription's lock, which
-        # ack holds while it moves the cursor): whatever was acknowledged is then written,
-        # and nothing is acknowledged after it.
-        for sub in self.subscriptions.values():
-            with sub._lock:
-                sub._closed = True
+        with self._close_lock:
+            if not self._stop.is_set():
+                self._stop.set()
+                # No background flush starts from now on, and one in flight has ended: the
+                # final flush below is the last write (and runs on the caller's thread).
+                self._flusher.cancel(FLUSHER_JOIN_TIMEOUT_S)
+                if self._own_scheduler is not None:
+                    self._own_scheduler.close(FLUSHER_JOIN_TIMEOUT_S)
+                # Refuse acks BEFORE the final flush (each under its subscription's lock,
+                # which ack holds while it moves the cursor): whatever was acknowledged is
+                # then written, and nothing is acknowledged after it. (Taken under the
+                # manager's lock after _stop is set: subscribe() adds nothing after it.)
+                for sub in self.subscriptions.values():
+                    with sub._lock:
+                        sub._closed = True
         if flush:
             self._flush_subs(skip_fenced=True)
+
+    def unwritten_cursors(self) -> dict[str, int]:
+        """Cursors acknowledged here but not written (a failed final flush): what a copy
+        that replaces this one in the same process writes for it (``BrokerHost``'s reopen
+        of a failed WAL), so those acks are not delivered again."""
+        return {name: sub.cursor for name, sub in self.subscriptions.items() if sub.dirty and not sub._fenced}
 
     def __enter__(self) -> "SubscriptionManager":
         return self
