@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -782,7 +783,7 @@ class BrokerHost:
         # to the same history: the new copy writes them, so they are not delivered again
         # (atk30 F1b). Should this fail too, they stay in its memory and its flusher retries.
         for name, cursor in old.subscriptions.unwritten_cursors().items():
-            quietly(lambda name=name, cursor=cursor: _carry_ack(hosted, name, cursor))
+            quietly(functools.partial(_carry_ack, hosted, name, cursor))
         with self._lock:
             self._topics[topic] = hosted
         # Now: its producers waiting for ``archived`` find the new copy and wait on it
