@@ -741,3 +741,27 @@ def test_an_empty_wal_of_another_history_never_turns_a_recorded_loss_into_nothin
         assert key in after and not (after[key].exact and after[key].end_offset is None), (
             f"0-2 were acknowledged and are gone, but the record that counted them now says nothing was lost: "
             f"{recorded} -> {list(after.values())}")
+
+
+def test_a_takeover_never_replaces_the_exact_record_a_returning_owner_wrote_meanwhile(local_cluster: Cluster,
+                                                                                      monkeypatch) -> None:
+    """A dies with 5-11 unarchived. B's load computes its loss record for A's history; just
+    then A comes back, quarantines its WAL and writes the exact record (with where the WAL
+    went). B's mark-open must not overwrite it with its "at least" account (atk29: the
+    quarantine path was lost from the record); it computes its records again."""
+    _a_dies_with_its_tip_published(local_cluster)
+    b = local_cluster.broker("B")
+    real, returned = b.losses.takeover_records, []
+
+    def a_returns_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        computed = real(*args, **kwargs)
+        if not returned:
+            returned.append(local_cluster.broker("A"))  # its start retires its stale WAL
+        return computed
+
+    monkeypatch.setattr(b.losses, "takeover_records", a_returns_meanwhile)
+    hosted = b.load(TOPIC)
+    assert hosted.next_offset == 5
+    [record] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (record.start_offset, record.end_offset, record.broker_id, record.exact) == (5, 11, "A", True)
+    assert record.quarantine_path is not None and os.path.isdir(record.quarantine_path)

@@ -60,6 +60,7 @@ from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.lifecycle.losses import LossRecords, RetiredWal
 from tiered.lifecycle.ownership import (
     BrokerSession,
+    OwnershipConflict,
     OwnershipLostError,
     OwnerToken,
     TopicOwnedElsewhere,
@@ -75,7 +76,7 @@ from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
 from tiered.logs import FailureLog
 from tiered.metadata import keys
-from tiered.metadata.base import MetadataStore, Op, Put
+from tiered.metadata.base import MetadataStore, Op, Put, absent
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
@@ -93,6 +94,9 @@ from wal.topics import TopicName
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
+
+#: How often marking a topic open is tried when a loss record appeared meanwhile.
+MARK_OPEN_ATTEMPTS = 3
 
 
 class _Listener(NamedTuple):
@@ -621,12 +625,19 @@ class BrokerHost:
         """Write the open state and the LostRange of every history this load continues
         after without its WAL (``missing``: one the recovered WAL's marker says it lacks);
         returns how many offsets those records know were lost."""
-        records, unarchived = self.losses.takeover_records(token, plan, recovered, retired, missing)
-        ops: list[Op] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json()), *records]
-        result = self.metadata.txn(token.fencing, ops)
-        if not result.succeeded:
-            raise OwnershipLostError(token.topic, "mark topic open")
-        return unarchived
+        for _attempt in range(MARK_OPEN_ATTEMPTS):
+            records, unarchived = self.losses.takeover_records(token, plan, recovered, retired, missing)
+            ops: list[Op] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json()), *records]
+            # Each record only where none is yet: a returning owner's exact record (with
+            # its quarantine path) written since they were computed must not be replaced
+            # by this "at least" account; the records are computed again instead.
+            compares = [*token.fencing, *(absent(op.key) for op in records)]
+            if self.metadata.txn(compares, ops).succeeded:
+                return unarchived
+            if not all(c.holds(self.metadata.get(c.key)) for c in token.fencing):
+                raise OwnershipLostError(token.topic, "mark topic open")
+        raise OwnershipConflict(token.topic, f"its loss records kept changing during {MARK_OPEN_ATTEMPTS} attempts "
+                                "to mark it open")
 
     def _start_uploader(self, token: OwnerToken, wal: Wal, plan: RestorePlan) -> Uploader:
         uploader = Uploader(token.topic, wal, self.metadata, self.objects, broker_id=self.broker_id,
