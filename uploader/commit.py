@@ -85,3 +85,12 @@ def _explain_failure(topic: TopicName, descriptor: ObjectDescriptor, key: str,
 
 def _same_object(a: ObjectDescriptor, b: ObjectDescriptor) -> bool:
     return (a.start_offset, a.end_offset, a.object_id) == (b.start_offset, b.end_offset, b.object_id)
+
+
+def same_content(a: ObjectDescriptor, b: ObjectDescriptor) -> bool:
+    """Whether two descriptors name the same object with the same content and writer (all
+    but when each was made): how an uploader recognises a commit of its own it sent."""
+    def fields(d: ObjectDescriptor) -> tuple[object, ...]:
+        return (d.start_offset, d.end_offset, d.object_id, d.size, d.broker_id, d.epoch, d.footer_crc32c,
+                d.block_crc32c, d.format, d.compression)
+    return fields(a) == fields(b)

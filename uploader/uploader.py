@@ -41,7 +41,7 @@ from tiered.metadata.base import Compare, MetadataStore
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectInfo, ObjectStore
 from uploader.archive_retention import ArchiveRetention, RetentionRun
-from uploader.commit import commit_descriptor, read_tip
+from uploader.commit import commit_descriptor, read_tip, same_content
 from uploader.config import UploaderConfig
 from uploader.errors import (
     ArchiveGap,
@@ -86,7 +86,10 @@ class Uploader:
                  config: UploaderConfig, committed_through: int | None,
                  epoch: int | None = None, metrics: UploaderMetrics | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, chain_checked: bool = False) -> None:
+        """``committed_through``: the chain's end as the load's restore read and checked it
+        (None: no descriptor); ``chain_checked``: that read happened, so every descriptor
+        past it must be one this uploader committed (see ``_check_tip_is_ours``)."""
         self.topic = TopicName.parse(topic)
         self.wal = wal
         self.metadata = metadata
@@ -99,12 +102,15 @@ class Uploader:
         self._seed = committed_through
         self._committed_through = committed_through
         self._tip: ChainTip | None = None  # None: re-read the chain before the next commit
-        #: The descriptor of a commit whose outcome is unknown (its reply lost): the only
-        #: descriptor a re-read tip may be beyond what this uploader knows it committed.
-        self._in_doubt: ObjectDescriptor | None = None
-        #: Whether a tip read must be checked (``_check_tip_is_ours``): from the start with a
-        #: seed (the restore checked the chain up to it), else once the chain was read once.
-        self._chain_read = committed_through is not None
+        #: Descriptors of commits sent since the last one known to have landed whose
+        #: outcome is unknown (a lost reply, a timeout, a store that applies a write late):
+        #: the only descriptors a re-read tip may be beyond what this uploader knows it
+        #: committed. A later attempt does not prove an earlier one failed.
+        self._in_doubt: list[ObjectDescriptor] = []
+        #: Whether a tip read must be checked (``_check_tip_is_ours``): from the start when
+        #: the load's restore read the chain (a seed, or ``chain_checked``: it was empty),
+        #: else once the chain was read once (that first read is then the baseline).
+        self._chain_read = committed_through is not None or chain_checked
         self._pass_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -460,12 +466,13 @@ class Uploader:
         known = self._committed_through
         if known is not None and tip.end_offset <= known:
             return
-        sent = self._in_doubt
-        expected = known + 1 if known is not None else (sent.start_offset if sent is not None else None)
-        if sent is not None and tip == sent and tip.start_offset == expected:
-            return
-        what = "no commit of this uploader is in doubt" if sent is None else (
-            f"the commit in doubt was {sent.start_offset}-{sent.end_offset} ({sent.object_id})")
+        for sent in self._in_doubt:
+            if same_content(tip, sent) and (known is None or tip.start_offset == known + 1):
+                self._in_doubt = []  # learned: it landed (and so no other attempt did)
+                return
+        what = "no commit of this uploader is in doubt" if not self._in_doubt else (
+            "its commits in doubt were " + ", ".join(f"{d.start_offset}-{d.end_offset} ({d.object_id})"
+                                                      for d in self._in_doubt))
         raise ForeignDescriptor(str(self.topic), f"descriptor {tip.start_offset}-{tip.end_offset} ({tip.object_id}, "
                                 f"broker {tip.broker_id}, epoch {tip.epoch}) follows offset {known}, and {what}")
 
@@ -634,21 +641,20 @@ class Uploader:
         )  # fmt: skip
 
     def _commit(self, descriptor: ObjectDescriptor, tip: ChainTip) -> ChainTip:
-        # Until this commit is known to have landed or not, a re-read tip may be it
-        # (``_check_tip_is_ours``); a failure that proves it did not land changes nothing:
-        # the next attempt commits another descriptor and replaces this one.
-        self._in_doubt = descriptor
+        # Until the chain is learned again, a re-read tip may be this commit, whatever this
+        # call reports (``_check_tip_is_ours``): even a conflict proves only that this one
+        # attempt did not land, not an earlier one a slow store applies later.
+        self._in_doubt.append(descriptor)
         try:
             committed = commit_descriptor(self.metadata, self.topic, descriptor, tip, self.fencing)
-            self._in_doubt = None
-            return committed
-        except CommitConflict:
-            self._in_doubt = None  # its compare failed: it did not land
-            raise
-        except (StorageError, OwnershipLost) as e:
+        except (StorageError, CommitConflict, OwnershipLost) as e:
             if isinstance(e, StorageError) and not isinstance(e, OwnershipLost):
                 self._count_failure("commit")
             raise
+        # Landed: every attempt before it was at the same key (the chain's next start),
+        # which its compare required absent, so none of them did.
+        self._in_doubt = []
+        return committed
 
     def _advance(self, committed_through: int) -> None:
         if self._committed_through is not None and committed_through <= self._committed_through:

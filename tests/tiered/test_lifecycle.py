@@ -204,3 +204,27 @@ def test_acks_made_while_the_seal_drains_reach_the_stored_cursor(local_cluster: 
     assert keys.Cursor.from_json(cursor_kv.key, cursor_kv.value).last_acked_offset == 9
     b = local_cluster.broker("B")
     assert b.load(TOPIC).subscribe("s").start_offset == 10
+
+
+def test_a_descriptor_planted_before_a_new_topics_first_upload_is_never_taken_as_archived(
+        local_cluster: Cluster) -> None:
+    """The load's restore found no descriptor (a new topic: nothing to seed the uploader
+    with). A descriptor that appears before its first upload, made to look like this
+    owner's (its broker and epoch, no object), was not committed by it: archiving stops
+    with a typed error instead of acknowledging ``archived`` for offsets in no object
+    (atk31 F2: the unseeded uploader took its first read of the chain on trust)."""
+    import time as _time
+
+    from uploader import ForeignDescriptor, UploaderStopped
+    from uploader.records import ObjectDescriptor, encode_descriptor
+
+    hosted = local_cluster.broker("A").load(TOPIC)
+    assert hosted.uploader.committed_through is None
+    produce_range(hosted, 0, 9)  # durable only
+    epoch = hosted.token.epoch
+    forged = ObjectDescriptor(0, 9, f"data-0-9-e{epoch}", 100, "x", _time.time(), "A", epoch, 0, "00000000")
+    local_cluster.metadata.put(keys.descriptor_key(TOPIC, 0), encode_descriptor(forged))
+    with pytest.raises(UploaderStopped) as info:
+        hosted.produce(b"m10", ack="archived", timeout_s=30)
+    assert isinstance(info.value.__cause__, ForeignDescriptor)
+    assert hosted.wal.first_offset == 0 and hosted.wal.durable_offset == 10, "the WAL keeps every durable message"

@@ -509,3 +509,38 @@ def test_a_chain_tip_this_uploader_did_not_commit_stops_it_and_keeps_the_wal(loc
         up.wait_archived(25, timeout_s=5)
     assert wal.first_offset <= 20, "WAL retention must not pass what this uploader archived itself"
     assert up.committed_through == 19
+
+
+@pytest.mark.parametrize("retry", ["fails before it is applied", "times out and is applied late too"])
+def test_a_commit_applied_late_is_recognised_after_a_failed_retry(env, monkeypatch, retry):
+    """A descriptor commit times out and the store applies it later (a paused member);
+    the retry's commit fails too. The tip re-read then is the first attempt: this
+    uploader's own, and must count as its progress, not stop it as a foreign descriptor
+    (atk31 F1: archiving and every unload stopped until a restart)."""
+    from tiered.errors import OperationTimeout, StorageUnavailable
+    from tiered.metadata.base import Put
+
+    wal = MemWal()
+    wal.append_n(20)
+    up = env.uploader(wal)
+    assert up.upload_once() == 19
+    wal.append_n(10)
+    real, calls, held = env.faulty_metadata.txn, [], []
+
+    def paused_member(compare, success, failure=()):  # type: ignore[no-untyped-def]
+        if not any(isinstance(op, Put) and "/objects/" in op.key for op in success) or len(calls) >= 2:
+            return real(compare, success, failure)
+        calls.append(success)
+        if len(calls) == 1:
+            held.append(lambda: real(compare, success, failure))
+            raise OperationTimeout("injected: the commit timed out; the member applies it later")
+        held.pop()()  # the first attempt lands now, late
+        if retry == "fails before it is applied":
+            raise StorageUnavailable("injected: the retry never reached the store")
+        real(compare, success, failure)  # applied late as well: its compare fails (the key exists)
+        raise OperationTimeout("injected: the retry timed out too")
+
+    monkeypatch.setattr(env.faulty_metadata, "txn", paused_member)
+    assert up.upload_once() == 29
+    assert up.failed is None and len(calls) == 2
+    assert_archive(env, wal.frames, 0, 29)

@@ -642,7 +642,7 @@ class BrokerHost:
     def _start_uploader(self, token: OwnerToken, wal: Wal, plan: RestorePlan) -> Uploader:
         uploader = Uploader(token.topic, wal, self.metadata, self.objects, broker_id=self.broker_id,
                             fencing=token.fencing, config=self.config.uploader,
-                            committed_through=plan.committed_through,
+                            committed_through=plan.committed_through, chain_checked=True,
                             metrics=UploaderMetrics.create(self.metrics_registry))
         uploader.start(self.uploader_pool)
         return uploader
