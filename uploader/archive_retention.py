@@ -200,6 +200,12 @@ class ArchiveRetention:
             # Written by an owner epoch that never was (epochs only grow, and this owner's
             # is the newest): a damaged or misplaced record is not a cut to finish or build
             # on (atk29 F2). Nothing deleted; readers still honour it until it is repaired.
+            # Unless this owner is the stale one: a newer owner wrote it (OwnershipLost).
+            for compare in self.fencing:
+                if not compare.holds(self.metadata.get(compare.key)):
+                    self.metrics.retention_refused.labels("fenced").inc()
+                    raise OwnershipLost(str(self.topic), f"archive start record of epoch {record.epoch} "
+                                        f"(fencing compare on {compare.key} failed)")
             return self._refuse(result, "broken_chain", f"the archive start record names epoch {record.epoch} of "
                                 f"{record.broker_id}, above this owner's epoch {self.epoch}: it is damaged; "
                                 "nothing deleted")
