@@ -1047,9 +1047,11 @@ def _deleted_meanwhile(metadata: MetadataStore, topic: TopicName) -> TopicDelete
 
 
 def _carry_ack(hosted: HostedTopic, name: str, cursor: int) -> None:
-    """Acknowledge ``cursor`` on ``hosted``'s subscription ``name`` and write it now."""
+    """Acknowledge ``cursor`` on ``hosted``'s subscription ``name`` and write it now. An
+    ack past what the new copy holds (an offset the failed round took but never made
+    durable: no reader served it) is carried up to the copy's last offset."""
     sub = hosted.subscriptions.subscribe(name)
-    if sub.ack(cursor):
+    if sub.ack(min(cursor, hosted.next_offset - 1)):
         sub.flush()
 
 
