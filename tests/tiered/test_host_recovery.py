@@ -478,3 +478,60 @@ def test_a_close_whose_final_cursor_flush_fails_still_writes_the_acks(local_clus
     assert calls[:1] == [14]
     again = local_cluster.broker("A").load(TOPIC)
     assert again.subscribe("s").cursor == 14, "acknowledged 5-14 would be delivered again"
+
+
+def test_an_archived_wait_never_follows_a_copy_of_a_later_history(local_cluster: Cluster, monkeypatch) -> None:
+    """A producer waits for ``archived`` on A's copy; A's uploads fail. B takes the topic
+    by force (numbering its own messages from the same offset), A abandons its copy, B
+    unloads, A loads the topic again. The waiting producer must not be answered by that
+    new copy: it holds B's messages at those offsets, not the producer's (atk32 F1: it was
+    told ``archived`` for a message in no object). Only a reopen of the same WAL files is
+    followed."""
+    from tiered.lifecycle.hosted import HostedTopic
+    from tiered.objects.testing.faults import FaultyObjectStore
+
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    faulty = FaultyObjectStore(a.objects)
+    a.objects = faulty  # A's uploads go through it (set before the load)
+    on_a = a.load(TOPIC)
+    for i in range(8):
+        on_a.produce(b"a%d" % i, ack="archived", timeout_s=30)
+    faulty.faults.fail("put")  # every upload of A's fails from now on
+    resume, entered = threading.Event(), threading.Event()
+    real = HostedTopic._reopened_copy
+
+    def held(self, offset, stopped):  # type: ignore[no-untyped-def]
+        entered.set()
+        assert resume.wait(60)  # the producer's thread is not scheduled for a while
+        return real(self, offset, stopped)
+
+    monkeypatch.setattr(HostedTopic, "_reopened_copy", held)
+    result: dict[str, object] = {}
+
+    def produce() -> None:
+        try:
+            result["offset"] = on_a.produce(b"MUST-BE-ARCHIVED", ack="archived", timeout_s=60)
+        except Exception as e:  # noqa: BLE001 - the outcome is what the test checks
+            result["error"] = e
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    deadline = time.monotonic() + 60
+    while on_a.wal.next_offset < 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    on_b = b.load(TOPIC, force=True)
+    assert on_b.next_offset == 8
+    for i in range(5):
+        on_b.produce(b"b%d" % i, ack="archived", timeout_s=30)
+    on_a.check_ownership()
+    a.abandon(TOPIC)
+    assert entered.wait(60)
+    b.unload(TOPIC)
+    faulty.faults.clear()
+    again = a.load(TOPIC)
+    assert again.produce(b"a-new") == 13  # its durable tip passes the waiting producer's offset
+    resume.set()
+    producer.join(60)
+    assert "offset" not in result, f"told archived at {result.get('offset')}, which holds B's message"
+    assert isinstance(result["error"], TopicUnloading), result
+    assert again.next_offset == 14

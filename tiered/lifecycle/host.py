@@ -795,6 +795,8 @@ class BrokerHost:
         # (atk30 F1b). Should this fail too, they stay in its memory and its flusher retries.
         for name, cursor in old.subscriptions.unwritten_cursors().items():
             quietly(functools.partial(_carry_ack, hosted, name, cursor))
+        if hosted.report.recovered_local_wal:
+            old.reopened_as = hosted  # the same WAL files, so the same offsets
         with self._lock:
             self._topics[topic] = hosted
         # Now: its producers waiting for ``archived`` find the new copy and wait on it

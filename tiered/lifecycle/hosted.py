@@ -109,6 +109,9 @@ class HostedTopic:
         self.report = report
         self.state = TopicState.OPEN
         self.last_committed_offset: int | None = None
+        #: The copy the host reopened from this copy's own WAL files after its WAL failed
+        #: on its own (same files, same offsets): where ``archived`` waits move to.
+        self.reopened_as: HostedTopic | None = None
         self._append_lock = threading.Lock()
         self._readers: "weakref.WeakSet[TieredReader]" = weakref.WeakSet()
         #: Bytes served and client connections, for the broker's load report.
@@ -237,11 +240,13 @@ class HostedTopic:
         (reading it back first tells). Anything else: the uploader's own error."""
         if self.state is not TopicState.CLOSED:
             raise stopped
-        try:
-            current = self.host.topic(self.topic)
-        except Exception:  # noqa: BLE001 - not hosted here any more
-            current = None
-        if current is not None and current is not self and current.state is TopicState.OPEN:
+        # Only the copy the host reopened from this copy's own WAL files (followed through
+        # later reopens) holds the same offsets; any other copy hosted here now may number
+        # them after a history that replaced them (a move or failover and back meanwhile).
+        current = self.reopened_as
+        while current is not None and current.reopened_as is not None:
+            current = current.reopened_as
+        if current is not None and current.state is TopicState.OPEN:
             durable = current.wal.durable_offset
             if durable is not None and durable >= offset:
                 current.uploader.request_upload()
