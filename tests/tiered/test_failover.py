@@ -765,3 +765,43 @@ def test_a_takeover_never_replaces_the_exact_record_a_returning_owner_wrote_mean
     [record] = keys.read_lost_ranges(local_cluster.metadata, T)
     assert (record.start_offset, record.end_offset, record.broker_id, record.exact) == (5, 11, "A", True)
     assert record.quarantine_path is not None and os.path.isdir(record.quarantine_path)
+
+
+def test_an_empty_stale_wal_retired_at_load_never_stands_for_the_newer_history(local_cluster: Cluster,
+                                                                               monkeypatch) -> None:
+    """A's load on disk X died after creating its (empty) WAL and marker. A then ran the
+    topic on disk Y again: it archived 2-3, acknowledged 4-6 durable (tip published) and
+    died. Back on disk X, the empty WAL there is stale and retired; the load must still
+    record Y's tail 4-6 as lost. (Fuzzing found the retire reported the epoch that last
+    archived, Y's, as the retired WAL's, so the load took Y's history as accounted for:
+    "at least 0", no record.)"""
+
+    class PowerLost(BaseException):
+        pass
+
+    def power_loss(*_args: object, **_kwargs: object) -> NoReturn:
+        raise PowerLost()
+
+    on_y = _a_on(local_cluster, "disk-y")
+    produce_range(on_y.load(TOPIC), 0, 1, ack="archived")
+    _die(on_y)
+    on_x = _a_on(local_cluster, "disk-x")
+    with monkeypatch.context() as patch:
+        patch.setattr(on_x, "_mark_open", power_loss)
+        patch.setattr(on_x, "_after_failed_load", lambda *_args: None)  # a dead process does nothing more
+        with pytest.raises(PowerLost):
+            on_x.load(TOPIC)
+    on_x.close(unload=False)
+    on_y = _a_on(local_cluster, "disk-y")
+    hosted = on_y.load(TOPIC)
+    assert hosted.next_offset == 2
+    produce_range(hosted, 2, 3, ack="archived")
+    produce_range(hosted, 4, 6)  # durable only
+    hosted.publish_progress()
+    y_epoch = hosted.token.epoch
+    _die(on_y)
+    back = _a_on(local_cluster, "disk-x").load(TOPIC)
+    assert not back.report.recovered_local_wal
+    assert back.next_offset == 4 and back.report.unarchived_at_least == 3, back.report
+    assert [(r.start_offset, r.end_offset, r.epoch) for r in keys.read_lost_ranges(local_cluster.metadata, T)
+            if r.epoch == y_epoch] == [(4, 6, y_epoch)]

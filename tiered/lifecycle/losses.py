@@ -44,6 +44,10 @@ class RetiredWal:
     #: It was the history of the owner record this load took over (not an older WAL of
     #: this broker whose history had already been taken over and recorded).
     current: bool = False
+    #: The epoch its ``.owner`` marker names (the epoch whose load opened it; None:
+    #: unreadable or absent). ``epoch`` is the history its record names, which for a WAL
+    #: no takeover record names may come from elsewhere.
+    marker_epoch: int | None = None
 
 
 class LossRecords:
@@ -169,7 +173,7 @@ class LossRecords:
             wanted.append(missing)
         if (not recovered and not plan.is_sealed and previous is not None
                 and previous.holder == token.broker_id
-                and not (retired is not None and (retired.epoch == previous.epoch or retired.current))):
+                and not (retired is not None and (retired.current or retired.marker_epoch == previous.epoch))):
             wanted.append((previous.broker_id, previous.epoch))
         if not wanted:
             return []

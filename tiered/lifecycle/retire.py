@@ -155,7 +155,11 @@ class StaleWals:
             elif record is not None:
                 start, epoch = record.start_offset, record.epoch
             else:
-                start, epoch = self.losses.first_unarchived_by_us(topic, first)
+                start, archived_epoch = self.losses.first_unarchived_by_us(topic, first)
+                # The history this WAL is: the epoch that opened it when its marker says so
+                # (the newest epoch that archived anything may be a later history of this
+                # broker on another disk, whose own loss must stay its own: fuzz seed 4034).
+                epoch = wal_epoch if wal_epoch is not None else archived_epoch
         lost_start = max(start, first)
         if tip is None or tip < lost_start:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
@@ -164,7 +168,7 @@ class StaleWals:
             self.delete(topic)
             log.info("topic %s: deleted stale local WAL %d..%s: every offset it held is archived",
                      topic, first, tip)
-            retired = RetiredWal(topic, first, tip, None, None, epoch, None)
+            retired = RetiredWal(topic, first, tip, None, None, epoch, None, marker_epoch=wal_epoch)
         else:
             leaf = f"{epoch:0{keys.OFFSET_DIGITS}d}"
             qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
@@ -178,7 +182,7 @@ class StaleWals:
                         "here but never archived, and the topic's numbering restarted at %d, so they are lost "
                         "(recorded at %s)", topic, epoch, qpath, lost_start, tip, start,
                         keys.lost_key(topic, start, epoch))
-            retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath)
+            retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath, marker_epoch=wal_epoch)
         self.retired.append(retired)
         return retired
 
