@@ -143,6 +143,27 @@ def test_restore_of_a_topic_owned_elsewhere_refuses_and_changes_nothing(tmp_path
     assert not os.path.exists(tmp_path / "broker-2" / "wal" / "default" / "reliable_topic")
 
 
+def test_a_wrong_data_dir_refuses_and_never_records_the_owners_tail_lost(tmp_path):
+    """Broker 1 acknowledged 3-4 durable only, in its data dir. A read-only command under
+    the same broker id with another data dir (a typo) must refuse, writing nothing: a load
+    there would record 3-4 lost and number after the archive, and the right dir's WAL would
+    then be quarantined (atk33 F01). Accepting that loss is an explicit restore --takeover."""
+    right = broker(tmp_path, "1")
+    dnb(*right, "produce", TOPIC, "--count", "3")
+    dnb(*right, "upload", TOPIC)
+    dnb(*right, "produce", TOPIC, "--count", "2")  # 3-4 never archived
+    typo = [*stores(tmp_path), "--broker-id", "1", "--data-dir", str(tmp_path / "broker-1-typo")]
+    before = _state(tmp_path)
+    for command in (("consume", TOPIC, "--subscription", "s", "--from", "earliest"),
+                    ("produce", TOPIC, "--count", "1"), ("upload", TOPIC), ("restore", TOPIC)):
+        run = dnb(*typo, *command)
+        assert run.rc == 3, (command, run.err)
+        assert "no WAL of it" in run.err and "--takeover" in run.err
+    assert _state(tmp_path) == before
+    run = dnb(*right, "--json", "consume", TOPIC, "--subscription", "s", "--from", "earliest")
+    assert [m["offset"] for m in run.json()["messages"]] == [0, 1, 2, 3, 4]
+
+
 def test_restore_takeover_is_the_failover_path(tmp_path):
     dnb(*broker(tmp_path, "1"), "produce", TOPIC, "--count", "3")
     dnb(*broker(tmp_path, "1"), "upload", TOPIC)

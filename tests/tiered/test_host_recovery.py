@@ -23,6 +23,8 @@ from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
     Cluster,
     close_while_loading,
     local_cluster,
+    local_stores,
+    produce_range,
     read_all,
 )
 from tiered.lifecycle import BrokerHost, LoadError, TopicUnloading
@@ -535,3 +537,23 @@ def test_an_archived_wait_never_follows_a_copy_of_a_later_history(local_cluster:
     assert "offset" not in result, f"told archived at {result.get('offset')}, which holds B's message"
     assert isinstance(result["error"], TopicUnloading), result
     assert again.next_offset == 14
+
+
+def test_a_broker_started_against_a_store_that_does_not_know_a_topic_leaves_its_wal_alone(
+        local_cluster: Cluster, tmp_path) -> None:
+    """A's WAL holds 0-4 durable only. Started by mistake against another (empty) metadata
+    store, the broker must not take that WAL for stale: no record there says so, and
+    quarantining it would record its messages lost and take them out of service (atk33).
+    Back on the right store, the load recovers all of it."""
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 4)
+    a.close(unload=False)
+    other_metadata, other_objects = local_stores(str(tmp_path / "other"))
+    wrong = BrokerHost("A", local_cluster.wal_root("A"), other_metadata, other_objects, local_cluster.config)
+    try:
+        assert wrong.retired == []
+    finally:
+        wrong.close()
+        other_metadata.close()
+    again = local_cluster.broker("A").load(TOPIC)
+    assert again.report.recovered_local_wal and again.next_offset == 5

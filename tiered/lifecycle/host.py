@@ -600,10 +600,20 @@ class BrokerHost:
                         owner, _kv = read_owner(self.metadata, topic)
                         if owner is not None and owner.holder == self.broker_id:
                             continue  # still ours (this broker crashed): load recovers it
+                        if owner is None and keys.read_tombstone(self.metadata, topic)[0] is None:
+                            # This metadata store never knew the topic (no owner record, no
+                            # tombstone): nothing says the WAL is stale. Most likely the broker
+                            # was started against the wrong store; quarantining would record
+                            # its messages lost there and take them out of service here.
+                            log.warning("topic %s: local WAL %s left in place: the metadata store has no "
+                                        "record of this topic (is it the right store?)", topic,
+                                        self.root.path(topic))
+                            continue
                         done.append(self.stale.retire(topic))
                     except Exception as e:  # noqa: BLE001 - one bad topic must not stop the broker
+                        # The traceback only at DEBUG: the cause is in the message.
                         log.error("topic %s: retiring the stale local WAL failed, kept in place: %s: %s",
-                                  topic, type(e).__name__, e, exc_info=e)
+                                  topic, type(e).__name__, e, exc_info=e if log.isEnabledFor(logging.DEBUG) else None)
         return done
 
     def _missing_history(self, token: OwnerToken, recovered: bool,
