@@ -329,3 +329,21 @@ def test_consume_below_the_archive_start_names_the_first_retained_offset(tmp_pat
     got = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s2").json()["messages"]
     assert [m["offset"] for m in got] == [2, 3]
     assert dnb(*a, "--json", "inspect", TOPIC).json()["archive_start"] == 2
+
+
+def test_a_malformed_record_found_during_a_load_exits_data_not_internal(tmp_path):
+    """A damaged cursor record fails the load (LoadError wrapping MalformedRecord): that is
+    damaged data (exit 5), not an internal error (70) (atk33 F03)."""
+    from tiered.metadata import keys, open_metadata
+
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "3")
+    dnb(*a, "consume", TOPIC, "--subscription", "s", "--from", "earliest", "--ack")
+    metadata = open_metadata(f"sqlite:///{tmp_path}/shared.db".replace("////", "///"))
+    try:
+        metadata.put(keys.cursor_key(TOPIC, "s"), b'{"last_acked_offset": "1"}')
+    finally:
+        metadata.close()
+    for command in (("consume", TOPIC, "--subscription", "s"), ("produce", TOPIC, "--count", "1")):
+        run = dnb(*a, "--json", *command)
+        assert run.rc == 5 and run.json()["error"]["code"] == "data", (command, run.out)

@@ -248,6 +248,13 @@ def classify(error: BaseException) -> tuple[int, str]:
         return EXIT_DATA, f"data error ({name}): {message}"
     if isinstance(error, StorageUnavailable):
         return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
+    # A lifecycle step wraps what failed it (LoadError from a MalformedRecord, ...): the
+    # cause says what kind of failure it is.
+    data = _cause(error, (*_data_errors(), ObjectNotFound))
+    if data is not None:
+        return EXIT_DATA, f"data error ({type(data).__name__}): {message}"
+    if _cause(error, (StorageUnavailable,)) is not None:
+        return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
     local = _os_cause(error)
     if local is not None:
         # A local file-system problem (disk full, permissions, a directory where a file
@@ -281,6 +288,16 @@ def _data_errors() -> tuple[type[BaseException], ...]:
 
     return (CorruptArchive, DataGap, CodecError, CorruptLog, LocalWalUnreadable, BrokenChain, RestoreMismatch,
             MalformedRecord)
+
+
+def _cause(error: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of ``kinds`` in ``error``'s explicit cause chain (``raise ... from``)."""
+    cause, seen = error.__cause__, 0
+    while cause is not None and seen < 16:
+        if isinstance(cause, kinds):
+            return cause
+        cause, seen = cause.__cause__, seen + 1
+    return None
 
 
 def _os_cause(error: BaseException) -> OSError | None:
