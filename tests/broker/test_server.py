@@ -277,3 +277,31 @@ def test_healthz_turns_503_once_the_wal_roots_commit_group_failed(local_cluster:
     a.root.group.fail(OSError(errno.EIO, "a segment sync failed at a checkpoint (injected)"))
     status, body = _run(a, scenario)
     assert status == 503 and body["ok"] is False and "restart the broker" in body["error"]
+
+
+def test_damaged_records_behind_a_request_are_typed_server_errors_not_bare_500s(local_cluster: Cluster) -> None:
+    """A malformed loss record met by a read or ack carrying ``epoch`` (every client sends
+    it) and a malformed cursor: the answer is a JSON error naming MalformedRecord with a
+    5xx (the server's data is damaged), never a plain-text 500 or a 400 that blames the
+    client's subscription name (atk33 F04)."""
+    from tiered.metadata import keys
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    hosted.produce(b"m0")
+    hosted.produce(b"m1")
+    local_cluster.metadata.put(keys.lost_key(TOPIC, 1, 0), b"not json")
+    local_cluster.metadata.put(keys.cursor_key(TOPIC, "s"), b'{"last_acked_offset": "1"}')
+
+    async def scenario(client):
+        answers = []
+        for response in (await client.get(PATH, params={"from": "1", "epoch": "0"}),
+                         await client.post("/topics/default/reliable_topic/subscriptions/s/ack",
+                                           json={"offset": 1, "epoch": 0}),
+                         await client.post("/topics/default/reliable_topic/subscriptions/s/ack",
+                                           json={"offset": 1})):  # the cursor's own record
+            answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
+        return answers
+
+    for status, content_type, kind in _run(a, scenario):
+        assert status == 500 and content_type == "application/json" and kind == "MalformedRecord"

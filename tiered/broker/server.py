@@ -47,10 +47,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
-from tiered.errors import TopicDeleted, TopicNotFound
+from tiered.errors import MalformedRecord, StorageUnavailable, TopicDeleted, TopicNotFound
 from tiered.lifecycle.delete import check_not_deleted, topic_exists
 from tiered.metadata import keys
-from tiered.read.errors import InvalidAck, ReadError, TopicMoved, UnknownOffset
+from tiered.read.errors import CorruptArchive, InvalidAck, ReadError, TopicMoved, UnknownOffset
 from wal.errors import OffsetBelowRetention
 from wal.errors import InvalidTopicName, MessageTooLarge, OffsetOverflow
 from wal.topics import TopicName
@@ -94,7 +94,7 @@ class BrokerServer:
         self._reads.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_typed_errors])
         app.add_routes([
             web.post("/topics/{ns}/{name}/messages", self.produce),
             web.get("/topics/{ns}/{name}/messages", self.read),
@@ -396,9 +396,30 @@ def _b64(value: Any, name: str) -> bytes:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"{name} is not base64") from e
 
 
+@web.middleware
+async def _typed_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Whatever a route did not answer itself still gets a JSON error body naming its type:
+    damaged stored data (a malformed record, a corrupt archive) is the server's 500, a
+    store that is down a 503; anything else a 500 whose trace goes to the log only."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except (MalformedRecord, CorruptArchive) as e:
+        log.error("%s %s: damaged stored data: %s", request.method, request.path, e)
+        raise _error(web.HTTPInternalServerError, type(e).__name__, str(e)) from e
+    except StorageUnavailable as e:
+        raise _unavailable(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - typed for the client, traced in the log
+        log.exception("%s %s failed", request.method, request.path)
+        raise _error(web.HTTPInternalServerError, type(e).__name__, str(e) or type(e).__name__) from e
+
+
 async def _subscribe(hosted: HostedTopic, name: str) -> Any:
     try:
         return await hosted.subscribe_async(name, "earliest")
+    except MalformedRecord:
+        raise  # the stored cursor is damaged: the server's fault, not the name (_typed_errors)
     except ValueError as e:  # the name is not a valid key segment
         raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
     except ReadError as e:  # fenced or closed since the owner check: the topic is leaving
