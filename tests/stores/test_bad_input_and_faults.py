@@ -259,3 +259,22 @@ def test_object_faults_fail_every_call_and_tear(tmp_path) -> None:
     store.faults.clear()
     with pytest.raises(ObjectNotFound):
         store.get("t/missing")
+
+
+def test_a_record_its_reader_would_refuse_is_never_written() -> None:
+    """Writers hold records to the readers' checks: an epoch or offset past 2**63 - 1, or a
+    time that is NaN, raises before a byte is written, instead of leaving a record every
+    later reader refuses as malformed (atk33 F02, F09)."""
+    import math
+
+    from tiered.metadata.keys import Ownership, lost_key
+
+    with pytest.raises(ValueError, match="epoch"):
+        Ownership("b1", 2**63, 1.0).to_json()
+    with pytest.raises(ValueError, match="created_at"):
+        ObjectDescriptor(0, 9, "abc", 10, "etag", math.nan, "b1", 1, 0, "00000000").to_json()
+    with pytest.raises(ValueError, match="offset"):
+        lost_key("/ns/t", 2**63, 1)
+    with pytest.raises(MalformedRecord):
+        ObjectDescriptor.from_json(descriptor_key("/ns/t", 0), GOOD.to_json().replace(b'"created_at":1.0',
+                                                                                      b'"created_at":NaN'))

@@ -43,6 +43,7 @@ unknown fields are ignored so newer writers stay readable.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -75,8 +76,8 @@ def _segment(kind: str, value: str) -> str:
 
 
 def _offset(offset: int) -> str:
-    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 10**OFFSET_DIGITS:
-        raise ValueError(f"offset must be an int in [0, 10**{OFFSET_DIGITS}), got {offset!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
+        raise ValueError(f"offset must be an int in [0, {MAX_OFFSET}], got {offset!r}")
     return f"{offset:0{OFFSET_DIGITS}d}"
 
 
@@ -271,8 +272,10 @@ _CHECKS: dict[str, Callable[[object], bool]] = {
     "str": lambda v: isinstance(v, str),
     "str|None": lambda v: v is None or isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
-    "number": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)),
-    "number|None": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+    # Finite only: NaN or an infinity is no time (and no JSON a strict reader takes).
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "number|None": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           and math.isfinite(v)),
 }
 
 
@@ -300,10 +303,19 @@ class _Record:
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset()
 
     def to_json(self) -> bytes:
+        """The record's bytes; ValueError (nothing written) for a record its own reader
+        would refuse as malformed: the same type checks and bounds as ``from_json``."""
+        values = asdict(self)  # type: ignore[call-overload]
+        for name, value in values.items():
+            if value is None and name in self._OPTIONAL:
+                continue
+            if not _CHECKS[self._TYPES[name]](value):
+                raise ValueError(f"refusing to write invalid {type(self).__name__}: field {name!r} should be "
+                                 f"{self._TYPES[name]}, got {value!r}")
         problem = self._problem()
         if problem:
             raise ValueError(f"refusing to write invalid {type(self).__name__}: {problem}")
-        return encode_json(asdict(self))  # type: ignore[call-overload]
+        return encode_json(values)
 
     @classmethod
     def from_json(cls: type[R], key: str, raw: bytes) -> R:
