@@ -347,3 +347,19 @@ def test_a_malformed_record_found_during_a_load_exits_data_not_internal(tmp_path
     for command in (("consume", TOPIC, "--subscription", "s"), ("produce", TOPIC, "--count", "1")):
         run = dnb(*a, "--json", *command)
         assert run.rc == 5 and run.json()["error"]["code"] == "data", (command, run.out)
+
+
+@pytest.mark.parametrize("command", [
+    ("produce", TOPIC, "--count", "1", "--size", "999999999999"),
+    ("consume", TOPIC, "--subscription", "s", "--follow", "--idle-timeout-s", "nan"),
+    ("consume", TOPIC, "--subscription", "s", "--follow", "--idle-timeout-s", "-1"),
+    ("cluster", "assign", TOPIC, "--to", "../x"),
+])
+def test_out_of_range_options_are_usage_errors_before_anything_happens(tmp_path, command):
+    """An option no command can honour is refused as bad usage (exit 2) before any work:
+    a --size past the largest message allocated it first (MemoryError, exit 70), a NaN
+    idle timeout never expired, a broker id that is no id was stored (atk33 F06)."""
+    run = dnb(*broker(tmp_path, "1"), *command)
+    assert run.rc == 2, (command, run.out, run.err)
+    assert "Traceback" not in run.err
+    assert dnb(*broker(tmp_path, "1"), "--json", "topic", "list").json() == {"topics": []}

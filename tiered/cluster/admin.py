@@ -38,6 +38,8 @@ class RequestRefused(ClusterError):
 def request_topic(metadata: MetadataStore, topic: str, to_broker: str | None = None) -> bool:
     """Ask the leader to place ``topic``; False if it is already placed or requested."""
     name = TopicName.parse(topic)
+    if to_broker is not None:
+        keys.broker_assignments_prefix(to_broker)  # validates the id (ValueError: nothing written)
     marker = keys.Unassigned("new", None, to_broker)
     placement = records.placement_key(name)
     result = metadata.txn([absent(keys.unassigned_key(name)), absent(placement)],
@@ -48,6 +50,8 @@ def request_topic(metadata: MetadataStore, topic: str, to_broker: str | None = N
 def request_move(metadata: MetadataStore, topic: str, to_broker: str | None) -> dict[str, Any]:
     """Ask the leader to move an owned topic (to ``to_broker`` or wherever it picks)."""
     name = TopicName.parse(topic)
+    if to_broker is not None:
+        keys.broker_assignments_prefix(to_broker)  # validates the id (ValueError: nothing written)
     kv = metadata.get(records.placement_key(name))
     if kv is None:
         raise RequestRefused(f"topic {name} has no placement record (not managed by the load manager)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import enum
 import logging
+import math
 import sys
 from typing import Any
 
@@ -70,6 +71,21 @@ class Count(click.ParamType):
         return number
 
 
+class Seconds(click.ParamType):
+    """A finite, non-negative number of seconds (``nan`` would never expire, ``inf`` never end)."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value} is not a finite, non-negative number of seconds", param, ctx)
+        return number
+
+
 TOPIC = TopicName()
 topic_argument = click.argument("topic", type=TOPIC)
 broker_url_option = click.option(
@@ -112,6 +128,11 @@ def produce(inv: Invocation, topic: str, count: int | None, size: int | None, ke
     from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
 
     settings = inv.settings()
+    largest = settings.config.wal.max_message_bytes
+    if size is not None and size > largest:
+        # Refused before a payload is made (a huge --size would allocate it first).
+        raise click.BadParameter(f"{size} is larger than a message may be (wal.max_message_bytes = {largest})",
+                                 param_hint="--size")
     payloads = ops.generated_payloads(count, size) if count is not None else ops.stdin_payloads(sys.stdin)
     payloads = inv.out.progress(payloads, count, "produce")
     key_bytes = key.encode() if key is not None else None
@@ -141,7 +162,8 @@ def upload(inv: Invocation, topic: str) -> None:
 @click.option("--max", "max_messages", type=Count(), default=None, help="stop after N messages")
 @click.option("--ack", is_flag=True, help="acknowledge what was read and flush the cursor")
 @click.option("--follow", is_flag=True, help="keep waiting for new messages (Ctrl-C stops)")
-@click.option("--idle-timeout-s", type=float, default=None, help="with --follow, stop after this long without a message")
+@click.option("--idle-timeout-s", type=Seconds(), default=None,
+              help="with --follow, stop after this long without a message")
 @broker_url_option
 @pass_invocation
 def consume(inv: Invocation, topic: str, subscription: str, start: str | None, max_messages: int | None, ack: bool,
