@@ -278,3 +278,18 @@ def test_a_record_its_reader_would_refuse_is_never_written() -> None:
     with pytest.raises(MalformedRecord):
         ObjectDescriptor.from_json(descriptor_key("/ns/t", 0), GOOD.to_json().replace(b'"created_at":1.0',
                                                                                       b'"created_at":NaN'))
+
+
+def test_a_fifo_where_an_object_belongs_is_refused_not_waited_on(tmp_path) -> None:
+    """Opening a FIFO blocks until a writer comes: a reader of the local object store must
+    get a typed error at once instead (atk33 F07)."""
+    from tiered.errors import ObjectNotFound
+
+    store = LocalObjectStore(str(tmp_path / "objects"))
+    store.put("ns/t/data-0-0-e1.dnb1", b"x")
+    path = tmp_path / "objects" / "ns" / "t" / "data-0-0-e1.dnb1"
+    os.unlink(path)
+    os.mkfifo(path)
+    for read in (lambda: store.get("ns/t/data-0-0-e1.dnb1"), lambda: store.get_tail("ns/t/data-0-0-e1.dnb1", 4)):
+        with pytest.raises(ObjectNotFound, match="not a regular file"):
+            read()

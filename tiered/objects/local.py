@@ -15,8 +15,10 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO
 
 from tiered.errors import (
     InvalidKey,
@@ -160,7 +162,7 @@ class LocalObjectStore(ObjectStore):
     # -- reads -------------------------------------------------------------
     def get(self, key: str) -> bytes:
         path = self._path(key)
-        with _mapped(key), open(path, "rb") as f:
+        with _mapped(key), _open_regular(path, key) as f:
             return f.read()
 
     def get_range(self, key: str, byte_range: ByteRequest) -> bytes:
@@ -169,7 +171,7 @@ class LocalObjectStore(ObjectStore):
             return self.get_tail(key, byte_range.suffix)[0]
         start = byte_range.start
         path = self._path(key)
-        with _mapped(key), open(path, "rb") as f:
+        with _mapped(key), _open_regular(path, key) as f:
             size = os.fstat(f.fileno()).st_size
             if start >= size:
                 raise InvalidRange(f"range start {start} is past the end of {key!r} ({size} bytes)")
@@ -180,7 +182,7 @@ class LocalObjectStore(ObjectStore):
         if length < 0:
             raise ValueError(f"suffix length must be >= 0, got {length}")
         path = self._path(key)
-        with _mapped(key), open(path, "rb") as f:
+        with _mapped(key), _open_regular(path, key) as f:
             size = os.fstat(f.fileno()).st_size
             if length == 0:
                 return b"", size
@@ -230,6 +232,19 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _open_regular(path: str, key: str) -> BinaryIO:
+    """``path`` opened for reading, refused unless it is a regular file: opening a FIFO (or
+    a device) put where an object belongs would block a reader forever, not fail it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ObjectNotFound(f"object {key!r} is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @contextlib.contextmanager
