@@ -196,3 +196,21 @@ def archive(b: Backends, start: int, end: int, *, broker_id: str = "broker-a", e
         broker_id=broker_id, epoch=epoch, **digest._asdict())
     b.metadata.put(keys.descriptor_key(topic, start), descriptor.to_json())
     return key, data
+
+
+def cursor_write_fails_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The next cursor write of any subscription manager fails (a metadata timeout); later
+    ones work. Returns the cursors each write attempt carried, in order."""
+    from tiered.read.errors import CursorWriteFailed
+    from tiered.read.subscriptions import SubscriptionManager
+
+    real, calls = SubscriptionManager._write_cursor, []
+
+    def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
+        calls.append(cursor)
+        if len(calls) == 1:
+            raise CursorWriteFailed("injected: a metadata timeout")
+        return real(self, which, cursor)
+
+    monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
+    return calls

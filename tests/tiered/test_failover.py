@@ -89,6 +89,17 @@ def _a_on(cluster: Cluster, disk: str, fs: FaultFs | None = None) -> BrokerHost:
     return host
 
 
+def _a_acks_a_tail_on_disk_y(cluster: Cluster, start: int, end: int) -> HostedTopic:
+    """A loads the topic on disk Y, acknowledges ``start``-``end`` durable only, publishes
+    that tip and dies (its copy returned, for what the load reported)."""
+    on_y = _a_on(cluster, "disk-y")
+    hosted = on_y.load(TOPIC)
+    produce_range(hosted, start, end)  # durable only
+    hosted.publish_progress()
+    _die(on_y)
+    return hosted
+
+
 def _lease_lapses(host: BrokerHost) -> None:
     """The broker process is paused past its session lease: its keep-alive stops (it revokes
     nothing itself) and the server drops the lease, so the broker id is free to start again."""
@@ -430,11 +441,7 @@ def test_a_wal_left_by_a_released_failed_load_is_not_taken_for_a_later_history(l
         with pytest.raises(Exception):  # noqa: B017 - released: sealed, nothing local
             on_x.load(TOPIC)
     on_x.close()
-    on_y = _a_on(local_cluster, "disk-y")
-    hosted = on_y.load(TOPIC)
-    produce_range(hosted, 5, 9)  # durable only
-    hosted.publish_progress()
-    _die(on_y)
+    _a_acks_a_tail_on_disk_y(local_cluster, 5, 9)
     back = _a_on(local_cluster, "disk-x").load(TOPIC)
     assert not back.report.recovered_local_wal
     assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
@@ -505,11 +512,7 @@ def test_a_load_killed_before_its_wal_marker_leaves_no_history_on_that_disk(loca
     with pytest.raises(PowerLost):
         on_x.load(TOPIC)
     on_x.close(unload=False)
-    on_y = _a_on(local_cluster, "disk-y")
-    hosted = on_y.load(TOPIC)
-    produce_range(hosted, 5, 9)  # durable only
-    hosted.publish_progress()
-    _die(on_y)
+    _a_acks_a_tail_on_disk_y(local_cluster, 5, 9)
     back = _a_on(local_cluster, "disk-x", images[0]).load(TOPIC)
     assert not back.report.recovered_local_wal
     assert back.next_offset == 5 and back.report.unarchived_at_least == 5, back.report
@@ -698,11 +701,7 @@ def _a_leaves_an_empty_wal_on_disk_x_then_loses_a_tail_elsewhere(cluster: Cluste
             with pytest.raises(Exception):  # noqa: B017 - the injected failure
                 on_x.load(TOPIC)
         on_x.close(unload=False)
-    on_y = _a_on(cluster, "disk-y")
-    hosted = on_y.load(TOPIC)
-    produce_range(hosted, 0, 2)  # durable only
-    hosted.publish_progress()
-    _die(on_y)
+    _a_acks_a_tail_on_disk_y(cluster, 0, 2)
     if left_on_x != "no marker":
         on_x = _a_on(cluster, "disk-x")
         with monkeypatch.context() as patch:

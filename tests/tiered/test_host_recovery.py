@@ -27,6 +27,7 @@ from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
     produce_range,
     read_all,
 )
+from tests.tiered.helpers_read import cursor_write_fails_once
 from tiered.lifecycle import BrokerHost, LoadError, TopicUnloading
 from tiered.metadata import keys
 from tiered.lifecycle.hosted import TopicState
@@ -58,6 +59,25 @@ def _reopened(host: BrokerHost, hosted):  # type: ignore[no-untyped-def]
             return now[0]
         time.sleep(0.02)
     raise AssertionError(f"{TOPIC} was not reopened within 60 s")
+
+
+def _producing(hosted, payload: bytes, ack: str, appended_by: int):  # type: ignore[no-untyped-def]
+    """A producer thread sending ``payload`` (``ack``), once its append took the WAL's
+    next offset to ``appended_by``: (the thread, {"offset": ...} or {"error": ...})."""
+    result: dict[str, object] = {}
+
+    def produce() -> None:
+        try:
+            result["offset"] = hosted.produce(payload, ack=ack, timeout_s=60)
+        except Exception as e:  # noqa: BLE001 - the outcome is what the tests check
+            result["error"] = e
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    deadline = time.monotonic() + 60
+    while hosted.wal.next_offset < appended_by and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return producer, result
 
 
 def _payloads(hosted) -> list[bytes]:  # type: ignore[no-untyped-def]
@@ -188,18 +208,7 @@ def test_reopening_a_failed_wal_keeps_the_subscriptions_acks(local_cluster: Clus
     for offset in offsets[:4]:
         sub.ack(offset)
     if old_copys_flush == "fails once":
-        from tiered.read.errors import CursorWriteFailed
-        from tiered.read.subscriptions import SubscriptionManager
-
-        real, calls = SubscriptionManager._write_cursor, []
-
-        def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
-            calls.append(cursor)
-            if len(calls) == 1:
-                raise CursorWriteFailed("injected: a metadata timeout")
-            return real(self, which, cursor)
-
-        monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
+        cursor_write_fails_once(monkeypatch)
     _fail_wal_with_a_full_disk(fs, hosted)
     reopened = _reopened(host, hosted)
     assert reopened is not hosted
@@ -221,19 +230,7 @@ def test_an_abandon_publishes_the_tip_after_its_last_acknowledgement(local_clust
     for i in range(3):
         hosted.produce(b"m%d" % i)
     fs.hold_syncs()
-    result: dict[str, object] = {}
-
-    def produce() -> None:
-        try:
-            result["offset"] = hosted.produce(b"late", timeout_s=60)
-        except Exception as exc:  # noqa: BLE001 - not acknowledged: nothing to cover
-            result["error"] = exc
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    deadline = time.monotonic() + 60
-    while hosted.wal.next_offset < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    producer, result = _producing(hosted, b"late", "durable", appended_by=4)
     closing_wal = threading.Event()
     real_close = hosted.wal.close
 
@@ -450,8 +447,6 @@ def test_a_close_whose_final_cursor_flush_fails_still_writes_the_acks(local_clus
     write those acks (they were given), so the restart does not deliver 5-14 again
     (atk30 F1: the abandon's flush returned at once, the manager being stopped already)."""
     from tiered.lifecycle import seal as sealing
-    from tiered.read.errors import CursorWriteFailed
-    from tiered.read.subscriptions import SubscriptionManager
 
     host = local_cluster.broker("A")
     hosted = host.load(TOPIC)
@@ -460,21 +455,15 @@ def test_a_close_whose_final_cursor_flush_fails_still_writes_the_acks(local_clus
         hosted.produce(b"m%d" % i)
     sub.ack(4)
     sub.flush()
-    real_drain, real_write, calls = sealing.drain, SubscriptionManager._write_cursor, []
+    real_drain = sealing.drain
 
     def drain_then_ack(topic, config):  # type: ignore[no-untyped-def]
         last = real_drain(topic, config)
         assert topic.subscriptions.get("s").ack(14)  # still taken: the subscriptions close after the drain
         return last
 
-    def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
-        calls.append(cursor)
-        if len(calls) == 1:
-            raise CursorWriteFailed("injected: a metadata timeout")
-        return real_write(self, which, cursor)
-
     monkeypatch.setattr(sealing, "drain", drain_then_ack)
-    monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
+    calls = cursor_write_fails_once(monkeypatch)
     host.close()
     monkeypatch.undo()
     assert calls[:1] == [14]
@@ -508,19 +497,7 @@ def test_an_archived_wait_never_follows_a_copy_of_a_later_history(local_cluster:
         return real(self, offset, stopped)
 
     monkeypatch.setattr(HostedTopic, "_reopened_copy", held)
-    result: dict[str, object] = {}
-
-    def produce() -> None:
-        try:
-            result["offset"] = on_a.produce(b"MUST-BE-ARCHIVED", ack="archived", timeout_s=60)
-        except Exception as e:  # noqa: BLE001 - the outcome is what the test checks
-            result["error"] = e
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    deadline = time.monotonic() + 60
-    while on_a.wal.next_offset < 9 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    producer, result = _producing(on_a, b"MUST-BE-ARCHIVED", "archived", appended_by=9)
     on_b = b.load(TOPIC, force=True)
     assert on_b.next_offset == 8
     for i in range(5):

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.tiered.helpers_read import TOPIC, Backends, backends, wait_until  # noqa: F401 (fixture)
+from tests.tiered.helpers_read import TOPIC, Backends, backends, cursor_write_fails_once, wait_until  # noqa: F401 (fixture)
 from tiered.metadata import keys
 from tiered.metadata.base import value_is
 from tiered.read.errors import CursorFenced, InvalidAck, SubscriptionClosed
@@ -216,15 +216,7 @@ def test_closing_again_writes_the_acks_a_failed_final_flush_left(backends: Backe
     sub.ack(4)
     sub.flush()
     sub.ack(14)
-    real, calls = SubscriptionManager._write_cursor, []
-
-    def fails_once(self, which, cursor):  # type: ignore[no-untyped-def]
-        calls.append(cursor)
-        if len(calls) == 1:
-            raise CursorWriteFailed("injected: a metadata timeout")
-        return real(self, which, cursor)
-
-    monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
+    cursor_write_fails_once(monkeypatch)
     with pytest.raises(CursorWriteFailed):
         m.close(flush=True)
     assert m.unwritten_cursors() == {"s": 14}
