@@ -155,7 +155,8 @@ def test_a_wrong_data_dir_refuses_and_never_records_the_owners_tail_lost(tmp_pat
     typo = [*stores(tmp_path), "--broker-id", "1", "--data-dir", str(tmp_path / "broker-1-typo")]
     before = _state(tmp_path)
     for command in (("consume", TOPIC, "--subscription", "s", "--from", "earliest"),
-                    ("produce", TOPIC, "--count", "1"), ("upload", TOPIC), ("restore", TOPIC)):
+                    ("produce", TOPIC, "--count", "1"), ("upload", TOPIC), ("restore", TOPIC),
+                    ("seal", TOPIC), ("topic", "create", TOPIC)):
         run = dnb(*typo, *command)
         assert run.rc == 3, (command, run.err)
         assert "no WAL of it" in run.err and "--takeover" in run.err

@@ -534,3 +534,46 @@ def test_a_broker_started_against_a_store_that_does_not_know_a_topic_leaves_its_
         other_metadata.close()
     again = local_cluster.broker("A").load(TOPIC)
     assert again.report.recovered_local_wal and again.next_offset == 5
+
+
+def test_an_archived_wait_follows_every_reopen_of_the_same_wal_files(local_cluster: Cluster, monkeypatch) -> None:
+    """A producer waits for ``archived`` while the topic's WAL fails on its own twice and the
+    host reopens it each time from the same files: its message keeps its offset and is
+    archived, so it is acknowledged, not failed with UploaderStopped after the second
+    reopen (atk34 F03: a retry then duplicated it)."""
+    from tiered.lifecycle.hosted import HostedTopic
+
+    fs = FaultFs()
+    host = _host_on(local_cluster, fs, failed_wal_check_interval_s=1e6)
+    gate, uploading = threading.Event(), threading.Event()
+    real_put = host.objects.put
+
+    def held_put(key, data, if_absent=False):  # type: ignore[no-untyped-def]
+        uploading.set()
+        assert gate.wait(60)
+        return real_put(key, data, if_absent)
+
+    monkeypatch.setattr(host.objects, "put", held_put)
+    moved = threading.Event()
+    real_reopened = HostedTopic._reopened_copy
+
+    def reopened(self, offset, stopped):  # type: ignore[no-untyped-def]
+        copy = real_reopened(self, offset, stopped)
+        moved.set()
+        return copy
+
+    monkeypatch.setattr(HostedTopic, "_reopened_copy", reopened)
+    first = host.load(TOPIC)
+    producer, result = _producing(first, b"archived-one", "archived", appended_by=1)
+    assert uploading.wait(60)  # durable; its upload is held
+    copies = [first]
+    for _reopen in range(2):
+        _fail_wal_with_a_full_disk(fs, copies[-1])
+        host._revive_failed_wals()
+        copies.append(host.topic(TOPIC))
+        assert copies[-1] is not copies[-2] and copies[-2].reopened_as is copies[-1]
+        if _reopen == 0:
+            assert moved.wait(60)
+    gate.set()
+    producer.join(60)
+    assert result == {"offset": 0}, result

@@ -177,12 +177,13 @@ class HostedTopic:
             await asyncio.to_thread(self._confirm_ownership, offset, deadline)
         if ack == "archived":
             self.uploader.request_upload()
-            remaining_s = max(0.0, deadline - time.monotonic())
-            try:
-                archived = await self.uploader.wait_archived_async(offset, remaining_s)
-            except UploaderStopped as e:
-                reopened = self._reopened_copy(offset, e)
-                archived = await reopened.uploader.wait_archived_async(offset, max(0.0, deadline - time.monotonic()))
+            copy: HostedTopic = self
+            while True:  # each reopen of the same WAL files during the wait: wait on its copy
+                try:
+                    archived = await copy.uploader.wait_archived_async(offset, max(0.0, deadline - time.monotonic()))
+                    break
+                except UploaderStopped as e:
+                    copy = copy._reopened_copy(offset, e)
             if not archived:
                 self._raise_not_archived(offset, timeout_s)
         return offset
@@ -221,12 +222,13 @@ class HostedTopic:
         if ack == "archived":
             # Ask for an upload now: an archived waiter should not sit out a whole interval.
             self.uploader.request_upload()
-            remaining_s = max(0.0, deadline - time.monotonic())
-            try:
-                archived = self.uploader.wait_archived(offset, remaining_s)
-            except UploaderStopped as e:
-                reopened = self._reopened_copy(offset, e)
-                archived = reopened.uploader.wait_archived(offset, max(0.0, deadline - time.monotonic()))
+            copy: HostedTopic = self
+            while True:  # each reopen of the same WAL files during the wait: wait on its copy
+                try:
+                    archived = copy.uploader.wait_archived(offset, max(0.0, deadline - time.monotonic()))
+                    break
+                except UploaderStopped as e:
+                    copy = copy._reopened_copy(offset, e)
             if archived is False:
                 self._raise_not_archived(offset, timeout_s)
 

@@ -263,6 +263,7 @@ def seal(settings: Settings, topic: str, tracker: Tracker | None = None) -> int 
                 f"broker {holder} (epoch {epoch})"
             raise CliError(f"seal {name}: broker {host.broker_id} does not own the topic; it is held by "
                            f"{who}. Nothing was changed.", EXIT_REFUSED)
+        refuse_if_own_history_is_not_here(host, name, "seal")
         hosted = host.load(name)
         if tracker is None:
             return host.unload(name)
@@ -544,6 +545,7 @@ def topic_create(settings: Settings, topic: str) -> dict[str, Any]:
     name = TopicName.parse(topic)
     with hosting(settings) as host:
         refuse_if_held_elsewhere(host, name, "create")
+        refuse_if_own_history_is_not_here(host, name, "create")
         hosted, created = host.create(name)
         return {"topic": str(name), "created": created, "epoch": hosted.token.epoch,
                 "next_offset": hosted.wal.next_offset}
