@@ -144,3 +144,24 @@ def test_table_output_and_skip_objects(archived):
     assert run.rc == 0 and "3 descriptor(s), 3 object(s) read" in run.out
     run = dnb(*broker(archived, "1"), "verify", "--skip-objects", TOPIC)
     assert run.rc == 0 and "0 object(s) read" in run.out
+
+
+def test_an_archive_start_inside_an_object_is_an_overlap_as_restore_says(archived):
+    """An archive-start record inside object 5-9 (a cut's start is always an object
+    boundary): a restore refuses this chain, so verify must not call it whole (atk33 F08)."""
+    with _meta(archived) as m:
+        m.put(keys.archive_start_key(TOPIC), keys.ArchiveStart(7, "1", 1, 1.0).to_json())
+    report = _verify(archived)
+    assert "overlap" in _kinds(report)
+    assert dnb(*broker(archived, "2"), "restore", TOPIC).rc == 5
+
+
+def test_an_object_symlinked_out_of_the_store_is_a_problem_not_a_usage_error(archived):
+    """verify reports an object it cannot read (a symlink out of the local store) as a
+    damaged object of the topic, not as the operator's bad input, exit 2 (atk33 F07)."""
+    with _meta(archived) as m:
+        desc = list_descriptors(m, TOPIC)[1]
+    path = _object_path(archived, desc)
+    os.remove(path)
+    os.symlink("/etc/hostname", path)
+    assert _kinds(_verify(archived)) == {"corrupt_object"}

@@ -48,7 +48,7 @@ from tiered.archive.fetch import ObjectMismatch, ObjectPin
 from tiered.archive.naming import descriptor_object_key
 from tiered.archive.orphans import find_orphans
 from tiered.archive.start import incarnation_start
-from tiered.errors import MalformedRecord, ObjectNotFound
+from tiered.errors import InvalidKey, MalformedRecord, ObjectNotFound
 from tiered.lifecycle.ownership import OwnerRecord
 from tiered.metadata import keys
 from wal.errors import CorruptLog
@@ -204,6 +204,11 @@ def _retained(descriptors: list[keys.ObjectDescriptor], report: VerifyReport) ->
                    first_offset=below[0].start_offset, last_offset=below[-1].end_offset)
     if kept:
         report.archive_first_offset = max(start, kept[0].start_offset)
+        if kept[0].start_offset < start:
+            # A cut's start is always a descriptor boundary: a restore refuses this chain.
+            report.add("overlap", f"object {kept[0].start_offset}-{kept[0].end_offset} begins below the archive "
+                                  f"start {start}: the start is not an object boundary (a load's restore refuses "
+                                  "this chain as broken)", first_offset=kept[0].start_offset, last_offset=start - 1)
         if kept[0].start_offset > start:
             report.add("gap", f"offsets {start}-{kept[0].start_offset - 1} are in no object (the archive "
                               f"starts at {start}, its first object at {kept[0].start_offset})",
@@ -246,6 +251,10 @@ def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], o
         except ObjectNotFound:
             report.add("missing_object", f"object {key} of offsets {desc.start_offset}-{desc.end_offset} "
                                          "does not exist", key=key)
+            continue
+        except InvalidKey as e:  # e.g. a symlink out of a local store: damage, not the operator's input
+            report.add("corrupt_object", f"object {key} of offsets {desc.start_offset}-{desc.end_offset} "
+                                         f"cannot be read: {e}", key=key)
             continue
         report.objects_checked += 1
         _check_object_bytes(key, desc, data, report)
