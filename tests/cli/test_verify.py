@@ -165,3 +165,19 @@ def test_an_object_symlinked_out_of_the_store_is_a_problem_not_a_usage_error(arc
     os.remove(path)
     os.symlink("/etc/hostname", path)
     assert _kinds(_verify(archived)) == {"corrupt_object"}
+
+
+@pytest.mark.parametrize("damage", ["the WAL id file", "a renamed segment"])
+def test_a_local_wal_that_would_not_open_is_wal_corrupt(tmp_path, damage):
+    """The local WAL holds 0-9 unarchived; damage that makes recovery refuse it (consume and
+    produce then exit 5) must make verify say so, not call the topic whole (atk33 F05)."""
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "10")
+    wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
+    if damage == "the WAL id file":
+        (wal_dir / ".walid").write_bytes(b"\0\0\0")
+    else:
+        [segment] = [n for n in os.listdir(wal_dir) if n.endswith(".seg")]
+        os.rename(wal_dir / segment, wal_dir / f"{5:020d}.seg")
+    assert dnb(*a, "consume", TOPIC, "--subscription", "s").rc == 5
+    assert "wal_corrupt" in _kinds(_verify(tmp_path))

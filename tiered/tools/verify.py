@@ -370,6 +370,7 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
     import native
     from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, SEGMENT_VERSION_ROUNDS, segment_version
     from wal.fs import RealFs
+    from wal.identity import has_wal_id_file, read_wal_id
     from wal.journal import pending_segment_bytes
 
     root = os.path.dirname(os.path.dirname(directory))
@@ -378,6 +379,9 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
     except CorruptLog as e:
         report.add("wal_corrupt", f"the shared journal of {root}: {e}", path=root)
         pending = {}
+    if has_wal_id_file(RealFs(), directory) and read_wal_id(RealFs(), directory) is None:
+        # Recovery refuses a WAL whose id it cannot read (its journal entries name it).
+        report.add("wal_corrupt", f"{directory}: its WAL id file does not parse", path=directory)
     names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
     first = last = None
     for index, name in enumerate(names):
@@ -393,6 +397,11 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
             base, _created = native.decode_segment_header(data[:SEGMENT_HEADER_BYTES])
         except Exception as e:  # noqa: BLE001
             report.add("wal_corrupt", f"{path}: {e}", path=path)
+            return first, last
+        named = name[:-len(SEGMENT_SUFFIX)]
+        if not named.isdigit() or int(named) != base:
+            # Recovery refuses a segment whose name and header disagree (a renamed file).
+            report.add("wal_corrupt", f"{path}: its name says offset {named}, its header {base}", path=path)
             return first, last
         expected = base if last is None else last + 1
         if base != expected:
