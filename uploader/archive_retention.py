@@ -60,7 +60,8 @@ from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import descriptor_object_key, key_start_offset
 from tiered.archive.start import incarnation_first_offset, read_archive_start
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, Delete, Get, KeyValue, MetadataStore, Put, TxnResult, absent, mod_revision_is
+from tiered.metadata.base import (Compare, Delete, Get, KeyValue, MetadataStore, Put, TxnResult, absent, failed_compare,
+                                  mod_revision_is)
 from tiered.metadata.keys import ArchiveStart, ObjectDescriptor
 from tiered.objects.base import DELETE_MANY_MAX, ObjectStore
 from uploader.config import ArchiveRetentionConfig
@@ -201,11 +202,11 @@ class ArchiveRetention:
             # is the newest): a damaged or misplaced record is not a cut to finish or build
             # on (atk29 F2). Nothing deleted; readers still honour it until it is repaired.
             # Unless this owner is the stale one: a newer owner wrote it (OwnershipLost).
-            for compare in self.fencing:
-                if not compare.holds(self.metadata.get(compare.key)):
-                    self.metrics.retention_refused.labels("fenced").inc()
-                    raise OwnershipLost(str(self.topic), f"archive start record of epoch {record.epoch} "
-                                        f"(fencing compare on {compare.key} failed)")
+            failed = failed_compare(self.metadata, self.fencing)
+            if failed is not None:
+                self.metrics.retention_refused.labels("fenced").inc()
+                raise OwnershipLost(str(self.topic), f"archive start record of epoch {record.epoch} "
+                                    f"(fencing compare on {failed.key} failed)")
             return self._refuse(result, "broken_chain", f"the archive start record names epoch {record.epoch} of "
                                 f"{record.broker_id}, above this owner's epoch {self.epoch}: it is damaged; "
                                 "nothing deleted")

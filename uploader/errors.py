@@ -34,7 +34,8 @@ class ArchiveGap(UploadError):
 
 class ForeignDescriptor(UploadError):
     """The descriptor chain runs past what this uploader committed with a descriptor it did
-    not commit: one past a gap, of another owner or epoch, or past the WAL's durable tip.
+    not commit: one past a gap, of another owner or epoch, or rewritten or forged to look
+    like one of its own.
 
     While an uploader owns the topic nobody else may extend its chain, so such a record is
     damaged or hostile metadata. Trusting it would answer ``archived`` waiters for offsets

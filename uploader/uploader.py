@@ -37,7 +37,7 @@ from tiered.archive.chain import ChainTip
 from tiered.archive.naming import object_id_for, object_key, parse_object_key, range_key_prefix
 from tiered.errors import PreconditionFailed, StorageError
 from tiered.logs import FailureLog
-from tiered.metadata.base import Compare, MetadataStore
+from tiered.metadata.base import Compare, MetadataStore, failed_compare
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectInfo, ObjectStore
 from uploader.archive_retention import ArchiveRetention, RetentionRun
@@ -455,12 +455,12 @@ class Uploader:
         return self._tip
 
     def _check_tip_is_ours(self, tip: ObjectDescriptor) -> None:
-        """A re-read tip past what this uploader knows committed must be the one commit of
-        its own whose outcome it did not learn (a lost reply, a timeout): the very
-        descriptor it sent, right after what it knew. Everything at or below what it knew
+        """A re-read tip past what this uploader knows committed must be one of its commits
+        whose outcome it did not learn (``_in_doubt``: a lost reply, a timeout, a write the
+        store applied late), right after what it knew. Everything at or below what it knew
         is its own or a predecessor's, which the load's restore checked. Anything else (a
         descriptor past a gap, another owner's or epoch's, one rewritten or forged to look
-        like its own, one past the durable tip) raises ForeignDescriptor, which is fatal:
+        like its own) raises ForeignDescriptor, which is fatal:
         taking it as progress would acknowledge ``archived`` for offsets in no object and
         let WAL retention delete segments never archived (atk28 F2, atk29 F1)."""
         known = self._committed_through
@@ -477,9 +477,9 @@ class Uploader:
                                 f"broker {tip.broker_id}, epoch {tip.epoch}) follows offset {known}, and {what}")
 
     def _check_still_owner(self) -> None:
-        for compare in self.fencing:
-            if not compare.holds(self.metadata.get(compare.key)):
-                raise OwnershipLost(str(self.topic), f"upload after the chain read (fencing compare on {compare.key} failed)")
+        failed = failed_compare(self.metadata, self.fencing)
+        if failed is not None:
+            raise OwnershipLost(str(self.topic), f"upload after the chain read (fencing compare on {failed.key} failed)")
 
     def _next_start(self, tip: ChainTip) -> int:
         if tip.descriptor is not None:

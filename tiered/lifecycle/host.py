@@ -76,7 +76,7 @@ from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
 from tiered.logs import FailureLog
 from tiered.metadata import keys
-from tiered.metadata.base import MetadataStore, Op, Put, absent
+from tiered.metadata.base import MetadataStore, Op, Put, absent, failed_compare
 from tiered.metrics import topic_gauge
 from tiered.objects.base import ObjectStore
 from tiered.read.metrics import ReadMetrics
@@ -644,7 +644,7 @@ class BrokerHost:
             compares = [*token.fencing, *(absent(op.key) for op in records)]
             if self.metadata.txn(compares, ops).succeeded:
                 return unarchived
-            if not all(c.holds(self.metadata.get(c.key)) for c in token.fencing):
+            if failed_compare(self.metadata, token.fencing) is not None:
                 raise OwnershipLostError(token.topic, "mark topic open")
         raise OwnershipConflict(token.topic, f"its loss records kept changing during {MARK_OPEN_ATTEMPTS} attempts "
                                 "to mark it open")

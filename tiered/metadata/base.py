@@ -135,6 +135,15 @@ def create_revision_is(key: str, revision: int) -> Compare:
     return Compare(key, "create_revision", "==", revision)
 
 
+def failed_compare(metadata: "MetadataStore", compares: Sequence[Compare]) -> Compare | None:
+    """The first of ``compares`` that does not hold now (None: all hold), read key by key:
+    e.g. whether a fencing compare is why a transaction failed."""
+    for compare in compares:
+        if not compare.holds(metadata.get(compare.key)):
+            return compare
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Put:
     key: str
