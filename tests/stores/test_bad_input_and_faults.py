@@ -274,7 +274,7 @@ def test_a_record_its_reader_would_refuse_is_never_written() -> None:
     with pytest.raises(ValueError, match="created_at"):
         ObjectDescriptor(0, 9, "abc", 10, "etag", math.nan, "b1", 1, 0, "00000000").to_json()
     with pytest.raises(ValueError, match="offset"):
-        lost_key("/ns/t", 2**63, 1)
+        lost_key("/ns/t", 2**63 + 1, 1)  # one past a full topic (2**63) is a next offset; more is not
     with pytest.raises(MalformedRecord):
         ObjectDescriptor.from_json(descriptor_key("/ns/t", 0), GOOD.to_json().replace(b'"created_at":1.0',
                                                                                       b'"created_at":NaN'))

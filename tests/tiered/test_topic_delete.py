@@ -489,3 +489,42 @@ def test_a_zombie_publishing_between_the_next_offset_read_and_the_tombstone_fail
     monkeypatch.setattr(deletemod, "_next_offset", zombie_publishes_meanwhile)
     report = delete_topic(local_cluster.metadata, local_cluster.objects, T, broker_id="ops")
     assert calls[0] == 5 and report.next_offset == 10
+
+
+def _full_topic(cluster: Cluster, host_id: str, name: TopicName) -> Any:
+    """A topic whose last offset is MAX_OFFSET (2**63 - 1), everything archived. Its earlier
+    incarnation is planted as deleted at MAX_OFFSET - 1: the only way to reach the top of
+    the offset space in a test; everything after goes through the API."""
+    import time
+
+    from native.format import MAX_OFFSET
+    from wal.errors import OffsetOverflow
+
+    cluster.metadata.put(keys.tombstone_key(name),
+                         keys.TopicTombstone("deleted", 3, MAX_OFFSET - 1, "ops", time.time()).to_json())
+    hosted, _fresh = cluster.broker(host_id).create(str(name))
+    assert hosted.next_offset == MAX_OFFSET - 1
+    assert [hosted.produce(p, ack="archived") for p in (b"x", b"last")] == [MAX_OFFSET - 1, MAX_OFFSET]
+    with pytest.raises(OffsetOverflow):
+        hosted.produce(b"one too many")
+    return hosted
+
+
+def test_a_full_topic_can_still_be_deleted_and_taken_over(local_cluster: Cluster) -> None:
+    """Numbering goes on at 2**63 after a full topic: a delete's tombstone and a takeover's
+    lost range name that next offset, so neither wedges the name (atk34 F02)."""
+    from native.format import MAX_OFFSET
+
+    _full_topic(local_cluster, "a", T)
+    report = local_cluster.hosts[-1].delete(T)
+    assert report.outcome == "deleted" and report.next_offset == MAX_OFFSET + 1
+    _assert_deleted(local_cluster, report.epoch, MAX_OFFSET + 1)
+
+    other = TopicName.parse("/ns/full")
+    owner = _full_topic(local_cluster, "b", other)
+    local_cluster.hosts[-1].close(unload=False)  # a crash, with nothing unarchived
+    assert owner.next_offset == MAX_OFFSET + 1
+    taken = local_cluster.broker("c").load(other, force=True)
+    assert taken.wal.next_offset == MAX_OFFSET + 1
+    assert [m.offset for m in create_reader(other, None, local_cluster.metadata, local_cluster.objects,
+                                            "earliest", live=False)] == [MAX_OFFSET - 1, MAX_OFFSET]

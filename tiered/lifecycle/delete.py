@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from native.errors import DnbError
+from native.format import MAX_OFFSET
 from tiered.archive.chain import DescriptorChain
 from tiered.archive.naming import topic_objects_prefix
 from tiered.archive.start import incarnation_first_offset
@@ -245,7 +246,8 @@ def _tip_compares(metadata: MetadataStore, topic: TopicName, first: int) -> list
     else:
         sealed = read_sealed_state(metadata, topic)
         starts = {first, 0} | ({sealed.next_offset} if sealed is not None else set())
-    out.extend(absent(keys.descriptor_key(topic, start)) for start in sorted(starts))
+    # No descriptor can begin past MAX_OFFSET (a full topic's next offset): nothing to compare.
+    out.extend(absent(keys.descriptor_key(topic, start)) for start in sorted(starts) if start <= MAX_OFFSET)
     return out
 
 

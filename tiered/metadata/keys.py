@@ -75,9 +75,17 @@ def _segment(kind: str, value: str) -> str:
     return value
 
 
-def _offset(offset: int) -> str:
-    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= MAX_OFFSET:
-        raise ValueError(f"offset must be an int in [0, {MAX_OFFSET}], got {offset!r}")
+#: The largest NEXT offset: one past the last message of a full topic (the WAL assigns
+#: offsets up to MAX_OFFSET and then refuses with OffsetOverflow). Records and keys that
+#: name where numbering goes on (a tombstone's next offset, a lost range's start) may
+#: hold it, so a full topic can still be deleted or taken over; a message's offset never
+#: does.
+NEXT_OFFSET_MAX = MAX_OFFSET + 1
+
+
+def _offset(offset: int, limit: int = MAX_OFFSET) -> str:
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= limit:
+        raise ValueError(f"offset must be an int in [0, {limit}], got {offset!r}")
     return f"{offset:0{OFFSET_DIGITS}d}"
 
 
@@ -136,7 +144,7 @@ def lost_key(topic: TopicName | str, start_offset: int, epoch: int) -> str:
     """One record per failover: the new owner restarted numbering at ``start_offset`` after
     the owner of ``epoch`` died. The epoch is in the key because two failovers can restart
     at the same offset (nothing archived in between), each losing its own owner's tail."""
-    return lost_prefix(topic) + f"{_offset(start_offset)}-{_offset(epoch)}"
+    return lost_prefix(topic) + f"{_offset(start_offset, NEXT_OFFSET_MAX)}-{_offset(epoch)}"
 
 
 def tombstone_key(topic: TopicName | str) -> str:
@@ -269,6 +277,8 @@ def _is_int(v: Any) -> bool:
 _CHECKS: dict[str, Callable[[object], bool]] = {
     "int": _is_int,
     "int|None": lambda v: v is None or _is_int(v),
+    # A next offset (NEXT_OFFSET_MAX): never negative, at most one past MAX_OFFSET.
+    "next": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= NEXT_OFFSET_MAX,
     "str": lambda v: isinstance(v, str),
     "str|None": lambda v: v is None or isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
@@ -501,7 +511,7 @@ class LostRange(_Record):
     timestamp: float
 
     _TYPES: ClassVar[dict[str, str]] = {
-        "start_offset": "int", "end_offset": "int|None", "broker_id": "str", "epoch": "int", "exact": "bool",
+        "start_offset": "next", "end_offset": "int|None", "broker_id": "str", "epoch": "int", "exact": "bool",
         "quarantine_path": "str|None", "reported_by": "str", "timestamp": "number",
     }  # fmt: skip
 
@@ -602,7 +612,7 @@ class TopicTombstone(_Record):
     recreated_at: float | None = None
 
     _TYPES: ClassVar[dict[str, str]] = {
-        "phase": "str", "epoch": "int", "next_offset": "int", "deleted_by": "str", "deleted_at": "number",
+        "phase": "str", "epoch": "int", "next_offset": "next", "deleted_by": "str", "deleted_at": "number",
         "recreated_at": "number|None",
     }  # fmt: skip
     _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"recreated_at"})
