@@ -172,6 +172,7 @@ class CommitGroup:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._members: set[GroupMember] = set()
+        self._wal_ids: set[bytes] = set()  # the members' WAL ids: a join looks one up, not every member
         self._ready_members: dict[GroupMember, None] = {}  # an ordered set: woken since the last round
         self._failure: BaseException | None = None
         self._stopping = False
@@ -203,12 +204,14 @@ class CommitGroup:
         member = GroupMember(self, hooks, appender, name, wal_id, wal_path.encode())
         with self._lock:
             self._check_locked()
-            if wal_id is not None and any(m.wal_id == wal_id for m in self._members):
+            if wal_id is not None and wal_id in self._wal_ids:
                 raise CorruptLog(wal_path, 0, f"WAL id {wal_id.hex()} is already the id of another WAL of "
                                  "this group (a copied directory?): give one of them a new .walid")
             if self.journal is not None:
                 appender.journaled(self.journal.retire)
             self._members.add(member)
+            if wal_id is not None:
+                self._wal_ids.add(wal_id)
             # Looked at in the next round, which parks its core: appends made before that
             # are taken then, later ones wake the group.
             self._ready_members[member] = None
@@ -274,11 +277,17 @@ class CommitGroup:
         with self._lock:
             member.leaving = True
             if member not in self._members or self._failure is not None:
-                self._members.discard(member)
+                self._remove_locked(member)
                 member.left.set()
                 return
             self._ready_members[member] = None
             self._work.notify()
+
+    def _remove_locked(self, member: GroupMember) -> None:
+        if member in self._members:
+            self._members.discard(member)
+            if member.wal_id is not None:
+                self._wal_ids.discard(member.wal_id)
 
     @property
     def members(self) -> int:
@@ -469,7 +478,7 @@ class CommitGroup:
         with self._lock:
             if not member.leaving:
                 return
-            self._members.discard(member)
+            self._remove_locked(member)
             member.released = True
             closer_gave_up = member.gave_up
         if self.journal is None:
@@ -498,6 +507,7 @@ class CommitGroup:
                 self._failure = exc
             members = list(self._members)
             self._members.clear()
+            self._wal_ids.clear()
             self._ready_members.clear()
         if self.journal is not None:
             self.journal.mark_failed(exc)
