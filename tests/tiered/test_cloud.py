@@ -112,6 +112,22 @@ def test_corrupt_trailer_is_typed(backends: Backends) -> None:
         list(reader(backends, 0, 9))
 
 
+@pytest.mark.parametrize("damage", ["magic", "topic"])
+def test_a_damaged_header_is_refused_when_the_first_block_is_read(backends: Backends, damage: str) -> None:
+    """The descriptor's pins cover the footer and the blocks, not the header: a reader that
+    fetches an object's first block gets the header with it and checks it (atk33 F11)."""
+    def mangle(data: bytes) -> bytes:
+        at = 0 if damage == "magic" else 16  # the magic, or a byte of the topic name
+        return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+    archive(backends, 0, 99, block_bytes=256, mangle=mangle)
+    with pytest.raises(CorruptArchive, match="header|magic|CRC"), reader(backends, 0, 99) as r:
+        list(r)
+    # Read from the middle, nothing served comes from the header, and every byte is pinned.
+    with reader(backends, 50, 99) as r:
+        assert offsets(r) == list(range(50, 100))
+
+
 def test_descriptor_that_disagrees_with_the_object_is_corrupt(backends: Backends) -> None:
     archive(backends, 0, 9, descriptor_end=12)
     with pytest.raises(CorruptArchive):

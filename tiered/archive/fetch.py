@@ -41,7 +41,7 @@ ObjectDigest = object_format.ObjectDigest
 
 __all__ = [
     "FOOTER_GUESS_BYTES", "Block", "Footer", "ObjectDigest", "ObjectMismatch", "ObjectPin", "block_frames",
-    "block_records", "check_footer", "encode_object", "object_digest", "object_frames", "read_footer",
+    "block_records", "check_footer", "check_header", "encode_object", "object_digest", "object_frames", "read_footer",
     "read_whole_object",
 ]  # fmt: skip
 
@@ -159,6 +159,18 @@ def check_footer(key: str, footer: Footer, topic: TopicName | str | None = None,
     for before, after in zip(blocks, blocks[1:]):
         if after.first_offset != before.last_offset + 1 or after.position < before.end:
             raise CorruptObject(key, after.position, f"block index not contiguous after offset {before.last_offset}")
+
+
+def check_header(key: str, data: bytes | memoryview, footer: Footer) -> None:
+    """The object's header (the first ``footer.header_bytes`` of ``data``, its first bytes)
+    must be valid (magic, version, flags, CRC) and agree with the footer: the same topic
+    and length. A ranged reader checks it whenever it fetches the object's first block
+    (the header comes with it in the same GET); the bytes it serves are pinned by the
+    footer and block CRCs either way."""
+    header = object_format.parse_header(memoryview(data)[:footer.header_bytes], key)
+    if header.header_bytes != footer.header_bytes or header.topic != footer.topic:
+        raise CorruptObject(key, 0, f"header ({header.topic!r}, {header.header_bytes} bytes) disagrees with the "
+                                    f"footer ({footer.topic!r}, {footer.header_bytes} bytes)")
 
 
 def block_records(key: str, raw: bytes | memoryview, block: Block, pin: ObjectPin | None) -> list[Record]:

@@ -22,7 +22,9 @@ Before a byte is served the object is checked against its descriptor
 (``tiered.archive.fetch``): the footer GET also returns the object's total size, which
 must equal the descriptor's ``size``; the footer's CRC32C must be the descriptor's
 ``footer_crc32c``, and every fetched block's CRC32C the descriptor's entry for it in
-``block_crc32c`` (the codec then checks each CRC against the bytes). So an object
+``block_crc32c`` (the codec then checks each CRC against the bytes); when the first block
+is fetched the header comes with it and must be valid and agree with the footer (read
+from the middle, the header is not fetched: every byte served is pinned without it). So an object
 replaced after its commit, by whatever writer, is a :class:`CorruptArchive` naming its
 key, never data. Every record is checked too: offsets
 are contiguous across blocks and objects, each block holds exactly the offsets its footer
@@ -258,6 +260,8 @@ class CloudReader:
             fetch.check_footer(key, footer, self.topic, descriptor.start_offset, descriptor.end_offset)
             runs = self._plan_runs(key, descriptor, footer)
             first = self._fetch_run(key, runs[0]) if runs else None
+            if first is not None and runs[0].position == 0:
+                fetch.check_header(key, first, footer)
         except ObjectNotFound as e:
             raise DataGap(descriptor.start_offset, descriptor.end_offset,
                           f"object {key!r} named by a committed descriptor is missing") from e
@@ -282,6 +286,10 @@ class CloudReader:
             current.append(block)
         if current:
             runs.append(_Run(tuple(current), current[0].position, current[-1].end))
+        if runs and runs[0].position == footer.header_bytes:
+            # The object's first block: its header comes with it (a few dozen bytes more)
+            # and is checked against the footer (``_prepare``).
+            runs[0] = _Run(runs[0].blocks, 0, runs[0].end)
         return runs
 
     def _fetch_run(self, key: str, run: _Run) -> bytes:
