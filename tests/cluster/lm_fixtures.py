@@ -63,10 +63,13 @@ class InProcessCluster:
         self.watchers: dict[str, AssignmentWatcher] = {}
         self.reporters: dict[str, LoadReporter] = {}
         self.managers: list[LoadManager] = []
+        #: What ``broker`` starts hosts with (a test stepping by hand sets long leases: a
+        #: loaded machine must not let a lease lapse between two of its steps).
+        self.broker_config = FAST_BROKER
 
     def broker(self, broker_id: str) -> BrokerHost:
         host = BrokerHost(broker_id, os.path.join(self.root, f"wal-{broker_id}"), self.metadata, self.objects,
-                          FAST_BROKER)
+                          self.broker_config)
         self.hosts[broker_id] = host
         self.watchers[broker_id] = AssignmentWatcher(host, WatcherConfig(retry_backoff_s=0.02,
                                                                           retry_backoff_max_s=0.2)).start()

@@ -18,7 +18,7 @@ from tiered.lifecycle.watcher import AssignmentWatcher, WatcherConfig
 from tiered.metadata import keys
 from tiered.tools.verify import verify_topic
 from tests.cluster.lm_fixtures import (  # noqa: F401 - lm_cluster is a fixture
-    FAST_LM, InProcessCluster, lm_cluster, replace, wait_for)
+    FAST_LM, FAST_RUNTIME, InProcessCluster, lm_cluster, replace, wait_for)
 from tests.cluster.test_runtime import all_owned, assert_one_assignment_per_topic, placements
 from tests.tiered.helpers_lifecycle import read_all
 
@@ -39,9 +39,12 @@ def failover_decided_then_holder_restarts(cluster: InProcessCluster) -> tuple[Lo
     over to 2 or 3 (whose watchers are stopped), 1 restarts with its disk, and the
     target then tries the load and gives up (refused: 1 is live and holds the topic).
     Returns the manager (stepped by hand), the target and the acked offsets."""
+    # Leases far longer than the test: a broker's crash revokes its lease (``kill``), and
+    # no lease may lapse between two hand-made steps on a loaded machine.
+    cluster.broker_config = replace(cluster.broker_config, session_ttl_s=120.0)
     for b in ("1", "2", "3"):
         cluster.broker(b)
-    lm = cluster.manager("lm-a", FAST_LM)  # grace 0: the failover is due at once
+    lm = cluster.manager("lm-a", FAST_LM, replace(FAST_RUNTIME, leader_ttl_s=120.0))  # grace 0: failover due at once
     wait_for(lambda: (lm.election.tick(), lm.election.is_leader())[1], "leadership")
     admin.request_topic(cluster.metadata, TOPIC, to_broker="1")
     step_until(lm, lambda: all_owned(cluster, [TOPIC], {"1"}), "placed on 1")
