@@ -28,6 +28,26 @@ class Recovered:
 def recover(fs: FileSystem, directory: str, checkpoint: CheckpointState | None, initial_offset: int | None,
             index_interval_bytes: int) -> Recovered:
     _remove_temp_files(fs, directory)
+    scanned, found_next = validate(fs, directory, checkpoint, index_interval_bytes)
+    segments = [s.segment for s in scanned]
+    next_offset = found_next if segments else _checkpoint_next(checkpoint)
+    segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
+                                                  initial_offset)
+    repaired = _repair_tail(fs, scanned[-1] if scanned else None)
+    segments = _upgrade_empty_tail(fs, directory, segments)
+    for segment in segments[:-1]:
+        segment.sealed = True
+    return Recovered(segments, next_offset, repaired)
+
+
+def validate(fs: FileSystem, directory: str, checkpoint: CheckpointState | None,
+             index_interval_bytes: int = 4096) -> tuple[list[ScannedSegment], int | None]:
+    """Recovery's checks, reading only: every segment recovery knows (20-digit names; temp
+    files are never durable), its header, frames and tail rule, contiguity across segments,
+    and the checkpoint's rules. Returns the scanned segments (a torn tail is reported in
+    ``truncate_to``, not cut) and the next offset they reach (None without segments);
+    raises CorruptLog where recovery would refuse. Read-only checkers (``dnb verify``) call
+    it so they can never disagree with a recovery."""
     names = _segment_names(fs, directory)
     scanned = [
         scan_segment(fs, os.path.join(directory, name), base, i == len(names) - 1, index_interval_bytes)
@@ -37,14 +57,7 @@ def recover(fs: FileSystem, directory: str, checkpoint: CheckpointState | None, 
     _check_contiguous(segments)
     found_next = segments[-1].last_offset + 1 if segments else None
     _check_against_checkpoint(directory, segments, found_next, checkpoint)
-    next_offset = found_next if segments else _checkpoint_next(checkpoint)
-    segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
-                                                  initial_offset)
-    repaired = _repair_tail(fs, scanned[-1] if scanned else None)
-    segments = _upgrade_empty_tail(fs, directory, segments)
-    for segment in segments[:-1]:
-        segment.sealed = True
-    return Recovered(segments, next_offset, repaired)
+    return scanned, found_next
 
 
 def check_torn_tail(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: bool = False,

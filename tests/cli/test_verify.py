@@ -167,17 +167,65 @@ def test_an_object_symlinked_out_of_the_store_is_a_problem_not_a_usage_error(arc
     assert _kinds(_verify(archived)) == {"corrupt_object"}
 
 
-@pytest.mark.parametrize("damage", ["the WAL id file", "a renamed segment"])
+@pytest.mark.parametrize("damage", ["the WAL id file", "a renamed segment", "a segment shorter than a header",
+                                    "a segment name recovery ignores"])
 def test_a_local_wal_that_would_not_open_is_wal_corrupt(tmp_path, damage):
     """The local WAL holds 0-9 unarchived; damage that makes recovery refuse it (consume and
-    produce then exit 5) must make verify say so, not call the topic whole (atk33 F05)."""
+    produce then exit 5) must make verify say so, not call the topic whole (atk33 F05,
+    atk35 F04, F07: verify runs recovery's own checks, read-only)."""
     a = broker(tmp_path, "1")
     dnb(*a, "produce", TOPIC, "--count", "10")
     wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
+    [segment] = [n for n in os.listdir(wal_dir) if n.endswith(".seg")]
     if damage == "the WAL id file":
         (wal_dir / ".walid").write_bytes(b"\0\0\0")
-    else:
-        [segment] = [n for n in os.listdir(wal_dir) if n.endswith(".seg")]
+    elif damage == "a renamed segment":
         os.rename(wal_dir / segment, wal_dir / f"{5:020d}.seg")
+    elif damage == "a segment shorter than a header":
+        (wal_dir / f"{10:020d}.seg").write_bytes(b"")
+    else:
+        os.rename(wal_dir / segment, wal_dir / "0.seg")
     assert dnb(*a, "consume", TOPIC, "--subscription", "s").rc == 5
     assert "wal_corrupt" in _kinds(_verify(tmp_path))
+
+
+def test_a_local_wal_that_starts_past_an_empty_archive_is_a_gap(tmp_path):
+    """Nothing archived, and the WAL's oldest segment is gone with its checkpoint: it
+    starts at 5, so a load finds it does not join the archive and renumbers from 0. verify
+    must say so (atk35 F05)."""
+    a = [*broker(tmp_path, "1"), "--set", "wal.segment_bytes_max=4096"]
+    dnb(*a, "produce", TOPIC, "--count", "5", "--size", "1000")
+    dnb(*a, "produce", TOPIC, "--count", "5", "--size", "1000")
+    wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
+    segments = sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
+    assert len(segments) > 1
+    os.remove(wal_dir / segments[0])
+    os.remove(wal_dir / "wal.ckpt")
+    report = _verify(tmp_path)
+    assert "wal_gap" in _kinds(report)
+
+
+def test_a_seal_that_disagrees_with_the_archive_stays_reported_after_a_restore_failed_on_it(archived):
+    """A failed restore keeps the owner record it took; the state still says sealed, so the
+    mismatch every restore refuses is still a problem (atk35 F06)."""
+    with _meta(archived) as m:
+        kv = m.get(keys.state_key(TOPIC))
+        state = keys.SealedState.from_json(kv.key, kv.value)
+        m.put(kv.key, keys.SealedState(True, 12, state.broker_id, state.timestamp).to_json())
+    assert "sealed_mismatch" in _kinds(_verify(archived))
+    assert dnb(*broker(archived, "2"), "restore", TOPIC).rc == 5
+    assert "sealed_mismatch" in _kinds(_verify(archived))
+
+
+def test_verify_of_an_unknown_topic_or_store_is_not_whole_and_creates_nothing(tmp_path):
+    """Like inspect: a name nobody created is not found (exit 7), and a read-only command
+    never creates the store a typo named (atk35 F08)."""
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "1")
+    assert dnb(*a, "verify", "/default/tpyo").rc == 7
+    typo = tmp_path / "metadta.db"
+    for command in ("verify", "inspect"):
+        run = dnb("--data-dir", str(tmp_path / "broker-1"), "--broker-id", "1", "--metadata", f"sqlite:///{typo}",
+                  "--objects", f"file://{tmp_path}/objects", command, TOPIC)
+        assert run.rc == 7 and "no metadata store" in run.err
+    assert not typo.exists()

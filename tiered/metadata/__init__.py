@@ -29,6 +29,12 @@ from tiered.metadata.base import (
 _ETCD_QUERY_OPTIONS = {"timeout_s": float, "endpoint_retry_s": float, "ca_cert": str, "cert_cert": str, "cert_key": str}
 
 
+def sqlite_path(url: str) -> str | None:
+    """The database file a ``sqlite:`` URL names (None for another scheme)."""
+    parsed = urllib.parse.urlsplit(url)
+    return parsed.netloc + parsed.path if parsed.scheme == "sqlite" else None
+
+
 def open_metadata(url: str, **options: Any) -> MetadataStore:
     """Open a metadata store by URL; ``options`` go to the backend constructor.
 
@@ -40,7 +46,7 @@ def open_metadata(url: str, **options: Any) -> MetadataStore:
     if parsed.scheme == "sqlite":
         from tiered.metadata.sqlite import SqliteMetadataStore
 
-        path = parsed.netloc + parsed.path
+        path = sqlite_path(url)
         if not path:
             raise ValueError(f"sqlite URL needs a path, e.g. sqlite:///var/lib/dnb/metadata.db (got {url!r})")
         return SqliteMetadataStore(path, **options)
@@ -81,5 +87,5 @@ def _open_etcd(parsed: urllib.parse.SplitResult, options: dict[str, Any]) -> Met
 __all__ = [
     "Compare", "Delete", "DeleteEvent", "Event", "Get", "KeyValue", "Lease", "MetadataStore", "Op",
     "Put", "PutEvent", "TxnResult", "Watch", "absent", "create_revision_is", "mod_revision_is",
-    "open_metadata", "value_is", "version_is",
+    "open_metadata", "sqlite_path", "value_is", "version_is",
 ]  # fmt: skip

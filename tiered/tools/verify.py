@@ -52,7 +52,7 @@ from tiered.errors import InvalidKey, MalformedRecord, ObjectNotFound
 from tiered.lifecycle.ownership import OwnerRecord
 from tiered.metadata import keys
 from wal.errors import CorruptLog
-from wal.recovery import check_torn_tail
+from wal.fs import RealFs
 from wal.topics import TopicName
 
 #: No dnb1 object is larger (S3's own object limit is 5 TiB): a descriptor naming more is
@@ -298,7 +298,7 @@ def frame_offsets(frames: bytes) -> list[int]:
 # -- 3. sealed state ------------------------------------------------------------------
 
 def _check_sealed_state(snapshot: _Snapshot, report: VerifyReport) -> None:
-    holder, owner_ok = _holder(snapshot, report)
+    _holder(snapshot, report)  # reports a malformed owner record
     kv = snapshot.state
     if kv is None:
         return
@@ -314,10 +314,10 @@ def _check_sealed_state(snapshot: _Snapshot, report: VerifyReport) -> None:
         report.add("sealed_mismatch", f"{'sealed' if state.sealed else 'open'} state names offset {named}, "
                                       f"beyond the archive's end {_fmt(last)}", sealed=named, archive=last)
         return
-    # Sealed and nobody holds it (no owner record, or a released one): the seal must name
-    # exactly the archive's end. A holder may be a new owner that has not yet written its
-    # own open state, so it may have archived past the seal.
-    if state.sealed and holder is None and owner_ok and named != last:
+    # Sealed: the seal must name exactly the archive's end, whoever holds the topic now. A
+    # new holder marks the topic open before its uploader starts, so while the state still
+    # says sealed nothing was archived past it (and a restore refuses any other end).
+    if state.sealed and named != last:
         report.add("sealed_mismatch", f"sealed state says last_committed_offset={_fmt(named)} but the "
                                       f"last object ends at {_fmt(last)}", sealed=named, archive=last)
 
@@ -347,8 +347,12 @@ def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport) -> No
     first, last = _scan_wal(directory, report)
     report.wal_first_offset, report.wal_last_offset = first, last
     archive_end = report.archive_last_offset
-    if first is None or archive_end is None:
+    if first is None:
         return
+    if archive_end is None:
+        # Nothing archived: the WAL holds the topic from where the archive would start
+        # (retention removes only archived segments), else a load finds it does not join.
+        archive_end = report.archive_start - 1
     if first > archive_end + 1:
         report.add("wal_gap", f"the local WAL starts at {first} but the archive ends at {archive_end}: "
                               f"offsets {archive_end + 1}-{first - 1} are nowhere",
@@ -364,14 +368,15 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
 
 
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
-    """Read segment files read-only (never open the WAL: that would repair its tail). A
-    WAL root's shared journal may hold rounds whose segment bytes were not synced yet
-    (a crash before its replay): they are laid over the segments as replay would."""
-    import native
-    from native.format import SEGMENT_HEADER_BYTES, SEGMENT_SUFFIX, SEGMENT_VERSION_ROUNDS, segment_version
-    from wal.fs import RealFs
+    """Recovery's own checks (``wal.recovery.validate``), reading only: never open the WAL,
+    which would repair its tail. A WAL root's shared journal may hold rounds whose segment
+    bytes were not synced yet (a crash before its replay): they are laid over the segments
+    as replay would. Returns the offsets recovery would find, (None, None) when it would
+    refuse the WAL (reported) or the WAL holds nothing."""
+    from wal.checkpoint import read_checkpoint
     from wal.identity import has_wal_id_file, read_wal_id
     from wal.journal import pending_segment_bytes
+    from wal.recovery import validate
 
     root = os.path.dirname(os.path.dirname(directory))
     try:
@@ -382,73 +387,37 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
     if has_wal_id_file(RealFs(), directory) and read_wal_id(RealFs(), directory) is None:
         # Recovery refuses a WAL whose id it cannot read (its journal entries name it).
         report.add("wal_corrupt", f"{directory}: its WAL id file does not parse", path=directory)
-    names = sorted(n for n in os.listdir(directory) if n.endswith(SEGMENT_SUFFIX))
-    first = last = None
-    for index, name in enumerate(names):
-        path = os.path.join(directory, name)
-        with open(path, "rb") as f:
-            data = f.read()
-        if path in pending:
-            cut, replayed = pending[path]
-            data = data[:cut] + replayed
-        if len(data) < SEGMENT_HEADER_BYTES:
-            continue  # a freshly created segment whose header is not yet written
-        try:
-            base, _created = native.decode_segment_header(data[:SEGMENT_HEADER_BYTES])
-        except Exception as e:  # noqa: BLE001
-            report.add("wal_corrupt", f"{path}: {e}", path=path)
-            return first, last
-        named = name[:-len(SEGMENT_SUFFIX)]
-        if not named.isdigit() or int(named) != base:
-            # Recovery refuses a segment whose name and header disagree (a renamed file).
-            report.add("wal_corrupt", f"{path}: its name says offset {named}, its header {base}", path=path)
-            return first, last
-        expected = base if last is None else last + 1
-        if base != expected:
-            report.add("wal_gap", f"{path} starts at {base}, expected {expected}", path=path)
-        rounds = segment_version(data) >= SEGMENT_VERSION_ROUNDS
-        scan = native.scan_frames(data, SEGMENT_HEADER_BYTES, None, base, False, rounds=rounds)
-        if scan.error is not None:
-            try:  # recovery's own rule: a torn tail of the last segment is what it repairs
-                check_torn_tail(data, path, scan.error, index == len(names) - 1, rounds,
-                                scan.last_offset + 1 if scan.count else base)
-            except CorruptLog as e:
-                report.add("wal_corrupt", f"{path}: {e}", path=path, position=scan.error.position)
-        if scan.count:
-            first = scan.first_offset if first is None else first
-            last = scan.last_offset
-    _check_wal_checkpoint(directory, first, last, report)
-    return first, last
-
-
-def _check_wal_checkpoint(directory: str, first: int | None, last: int | None, report: VerifyReport) -> None:
-    """Recovery's checkpoint rules (wal/recovery.py): a log that ends (after its tail rule)
-    below the next offset the checkpoint recorded as durable, or starts after the first
-    offset it retains (oldest segments gone), lost synced data, and recovery refuses it;
-    so does a checkpoint that recorded offsets no segment holds any more."""
-    from wal.checkpoint import read_checkpoint
-    from wal.fs import RealFs
-
     try:
         checkpoint = read_checkpoint(RealFs(), directory)
     except Exception as e:  # noqa: BLE001 - a damaged checkpoint is what recovery refuses too
         report.add("wal_corrupt", f"{directory}: checkpoint unreadable: {e}", path=directory)
-        return
-    if checkpoint is None:
-        return
-    durable_next = int(checkpoint.get("next_offset", 0))
-    retained = checkpoint.get("first_offset")
-    if last is None:
-        if durable_next > int(retained if retained is not None else 0):
-            report.add("wal_corrupt", f"{directory}: its checkpoint recorded offsets up to {durable_next - 1} "
-                                      "as durable, but no segment holds any", path=directory)
-        return
-    if last + 1 < durable_next:
-        report.add("wal_corrupt", f"{directory}: the log ends at offset {last}, but its checkpoint "
-                                  f"recorded offsets up to {durable_next - 1} as durable", path=directory)
-    if first is not None and retained is not None and first > int(retained):
-        report.add("wal_corrupt", f"{directory}: the log starts at offset {first}, but its checkpoint "
-                                  f"retains from {retained} (oldest segments missing)", path=directory)
+        checkpoint = None
+    try:
+        scanned, found_next = validate(_ReplayedFs(pending), directory, checkpoint)
+    except CorruptLog as e:
+        kind = "wal_gap" if "not contiguous" in str(e) else "wal_corrupt"
+        report.add(kind, str(e), path=e.path, position=e.position)
+        return None, None
+    holding = [s.segment for s in scanned if s.segment.last_offset >= s.segment.base_offset]
+    if not holding or found_next is None:
+        return None, None
+    return holding[0].base_offset, found_next - 1
+
+
+class _ReplayedFs(RealFs):
+    """The real file system, each segment read with the journal's pending rounds laid over
+    it as replay would lay them (``wal.journal.pending_segment_bytes``)."""
+
+    def __init__(self, pending: dict[str, tuple[int, bytes]]) -> None:
+        super().__init__()
+        self._pending = pending
+
+    def read_all(self, path: str) -> bytes:
+        data = super().read_all(path)
+        if path in self._pending:
+            cut, replayed = self._pending[path]
+            data = data[:cut] + replayed
+        return data
 
 
 # -- 5. cursors -----------------------------------------------------------------------

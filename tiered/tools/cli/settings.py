@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiered.tools.cli.output import CliError
+from tiered.tools.cli.output import EXIT_NOT_FOUND, CliError
 
 _BROKER_ID_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
@@ -87,8 +87,8 @@ def redact_url(url: str) -> str:
 
 
 @contextlib.contextmanager
-def open_stores(settings: Settings, role: str = "command",
-                check_objects: bool = True) -> Iterator[tuple[object, object]]:
+def open_stores(settings: Settings, role: str = "command", check_objects: bool = True,
+                create: bool = True) -> Iterator[tuple[object, object]]:
     """Open (metadata, objects) for one command (``role="command"``) or a broker process
     (``role="broker"``) and always close them again.
 
@@ -96,24 +96,30 @@ def open_stores(settings: Settings, role: str = "command",
     ``object_store.check_bucket`` is off, its bucket is checked at once: a missing bucket
     (``BucketNotFound``) or an unreachable endpoint (``StorageUnavailable``, exit 4) fails
     here, before the command does anything. Commands that only read metadata pass
-    ``check_objects=False`` (``inspect`` must work while the object store is down)."""
-    from tiered.metadata import open_metadata  # deferred: keeps `dnb --help` light
+    ``check_objects=False`` (``inspect`` must work while the object store is down).
+    Read-only commands pass ``create=False``: an embedded store that does not exist (a
+    typo in ``--metadata`` or ``--data-dir``) is then an error, never created empty."""
+    from tiered.metadata import open_metadata, sqlite_path  # deferred: keeps `dnb --help` light
     from tiered.objects import open_objects  # deferred: keeps `dnb --help` light
 
-    if settings.metadata_url.startswith("sqlite:") or settings.objects_url.startswith("file:"):
+    if create and (settings.metadata_url.startswith("sqlite:") or settings.objects_url.startswith("file:")):
         os.makedirs(settings.data_dir, exist_ok=True)
-    if settings.objects_url.startswith("file:"):
+    if create and settings.objects_url.startswith("file:"):
         os.makedirs(urllib.parse.unquote(urllib.parse.urlsplit(settings.objects_url).path), exist_ok=True)
-    metadata = open_metadata(settings.metadata_url)
+    policy = settings.config.object_store
+    s3 = settings.objects_url.startswith("s3:")
+    objects = open_objects(settings.objects_url, **(policy.s3_options(role) if s3 else {}))
     try:
-        policy = settings.config.object_store
-        s3 = settings.objects_url.startswith("s3:")
-        objects = open_objects(settings.objects_url, **(policy.s3_options(role) if s3 else {}))
+        path = sqlite_path(settings.metadata_url)
+        if not create and path is not None and not os.path.exists(path):
+            raise CliError(f"no metadata store at {path}, so no topic (this command only reads and creates "
+                           "none; is --metadata or --data-dir right?)", EXIT_NOT_FOUND)
+        metadata = open_metadata(settings.metadata_url)
         try:
             if policy.check_bucket and check_objects:
                 objects.check()
             yield metadata, objects
         finally:
-            objects.close()
+            metadata.close()
     finally:
-        metadata.close()
+        objects.close()
