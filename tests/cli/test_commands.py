@@ -159,7 +159,7 @@ def test_a_wrong_data_dir_refuses_and_never_records_the_owners_tail_lost(tmp_pat
                     ("seal", TOPIC), ("topic", "create", TOPIC)):
         run = dnb(*typo, *command)
         assert run.rc == 3, (command, run.err)
-        assert "no WAL of it" in run.err and "--takeover" in run.err
+        assert "not in this data dir" in run.err and "--takeover" in run.err
     assert _state(tmp_path) == before
     run = dnb(*right, "--json", "consume", TOPIC, "--subscription", "s", "--from", "earliest")
     assert [m["offset"] for m in run.json()["messages"]] == [0, 1, 2, 3, 4]

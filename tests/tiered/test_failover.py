@@ -6,6 +6,7 @@ Each test fails without the fix it names (see docs/LIFECYCLE.md, "Failover").
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 import os
 import threading
 import time
@@ -81,9 +82,15 @@ def _metadata_unavailable(*_args: object, **_kwargs: object) -> NoReturn:
     raise OSError("metadata store unavailable")
 
 
+#: A broker whose disk was replaced on purpose: it takes its own open history over from
+#: the old disk as a failover would (the default refuses: OwnHistoryElsewhere).
+TAKES_OVER_ITS_OWN = replace(FAST_BROKER, own_history_elsewhere="take_over")
+
+
 def _a_on(cluster: Cluster, disk: str, fs: FaultFs | None = None) -> BrokerHost:
-    """Broker A restarted with its WAL root on another data dir (``disk``)."""
-    host = BrokerHost("A", os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, FAST_BROKER,
+    """Broker A restarted with its WAL root on another data dir (``disk``), set to take
+    over its own history from the disk it left (what these tests account for)."""
+    host = BrokerHost("A", os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, TAKES_OVER_ITS_OWN,
                       wal_fs=fs)
     cluster.hosts.append(host)
     return host
@@ -531,7 +538,7 @@ def test_a_failed_reload_that_retired_an_older_wal_still_leaves_the_newer_tail_c
     produce_range(hosted, 5, 14)
     hosted.publish_progress()
     _die(on_y)
-    back_on_x = local_cluster.broker("A")
+    back_on_x = local_cluster.broker("A", own_history_elsewhere="take_over")  # Y is the one it takes over
 
     with monkeypatch.context() as patch:
         patch.setattr(back_on_x, "_mark_open", _metadata_unavailable)

@@ -14,6 +14,7 @@ Each test fails on the code before its fix:
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import shutil
 
 from tiered.lifecycle import BrokerHost
@@ -40,8 +41,11 @@ def _die(host: BrokerHost) -> None:
     host.close(unload=False)
 
 
-def _host(cluster: Cluster, broker_id: str, root: str) -> BrokerHost:
-    host = BrokerHost(broker_id, root, cluster.metadata, cluster.objects, cluster.config)
+def _host(cluster: Cluster, broker_id: str, root: str, takes_over_its_own: bool = False) -> BrokerHost:
+    """``takes_over_its_own``: a broker whose disk was replaced on purpose, which takes its
+    own open history over from another data dir as a failover would (the default refuses)."""
+    config = replace(cluster.config, own_history_elsewhere="take_over") if takes_over_its_own else cluster.config
+    host = BrokerHost(broker_id, root, cluster.metadata, cluster.objects, config)
     cluster.hosts.append(host)
     return host
 
@@ -90,13 +94,13 @@ def test_the_tail_of_our_epoch_on_another_disk_is_recorded_when_an_older_wal_of_
     produce_range(a.load(TOPIC), 0, 4, ack="archived")
     produce_range(a.topic(TOPIC), 5, 7)
     _die(a)
-    c = _host(local_cluster, "A", disk_c)  # same id, another (empty) disk: 5-7 recorded lost
+    c = _host(local_cluster, "A", disk_c, takes_over_its_own=True)  # same id, another (empty) disk: 5-7 recorded lost
     hosted_c = c.load(TOPIC)
     epoch_c = hosted_c.token.epoch
     produce_range(hosted_c, 5, 6)  # acknowledged, durable on disk C only
     hosted_c.publish_progress()
     _die(c)
-    back = _host(local_cluster, "A", disk_a)  # back on disk A: its WAL (epoch 1) is stale
+    back = _host(local_cluster, "A", disk_a, takes_over_its_own=True)  # back on disk A: its WAL (epoch 1) is stale
     hosted = back.load(TOPIC)
     assert hosted.next_offset == 5
     records = {(r.epoch, r.start_offset): r for r in keys.read_lost_ranges(local_cluster.metadata, T)}

@@ -161,6 +161,12 @@ KEYS: dict[str, tuple[str, str]] = {
                            "production so a typo'd name is an error, not a new topic. A deleted topic is "
                            "never re-created implicitly.",
                            "Kafka `auto.create.topics.enable`; Pulsar `allowAutoTopicCreation`"),
+    "broker.own_history_elsewhere": ("A load of a topic this broker id holds unsealed, whose open history's WAL is "
+                                     "not in this data dir (a mistyped `--data-dir`, the wrong disk): `refuse` "
+                                     "(OwnHistoryElsewhere, CLI exit 3, nothing written) or `take_over` (as a "
+                                     "failover: its unarchived messages are recorded lost and their offsets "
+                                     "reused; for a broker whose disk was replaced on purpose). `dnb restore "
+                                     "--takeover` accepts it for one topic.", NONE),
     "broker.metrics_per_topic": ("Metric series per topic (`true`) or one aggregated `topic=\"_all\"` series "
                                  "per family (`false`, for hosts of many topics; docs/METRICS.md). Unset: per "
                                  "topic.", "Kafka's per-topic `kafka.log` / `BrokerTopicMetrics` MBeans (always "

@@ -42,6 +42,12 @@ class BrokerConfig:
     # topic create``) does, and anything else gets TopicNotFound with nothing written.
     # A deleted topic is never re-created implicitly, whatever this says.
     auto_create: bool = True
+    # A load of a topic whose open history is this broker id's own but whose WAL is not
+    # in this WAL root (another data dir: a typo, the wrong disk): "refuse" raises
+    # OwnHistoryElsewhere and writes nothing; "take_over" takes it over as a failover
+    # would, recording its unarchived messages lost (for a broker whose disk was replaced
+    # on purpose). ``load(..., accept_lost_own_history=True)`` accepts it for one load.
+    own_history_elsewhere: str = "refuse"
     # Subscription cursor flush policy (passed to SubscriptionManager).
     cursor_flush_every_acks: int = 1000
     cursor_flush_interval_s: float = 5.0
@@ -76,6 +82,8 @@ class BrokerConfig:
             raise ValueError("ack_lease_margin_s must be in [0, session_ttl_s)")
         if self.cursor_flush_every_acks < 1:
             raise ValueError("cursor_flush_every_acks must be >= 1")
+        if self.own_history_elsewhere not in ("refuse", "take_over"):
+            raise ValueError("own_history_elsewhere must be 'refuse' or 'take_over'")
         if self.upload_workers_max < 1:
             raise ValueError("upload_workers_max must be >= 1")
 

@@ -33,6 +33,26 @@ class LocalWalUnreadable(LoadError):
         self.path = path
 
 
+class OwnHistoryElsewhere(LoadError):
+    """This broker id holds the topic unsealed, its open history (the epoch that last
+    marked the topic open) was written by this broker id, and this WAL root has no WAL of
+    that history: it lives in another data dir (a mistyped ``--data-dir``, a broker started
+    on the wrong disk). A load here would take that history over: record its unarchived
+    acknowledged messages lost and number new ones at their offsets. Refused, nothing
+    written. Use the right data dir; or, when that WAL is really gone, accept the loss
+    explicitly (``load(..., accept_lost_own_history=True)``, ``dnb restore --takeover``, or
+    ``broker.own_history_elsewhere = "take_over"``)."""
+
+    def __init__(self, topic: TopicName, broker_id: str, epoch: int, wal_path: str, found: str) -> None:
+        super().__init__(topic, "load", f"broker {broker_id} holds it unsealed and its open history (epoch {epoch}) "
+                         f"is not in this data dir ({wal_path}: {found}). Is the data dir right? A load here would "
+                         "record that history's unarchived messages lost and reuse their offsets. To accept that "
+                         f"loss (its WAL is gone): dnb --broker-id {broker_id} restore --takeover {topic}")
+        self.broker_id = broker_id
+        self.epoch = epoch
+        self.wal_path = wal_path
+
+
 class WalRootOwnedByAnotherBroker(DnbError):
     """The WAL root was first used by another broker id (``<root>/.broker``). Retiring its
     WALs as stale under this id would throw that broker's unarchived history away, so

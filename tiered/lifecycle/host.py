@@ -71,7 +71,7 @@ from tiered.lifecycle.ownership import (
     release_ops,
 )
 from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
-from tiered.lifecycle.retire import StaleWals
+from tiered.lifecycle.retire import StaleWals, own_open_history_elsewhere
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
 from tiered.logs import FailureLog
@@ -234,7 +234,8 @@ class BrokerHost:
 
     # -- load --------------------------------------------------------------------
     def load(self, name: TopicName | str, *, force: bool = False,
-             discard_local_wal: bool = False, create: bool | None = None) -> HostedTopic:
+             discard_local_wal: bool = False, create: bool | None = None,
+             accept_lost_own_history: bool = False) -> HostedTopic:
         """Take ownership and restore ``name``; idempotent for a topic already hosted.
 
         Raises TopicOwnedElsewhere / OwnershipConflict when another broker holds or
@@ -245,6 +246,11 @@ class BrokerHost:
         ``discard_local_wal`` is the operator's way past LocalWalUnreadable: the WAL is
         quarantined and the range it may have held is recorded as lost, then numbering
         continues after the archive.
+
+        ``accept_lost_own_history`` takes over this broker id's own open history although
+        its WAL is not in this WAL root (OwnHistoryElsewhere otherwise, unless
+        ``config.own_history_elsewhere`` is "take_over"): its unarchived messages are
+        recorded lost, as in a failover. ``force`` implies it.
 
         ``create`` (None: ``config.auto_create``) lets the load create a topic that does not
         exist; without it such a load raises TopicNotFound and writes nothing. A deleted
@@ -278,6 +284,8 @@ class BrokerHost:
                     return existing
                 if existing is not None:
                     raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
+                if not (force or accept_lost_own_history):
+                    self._refuse_own_history_elsewhere(topic)
                 hosted = self._load(topic, force, discard_local_wal,
                                     self.config.auto_create if create is None else create, False)
                 with self._lock:
@@ -314,11 +322,23 @@ class BrokerHost:
                 return existing, False
             if existing is not None:
                 raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
+            self._refuse_own_history_elsewhere(topic)
             hosted = self._load(topic, False, False, True, True)
             with self._lock:
                 self._topics[topic] = hosted
         self._notify(0, hosted)
         return hosted, not existed
+
+    def _refuse_own_history_elsewhere(self, topic: TopicName) -> None:
+        """OwnHistoryElsewhere (nothing written) when a load here would take over this
+        broker id's own open history from another data dir, unless the configuration
+        accepts that (``own_history_elsewhere``; see
+        :func:`tiered.lifecycle.retire.own_open_history_elsewhere`)."""
+        if self.config.own_history_elsewhere == "take_over":
+            return
+        elsewhere = own_open_history_elsewhere(self.metadata, self.root, topic)
+        if elsewhere is not None:
+            raise elsewhere
 
     def delete(self, name: TopicName | str, *, on_step: Callable[[str, int], None] | None = None,
                fault_hook: Callable[[str], None] | None = None) -> DeleteReport:
@@ -369,8 +389,9 @@ class BrokerHost:
         return report
 
     async def load_async(self, name: TopicName | str, *, force: bool = False,
-                         discard_local_wal: bool = False) -> HostedTopic:
-        return await asyncio.to_thread(self.load, name, force=force, discard_local_wal=discard_local_wal)
+                         discard_local_wal: bool = False, accept_lost_own_history: bool = False) -> HostedTopic:
+        return await asyncio.to_thread(self.load, name, force=force, discard_local_wal=discard_local_wal,
+                                       accept_lost_own_history=accept_lost_own_history)
 
     def _load(self, topic: TopicName, force: bool, discard_local_wal: bool, create: bool,
               recreate: bool, stop_when_closing: bool = True) -> HostedTopic:

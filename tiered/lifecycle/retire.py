@@ -25,11 +25,12 @@ from tiered.archive import list_descriptors
 from tiered.errors import StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore
-from tiered.lifecycle.errors import LocalWalUnreadable
+from tiered.archive.chain import DescriptorChain
+from tiered.lifecycle.errors import LocalWalUnreadable, OwnHistoryElsewhere
 from tiered.lifecycle.losses import LossRecords, RetiredWal
 from tiered.lifecycle.metrics import LifecycleMetrics
-from tiered.lifecycle.ownership import OwnerToken
-from tiered.lifecycle.restore import RestorePlan, read_sealed_state
+from tiered.lifecycle.ownership import OwnerToken, read_owner
+from tiered.lifecycle.restore import RestorePlan, read_progress, read_sealed_state
 from tiered.lifecycle.wal_root import WalRoot, durable_tip
 from tiered.metrics import topic_counter
 from wal.fs import LOCK_NAME, crash_safe_order
@@ -39,6 +40,56 @@ log = logging.getLogger(__name__)
 
 #: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
 QUARANTINE_DIR = ".quarantine"
+
+
+def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: TopicName) -> OwnHistoryElsewhere | None:
+    """Why a load here would take over this broker's own open history from another data
+    dir (an :class:`OwnHistoryElsewhere` to raise), or None when it would not.
+
+    The open history is the epoch that last marked the topic open (the sealed-state
+    record with ``sealed: false``); it is this broker's when that record names this broker
+    id and the owner record still holds the topic for it. Its WAL is here when this root
+    holds a WAL of the topic whose ``.owner`` marker names that epoch or a later one (a
+    later load of ours that failed before marking the topic open went on from it), or
+    whose marker is unreadable (the load's own rules judge that WAL). Otherwise the
+    history is elsewhere and a load here would record it lost, so this refuses, unless
+    nothing would be lost or the loss is already decided:
+
+    * a ``LostRange`` of this broker from that epoch on already records it;
+    * the owner record already makes its holder account for it (``inherits``: an earlier
+      attempt decided the takeover);
+    * the durable tip published by that very epoch lies below the archive's end.
+
+    Fails closed: with no progress record of that epoch (never published, or its writes
+    failed) it refuses, since the history may hold acknowledged messages nobody knows
+    of. A progress record lags its WAL by up to ``broker.progress_interval_s``, so an
+    epoch whose last publishes failed after earlier ones landed is judged by the last
+    one that landed (docs/SAFETY.md)."""
+    broker_id = root.broker_id
+    owner, _kv = read_owner(metadata, topic)
+    if owner is None or owner.released_at is not None or owner.broker_id != broker_id:
+        return None
+    state = read_sealed_state(metadata, topic)
+    if state is None or state.sealed or state.broker_id != broker_id or state.epoch is None:
+        return None
+    epoch = state.epoch
+    if (broker_id, epoch) in owner.inherits:
+        return None
+    if root.exists(topic):
+        marker = root.read_owner_marker(topic)
+        if marker is None or marker >= epoch:
+            return None
+        found = f"a WAL of epoch {marker}, older"
+    else:
+        found = "no WAL"
+    if any(r.broker_id == broker_id and r.epoch >= epoch for r in keys.read_lost_ranges(metadata, topic)):
+        return None
+    progress = read_progress(metadata, topic)
+    if progress is not None and progress.broker_id == broker_id and progress.epoch == epoch:
+        durable = -1 if progress.durable_offset is None else progress.durable_offset
+        if durable < DescriptorChain(metadata, topic).next_offset():
+            return None  # every message that epoch acknowledged is archived
+    return OwnHistoryElsewhere(topic, broker_id, epoch, root.path(topic), found)
 
 
 class StaleWals:

@@ -32,7 +32,6 @@ from tiered.lifecycle import BrokerHost
 from tiered.errors import TopicNotFound
 from tiered.lifecycle.delete import check_not_deleted, delete_topic, list_topics, topic_exists
 from tiered.lifecycle.ownership import read_owner, unowned_fencing
-from tiered.lifecycle.restore import read_progress, read_sealed_state
 from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
 from tiered.metadata import keys
 from tiered.read.errors import ReaderClosed
@@ -43,7 +42,6 @@ from tiered.tools.cli.output import CliError, EXIT_DATA, EXIT_INTERNAL, EXIT_REF
 from tiered.tools.cli.settings import Settings, open_stores
 from tiered.tools.verify import local_wal_range, lost_range_json, verify_topic
 from tiered.archive import list_descriptors
-from tiered.archive.chain import DescriptorChain
 from tiered.archive.start import archive_start
 from uploader import collect_garbage
 from wal.topics import TopicName
@@ -102,38 +100,15 @@ def refuse_if_held_elsewhere(host: Any, topic: TopicName, action: str) -> None:
             EXIT_REFUSED)
 
 
-def refuse_if_own_history_is_not_here(host: Any, topic: TopicName, action: str) -> None:
-    """Refuse (nothing written) when this broker id holds ``topic`` unsealed with
-    acknowledged messages past the archive, but this data dir has no WAL of it: a load
-    here would record them lost and number after the archive, and the right data dir's
-    WAL would then be quarantined (a typo in ``--data-dir`` must not do that). Accepting
-    that loss is an explicit ``restore --takeover``."""
-    holder, _epoch = owner_of(host.metadata, topic)
-    if holder != host.broker_id or host.root.exists(topic):
-        return
-    state = read_sealed_state(host.metadata, topic)
-    progress = read_progress(host.metadata, topic)
-    if state is None or state.sealed or progress is None or progress.durable_offset is None:
-        return
-    if progress.broker_id != host.broker_id:
-        return
-    archive_next = DescriptorChain(host.metadata, topic).next_offset()
-    if progress.durable_offset < archive_next:
-        return  # everything acknowledged is archived: nothing would be lost
-    raise CliError(
-        f"{action} {topic}: broker {host.broker_id} holds it unsealed with offsets {archive_next}-"
-        f"{progress.durable_offset} acknowledged but not archived, and this data dir has no WAL of it "
-        f"({host.root.path(topic)}). Is --data-dir right? A load here would record them lost. To accept "
-        f"that loss (their WAL is gone): dnb --broker-id {host.broker_id} restore --takeover {topic}",
-        EXIT_REFUSED)
-
-
 def load_here(host: Any, topic: TopicName, action: str, takeover: bool = False,
               discard_local_wal: bool = False) -> Any:
+    """Load ``topic`` on this CLI broker. The host refuses (OwnHistoryElsewhere, exit 3,
+    nothing written) a data dir that lacks this broker id's own open history of it: a
+    typo in ``--data-dir`` must not record that history lost and reuse its offsets.
+    ``takeover`` (``restore --takeover``) accepts both that and a dead holder's loss."""
     if not takeover:
         refuse_if_held_elsewhere(host, topic, action)
-        refuse_if_own_history_is_not_here(host, topic, action)
-    return host.load(topic, discard_local_wal=discard_local_wal)
+    return host.load(topic, discard_local_wal=discard_local_wal, accept_lost_own_history=takeover)
 
 
 # -- produce / upload -------------------------------------------------------------------
@@ -263,7 +238,6 @@ def seal(settings: Settings, topic: str, tracker: Tracker | None = None) -> int 
                 f"broker {holder} (epoch {epoch})"
             raise CliError(f"seal {name}: broker {host.broker_id} does not own the topic; it is held by "
                            f"{who}. Nothing was changed.", EXIT_REFUSED)
-        refuse_if_own_history_is_not_here(host, name, "seal")
         hosted = host.load(name)
         if tracker is None:
             return host.unload(name)
@@ -308,7 +282,7 @@ def restore(settings: Settings, topic: str, takeover: bool = False, discard_loca
 
 def inspect(settings: Settings, topic: str) -> dict[str, Any]:
     name = TopicName.parse(topic)
-    with open_stores(settings, check_objects=False) as (metadata, _objects):
+    with open_stores(settings, check_objects=False, create=False) as (metadata, _objects):
         check_not_deleted(metadata, name)
         record, _kv = read_owner(metadata, name)
         if record is None and not metadata.range(keys.storage_prefix(name), limit=1):
@@ -351,7 +325,9 @@ def _descriptor_json(d: Any) -> dict[str, Any]:
 
 def verify(settings: Settings, topic: str, progress: Any = None, check_objects: bool = True) -> Any:
     name = TopicName.parse(topic)
-    with open_stores(settings) as (metadata, objects):
+    with open_stores(settings, create=False) as (metadata, objects):
+        if metadata.get(keys.owner_key(name)) is None and not metadata.range(keys.storage_prefix(name), limit=1):
+            raise TopicNotFound(name)  # as inspect: "whole" would say nothing about the topic meant
         return verify_topic(name, metadata, objects, wal_dir=settings.wal_dir, progress=progress,
                             check_objects=check_objects)
 
@@ -545,7 +521,6 @@ def topic_create(settings: Settings, topic: str) -> dict[str, Any]:
     name = TopicName.parse(topic)
     with hosting(settings) as host:
         refuse_if_held_elsewhere(host, name, "create")
-        refuse_if_own_history_is_not_here(host, name, "create")
         hosted, created = host.create(name)
         return {"topic": str(name), "created": created, "epoch": hosted.token.epoch,
                 "next_offset": hosted.wal.next_offset}

@@ -268,7 +268,7 @@ def classify(error: BaseException) -> tuple[int, str]:
 
 
 _REFUSAL_NAMES = ("Owner", "Owned", "Ownership", "Fenced", "NotOwner", "Sealed", "AlreadyLoaded", "Refused", "Locked",
-                  "OffsetOverflow")
+                  "OffsetOverflow", "OwnHistoryElsewhere")
 
 
 def _below_retention(error: BaseException) -> Any:

@@ -1,0 +1,126 @@
+"""A broker id whose open history lives on another data dir (a mistyped ``--data-dir``, a
+broker started on the wrong disk): a load there must refuse with OwnHistoryElsewhere and
+write nothing, instead of recording that history's acknowledged messages lost and
+numbering new ones at their offsets (atk33 F01, atk35 F01-F03). Accepting that loss is
+explicit: ``accept_lost_own_history`` (``dnb restore --takeover``) or
+``own_history_elsewhere = "take_over"``.
+
+The broker process (``dnb broker run``) loads through the same ``BrokerHost.load`` (its
+assignment watcher), so these hold for it as for the CLI."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tiered.lifecycle import BrokerHost
+from tiered.lifecycle.errors import OwnHistoryElsewhere
+from tiered.metadata import keys
+from wal.topics import TopicName
+
+from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
+    TOPIC,
+    Cluster,
+    local_cluster,
+    produce_range,
+    read_all,
+)
+
+T = TopicName.parse(TOPIC)
+
+
+def _on(cluster: Cluster, disk: str) -> BrokerHost:
+    """Broker A with its WAL root on ``disk`` (the default config: refuse)."""
+    host = BrokerHost("A", os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, cluster.config)
+    cluster.hosts.append(host)
+    return host
+
+
+def _die(host: BrokerHost) -> None:
+    """The process dies: no seal, the WAL kept on its disk, the lease gone."""
+    for hosted in host.topics():
+        host.abandon(hosted.topic)
+    host.close(unload=False)
+
+
+def _records(cluster: Cluster) -> list[tuple[str, bytes]]:
+    return sorted((kv.key, kv.value) for kv in cluster.metadata.range(keys.storage_prefix(T)))
+
+
+def _nothing_lost(cluster: Cluster) -> bool:
+    """No LostRange counts a lost offset (a takeover of a history with nothing past the
+    archive records one with no end: "none known lost")."""
+    return all(r.end_offset is None for r in keys.read_lost_ranges(cluster.metadata, T))
+
+
+def _acks_a_tail(cluster: Cluster, disk: str, archived_to: int, durable_to: int) -> None:
+    """A on ``disk`` acknowledges up to ``archived_to`` archived and up to ``durable_to``
+    durable only, publishes that tip and dies."""
+    host = _on(cluster, disk)
+    hosted = host.load(TOPIC)
+    first = hosted.next_offset
+    if archived_to >= first:
+        produce_range(hosted, first, archived_to, ack="archived")
+    produce_range(hosted, max(first, archived_to + 1), durable_to)
+    hosted.publish_progress()
+    _die(host)
+
+
+def _refused_writing_nothing(cluster: Cluster, disk: str) -> None:
+    before = _records(cluster)
+    wrong = _on(cluster, disk)
+    for attempt in (lambda: wrong.load(TOPIC), lambda: wrong.create(TOPIC)):
+        with pytest.raises(OwnHistoryElsewhere, match="not in this data dir"):
+            attempt()
+    assert _records(cluster) == before
+    assert not wrong.topics()
+    _die(wrong)
+
+
+def test_a_load_on_a_disk_without_the_open_history_refuses_and_writes_nothing(local_cluster: Cluster) -> None:
+    _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=7)
+    _refused_writing_nothing(local_cluster, "disk-typo")
+    back = _on(local_cluster, "disk-1").load(TOPIC)  # the right disk: everything is there
+    assert back.next_offset == 8
+    assert [m.offset for m in read_all(back, 0, 7)] == list(range(8))
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+
+
+def test_an_older_wal_of_ours_on_the_wrong_disk_does_not_pass_for_the_open_history(local_cluster: Cluster) -> None:
+    """atk35 F01: disk 1 holds a WAL of epoch 1 (everything archived, so disk 2 could take
+    over); disk 2's epoch acknowledged 5-9. Back on disk 1 its old WAL is not that history."""
+    _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=4)
+    _acks_a_tail(local_cluster, "disk-2", archived_to=4, durable_to=9)  # nothing lost: allowed
+    assert _nothing_lost(local_cluster)
+    _refused_writing_nothing(local_cluster, "disk-1")
+    back = _on(local_cluster, "disk-2").load(TOPIC)
+    assert back.next_offset == 10
+    assert [m.offset for m in read_all(back, 0, 9)] == list(range(10))
+
+
+def test_a_history_whose_tip_was_never_published_is_refused(local_cluster: Cluster) -> None:
+    """atk35 F02: progress is best effort; without a published tip of the open epoch
+    nobody can tell it acknowledged nothing past the archive, so the load fails closed."""
+    _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=7)
+    local_cluster.metadata.delete(keys.progress_key(T))  # its publishes all failed
+    _refused_writing_nothing(local_cluster, "disk-typo")
+
+
+def test_accepting_the_loss_takes_the_history_over_and_records_it(local_cluster: Cluster) -> None:
+    _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=7)
+    taken = _on(local_cluster, "disk-new").load(TOPIC, accept_lost_own_history=True)
+    assert taken.next_offset == 5 and taken.report.unarchived_at_least == 3
+    [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (lost.start_offset, lost.end_offset, lost.broker_id, lost.exact) == (5, 7, "A", False)
+
+
+def test_a_history_of_ours_that_is_sealed_or_archived_loads_anywhere(local_cluster: Cluster) -> None:
+    _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=4)  # everything archived
+    moved = _on(local_cluster, "disk-2")
+    assert moved.load(TOPIC).next_offset == 5
+    produce_range(moved.topic(TOPIC), 5, 6)
+    moved.unload(TOPIC)  # sealed at 6
+    moved.close()
+    again = _on(local_cluster, "disk-3")
+    assert again.load(TOPIC).next_offset == 7
+    assert _nothing_lost(local_cluster)
