@@ -128,3 +128,26 @@ def test_a_pass_that_leaves_a_small_object_for_later_does_not_say_the_store_is_b
     hosted.uploader._pass_with_retries(time.monotonic() + WAIT_S, retention=False, force=False)
     assert hosted.uploader.last_error is error
     assert not [r for r in caplog.records if "recovered after" in r.getMessage()]
+
+
+def test_a_host_starting_while_its_store_is_briefly_unavailable_registers_once_it_answers(tmp_path) -> None:
+    """Nothing is written before the session lease exists, so a store that does not answer
+    for a moment (an election, an overloaded server) is retried, for up to one TTL; past
+    that, or for an error that is not retryable, the start fails."""
+    from tiered.errors import StorageUnavailable
+
+    metadata, objects = local_stores(str(tmp_path))
+    plan = FaultPlan()
+    plan.fail("grant_lease", error=StorageUnavailable, times=2)
+    host = BrokerHost("A", str(tmp_path / "wal-A"), FaultyMetadataStore(metadata, plan), objects, FAST_BROKER,
+                      metrics_registry=CollectorRegistry())
+    try:
+        assert plan.calls["grant_lease"] == 3 and host.session is not None and host.session.lease_id
+    finally:
+        host.close(unload=False)
+    plan.fail("grant_lease", error=ValueError)  # not a store being briefly away: no retry
+    with pytest.raises(ValueError):
+        BrokerHost("B", str(tmp_path / "wal-B"), FaultyMetadataStore(metadata, plan), objects, FAST_BROKER,
+                   metrics_registry=CollectorRegistry())
+    assert plan.calls["grant_lease"] == 4
+    metadata.close()

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from tiered.errors import (  # noqa: F401 - OwnershipError re-exported: callers import it from here
     LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError, TopicDeleted,
 )
+from tiered.backoff import Backoff
 from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import (
@@ -402,9 +403,22 @@ class BrokerSession:
         broker" rule of :func:`acquire` and number the same topic twice. A registration
         left by a crashed incarnation of this broker lapses within one TTL, so a
         conflicting one is waited out for up to 1.5 TTL; one that stays is another live
-        process: :class:`BrokerIdInUse`."""
-        sent = lease_clock()
-        lease = self.metadata.grant_lease(self.ttl_s)
+        process: :class:`BrokerIdInUse`. A store that is briefly unavailable (a leader
+        election, a restart, an overloaded server) is retried for up to one TTL before the
+        error is raised: nothing is written before the lease exists."""
+        deadline = time.monotonic() + self.ttl_s
+        backoff = Backoff(0.05, 1.0)
+        while True:
+            sent = lease_clock()
+            try:
+                lease = self.metadata.grant_lease(self.ttl_s)
+                break
+            except StorageError as e:
+                left = deadline - time.monotonic()
+                if not e.retryable or left <= 0:
+                    raise
+                log.info("broker %s: registering: %r; retrying", self.broker_id, e)
+                time.sleep(backoff.next_s(left))
         body = json.dumps({"broker_id": self.broker_id, "started_at": time.time(),
                            "address": self.address}).encode()
         key = registered_key(self.broker_id)
