@@ -7,6 +7,10 @@ deleted) and created again at the same path gets a new id, so a replay after a c
 never write the old instance's rounds into the new one. The file is a dot file
 (bookkeeping, like ``.owner``): ``wal.fs.crash_safe_order`` removes it after the segments,
 so a directory whose deletion was interrupted still says whose segments are left.
+
+Every WAL has one (journaled or not): a broker records the id of the WAL an epoch writes in
+the topic's open state, so a later load tells that WAL from another one of the same topic
+(an older one, one on another disk) whatever else is damaged (tiered/lifecycle/retire.py).
 """
 from __future__ import annotations
 

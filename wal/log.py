@@ -107,8 +107,10 @@ class WriteAheadLog:
         wal = None
         try:
             # A journaled group names this WAL instance in its journal entries: the id must
-            # be durable before the first round is (wal/identity.py).
-            wal_id = ensure_wal_id(fs, directory) if journaled else None
+            # be durable before the first round is (wal/identity.py). Every WAL has one, so
+            # its embedder can tell this instance from another at the same path.
+            identity = ensure_wal_id(fs, directory)
+            wal_id = identity if journaled else None
             checkpoint = read_checkpoint(fs, directory)
             recovered = recover(fs, directory, checkpoint, initial_offset, config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,

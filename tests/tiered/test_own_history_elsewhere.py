@@ -124,3 +124,49 @@ def test_a_history_of_ours_that_is_sealed_or_archived_loads_anywhere(local_clust
     again = _on(local_cluster, "disk-3")
     assert again.load(TOPIC).next_offset == 7
     assert _nothing_lost(local_cluster)
+
+
+def test_an_empty_wal_a_failed_first_load_left_does_not_pass_for_the_open_history(local_cluster: Cluster,
+                                                                                   monkeypatch) -> None:
+    """atk37 F03: A's first load on disk 2 fails writing the WAL's marker (a full disk),
+    leaving an empty marker-less WAL there; A then acknowledges 0-9 on disk 1 and dies.
+    Back on disk 2 that WAL is not the open history's (the state names the WAL by id)."""
+    from tiered.lifecycle.wal_root import WalRoot
+
+    wrong = _on(local_cluster, "disk-2")
+    with monkeypatch.context() as patch:
+        def full_disk(*_args: object, **_kwargs: object) -> None:
+            raise OSError(28, "No space left on device")
+        patch.setattr(WalRoot, "write_owner_marker", full_disk)
+        with pytest.raises(Exception):  # noqa: B017 - the step's error; nothing acknowledged
+            wrong.load(TOPIC)
+    _die(wrong)
+    _acks_a_tail(local_cluster, "disk-1", archived_to=-1, durable_to=9)
+    _refused_writing_nothing(local_cluster, "disk-2")
+    assert _on(local_cluster, "disk-1").load(TOPIC).next_offset == 10
+
+
+@pytest.mark.parametrize("older_wal_holds", ["nothing past the archive", "offsets recorded lost"])
+def test_an_older_wal_of_ours_with_a_damaged_marker_does_not_pass_for_the_open_history(
+        local_cluster: Cluster, older_wal_holds: str) -> None:
+    """atk37 F01: disk 2 holds epoch 1's WAL, whose marker is damaged; epoch 2 acknowledged
+    5-12 on disk 1. On disk 2 a load must neither take epoch 2's history over nor recover
+    epoch 1's WAL as the topic's (its 5-9 were recorded lost and renumbered by epoch 2)."""
+    _acks_a_tail(local_cluster, "disk-2", archived_to=4, durable_to=4 if older_wal_holds.startswith("nothing") else 9)
+    if older_wal_holds.startswith("nothing"):
+        _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=12)
+    else:  # epoch 2 took epoch 1's unarchived 5-9 over (recorded lost) on a replaced disk
+        host = _on(local_cluster, "disk-1")
+        hosted = host.load(TOPIC, accept_lost_own_history=True)
+        produce_range(hosted, 5, 12)
+        hosted.publish_progress()
+        _die(host)
+    marker = os.path.join(local_cluster.root, "disk-2", "default", "reliable_topic", ".owner")
+    with open(marker, "r+b") as f:
+        raw = bytearray(f.read())
+        raw[raw.index(b'"epoch"') + 9] ^= 0x01  # one digit off: its checksum fails
+        f.seek(0)
+        f.write(bytes(raw))
+    _refused_writing_nothing(local_cluster, "disk-2")
+    back = _on(local_cluster, "disk-1").load(TOPIC)
+    assert back.next_offset == 13

@@ -658,7 +658,8 @@ class BrokerHost:
         returns how many offsets those records know were lost."""
         for _attempt in range(MARK_OPEN_ATTEMPTS):
             records, unarchived = self.losses.takeover_records(token, plan, recovered, retired, missing)
-            ops: list[Op] = [Put(keys.state_key(token.topic), opened_state(token, plan).to_json()), *records]
+            ops: list[Op] = [Put(keys.state_key(token.topic),
+                                 opened_state(token, plan, self.root.read_wal_id(token.topic)).to_json()), *records]
             # Each record only where none is yet: a returning owner's exact record (with
             # its quarantine path) written since they were computed must not be replaced
             # by this "at least" account; the records are computed again instead.

@@ -203,12 +203,14 @@ def unarchived_by(progress: Progress | None, broker_id: str, epoch: int, start: 
     return max(0, progress.durable_offset + 1 - start)
 
 
-def opened_state(token: OwnerToken, plan: RestorePlan) -> keys.SealedState:
-    """The state a new owner writes at load: not sealed, continuing after the archive.
+def opened_state(token: OwnerToken, plan: RestorePlan, wal_id: bytes | None = None) -> keys.SealedState:
+    """The state a new owner writes at load: not sealed, continuing after the archive,
+    naming the WAL (``wal_id``) this epoch writes.
 
     Without it a later crash of this owner would leave the previous owner's
     ``sealed: true`` in place while descriptors run past it (a false mismatch)."""
-    return keys.SealedState(False, plan.committed_through, token.broker_id, time.time(), token.epoch)
+    return keys.SealedState(False, plan.committed_through, token.broker_id, time.time(), token.epoch,
+                            None if wal_id is None else wal_id.hex())
 
 
 def sealed_state(token: OwnerToken, last_committed_offset: int | None) -> keys.SealedState:

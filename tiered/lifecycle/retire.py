@@ -49,11 +49,12 @@ def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: To
     The open history is the epoch that last marked the topic open (the sealed-state
     record with ``sealed: false``); it is this broker's when that record names this broker
     id and the owner record still holds the topic for it. Its WAL is here when this root
-    holds a WAL of the topic whose ``.owner`` marker names that epoch or a later one (a
-    later load of ours that failed before marking the topic open went on from it), or
-    whose marker is unreadable (the load's own rules judge that WAL). Otherwise the
-    history is elsewhere and a load here would record it lost, so this refuses, unless
-    nothing would be lost or the loss is already decided:
+    holds the WAL that record names (``wal_id``: the WAL's ``.walid``); for a record from
+    before ids were kept, a WAL whose ``.owner`` marker names that epoch or a later one (a
+    later load of ours that failed before marking the topic open went on from it).
+    Otherwise (no WAL, another WAL, an id or marker that does not read) the history is
+    elsewhere and a load here would record it lost, so this refuses, unless nothing would
+    be lost or the loss is already decided:
 
     * a ``LostRange`` of this broker from that epoch on already records it;
     * the owner record already makes its holder account for it (``inherits``: an earlier
@@ -76,10 +77,22 @@ def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: To
     if (broker_id, epoch) in owner.inherits:
         return None
     if root.exists(topic):
-        marker = root.read_owner_marker(topic)
-        if marker is None or marker >= epoch:
-            return None
-        found = f"a WAL of epoch {marker}, older"
+        if state.wal_id is not None:
+            # The open epoch named its WAL: it is here only if this is that WAL.
+            local_id = root.read_wal_id(topic)
+            if local_id is None and root.has_wal_id_file(topic):
+                return None  # a damaged WAL: the load refuses it as unreadable (LocalWalUnreadable)
+            if local_id is not None and local_id.hex() == state.wal_id:
+                return None
+            found = "another WAL" if local_id is not None else "a WAL without an id"
+        else:
+            # A state from before WAL ids were kept: the marker tells. One that does not
+            # read proves nothing (a failed first load leaves such an empty WAL, or it was
+            # damaged): refused like no WAL (an override recovers it if it is that history's).
+            marker = root.read_owner_marker(topic)
+            if marker is not None and marker >= epoch:
+                return None
+            found = f"a WAL of epoch {marker}, older" if marker is not None else "a WAL whose owner marker does not read"
     else:
         found = "no WAL"
     if any(r.broker_id == broker_id and r.epoch >= epoch for r in keys.read_lost_ranges(metadata, topic)):
@@ -124,6 +137,11 @@ class StaleWals:
             return True, previous.epoch
         state = read_sealed_state(self.metadata, token.topic)
         ours_wrote_state = (state is not None and state.broker_id == self.broker_id and state.epoch is not None)
+        if marker is None and ours_wrote_state and state is not None and not state.sealed and state.wal_id is not None:
+            # The open epoch named its WAL: this one is its history exactly when it is that WAL
+            # (a damaged marker cannot make another WAL of ours pass for it).
+            local_id = self.root.read_wal_id(token.topic)
+            return (local_id is not None and local_id.hex() == state.wal_id), previous.epoch
         if marker is None:
             # No marker although every load of ours writes it before marking the topic open:
             # while the state names an epoch of ours, a WAL that holds nothing past the

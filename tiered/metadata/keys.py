@@ -424,12 +424,16 @@ class SealedState(_Record):
     #: The owner epoch that wrote it (None in records from before it was kept): a local WAL
     #: marked with an older epoch of the same broker is not the history this one continued.
     epoch: int | None = None
+    #: The id (``.walid``, hex) of the WAL the open epoch wrote (open states only; None in
+    #: records from before it was kept): a load tells that history's WAL from another WAL
+    #: of the same broker by it, whatever its ``.owner`` marker says or whether it reads.
+    wal_id: str | None = None
 
     _TYPES: ClassVar[dict[str, str]] = {
         "sealed": "bool", "last_committed_offset": "int|None", "broker_id": "str", "timestamp": "number",
-        "epoch": "int|None",
+        "epoch": "int|None", "wal_id": "str|None",
     }  # fmt: skip
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "wal_id"})
 
     def _problem(self) -> str | None:
         if self.last_committed_offset is not None and self.last_committed_offset < 0:
