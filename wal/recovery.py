@@ -112,6 +112,16 @@ def _check_against_checkpoint(directory: str, segments: list[Segment], next_offs
     """
     if checkpoint is None:
         return
+    if not segments:
+        # Retention always keeps the active segment, and a delete removes the checkpoint
+        # first (wal.fs.crash_safe_order): a checkpoint that retained offsets while no
+        # segment is left lost every one of them.
+        first = int(checkpoint.get("first_offset", 0))
+        reached = max(int(checkpoint.get("next_offset", 0)), int(checkpoint.get("sealed_next_offset", 0)))
+        if reached > first:
+            raise CorruptLog(directory, 0, f"no segment is left, but the checkpoint retains offsets from {first} "
+                             f"to {reached - 1} (segments missing?)")
+        return
     # Retention (truncate_before) records the new first offset before it unlinks anything,
     # so a log that now starts later than the checkpoint's first offset lost its oldest files.
     checkpoint_first = checkpoint.get("first_offset")

@@ -168,7 +168,7 @@ def test_an_object_symlinked_out_of_the_store_is_a_problem_not_a_usage_error(arc
 
 
 @pytest.mark.parametrize("damage", ["the WAL id file", "a renamed segment", "a segment shorter than a header",
-                                    "a segment name recovery ignores"])
+                                    "a segment name recovery ignores", "a directory named like a segment"])
 def test_a_local_wal_that_would_not_open_is_wal_corrupt(tmp_path, damage):
     """The local WAL holds 0-9 unarchived; damage that makes recovery refuse it (consume and
     produce then exit 5) must make verify say so, not call the topic whole (atk33 F05,
@@ -183,6 +183,8 @@ def test_a_local_wal_that_would_not_open_is_wal_corrupt(tmp_path, damage):
         os.rename(wal_dir / segment, wal_dir / f"{5:020d}.seg")
     elif damage == "a segment shorter than a header":
         (wal_dir / f"{10:020d}.seg").write_bytes(b"")
+    elif damage == "a directory named like a segment":
+        os.mkdir(wal_dir / f"{10:020d}.seg")
     else:
         os.rename(wal_dir / segment, wal_dir / "0.seg")
     assert dnb(*a, "consume", TOPIC, "--subscription", "s").rc == 5

@@ -127,6 +127,25 @@ def test_all_segments_gone_is_refused_not_restarted_at_zero(tmp_path):
         WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
 
 
+def test_all_segments_gone_after_a_crash_right_after_a_rotation_is_refused(tmp_path):
+    """A crash just after a rotation leaves a checkpoint whose next offset is the new active
+    segment's base (nothing in it yet). With every segment gone, the sealed ones it names
+    are lost: refused, not continued at the checkpoint's offset (atk37 F02)."""
+    from wal.checkpoint import read_checkpoint, write_checkpoint
+    from wal.fs import RealFs
+
+    infos = _build(str(tmp_path))
+    assert len(infos) > 2
+    directory = os.path.dirname(infos[0].path)
+    state = read_checkpoint(RealFs(), directory)
+    assert state is not None
+    write_checkpoint(RealFs(), directory, {**state, "next_offset": state["sealed_next_offset"]})
+    for info in infos:
+        os.remove(info.path)
+    with pytest.raises(CorruptLog, match="no segment is left"):
+        WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
+
+
 def test_empty_wal_whose_segment_vanished_continues_from_checkpoint(tmp_path):
     log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(), initial_offset=22)
     path = log.segments()[0].path

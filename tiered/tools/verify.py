@@ -398,6 +398,9 @@ def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | N
         kind = "wal_gap" if "not contiguous" in str(e) else "wal_corrupt"
         report.add(kind, str(e), path=e.path, position=e.position)
         return None, None
+    except OSError as e:  # a file recovery cannot read (a directory named like a segment...)
+        report.add("wal_corrupt", f"{directory}: {e}", path=directory)
+        return None, None
     holding = [s.segment for s in scanned if s.segment.last_offset >= s.segment.base_offset]
     if not holding or found_next is None:
         return None, None
