@@ -305,3 +305,25 @@ def test_damaged_records_behind_a_request_are_typed_server_errors_not_bare_500s(
 
     for status, content_type, kind in _run(a, scenario):
         assert status == 500 and content_type == "application/json" and kind == "MalformedRecord"
+
+
+def test_an_archived_wait_whose_copy_stopped_archiving_is_a_503_to_retry(local_cluster: Cluster, monkeypatch) -> None:
+    """A paused owner replaced meanwhile: its ``archived`` wait ends with UploaderStopped.
+    The topic left this broker, so the client is told to retry (503 + Retry-After), as for
+    every other such case, not a final 500 (atk36 F-L2)."""
+    from uploader.errors import UploaderStopped
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+
+    def stopped(*_args, **_kwargs):
+        raise UploaderStopped("the uploader of this copy stopped: fenced by a newer owner")
+
+    monkeypatch.setattr(hosted, "produce_many", stopped)
+
+    async def scenario(client):
+        response = await client.post(PATH, params={"ack": "archived"}, json={"messages": [{"payload": "x"}]})
+        return response.status, response.headers.get("Retry-After"), (await response.json())["error"]["type"]
+
+    status, retry_after, kind = _run(a, scenario)
+    assert status == 503 and retry_after is not None and kind == "Unavailable"

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from tiered.lifecycle import BrokerHost
-from tiered.lifecycle.errors import OwnHistoryElsewhere
+from tiered.lifecycle.errors import LocalWalUnreadable, OwnHistoryElsewhere
 from tiered.metadata import keys
 from wal.topics import TopicName
 
@@ -170,3 +170,68 @@ def test_an_older_wal_of_ours_with_a_damaged_marker_does_not_pass_for_the_open_h
     _refused_writing_nothing(local_cluster, "disk-2")
     back = _on(local_cluster, "disk-1").load(TOPIC)
     assert back.next_offset == 13
+
+
+def test_a_data_dir_restored_from_an_older_copy_is_refused_not_renumbered(local_cluster: Cluster) -> None:
+    """atk36 F08: A's data dir is copied while it runs (a backup, a snapshot); A then
+    acknowledges 5-9 durable, publishes that tip and dies; the data dir comes back as the
+    copy. Its WAL is A's history but lacks 5-9: recovering it would give new messages those
+    offsets with nothing recorded. The load refuses (LocalWalUnreadable); the way out,
+    discard_local_wal, records the loss first."""
+    import shutil
+
+    host = _on(local_cluster, "disk-1")
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    root = os.path.join(local_cluster.root, "disk-1")
+    copy = os.path.join(local_cluster.root, "disk-1-copy")
+    shutil.copytree(root, copy)  # the process is alive: a copy of what it had written so far
+    produce_range(hosted, 5, 9)
+    hosted.publish_progress()
+    _die(host)
+    shutil.rmtree(root)
+    shutil.copytree(copy, root)
+    before = _records(local_cluster)
+    again = _on(local_cluster, "disk-1")
+    with pytest.raises(LocalWalUnreadable, match="published offset 9 as durable"):
+        again.load(TOPIC)
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    discarded = again.load(TOPIC, discard_local_wal=True)
+    assert discarded.next_offset == 5
+    [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert lost.start_offset == 5 and lost.quarantine_path is not None
+    assert before != _records(local_cluster)
+
+
+def test_a_wrong_disk_whose_wal_id_is_damaged_is_still_refused(local_cluster: Cluster) -> None:
+    """atk38 F05: without a readable id, the WAL's marker decides; an older one on the
+    wrong disk is refused, so discard_local_wal (a way past an unreadable WAL) never gets
+    to take the open history over."""
+    _acks_a_tail(local_cluster, "disk-2", archived_to=4, durable_to=4)
+    _acks_a_tail(local_cluster, "disk-1", archived_to=4, durable_to=12)
+    walid = os.path.join(local_cluster.root, "disk-2", "default", "reliable_topic", ".walid")
+    with open(walid, "wb") as f:
+        f.write(b"{not json")
+    _refused_writing_nothing(local_cluster, "disk-2")
+    with pytest.raises(OwnHistoryElsewhere):
+        _on(local_cluster, "disk-2").load(TOPIC, discard_local_wal=True)
+
+
+def test_the_open_historys_wal_without_its_dot_files_is_recovered_by_the_override(local_cluster: Cluster) -> None:
+    """atk38 F06: the WAL holding 0-9 was copied to a new disk without its dot files (a
+    glob skips them): nothing tells it is the open history's, so the plain load refuses;
+    the override then recovers it (it holds offsets past the archive), losing nothing."""
+    import shutil
+
+    _acks_a_tail(local_cluster, "disk-1", archived_to=-1, durable_to=9)
+    source = os.path.join(local_cluster.root, "disk-1", "default", "reliable_topic")
+    target = os.path.join(local_cluster.root, "disk-2", "default", "reliable_topic")
+    os.makedirs(target)
+    for name in os.listdir(source):
+        if not name.startswith("."):
+            shutil.copy2(os.path.join(source, name), os.path.join(target, name))
+    shutil.copy2(os.path.join(local_cluster.root, "disk-1", ".broker"), os.path.join(local_cluster.root, "disk-2"))
+    _refused_writing_nothing(local_cluster, "disk-2")
+    hosted = _on(local_cluster, "disk-2").load(TOPIC, accept_lost_own_history=True)
+    assert hosted.report.recovered_local_wal and hosted.next_offset == 10
+    assert _nothing_lost(local_cluster)

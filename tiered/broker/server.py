@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
 from tiered.lifecycle.ownership import OwnershipLostError
+from uploader.errors import UploaderStopped
 from tiered.errors import MalformedRecord, StorageUnavailable, TopicDeleted, TopicNotFound
 from tiered.lifecycle.delete import check_not_deleted, topic_exists
 from tiered.metadata import keys
@@ -169,6 +170,10 @@ class BrokerServer:
             if isinstance(e, ProduceTimeout):
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
             raise _unavailable(str(e)) from e
+        except UploaderStopped as e:
+            # An ``archived`` wait whose copy stopped archiving (fenced by a newer owner, or
+            # an archive it refuses to write on): retry, as for a topic leaving this broker.
+            raise _unavailable(f"{type(e).__name__}: {e}") from e
         except MessageTooLarge as e:
             limit = hosted.max_message_bytes
             raise web.HTTPRequestEntityTooLarge(limit, request.content_length or 0,

@@ -86,7 +86,7 @@ from uploader import Uploader, UploaderPool
 from uploader.errors import OwnershipLost
 from uploader.metrics import UploaderMetrics
 from wal.api import Wal
-from wal.errors import InvalidTopicName
+from wal.errors import CorruptLog, InvalidTopicName
 from wal.fs import FileSystem
 from wal.heap import HeapFreezer
 from wal.metrics import set_per_topic
@@ -575,6 +575,10 @@ class BrokerHost:
                 wal.close()
                 return None, True
         if first <= plan.start_offset <= tip_next:
+            behind = self._published_past(topic, plan, tip_next)
+            if behind is not None:
+                wal.close()
+                raise LocalWalUnreadable(topic, self.root.path(topic), behind)
             log.info("topic %s: recovered local WAL %d..%d (archive continues at %d)",
                      topic, first, tip_next - 1, plan.start_offset)
             return wal, False
@@ -588,6 +592,34 @@ class BrokerHost:
                     topic, first, tip_next - 1, plan.start_offset)
         wal.close()
         return None, False
+
+    def _published_past(self, topic: TopicName, plan: RestorePlan, tip_next: int) -> CorruptLog | None:
+        """Why this WAL, about to be recovered as our current history, lacks acknowledged
+        messages (None when nothing says so): the epoch that wrote it (its ``.owner``
+        marker, or the open state naming its ``.walid``) published a durable tip at or past
+        ``tip_next``. A published tip was fsynced, so recovery finds it unless synced data
+        went missing: a data dir restored from an older copy, a volume rolled back, a disk
+        that lost synced writes. Recovering it would reuse those offsets for new messages
+        with nothing recorded; refused instead (``LocalWalUnreadable``: the way out,
+        ``discard_local_wal``, quarantines it and records the loss first)."""
+        progress = plan.progress
+        if progress is None or progress.broker_id != self.broker_id or progress.durable_offset is None:
+            return None
+        if progress.durable_offset < tip_next:
+            return None
+        written_by = self.root.read_owner_marker(topic)
+        if written_by is None:
+            state = plan.sealed
+            local_id = self.root.read_wal_id(topic)
+            if (state is not None and not state.sealed and state.wal_id is not None and local_id is not None
+                    and local_id.hex() == state.wal_id):
+                written_by = state.epoch
+        if written_by != progress.epoch:
+            return None  # another epoch's tip: not this WAL's to hold
+        return CorruptLog(self.root.path(topic), 0, f"it ends at offset {tip_next - 1}, but epoch {progress.epoch} of "
+                          f"broker {self.broker_id}, which wrote it, published offset {progress.durable_offset} as "
+                          "durable: acknowledged messages are missing from it (a data dir restored from an older "
+                          "copy?)")
 
     # -- stale local WALs --------------------------------------------------------
     def retire_stale_wals(self) -> list[RetiredWal]:

@@ -77,18 +77,18 @@ def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: To
     if (broker_id, epoch) in owner.inherits:
         return None
     if root.exists(topic):
-        if state.wal_id is not None:
-            # The open epoch named its WAL: it is here only if this is that WAL.
-            local_id = root.read_wal_id(topic)
-            if local_id is None and root.has_wal_id_file(topic):
-                return None  # a damaged WAL: the load refuses it as unreadable (LocalWalUnreadable)
-            if local_id is not None and local_id.hex() == state.wal_id:
+        local_id = root.read_wal_id(topic) if state.wal_id is not None else None
+        if local_id is not None:
+            # The open epoch named its WAL, and this one's id reads: it is here exactly
+            # when this is that WAL (a copy of it is caught at recovery: ``_published_past``).
+            if local_id.hex() == state.wal_id:
                 return None
-            found = "another WAL" if local_id is not None else "a WAL without an id"
+            found = "another WAL"
         else:
-            # A state from before WAL ids were kept: the marker tells. One that does not
-            # read proves nothing (a failed first load leaves such an empty WAL, or it was
-            # damaged): refused like no WAL (an override recovers it if it is that history's).
+            # No id to compare (a state from before WAL ids were kept, or this WAL's id file
+            # is missing or damaged): its ``.owner`` marker must name that epoch or a later
+            # one. One that does not read proves nothing (a failed first load leaves such
+            # an empty WAL): refused like no WAL; an override lets the load's rules judge it.
             marker = root.read_owner_marker(topic)
             if marker is not None and marker >= epoch:
                 return None
@@ -138,10 +138,12 @@ class StaleWals:
         state = read_sealed_state(self.metadata, token.topic)
         ours_wrote_state = (state is not None and state.broker_id == self.broker_id and state.epoch is not None)
         if marker is None and ours_wrote_state and state is not None and not state.sealed and state.wal_id is not None:
-            # The open epoch named its WAL: this one is its history exactly when it is that WAL
-            # (a damaged marker cannot make another WAL of ours pass for it).
+            # The open epoch named its WAL: one whose id reads is its history exactly when it
+            # is that WAL (a damaged marker cannot make another WAL of ours pass for it).
+            # Without a readable id either, the rules below judge it as before ids were kept.
             local_id = self.root.read_wal_id(token.topic)
-            return (local_id is not None and local_id.hex() == state.wal_id), previous.epoch
+            if local_id is not None:
+                return local_id.hex() == state.wal_id, previous.epoch
         if marker is None:
             # No marker although every load of ours writes it before marking the topic open:
             # while the state names an epoch of ours, a WAL that holds nothing past the

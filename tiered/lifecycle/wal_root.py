@@ -32,7 +32,7 @@ from wal.config import GroupSync, WalConfig
 from wal.errors import WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, syncfs_reports_errors
 from wal.group import CommitGroup
-from wal.identity import has_wal_id_file, read_wal_id
+from wal.identity import read_wal_id
 from wal.journal import JournalConfig
 from wal.topics import TopicName
 
@@ -191,10 +191,6 @@ class WalRoot:
         """The id (``.walid``) of this broker's WAL of ``topic``; None without a WAL here, or
         when the file does not read (``wal.identity``)."""
         return read_wal_id(self.fs, self.path(topic))
-
-    def has_wal_id_file(self, topic: TopicName) -> bool:
-        """Whether this broker's WAL of ``topic`` has an id file (readable or not)."""
-        return has_wal_id_file(self.fs, self.path(topic))
 
     def read_owner_marker(self, topic: TopicName) -> int | None:
         """The epoch of this broker that last opened its WAL of ``topic`` (None: unknown)."""
