@@ -13,6 +13,7 @@ its disk: when the harness next builds a host for it, the host retires its stale
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -20,6 +21,7 @@ from native.errors import DnbError
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.config import BrokerConfig
 from tiered.metadata import open_metadata
+from tiered.metadata.keys import STORAGE_TOPICS_PREFIX
 from tiered.metadata.testing.faults import FaultPlan, FaultyMetadataStore
 from tiered.objects import open_objects
 from tiered.objects.testing.faults import FaultyObjectStore
@@ -94,9 +96,33 @@ class Cluster:
         if self.fs[index] is None:
             self.crash(index)
             return
+        published = self._published_tips(index)
         image = self.fs[index].crash_image(torn_bytes=torn_bytes)
         self.crash(index)
+        self._unpublish_after(index, published)
         self.fs[index] = image
+
+    def _published_tips(self, index: int) -> dict[str, bytes]:
+        """The progress records (durable tips) broker ``index`` has published, by key."""
+        mine: dict[str, bytes] = {}
+        for kv in self.inner_metadata.range(STORAGE_TOPICS_PREFIX):
+            if kv.key.endswith("/progress") and _published_by(kv.value) == self.broker_id(index):
+                mine[kv.key] = kv.value
+        return mine
+
+    def _unpublish_after(self, index: int, before: dict[str, bytes]) -> None:
+        """A machine that lost its power publishes nothing after that instant. The model's
+        crash closes the host after the image was taken, and its close publishes the tips
+        it reached in memory (past what the image kept): put back what was published
+        before, so metadata never claims durable what the power loss took."""
+        for kv in self.inner_metadata.range(STORAGE_TOPICS_PREFIX):
+            if not kv.key.endswith("/progress") or _published_by(kv.value) != self.broker_id(index):
+                continue
+            if kv.key in before:
+                if kv.value != before[kv.key]:
+                    self.inner_metadata.put(kv.key, before[kv.key])
+            else:
+                self.inner_metadata.delete(kv.key)
 
     def local_wal_dir(self, index: int) -> str | None:
         """A WAL root verify can scan (only the real-disk broker has one)."""
@@ -116,6 +142,16 @@ class Cluster:
                 pass
         self.objects.close()
         self.metadata.close()
+
+
+def _published_by(raw: bytes) -> str | None:
+    """The broker id a progress record names (None when it does not parse)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    broker = body.get("broker_id") if isinstance(body, dict) else None
+    return broker if isinstance(broker, str) else None
 
 
 #: The bound of every wait that ends on an event (an fsync, an upload, a drain, a
