@@ -351,3 +351,50 @@ def test_a_slow_machine_cannot_end_a_leader_term(monkeypatch):
         assert result.ok, result.to_json()
         losses = [s for s in result.schedule if s.kind.startswith("lm_") and s.args["leader_loss"] is not None]
         assert sum("leader lost at" in n for n in result.notes) == len(losses), result.notes
+
+
+def test_a_power_loss_takes_back_every_tip_the_dead_broker_published_after_it(tmp_path, monkeypatch):
+    """The model's crash closes the host after the crash image was taken; what that close
+    publishes never happened. Here b1 took the topic over from b0 and had published no tip
+    yet: after its power loss, b0's record is back (not deleted, not b1's in-memory tip)."""
+    import os
+    import threading
+
+    from tiered.lifecycle.hosted import HostedTopic
+    from tiered.lifecycle.restore import read_progress
+    from tiered.tools.harness.cluster import Cluster
+    from wal.topics import TopicName
+
+    topic = TopicName.parse("/ns/t")
+    os.makedirs(tmp_path / "objects")
+    cluster = Cluster(str(tmp_path), 2, topic, f"sqlite:///{tmp_path}/md.db", f"file://{tmp_path}/objects")
+    try:
+        first = cluster.load(0)
+        for i in range(5):
+            first.produce(b"m%d" % i)
+        first.publish_progress()
+        cluster.crash(0)
+        before = read_progress(cluster.inner_metadata, topic)
+        assert before is not None and before.broker_id == "b0" and before.durable_offset == 4
+        imaged = threading.Event()  # b1 publishes nothing until the image is taken
+        publish = HostedTopic.publish_progress
+
+        def gated(self, *args, **kwargs):
+            if self.token.broker_id == "b1" and not imaged.is_set():
+                return False
+            return publish(self, *args, **kwargs)
+
+        monkeypatch.setattr(HostedTopic, "publish_progress", gated)
+        cluster.load(1).produce(b"after the takeover")
+        crash_image = cluster.fs[1].crash_image
+
+        def image_then_publish(**kwargs):
+            image = crash_image(**kwargs)
+            imaged.set()
+            return image
+
+        monkeypatch.setattr(cluster.fs[1], "crash_image", image_then_publish)
+        cluster.power_loss(1, torn_bytes=0)
+        assert read_progress(cluster.inner_metadata, topic) == before
+    finally:
+        cluster.close()

@@ -235,3 +235,49 @@ def test_the_open_historys_wal_without_its_dot_files_is_recovered_by_the_overrid
     hosted = _on(local_cluster, "disk-2").load(TOPIC, accept_lost_own_history=True)
     assert hosted.report.recovered_local_wal and hosted.next_offset == 10
     assert _nothing_lost(local_cluster)
+
+
+def _copy_of(local_cluster: Cluster, source_disk: str, target_disk: str, dot_files: bool) -> None:
+    import shutil
+
+    source = os.path.join(local_cluster.root, source_disk)
+    target = os.path.join(local_cluster.root, target_disk)
+    if dot_files:
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns(".lock"))
+        return
+    wal_dir = os.path.join("default", "reliable_topic")
+    os.makedirs(os.path.join(target, wal_dir))
+    for name in os.listdir(os.path.join(source, wal_dir)):
+        if not name.startswith("."):
+            shutil.copy2(os.path.join(source, wal_dir, name), os.path.join(target, wal_dir, name))
+    shutil.copy2(os.path.join(source, ".broker"), target)
+
+
+def test_an_older_copy_taken_before_a_restart_is_refused(local_cluster: Cluster) -> None:
+    """atk39 F01: disk 1 is copied after epoch 1 acknowledged 0-4 (its marker says 1);
+    epoch 2 reloads the same WAL on disk 1 and acknowledges 5-9. The copy has the open
+    state's WAL id, but a marker older than the open epoch: an older copy of that WAL,
+    refused, not retired with its acknowledged offsets renumbered."""
+    _acks_a_tail(local_cluster, "disk-1", archived_to=-1, durable_to=4)
+    _copy_of(local_cluster, "disk-1", "disk-copy", dot_files=True)
+    _acks_a_tail(local_cluster, "disk-1", archived_to=-1, durable_to=9)
+    _refused_writing_nothing(local_cluster, "disk-copy")
+    assert _on(local_cluster, "disk-1").load(TOPIC).next_offset == 10
+
+
+def test_an_older_copy_without_its_dot_files_is_not_recovered_by_the_override(local_cluster: Cluster) -> None:
+    """atk39 F02: a copy of 0-4 without .owner and .walid, while 0-9 were acknowledged and
+    that tip published. Nothing ties the WAL to an epoch, so it is held to the last tip
+    this broker published: the override gets LocalWalUnreadable, not a silent renumber."""
+    host = _on(local_cluster, "disk-1")
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 4)
+    hosted.wal.flush()
+    _copy_of(local_cluster, "disk-1", "disk-copy", dot_files=False)
+    produce_range(hosted, 5, 9)
+    hosted.publish_progress()
+    _die(host)
+    _refused_writing_nothing(local_cluster, "disk-copy")
+    with pytest.raises(LocalWalUnreadable, match="published offset 9"):
+        _on(local_cluster, "disk-copy").load(TOPIC, accept_lost_own_history=True)
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []  # nothing recorded, nothing renumbered

@@ -614,10 +614,14 @@ class BrokerHost:
             if (state is not None and not state.sealed and state.wal_id is not None and local_id is not None
                     and local_id.hex() == state.wal_id):
                 written_by = state.epoch
-        if written_by != progress.epoch:
+        # A WAL nothing attributes to an epoch (no marker, no id that reads) is held to the
+        # tip this broker published last: recovered as our current history, it must reach
+        # it (a copy without its dot files may be an older one).
+        if written_by is not None and written_by != progress.epoch:
             return None  # another epoch's tip: not this WAL's to hold
+        wrote = "which wrote it" if written_by is not None else "whose history it is recovered as"
         return CorruptLog(self.root.path(topic), 0, f"it ends at offset {tip_next - 1}, but epoch {progress.epoch} of "
-                          f"broker {self.broker_id}, which wrote it, published offset {progress.durable_offset} as "
+                          f"broker {self.broker_id}, {wrote}, published offset {progress.durable_offset} as "
                           "durable: acknowledged messages are missing from it (a data dir restored from an older "
                           "copy?)")
 

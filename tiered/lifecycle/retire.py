@@ -79,11 +79,15 @@ def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: To
     if root.exists(topic):
         local_id = root.read_wal_id(topic) if state.wal_id is not None else None
         if local_id is not None:
-            # The open epoch named its WAL, and this one's id reads: it is here exactly
-            # when this is that WAL (a copy of it is caught at recovery: ``_published_past``).
-            if local_id.hex() == state.wal_id:
+            # The open epoch named its WAL, and this one's id reads: it is here when this is
+            # that WAL, as that epoch left it. Every load of ours writes its marker before it
+            # marks the topic open, so a readable marker older than the epoch is an older
+            # copy of the same WAL (a backup, a snapshot taken before a restart). A copy
+            # newer than that is caught at recovery (``BrokerHost._published_past``).
+            marker = root.read_owner_marker(topic)
+            if local_id.hex() == state.wal_id and (marker is None or marker >= epoch):
                 return None
-            found = "another WAL"
+            found = "another WAL" if local_id.hex() != state.wal_id else f"an older copy of it (epoch {marker})"
         else:
             # No id to compare (a state from before WAL ids were kept, or this WAL's id file
             # is missing or damaged): its ``.owner`` marker must name that epoch or a later

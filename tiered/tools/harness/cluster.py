@@ -96,31 +96,29 @@ class Cluster:
         if self.fs[index] is None:
             self.crash(index)
             return
-        published = self._published_tips(index)
+        published = self._published_tips()
         image = self.fs[index].crash_image(torn_bytes=torn_bytes)
         self.crash(index)
         self._unpublish_after(index, published)
         self.fs[index] = image
 
-    def _published_tips(self, index: int) -> dict[str, bytes]:
-        """The progress records (durable tips) broker ``index`` has published, by key."""
-        mine: dict[str, bytes] = {}
-        for kv in self.inner_metadata.range(STORAGE_TOPICS_PREFIX):
-            if kv.key.endswith("/progress") and _published_by(kv.value) == self.broker_id(index):
-                mine[kv.key] = kv.value
-        return mine
+    def _published_tips(self) -> dict[str, bytes]:
+        """Every progress record (a published durable tip), by key."""
+        return {kv.key: kv.value for kv in self.inner_metadata.range(STORAGE_TOPICS_PREFIX)
+                if kv.key.endswith("/progress")}
 
     def _unpublish_after(self, index: int, before: dict[str, bytes]) -> None:
         """A machine that lost its power publishes nothing after that instant. The model's
         crash closes the host after the image was taken, and its close publishes the tips
-        it reached in memory (past what the image kept): put back what was published
-        before, so metadata never claims durable what the power loss took."""
+        it reached in memory (past what the image kept): every record broker ``index``
+        wrote since is put back as it was (another owner's, or none), so metadata never
+        claims durable what the power loss took."""
         for kv in self.inner_metadata.range(STORAGE_TOPICS_PREFIX):
-            if not kv.key.endswith("/progress") or _published_by(kv.value) != self.broker_id(index):
+            if (not kv.key.endswith("/progress") or _published_by(kv.value) != self.broker_id(index)
+                    or before.get(kv.key) == kv.value):
                 continue
             if kv.key in before:
-                if kv.value != before[kv.key]:
-                    self.inner_metadata.put(kv.key, before[kv.key])
+                self.inner_metadata.put(kv.key, before[kv.key])
             else:
                 self.inner_metadata.delete(kv.key)
 
