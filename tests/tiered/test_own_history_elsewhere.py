@@ -281,3 +281,35 @@ def test_an_older_copy_without_its_dot_files_is_not_recovered_by_the_override(lo
     with pytest.raises(LocalWalUnreadable, match="published offset 9"):
         _on(local_cluster, "disk-copy").load(TOPIC, accept_lost_own_history=True)
     assert keys.read_lost_ranges(local_cluster.metadata, T) == []  # nothing recorded, nothing renumbered
+
+
+def test_a_failover_back_whose_load_failed_before_its_marker_loads_on_retry(local_cluster: Cluster,
+                                                                           monkeypatch) -> None:
+    """atk40: A acknowledged 0-9 (published) and died; B took over (0-9 recorded lost) and
+    died after marking the topic open. A's load creates an empty WAL and fails writing its
+    marker once. The retry must load: A's published tip belongs to a history whose loss is
+    recorded, not to that empty WAL (it was refused as "acknowledged messages missing")."""
+    from tiered.lifecycle.host import BrokerHost as Host
+    from tiered.lifecycle.wal_root import WalRoot
+
+    _acks_a_tail(local_cluster, "disk-a", archived_to=-1, durable_to=9)
+    b = BrokerHost("B", os.path.join(local_cluster.root, "disk-b"), local_cluster.metadata, local_cluster.objects,
+                   local_cluster.config)
+    local_cluster.hosts.append(b)
+    with monkeypatch.context() as patch:
+        def no_uploader(*_args: object, **_kwargs: object) -> None:
+            raise OSError(24, "Too many open files")
+        patch.setattr(Host, "_start_uploader", no_uploader)
+        with pytest.raises(Exception):  # noqa: B017 - after marking the topic open
+            b.load(TOPIC)
+    _die(b)
+    assert [(r.start_offset, r.end_offset, r.broker_id) for r in keys.read_lost_ranges(local_cluster.metadata, T)] \
+        == [(0, 9, "A")]
+    a = _on(local_cluster, "disk-a")
+    with monkeypatch.context() as patch:
+        def full_disk(*_args: object, **_kwargs: object) -> None:
+            raise OSError(28, "No space left on device")
+        patch.setattr(WalRoot, "write_owner_marker", full_disk)
+        with pytest.raises(Exception):  # noqa: B017 - the step's error
+            a.load(TOPIC)
+    assert a.load(TOPIC).next_offset == 0

@@ -619,6 +619,15 @@ class BrokerHost:
         # it (a copy without its dot files may be an older one).
         if written_by is not None and written_by != progress.epoch:
             return None  # another epoch's tip: not this WAL's to hold
+        # A history whose loss is already accounted for (a takeover recorded it, or the
+        # holder inherited it) is not this WAL's to hold either: e.g. an empty WAL a load
+        # created after a failover back to us, before its marker was written.
+        if any(r.broker_id == self.broker_id and r.epoch >= progress.epoch
+               for r in keys.read_lost_ranges(self.metadata, topic)):
+            return None
+        owner, _kv = read_owner(self.metadata, topic)
+        if owner is not None and (self.broker_id, progress.epoch) in owner.inherits:
+            return None
         wrote = "which wrote it" if written_by is not None else "whose history it is recovered as"
         return CorruptLog(self.root.path(topic), 0, f"it ends at offset {tip_next - 1}, but epoch {progress.epoch} of "
                           f"broker {self.broker_id}, {wrote}, published offset {progress.durable_offset} as "
