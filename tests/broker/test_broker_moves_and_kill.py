@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.broker.test_broker_process import HANG_GUARD_S, TOPIC, Broker
+from tests.broker.test_broker_process import HANG_GUARD_S, TOPIC, Broker, wait_all_ready
 from tests.cli.helpers import dnb
 from tests.tiered.helpers_lifecycle import store_urls
 from tiered.broker.client import SyncBrokerClient
@@ -155,8 +155,7 @@ def _thread(run: Run, target: Callable[..., None], *args: object) -> threading.T
 
 def test_moves_and_a_sigkilled_owner_under_live_producers_and_consumers(tmp_path, stores) -> None:
     brokers = {i: Broker(tmp_path, str(i), stores=stores, wait=False) for i in (1, 2, 3)}
-    for b in brokers.values():
-        b.wait_ready()
+    wait_all_ready(list(brokers.values()))
     urls = [b.url for b in brokers.values()]
     argv = brokers[1].argv
     run = Run()

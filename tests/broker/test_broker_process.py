@@ -75,6 +75,19 @@ class Broker:
                 self.proc.kill()
 
 
+def wait_all_ready(brokers: list[Broker]) -> None:
+    """Wait for every broker started with ``wait=False``; if one does not start, kill them
+    all before raising, so no broker process outlives the test."""
+    try:
+        for broker in brokers:
+            broker.wait_ready()
+    except BaseException:
+        for broker in brokers:
+            broker.proc.kill()
+            broker.proc.wait()
+        raise
+
+
 def _read_all(client: SyncBrokerClient, start: int, count: int) -> list[int]:
     seen, position = [], start
     deadline = time.monotonic() + HANG_GUARD_S
@@ -101,7 +114,7 @@ def _raw_get(url: str, path: str) -> tuple[int, dict[str, str], bytes]:
 def test_a_topic_moves_between_two_broker_processes_under_a_live_client(tmp_path) -> None:
     os.makedirs(tmp_path / "objects")
     one, two = Broker(tmp_path, "1", wait=False), Broker(tmp_path, "2", wait=False)
-    one.wait_ready(), two.wait_ready()
+    wait_all_ready([one, two])
     a = one.argv
     path = "/topics/default/orders/messages?from=0"
     try:
