@@ -313,3 +313,27 @@ def test_a_failover_back_whose_load_failed_before_its_marker_loads_on_retry(loca
         with pytest.raises(Exception):  # noqa: B017 - the step's error
             a.load(TOPIC)
     assert a.load(TOPIC).next_offset == 0
+
+
+def test_an_older_copy_returning_after_a_failover_never_shrinks_the_loss_record(local_cluster: Cluster) -> None:
+    """atk41 F01: A acknowledged 0-9 (tip published) and its data dir was copied at 0-4;
+    B took A's history over (0-9 recorded, at least) and reused 0-9. A comes back on the
+    copy: retiring its stale WAL must not rewrite the record as "exactly 0-4" (5-9 were
+    acknowledged by A and now hold B's messages)."""
+    host = _on(local_cluster, "disk-a")
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 4)
+    hosted.wal.flush()
+    _copy_of(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    produce_range(hosted, 5, 9)
+    hosted.publish_progress()
+    _die(host)
+    b = BrokerHost("B", os.path.join(local_cluster.root, "disk-b"), local_cluster.metadata, local_cluster.objects,
+                   local_cluster.config)
+    local_cluster.hosts.append(b)
+    assert b.load(TOPIC).next_offset == 0
+    back = _on(local_cluster, "disk-a-copy")  # its start retires the stale WAL of epoch 1
+    assert [(r.epoch, r.first_offset, r.last_offset) for r in back.retired] == [(1, 0, 4)]
+    [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (lost.broker_id, lost.start_offset, lost.end_offset, lost.exact) == ("A", 0, 9, False)
+    assert lost.quarantine_path is not None

@@ -23,7 +23,7 @@ from tiered.errors import StorageError
 from tiered.metadata import keys
 from tiered.metadata.base import MetadataStore, Put, absent, value_is
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
-from tiered.lifecycle.restore import RestorePlan, unarchived_by
+from tiered.lifecycle.restore import RestorePlan, read_progress, unarchived_by
 from tiered.archive import list_descriptors
 from wal.topics import TopicName
 
@@ -94,6 +94,7 @@ class LossRecords:
         (this broker does not own the topic, so ownership cannot fence this write)."""
         key = keys.lost_key(topic, start, epoch)
         kv = self.metadata.get(key)
+        exact = True
         if kv is not None:
             earlier = keys.LostRange.from_json(kv.key, kv.value)
             if earlier.exact and earlier.quarantine_path:
@@ -103,7 +104,18 @@ class LossRecords:
                 if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
                     end = earlier.end_offset
                 qpath = earlier.quarantine_path
-        record = keys.LostRange(start, end, self.broker_id, epoch, True, qpath, self.broker_id, time.time())
+            elif earlier.end_offset is not None and (end is None or earlier.end_offset > end):
+                # The takeover knew of more than this WAL holds (an older copy of the data
+                # dir came back): a record never shrinks; it stays "at least" that much.
+                end, exact = earlier.end_offset, False
+        progress = read_progress(self.metadata, topic)
+        if (progress is not None and progress.broker_id == self.broker_id and progress.epoch == epoch
+                and progress.durable_offset is not None and progress.durable_offset >= start
+                and (end is None or progress.durable_offset > end)):
+            # That epoch published a durable tip past this WAL's: the WAL lost synced data
+            # (an older copy), and what it acknowledged up to that tip is lost too.
+            end, exact = progress.durable_offset, False
+        record = keys.LostRange(start, end, self.broker_id, epoch, exact, qpath, self.broker_id, time.time())
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
             raise StorageError(f"{key} changed while broker {self.broker_id} was recording its lost range; "
