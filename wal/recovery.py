@@ -9,11 +9,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from native.format import ScanStop
 from wal.checkpoint import CheckpointState
 from wal.errors import CorruptLog, InitialOffsetMismatch
 from wal.fs import FileSystem
-from wal.segment import ScannedSegment, Segment, _check_tear, create_segment, is_temp_name, parse_segment_name, scan_segment
+from wal.segment import ScannedSegment, Segment, create_segment, is_temp_name, parse_segment_name, scan_segment
 
 _log = logging.getLogger(__name__)
 
@@ -58,17 +57,6 @@ def validate(fs: FileSystem, directory: str, checkpoint: CheckpointState | None,
     found_next = segments[-1].last_offset + 1 if segments else None
     _check_against_checkpoint(directory, segments, found_next, checkpoint)
     return scanned, found_next
-
-
-def check_torn_tail(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: bool = False,
-                    expected_offset: int | None = None) -> None:
-    """The one rule for where a segment scan stopped (``scan_frames(...).error``): returns
-    when recovery would repair it as a torn tail (the last segment, a tear-like stop, and
-    after it no later commit round's marker, or for a version 1 segment no valid frame),
-    raises CorruptLog saying why not otherwise. ``rounds``: the segment's format has commit
-    rounds (version 2); ``expected_offset``: the offset the scan expected at the stop.
-    Recovery applies it on open; read-only checkers (``dnb verify``) call it so both agree."""
-    _check_tear(data, path, stop, is_last, rounds, expected_offset)
 
 
 def _remove_temp_files(fs: FileSystem, directory: str) -> None:

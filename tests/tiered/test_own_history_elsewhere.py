@@ -29,9 +29,9 @@ from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
 T = TopicName.parse(TOPIC)
 
 
-def _on(cluster: Cluster, disk: str) -> BrokerHost:
-    """Broker A with its WAL root on ``disk`` (the default config: refuse)."""
-    host = BrokerHost("A", os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, cluster.config)
+def _on(cluster: Cluster, disk: str, broker_id: str = "A") -> BrokerHost:
+    """Broker A (or ``broker_id``) with its WAL root on ``disk`` (the default config: refuse)."""
+    host = BrokerHost(broker_id, os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, cluster.config)
     cluster.hosts.append(host)
     return host
 
@@ -253,6 +253,19 @@ def _copy_of(local_cluster: Cluster, source_disk: str, target_disk: str, dot_fil
     shutil.copy2(os.path.join(source, ".broker"), target)
 
 
+def _acks_0_to_9_copied_at_4(local_cluster: Cluster, disk: str, copy: str, dot_files: bool) -> None:
+    """A acknowledges 0-4 durable on ``disk``, which is copied to ``copy`` then (a backup
+    of the running broker), acknowledges 5-9, publishes that tip and dies."""
+    host = _on(local_cluster, disk)
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 4)
+    hosted.wal.flush()
+    _copy_of(local_cluster, disk, copy, dot_files=dot_files)
+    produce_range(hosted, 5, 9)
+    hosted.publish_progress()
+    _die(host)
+
+
 def test_an_older_copy_taken_before_a_restart_is_refused(local_cluster: Cluster) -> None:
     """atk39 F01: disk 1 is copied after epoch 1 acknowledged 0-4 (its marker says 1);
     epoch 2 reloads the same WAL on disk 1 and acknowledges 5-9. The copy has the open
@@ -269,14 +282,7 @@ def test_an_older_copy_without_its_dot_files_is_not_recovered_by_the_override(lo
     """atk39 F02: a copy of 0-4 without .owner and .walid, while 0-9 were acknowledged and
     that tip published. Nothing ties the WAL to an epoch, so it is held to the last tip
     this broker published: the override gets LocalWalUnreadable, not a silent renumber."""
-    host = _on(local_cluster, "disk-1")
-    hosted = host.load(TOPIC)
-    produce_range(hosted, 0, 4)
-    hosted.wal.flush()
-    _copy_of(local_cluster, "disk-1", "disk-copy", dot_files=False)
-    produce_range(hosted, 5, 9)
-    hosted.publish_progress()
-    _die(host)
+    _acks_0_to_9_copied_at_4(local_cluster, "disk-1", "disk-copy", dot_files=False)
     _refused_writing_nothing(local_cluster, "disk-copy")
     with pytest.raises(LocalWalUnreadable, match="published offset 9"):
         _on(local_cluster, "disk-copy").load(TOPIC, accept_lost_own_history=True)
@@ -293,9 +299,7 @@ def test_a_failover_back_whose_load_failed_before_its_marker_loads_on_retry(loca
     from tiered.lifecycle.wal_root import WalRoot
 
     _acks_a_tail(local_cluster, "disk-a", archived_to=-1, durable_to=9)
-    b = BrokerHost("B", os.path.join(local_cluster.root, "disk-b"), local_cluster.metadata, local_cluster.objects,
-                   local_cluster.config)
-    local_cluster.hosts.append(b)
+    b = _on(local_cluster, "disk-b", "B")
     with monkeypatch.context() as patch:
         def no_uploader(*_args: object, **_kwargs: object) -> None:
             raise OSError(24, "Too many open files")
@@ -320,18 +324,8 @@ def test_an_older_copy_returning_after_a_failover_never_shrinks_the_loss_record(
     B took A's history over (0-9 recorded, at least) and reused 0-9. A comes back on the
     copy: retiring its stale WAL must not rewrite the record as "exactly 0-4" (5-9 were
     acknowledged by A and now hold B's messages)."""
-    host = _on(local_cluster, "disk-a")
-    hosted = host.load(TOPIC)
-    produce_range(hosted, 0, 4)
-    hosted.wal.flush()
-    _copy_of(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
-    produce_range(hosted, 5, 9)
-    hosted.publish_progress()
-    _die(host)
-    b = BrokerHost("B", os.path.join(local_cluster.root, "disk-b"), local_cluster.metadata, local_cluster.objects,
-                   local_cluster.config)
-    local_cluster.hosts.append(b)
-    assert b.load(TOPIC).next_offset == 0
+    _acks_0_to_9_copied_at_4(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    assert _on(local_cluster, "disk-b", "B").load(TOPIC).next_offset == 0
     back = _on(local_cluster, "disk-a-copy")  # its start retires the stale WAL of epoch 1
     assert [(r.epoch, r.first_offset, r.last_offset) for r in back.retired] == [(1, 0, 4)]
     [lost] = keys.read_lost_ranges(local_cluster.metadata, T)

@@ -71,7 +71,7 @@ from tiered.lifecycle.ownership import (
     release_ops,
 )
 from tiered.lifecycle.restore import RestorePlan, opened_state, plan_restore
-from tiered.lifecycle.retire import StaleWals, own_open_history_elsewhere
+from tiered.lifecycle.retire import StaleWals, loss_accounted_for, own_open_history_elsewhere
 from tiered.lifecycle.steps import quietly, run_step, true_if_unsure, undo
 from tiered.lifecycle.wal_root import WalRoot
 from tiered.logs import FailureLog
@@ -622,11 +622,8 @@ class BrokerHost:
         # A history whose loss is already accounted for (a takeover recorded it, or the
         # holder inherited it) is not this WAL's to hold either: e.g. an empty WAL a load
         # created after a failover back to us, before its marker was written.
-        if any(r.broker_id == self.broker_id and r.epoch >= progress.epoch
-               for r in keys.read_lost_ranges(self.metadata, topic)):
-            return None
         owner, _kv = read_owner(self.metadata, topic)
-        if owner is not None and (self.broker_id, progress.epoch) in owner.inherits:
+        if loss_accounted_for(self.metadata, topic, self.broker_id, progress.epoch, owner):
             return None
         wrote = "which wrote it" if written_by is not None else "whose history it is recovered as"
         return CorruptLog(self.root.path(topic), 0, f"it ends at offset {tip_next - 1}, but epoch {progress.epoch} of "

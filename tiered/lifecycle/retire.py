@@ -29,7 +29,7 @@ from tiered.archive.chain import DescriptorChain
 from tiered.lifecycle.errors import LocalWalUnreadable, OwnHistoryElsewhere
 from tiered.lifecycle.losses import LossRecords, RetiredWal
 from tiered.lifecycle.metrics import LifecycleMetrics
-from tiered.lifecycle.ownership import OwnerToken, read_owner
+from tiered.lifecycle.ownership import OwnerRecord, OwnerToken, read_owner
 from tiered.lifecycle.restore import RestorePlan, read_progress, read_sealed_state
 from tiered.lifecycle.wal_root import WalRoot, durable_tip
 from tiered.metrics import topic_counter
@@ -40,6 +40,16 @@ log = logging.getLogger(__name__)
 
 #: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
 QUARANTINE_DIR = ".quarantine"
+
+
+def loss_accounted_for(metadata: MetadataStore, topic: TopicName, broker_id: str, epoch: int,
+                       owner: OwnerRecord | None) -> bool:
+    """Whether the loss of ``broker_id``'s history of ``epoch`` is already decided: a
+    ``LostRange`` of that broker from that epoch on records it, or the owner record makes
+    its holder account for it (``inherits``: an earlier attempt decided the takeover)."""
+    if owner is not None and (broker_id, epoch) in owner.inherits:
+        return True
+    return any(r.broker_id == broker_id and r.epoch >= epoch for r in keys.read_lost_ranges(metadata, topic))
 
 
 def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: TopicName) -> OwnHistoryElsewhere | None:
@@ -74,8 +84,6 @@ def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: To
     if state is None or state.sealed or state.broker_id != broker_id or state.epoch is None:
         return None
     epoch = state.epoch
-    if (broker_id, epoch) in owner.inherits:
-        return None
     if root.exists(topic):
         local_id = root.read_wal_id(topic) if state.wal_id is not None else None
         if local_id is not None:
@@ -99,7 +107,7 @@ def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: To
             found = f"a WAL of epoch {marker}, older" if marker is not None else "a WAL whose owner marker does not read"
     else:
         found = "no WAL"
-    if any(r.broker_id == broker_id and r.epoch >= epoch for r in keys.read_lost_ranges(metadata, topic)):
+    if loss_accounted_for(metadata, topic, broker_id, epoch, owner):
         return None
     progress = read_progress(metadata, topic)
     if progress is not None and progress.broker_id == broker_id and progress.epoch == epoch:
