@@ -136,10 +136,14 @@ def test_a_host_starting_while_its_store_is_briefly_unavailable_registers_once_i
     that, or for an error that is not retryable, the start fails."""
     from tiered.errors import StorageUnavailable
 
+    from dataclasses import replace
+
     metadata, objects = local_stores(str(tmp_path))
     plan = FaultPlan()
     plan.fail("grant_lease", error=StorageUnavailable, times=2)
-    host = BrokerHost("A", str(tmp_path / "wal-A"), FaultyMetadataStore(metadata, plan), objects, FAST_BROKER,
+    # A TTL far longer than two short back-offs, however loaded the machine.
+    config = replace(FAST_BROKER, session_ttl_s=120.0)
+    host = BrokerHost("A", str(tmp_path / "wal-A"), FaultyMetadataStore(metadata, plan), objects, config,
                       metrics_registry=CollectorRegistry())
     try:
         assert plan.calls["grant_lease"] == 3 and host.session is not None and host.session.lease_id
