@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,9 +20,12 @@ from tiered.cluster.runtime import Fenced
 from tiered.cluster.config import RebalancingConfig, Strategy
 from tiered.cluster.observe import read_snapshot
 from tiered.cluster.view import MoveKind
+from tiered.metadata import open_metadata
+from tiered.metadata.base import ReadView
+from tiered.metadata.testing.faults import FaultyMetadataStore
 from tiered.tools.verify import verify_topic
-from tests.cluster.lm_fixtures import (  # noqa: F401 - lm_cluster is a fixture
-    FAST_LM, FAST_RUNTIME, WAIT_S, InProcessCluster, StepLog, lm_cluster, replace, wait_for)
+from tests.cluster.lm_fixtures import (  # noqa: F401 - lm_cluster, store_url are fixtures
+    FAST_LM, FAST_RUNTIME, WAIT_S, InProcessCluster, StepLog, lm_cluster, replace, store_url, wait_for)
 from tests.tiered.helpers_lifecycle import read_all
 
 TOPICS = [f"/default/lm-{i}" for i in range(6)]
@@ -156,6 +160,69 @@ def test_a_broker_that_joins_receives_topics(lm_cluster):
     produce(cluster, acked, 3)
     check_continuity(cluster, acked)
     assert_one_assignment_per_topic(cluster)
+
+
+class _OperatorWritesMidRead(FaultyMetadataStore):
+    """Runs ``writes`` once, right after the broker modes were read (through a snapshot
+    view or a plain range): an operator's commands landing in the middle of a read."""
+
+    def __init__(self, inner, writes) -> None:
+        super().__init__(inner)
+        self.writes = writes
+
+    def _after(self, prefix: str) -> None:
+        if prefix == records.BROKER_STATE_PREFIX and self.writes is not None:
+            writes, self.writes = self.writes, None
+            writes()
+
+    def range(self, prefix, limit=0, start_after=None):
+        out = super().range(prefix, limit, start_after)
+        self._after(prefix)
+        return out
+
+    @contextmanager
+    def snapshot(self):
+        with super().snapshot() as view:
+            yield _HookedView(view, self._after)
+
+
+class _HookedView(ReadView):
+    def __init__(self, view: ReadView, after) -> None:
+        self.view, self.after, self.revision = view, after, view.revision
+
+    def get(self, key):
+        return self.view.get(key)
+
+    def range(self, prefix, limit=0, start_after=None):
+        out = self.view.range(prefix, limit, start_after)
+        self.after(prefix)
+        return out
+
+
+def test_the_leader_never_decides_on_a_mix_of_two_moments(store_url):
+    """An operator returns a drained broker to ``active`` and then asks for a new topic on
+    it. A read that saw the request but not the mode would place the topic elsewhere (the
+    hinted broker looked drained); one that sees both, or neither, places it right. The
+    CI run of ``test_places_new_topics_then_drains_a_broker`` once lost the hint so."""
+    operator = open_metadata(store_url)
+    operator.put(records.broker_state_key("1"), records.encode(
+        records.BrokerStateRecord("drained", "no topic left", 1.0, "load-manager")))
+
+    def activate_then_request() -> None:
+        admin.set_mode(operator, "1", "active")
+        assert admin.request_topic(operator, "/default/hinted", to_broker="1")
+
+    store = _OperatorWritesMidRead(open_metadata(store_url), activate_then_request)
+    try:
+        snap = read_snapshot(store)
+        assert store.writes is None  # the operator did write in the middle of the read
+        mode = snap.modes["1"][0].mode
+        assert ("/default/hinted" in snap.markers) == (mode == "active"), (mode, sorted(snap.markers))
+        later = read_snapshot(store)  # and the next read sees both
+        assert later.modes["1"][0].mode == "active" and "/default/hinted" in later.markers
+    finally:
+        store.close()
+        operator.close()
 
 
 def test_places_new_topics_then_drains_a_broker(lm_cluster):

@@ -5,6 +5,7 @@ per test, openable from another process) and ``store`` (an open store on that UR
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 import time
@@ -12,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tiered.errors import CompactedRevision, LeaseNotFound
+from tiered.errors import CompactedRevision, LeaseNotFound, StorageError
 from tiered.metadata import (
     Compare,
     Delete,
@@ -55,6 +56,12 @@ class MetadataContract:
     @pytest.fixture
     def store_url(self) -> str:
         raise NotImplementedError
+
+    @pytest.fixture
+    def private_store_url(self, store_url: str) -> str:
+        """A store whose compaction no other test sees. On etcd compaction is server-wide,
+        and other tests replay a shared server's history from revision 1."""
+        return store_url
 
     @pytest.fixture
     def store(self, store_url: str):
@@ -165,7 +172,11 @@ class MetadataContract:
         assert time.monotonic() - started < 0.5
         assert seen == []
 
-    def test_watch_from_compacted_revision_is_a_typed_error(self, store: MetadataStore) -> None:
+    def test_watch_from_compacted_revision_is_a_typed_error(self, private_store_url: str) -> None:
+        with contextlib.closing(open_metadata(private_store_url)) as store:
+            self._watch_from_compacted(store)
+
+    def _watch_from_compacted(self, store: MetadataStore) -> None:
         first = store.put("/z/a", b"1")
         store.put("/z/a", b"2")
         last = store.put("/z/a", b"3")
@@ -175,6 +186,42 @@ class MetadataContract:
             _events(watch, 1, timeout_s=2.0)
         with store.watch_prefix("/z/", start_revision=last) as watch:  # recover from there
             assert _events(watch, 1)[0].value == b"3"
+
+    # -- snapshots ---------------------------------------------------------
+    def test_snapshot_reads_see_one_revision(self, store: MetadataStore, store_url: str) -> None:
+        before = store.put("/s/mode", b"drained")
+        other = open_metadata(store_url)  # another client, as an operator's CLI would be
+        try:
+            with store.snapshot() as view:
+                assert view.revision == before
+                assert [kv.value for kv in view.range("/s/")] == [b"drained"]
+                other.put("/s/mode", b"active")
+                other.put("/s/request", b"on the now active broker")
+                # The two writes made in order are invisible together: no mix of moments.
+                assert view.get("/s/request") is None
+                assert view.get("/s/mode").value == b"drained"  # type: ignore[union-attr]
+                assert [kv.key for kv in view.range("/s/")] == ["/s/mode"]
+            assert [kv.value for kv in store.range("/s/")] == [b"active", b"on the now active broker"]
+        finally:
+            other.close()
+
+    def test_snapshot_compacted_meanwhile_is_retryable_or_still_exact(self, private_store_url: str) -> None:
+        store = open_metadata(private_store_url)
+        store.put("/s/a", b"1")
+        other = open_metadata(private_store_url)
+        try:
+            with store.snapshot() as view:
+                last = other.put("/s/a", b"2")
+                other.compact(last)
+                try:
+                    seen = view.get("/s/a")
+                except StorageError as e:  # the revision is gone: read a new snapshot
+                    assert e.retryable
+                else:
+                    assert seen is not None and seen.value == b"1"
+        finally:
+            other.close()
+            store.close()
 
     # -- leases ------------------------------------------------------------
     def test_lease_expiry_deletes_keys_with_an_event(self, store: MetadataStore) -> None:

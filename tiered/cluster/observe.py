@@ -37,7 +37,7 @@ from tiered.cluster.view import (
 from tiered.errors import MalformedRecord
 from tiered.lifecycle.ownership import REGISTERED_PREFIX, OwnerRecord, owner_key
 from tiered.metadata import keys
-from tiered.metadata.base import KeyValue, MetadataStore
+from tiered.metadata.base import KeyValue, MetadataStore, ReadView
 
 log = logging.getLogger(__name__)
 
@@ -69,25 +69,32 @@ class Snapshot:
 
 
 def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snapshot:
-    """Read the load manager's state. ``owners_for``: "in_flux" reads the owner record
-    of topics not simply owned (and unplaced assignments); "all" of every topic."""
-    snap = Snapshot(metadata.current_revision())
-    for kv in metadata.range(REGISTERED_PREFIX):
+    """Read the load manager's state, all of it as of one revision (a decision made on
+    two moments could, say, see a topic requested on a broker but not that broker's
+    return to ``active`` written just before). ``owners_for``: "in_flux" reads the owner
+    record of topics not simply owned (and unplaced assignments); "all" of every topic."""
+    with metadata.snapshot() as view:
+        return _read(view, owners_for)
+
+
+def _read(view: ReadView, owners_for: str) -> Snapshot:
+    snap = Snapshot(view.revision)
+    for kv in view.range(REGISTERED_PREFIX):
         _parse(snap, kv, lambda kv=kv: snap.registered.__setitem__(
             records.broker_from_key(kv.key, REGISTERED_PREFIX), kv))
-    for kv in metadata.range(records.BROKER_STATE_PREFIX):
+    for kv in view.range(records.BROKER_STATE_PREFIX):
         _parse(snap, kv, lambda: snap.modes.__setitem__(
             records.broker_from_key(kv.key, records.BROKER_STATE_PREFIX),
             (records.decode(records.BrokerStateRecord, kv.key, kv.value), kv.mod_revision)))
-    for kv in metadata.range(records.LOAD_PREFIX):
+    for kv in view.range(records.LOAD_PREFIX):
         _parse(snap, kv, lambda: snap.reports.__setitem__(
             records.broker_from_key(kv.key, records.LOAD_PREFIX),
             records.decode(records.LoadReportRecord, kv.key, kv.value)))
-    for kv in metadata.range(records.PLACEMENT_PREFIX):
+    for kv in view.range(records.PLACEMENT_PREFIX):
         _parse(snap, kv, lambda: snap.placements.__setitem__(
             str(keys.topic_from_key(kv.key, records.PLACEMENT_PREFIX)),
             (records.decode(records.PlacementRecord, kv.key, kv.value), kv.mod_revision)))
-    for kv in metadata.range(keys.ASSIGNMENTS_PREFIX):
+    for kv in view.range(keys.ASSIGNMENTS_PREFIX):
         broker, _, rest = kv.key[len(keys.ASSIGNMENTS_PREFIX):].partition("/")
 
         def add(kv=kv, broker=broker) -> None:
@@ -95,7 +102,7 @@ def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snaps
             topic = str(keys.topic_from_key(kv.key, keys.broker_assignments_prefix(broker)))
             snap.assignments.setdefault(topic, {})[broker] = kv.mod_revision
         _parse(snap, kv, add)
-    for kv in metadata.range(keys.UNASSIGNED_PREFIX):
+    for kv in view.range(keys.UNASSIGNED_PREFIX):
         def marker(kv=kv) -> None:
             topic = str(keys.topic_from_key(kv.key, keys.UNASSIGNED_PREFIX))
             # The seed's creators write an empty value for a new topic.
@@ -103,13 +110,13 @@ def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snaps
                 keys.Unassigned.from_json(kv.key, kv.value)
             snap.markers[topic] = (value, kv.mod_revision)
         _parse(snap, kv, marker)
-    for kv in metadata.range(records.HISTORY_PREFIX):
+    for kv in view.range(records.HISTORY_PREFIX):
         _parse(snap, kv, lambda: snap.history.__setitem__(
             kv.key, records.decode(records.HistoryRecord, kv.key, kv.value)))
-    kv = metadata.get(records.LM_CONFIG_KEY)
+    kv = view.get(records.LM_CONFIG_KEY)
     if kv is not None:
         _parse(snap, kv, lambda: setattr(snap, "overrides", records.decode(records.LmOverrides, kv.key, kv.value)))
-    kv = metadata.get(records.REBALANCE_REQUEST_KEY)
+    kv = view.get(records.REBALANCE_REQUEST_KEY)
     if kv is not None:
         def request(kv=kv) -> None:
             record = records.decode(records.RebalanceRequestRecord, kv.key, kv.value)
@@ -120,7 +127,7 @@ def read_snapshot(metadata: MetadataStore, owners_for: str = "in_flux") -> Snaps
         {t for t, (p, _) in snap.placements.items() if p.state != "owned"} | \
         {t for t in snap.assignments if t not in snap.placements}
     for topic in sorted(wanted):
-        kv = metadata.get(owner_key(topic))
+        kv = view.get(owner_key(topic))
         if kv is None:
             snap.owners[topic] = (None, 0)
         else:

@@ -12,6 +12,8 @@ Semantics every backend follows (the contract suite in ``tests/stores`` checks t
   ``version_is(k, 0)`` is create-if-absent. A key may be written at most once per
   op list.
 * ``range`` returns keys under a prefix in ascending key order.
+* ``snapshot()`` gives a view whose reads all see the store as of one revision, for a
+  reader that must not act on a mix of two moments (each plain read sees the latest).
 * ``watch`` yields events with ``revision >= start_revision`` in revision order;
   asking for a compacted revision raises :class:`CompactedRevision`. A watch never
   drops events: a consumer that lags too far gets :class:`WatchOverflow`.
@@ -25,6 +27,7 @@ import abc
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -296,6 +299,19 @@ class Watch:
             pass  # The consumer will see the overflow error or the cancel flag.
 
 
+class ReadView(abc.ABC):
+    """Reads that all see the store as of :attr:`revision`
+    (:meth:`MetadataStore.snapshot`)."""
+
+    revision: int
+
+    @abc.abstractmethod
+    def get(self, key: str) -> KeyValue | None: ...
+
+    @abc.abstractmethod
+    def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]: ...
+
+
 class MetadataStore(abc.ABC):
     """Abstract etcd-shaped store. See the module docstring for the semantics."""
 
@@ -322,6 +338,13 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
         """Keys under ``prefix`` in key order, at most ``limit`` (0 = all), after ``start_after``."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> AbstractContextManager[ReadView]:
+        """A view whose ``get`` and ``range`` all see the store as of one revision.
+        Separate plain reads can each see a different moment: an operator's two writes
+        made in order (a broker set active, then a topic requested on it) could be seen
+        as the second without the first. Use the view only inside the ``with``."""
 
     @abc.abstractmethod
     def txn(

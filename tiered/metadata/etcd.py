@@ -60,6 +60,7 @@ from tiered.metadata.base import (  # noqa: E402
     Op,
     Put,
     PutEvent,
+    ReadView,
     TxnResult,
     Watch,
     check_key,
@@ -241,8 +242,12 @@ class EtcdMetadataStore(MetadataStore):
 
     # -- key/value ---------------------------------------------------------
     def get(self, key: str) -> KeyValue | None:
+        return self._get(key, 0)
+
+    def _get(self, key: str, revision: int) -> KeyValue | None:
         check_key(key)
-        resp = self._stub_call("get", "kvstub", "Range", etcdrpc.RangeRequest(key=self._k(key)), read_only=True)
+        request = etcdrpc.RangeRequest(key=self._k(key), revision=revision)
+        resp = self._stub_call("get", "kvstub", "Range", request, read_only=True)
         return self._kv(resp.kvs[0]) if resp.kvs else None
 
     def put(self, key: str, value: bytes, lease_id: int = 0) -> int:
@@ -265,6 +270,9 @@ class EtcdMetadataStore(MetadataStore):
         return int(self._stub_call("delete_prefix", "kvstub", "DeleteRange", request).deleted)
 
     def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
+        return self._range(prefix, limit, start_after, 0)
+
+    def _range(self, prefix: str, limit: int, start_after: str | None, revision: int) -> list[KeyValue]:
         low = self._k(prefix)
         high = prefix_end(low) or b"\0"
         if start_after is not None:
@@ -275,9 +283,15 @@ class EtcdMetadataStore(MetadataStore):
             limit=max(limit, 0),
             sort_order=etcdrpc.RangeRequest.ASCEND,
             sort_target=etcdrpc.RangeRequest.KEY,
+            revision=revision,
         )
         resp = self._stub_call("range", "kvstub", "Range", request, read_only=True)
         return [self._kv(kv) for kv in resp.kvs]
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[ReadView]:
+        # etcd keeps every revision until compaction: each read names the same one.
+        yield _EtcdView(self, self.current_revision())
 
     def txn(
         self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
@@ -585,3 +599,31 @@ def _lease_error(e: MetadataError, lease_id: int) -> MetadataError:
     if "lease not found" in str(e) or "requested lease not found" in str(e.__cause__ or ""):
         return LeaseNotFound(f"lease {lease_id:x} not found")
     return e
+
+
+class _EtcdView(ReadView):
+    """Reads pinned to one etcd revision. If the store is compacted past it meanwhile
+    (the revision was current a moment ago, so only a compaction to "now" can do that),
+    a read fails with a retryable error: the caller reads a new snapshot."""
+
+    def __init__(self, store: EtcdMetadataStore, revision: int) -> None:
+        self.store = store
+        self.revision = revision
+
+    def get(self, key: str) -> KeyValue | None:
+        with self._pinned():
+            return self.store._get(key, self.revision)
+
+    def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
+        with self._pinned():
+            return self.store._range(prefix, limit, start_after, self.revision)
+
+    @contextlib.contextmanager
+    def _pinned(self) -> Iterator[None]:
+        try:
+            yield
+        except MetadataError as e:
+            if "compacted" not in str(e):
+                raise
+            raise StorageUnavailable(f"etcd snapshot at revision {self.revision}: compacted meanwhile; "
+                                     "read a new snapshot") from e

@@ -55,6 +55,7 @@ from tiered.metadata.base import (
     Op,
     Put,
     PutEvent,
+    ReadView,
     TxnResult,
     Watch,
     check_key,
@@ -389,6 +390,14 @@ class SqliteMetadataStore(MetadataStore):
         with self._read() as cur:
             return self._range_in(cur, prefix, limit, start_after)
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[ReadView]:
+        # One read transaction: SQLite shows it one database state throughout. It holds
+        # the store's lock, so other threads of this process wait for the ``with``.
+        self._expire_due_leases()
+        with self._read() as cur:
+            yield _SqliteView(cur, self._read_state(cur, "revision"))
+
     @staticmethod
     def _range_in(cur: sqlite3.Cursor, prefix: str, limit: int, start_after: str | None) -> list[KeyValue]:
         low = prefix.encode()
@@ -566,3 +575,19 @@ def _mapped(path: str) -> Iterator[None]:
         raise StorageUnavailable(f"sqlite {path}: {text}") from e
     except sqlite3.DatabaseError as e:
         raise MetadataError(f"sqlite {path}: {e}") from e
+
+
+class _SqliteView(ReadView):
+    """Reads inside one SQLite read transaction (:meth:`SqliteMetadataStore.snapshot`)."""
+
+    def __init__(self, cur: sqlite3.Cursor, revision: int) -> None:
+        self.cur = cur
+        self.revision = revision
+
+    def get(self, key: str) -> KeyValue | None:
+        check_key(key)
+        row = self.cur.execute(f"SELECT {_KV_COLUMNS} FROM kv WHERE key = ?", (key.encode(),)).fetchone()
+        return None if row is None else _row_to_kv(row)
+
+    def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
+        return SqliteMetadataStore._range_in(self.cur, prefix, limit, start_after)

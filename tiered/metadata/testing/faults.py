@@ -18,12 +18,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal, NoReturn, TypeVar
 
 from tiered.errors import OperationTimeout, StorageError, StorageUnavailable
-from tiered.metadata.base import Compare, KeyValue, Lease, MetadataStore, Op, TxnResult, Watch
+from tiered.metadata.base import Compare, KeyValue, Lease, MetadataStore, Op, ReadView, TxnResult, Watch
 
 T = TypeVar("T")
 
@@ -138,6 +139,19 @@ class FaultPlan:
         raise fault.error(f"injected fault: {op} ({fault.error.__name__}, {fault.when} the call)")
 
 
+class _FaultyView(ReadView):
+    def __init__(self, inner: ReadView, faults: FaultPlan) -> None:
+        self.inner = inner
+        self.faults = faults
+        self.revision = inner.revision
+
+    def get(self, key: str) -> KeyValue | None:
+        return self.faults.run("get", lambda: self.inner.get(key))
+
+    def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
+        return self.faults.run("range", lambda: self.inner.range(prefix, limit, start_after))
+
+
 class FaultyMetadataStore(MetadataStore):
     """A :class:`MetadataStore` that delegates to ``inner`` through a :class:`FaultPlan`."""
 
@@ -161,6 +175,12 @@ class FaultyMetadataStore(MetadataStore):
 
     def range(self, prefix: str, limit: int = 0, start_after: str | None = None) -> list[KeyValue]:
         return self.faults.run("range", lambda: self.inner.range(prefix, limit, start_after))
+
+    @contextmanager
+    def snapshot(self) -> Iterator[ReadView]:
+        # The view's reads go through the plan as "get" and "range", like plain reads.
+        with self.inner.snapshot() as view:
+            yield _FaultyView(view, self.faults)
 
     def txn(self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         return self.faults.run("txn", lambda: self.inner.txn(compare, success, failure))
