@@ -17,6 +17,7 @@ from tiered.archive.chain import DescriptorChain
 from tiered.lifecycle import LoadError
 from tiered.lifecycle import LocalWalUnreadable
 from tiered.lifecycle.ownership import TopicOwnedElsewhere, read_owner
+from tiered.lifecycle.retire import QUARANTINE_ID
 from tiered.metadata import keys
 from wal.topics import TopicName
 
@@ -137,7 +138,9 @@ def _flip_a_byte_in_the_first_segment(cluster: Cluster) -> None:
 
 def test_a_corrupt_wal_is_kept_and_the_topic_refuses_to_load_until_the_operator_decides(local_cluster: Cluster) -> None:
     a = _five_durable_then_crash(local_cluster)
-    produce_range(a.load(TOPIC), 5, 9)  # more than one frame, so the flip is not a torn tail
+    tail = a.load(TOPIC)
+    produce_range(tail, 5, 9)  # more than one frame, so the flip is not a torn tail
+    tail.publish_progress()  # durable to 9, as far as anyone was told
     a.abandon(TOPIC)
     _flip_a_byte_in_the_first_segment(local_cluster)
     before = wal_files(local_cluster, "A")
@@ -151,15 +154,17 @@ def test_a_corrupt_wal_is_kept_and_the_topic_refuses_to_load_until_the_operator_
     with pytest.raises(TopicOwnedElsewhere):
         local_cluster.broker("B").load(TOPIC)
     # The operator gives the WAL up explicitly: the loss is recorded before numbering
-    # restarts after the archive. (The recovered frames 0-4 count as old, so a background
-    # pass may have archived some of them before the abandon: read where the archive ends.)
+    # restarts after the archive, at least to the tip the epoch published (the WAL's own
+    # range is unknown). (The recovered frames 0-4 count as old, so a background pass may
+    # have archived some of them before the abandon: read where the archive ends.)
     archived_next = DescriptorChain(local_cluster.metadata, T).next_offset()
     hosted = a.load(TOPIC, discard_local_wal=True)
     assert hosted.next_offset == archived_next
     [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
-    assert (lost.start_offset, lost.end_offset, lost.broker_id, lost.exact) == (archived_next, None, "A", False)
+    assert (lost.start_offset, lost.end_offset, lost.broker_id, lost.exact) == (archived_next, 9, "A", False)
     assert lost.quarantine_path and os.path.isdir(lost.quarantine_path)
-    assert sorted(os.listdir(lost.quarantine_path)) == [n for n in before if n != ".lock"]  # the lock is no data
+    # Every file moved (the lock is no data), beside the quarantine's own identity file.
+    assert sorted(os.listdir(lost.quarantine_path)) == sorted([n for n in before if n != ".lock"] + [QUARANTINE_ID])
 
 
 def test_a_failed_first_load_of_a_new_topic_releases_it(local_cluster: Cluster, monkeypatch) -> None:

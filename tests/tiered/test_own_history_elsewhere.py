@@ -16,6 +16,7 @@ import pytest
 from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.errors import LocalWalUnreadable, OwnHistoryElsewhere
 from tiered.metadata import keys
+from tiered.tools.verify import verify_topic
 from wal.topics import TopicName
 
 from tests.tiered.helpers_lifecycle import (  # noqa: F401 - fixtures
@@ -196,10 +197,16 @@ def test_a_data_dir_restored_from_an_older_copy_is_refused_not_renumbered(local_
     with pytest.raises(LocalWalUnreadable, match="published offset 9 as durable"):
         again.load(TOPIC)
     assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    # atk42 F04: verify says so too, before any load.
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects, wal_dir=root)
+    assert [(p["kind"], p["first_offset"], p["last_offset"]) for p in report.problems] == \
+        [("wal_behind_published_tip", 5, 9)]
     discarded = again.load(TOPIC, discard_local_wal=True)
     assert discarded.next_offset == 5
     [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
-    assert lost.start_offset == 5 and lost.quarantine_path is not None
+    # atk42 F06: the discarded copy opened, and its epoch published 9: the record says so.
+    assert (lost.start_offset, lost.end_offset, lost.exact) == (5, 9, False)
+    assert lost.quarantine_path is not None
     assert before != _records(local_cluster)
 
 
@@ -331,3 +338,121 @@ def test_an_older_copy_returning_after_a_failover_never_shrinks_the_loss_record(
     [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
     assert (lost.broker_id, lost.start_offset, lost.end_offset, lost.exact) == ("A", 0, 9, False)
     assert lost.quarantine_path is not None
+
+
+# -- atk42: older copies against records that already hold a quarantined WAL ------------
+
+def _discarded_then_renumbered(local_cluster: Cluster, copy_at: int) -> None:
+    """A acknowledges 0-9 durable; its data dir is copied once ``copy_at`` is acknowledged
+    (-1: right after the load, an empty WAL). A dies without a published tip (its publishes
+    failed), and its WAL id file is damaged: the load refuses, and the operator discards
+    the WAL ("from 0, end unknown"). Epoch 3 numbers new messages 0-9 and seals."""
+    host = _on(local_cluster, "disk-a")
+    hosted = host.load(TOPIC)
+    if copy_at < 0:
+        _copy_of(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    else:
+        produce_range(hosted, 0, copy_at)
+        hosted.wal.flush()
+        _copy_of(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    produce_range(hosted, copy_at + 1, 9)
+    hosted.wal.flush()
+    _die(host)
+    local_cluster.metadata.delete(keys.progress_key(T))
+    with open(os.path.join(local_cluster.root, "disk-a", "default", "reliable_topic", ".walid"), "wb") as f:
+        f.write(b"garbage!")
+    again = _on(local_cluster, "disk-a")
+    with pytest.raises(LocalWalUnreadable):
+        again.load(TOPIC)
+    renumbered = again.load(TOPIC, discard_local_wal=True)
+    assert renumbered.next_offset == 0
+    produce_range(renumbered, 0, 9)
+    again.unload(TOPIC)
+    again.close()
+
+
+def _account(r: keys.LostRange) -> tuple[object, ...]:
+    """What a record says (not when or by whom it was last written)."""
+    return r.start_offset, r.end_offset, r.broker_id, r.epoch, r.exact, r.quarantine_path
+
+
+def _copy_comes_back(local_cluster: Cluster) -> BrokerHost:
+    import shutil
+
+    topic_dir = os.path.join("default", "reliable_topic")
+    shutil.copytree(os.path.join(local_cluster.root, "disk-a-copy", topic_dir),
+                    os.path.join(local_cluster.root, "disk-a", topic_dir))
+    return _on(local_cluster, "disk-a")  # its start retires the stale copy
+
+
+@pytest.mark.parametrize("copy_at", [4, -1], ids=["copy of 0-4", "empty copy"])
+def test_an_older_copy_never_shortens_or_confirms_a_discard_record(local_cluster: Cluster, copy_at: int) -> None:
+    """atk42 F01/F03: the discard's record says "from 0, end unknown" and names the
+    quarantined unreadable WAL. An older copy of that WAL coming back is another copy of
+    the same history: it must not make the record "exactly 0-4" (5-9 were acknowledged and
+    now name epoch 3's messages) nor "exactly nothing" (the empty copy), nor drop the path."""
+    _discarded_then_renumbered(local_cluster, copy_at)
+    [discard] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (discard.start_offset, discard.end_offset, discard.exact) == (0, None, False)
+    back = _copy_comes_back(local_cluster)
+    assert [r.epoch for r in back.retired] == [1]
+    assert [_account(r) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [_account(discard)]
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects)
+    assert [p["kind"] for p in report.problems] == ["lost_range"]
+    if copy_at >= 0:  # the copy is kept beside the discarded WAL, not on top of it
+        quarantined = os.path.dirname(discard.quarantine_path or "")
+        names = sorted(os.listdir(quarantined))
+        assert names == sorted([os.path.basename(discard.quarantine_path or ""), "00000000000000000001"])
+
+
+def test_an_older_copy_below_our_own_archive_is_refused_not_deleted(local_cluster: Cluster) -> None:
+    """atk42 F05: A's data dir is copied at 0-4; A then archives 5-7 itself, acknowledges
+    8-9 durable (tip 9 published) and dies. The copy ends below the archive, but the archive
+    past it is A's own: it is an older copy of A's history, not a WAL another owner went
+    past. Deleting it as "all archived" numbered new messages 8, 9 with nothing recorded;
+    the load refuses, and the discard records 8-9."""
+    host = _on(local_cluster, "disk-a")
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 4)
+    hosted.wal.flush()
+    _copy_of(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    produce_range(hosted, 5, 7, ack="archived")
+    produce_range(hosted, 8, 9)
+    hosted.publish_progress()
+    _die(host)
+    back = _on(local_cluster, "disk-a-copy")
+    with pytest.raises(LocalWalUnreadable, match="published offset 9 as durable"):
+        back.load(TOPIC)
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    assert back.load(TOPIC, discard_local_wal=True).next_offset == 8
+    [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (lost.broker_id, lost.epoch, lost.start_offset, lost.end_offset, lost.exact) == ("A", 1, 8, 9, False)
+
+
+def test_the_real_wal_returning_after_its_older_copy_gets_a_quarantine_of_its_own(local_cluster: Cluster) -> None:
+    """atk42 F02: A acknowledged 0-9 (copied at 0-4) and died; B took over and reused 0-9.
+    The copy came back and was quarantined ("at least 0-9"); then the real WAL comes back.
+    It shares the copy's WAL id and epoch: its quarantine went into the copy's directory,
+    clashed after deleting the real WAL's checkpoint, and wedged every later load of A. It
+    now gets a directory of its own, whole, and the record keeps naming the first one."""
+    import shutil
+
+    _acks_0_to_9_copied_at_4(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    topic_dir = os.path.join("default", "reliable_topic")
+    real = os.path.join(local_cluster.root, "real-wal")
+    shutil.copytree(os.path.join(local_cluster.root, "disk-a", topic_dir), real,
+                    ignore=shutil.ignore_patterns(".lock"))
+    b = _on(local_cluster, "disk-b", "B")
+    produce_range(b.load(TOPIC), 0, 9, ack="archived")
+    _on(local_cluster, "disk-a-copy").close()  # retires the copy
+    [after_copy] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (after_copy.start_offset, after_copy.end_offset, after_copy.exact) == (0, 9, False)
+    shutil.copytree(real, os.path.join(local_cluster.root, "disk-a-copy", topic_dir))
+    again = _on(local_cluster, "disk-a-copy")
+    assert [(r.first_offset, r.last_offset) for r in again.retired] == [(0, 9)]
+    assert [_account(r) for r in keys.read_lost_ranges(local_cluster.metadata, T)] == [_account(after_copy)]
+    [second] = [r.quarantine_path for r in again.retired]
+    assert second == after_copy.quarantine_path + ".1"
+    assert "wal.ckpt" in os.listdir(second)
+    _die(b)
+    assert again.load(TOPIC).next_offset == 10

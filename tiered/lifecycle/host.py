@@ -583,6 +583,16 @@ class BrokerHost:
                      topic, first, tip_next - 1, plan.start_offset)
             return wal, False
         if plan.start_offset > tip_next:
+            if not any(d.broker_id != self.broker_id
+                       for d in DescriptorChain(self.metadata, topic).covering(tip_next, plan.start_offset - 1)):
+                # Only this broker archived past the WAL's tip: it is not another owner's
+                # numbering that went on, but an older copy of our own history (a data dir
+                # restored from a backup) whose newer copy archived further. Whatever that
+                # history acknowledged past the archive is missing from this one.
+                behind = self._published_past(topic, plan, tip_next, needed_next=plan.start_offset)
+                if behind is not None:
+                    wal.close()
+                    raise LocalWalUnreadable(topic, self.root.path(topic), behind)
             log.warning("topic %s: local WAL %d..%d ends below where the archive continues (%d): offsets past "
                         "its tip were archived by another owner since it was written; retiring it as stale",
                         topic, first, tip_next - 1, plan.start_offset)
@@ -593,11 +603,13 @@ class BrokerHost:
         wal.close()
         return None, False
 
-    def _published_past(self, topic: TopicName, plan: RestorePlan, tip_next: int) -> CorruptLog | None:
+    def _published_past(self, topic: TopicName, plan: RestorePlan, tip_next: int,
+                        needed_next: int | None = None) -> CorruptLog | None:
         """Why this WAL, about to be recovered as our current history, lacks acknowledged
         messages (None when nothing says so): the epoch that wrote it (its ``.owner``
         marker, or the open state naming its ``.walid``) published a durable tip at or past
-        ``tip_next``. A published tip was fsynced, so recovery finds it unless synced data
+        ``needed_next`` (default ``tip_next``, the WAL's own next offset; for a WAL that
+        ends below our own archive, where the archive continues). A published tip was fsynced, so recovery finds it unless synced data
         went missing: a data dir restored from an older copy, a volume rolled back, a disk
         that lost synced writes. Recovering it would reuse those offsets for new messages
         with nothing recorded; refused instead (``LocalWalUnreadable``: the way out,
@@ -605,7 +617,7 @@ class BrokerHost:
         progress = plan.progress
         if progress is None or progress.broker_id != self.broker_id or progress.durable_offset is None:
             return None
-        if progress.durable_offset < tip_next:
+        if progress.durable_offset < (tip_next if needed_next is None else needed_next):
             return None
         written_by = self.root.read_owner_marker(topic)
         if written_by is None:

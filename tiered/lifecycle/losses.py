@@ -94,13 +94,29 @@ class LossRecords:
         (this broker does not own the topic, so ownership cannot fence this write)."""
         key = keys.lost_key(topic, start, epoch)
         kv = self.metadata.get(key)
-        exact = True
+        exact, unknown = True, False
         if kv is not None:
             earlier = keys.LostRange.from_json(kv.key, kv.value)
-            if earlier.exact and earlier.quarantine_path:
-                # A retry after a quarantine that moved part of the WAL: what is left here
-                # is a prefix, so its tip says less than the first attempt knew. The exact
-                # record only grows, and keeps the directory the first part went to.
+            if not earlier.exact and earlier.quarantine_path:
+                # A WAL of this history was already given up: an operator discarded one that
+                # did not open (range unknown), or an older copy went short of what the
+                # takeover knew. This WAL is another copy of the same history (the first one,
+                # or a backup of it), so it can neither confirm nor shorten that account: the
+                # record stays "at least", grows to this WAL's tip at most, and keeps naming
+                # the first WAL given up (this one is quarantined beside it).
+                exact, qpath = False, earlier.quarantine_path
+                if earlier.end_offset is None:
+                    end, unknown = None, True  # a discard's end is unknown: it covers all from start
+                elif end is None or earlier.end_offset > end:
+                    end = earlier.end_offset
+            elif earlier.exact and earlier.quarantine_path:
+                # A retry after a quarantine that moved part of the WAL (the same directory,
+                # claimed by this WAL's identity): the exact record only grows, and keeps the
+                # directory the first part went to. Another copy of the same history (its
+                # own directory): the first one's account was exact only as far as that
+                # copy knew, so the record stays the longer of the two, "at least".
+                if qpath != earlier.quarantine_path:
+                    exact = False
                 if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
                     end = earlier.end_offset
                 qpath = earlier.quarantine_path
@@ -109,7 +125,7 @@ class LossRecords:
                 # dir came back): a record never shrinks; it stays "at least" that much.
                 end, exact = earlier.end_offset, False
         progress = read_progress(self.metadata, topic)
-        if (progress is not None and progress.broker_id == self.broker_id and progress.epoch == epoch
+        if (not unknown and progress is not None and progress.broker_id == self.broker_id and progress.epoch == epoch
                 and progress.durable_offset is not None and progress.durable_offset >= start
                 and (end is None or progress.durable_offset > end)):
             # That epoch published a durable tip past this WAL's: the WAL lost synced data
@@ -126,8 +142,18 @@ class LossRecords:
         range is unknown: ``exact: false``), before its files move to ``qpath``; returns
         the record's key. Compare-and-swap against the record read."""
         key = keys.lost_key(topic, start, epoch)
-        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time())
         kv = self.metadata.get(key)
+        if kv is not None:
+            # A record never shrinks: a takeover's or an earlier discard's account of the
+            # same history that knew more stays (an unknown end covers everything), and
+            # the first WAL given up stays the one it names.
+            earlier = keys.LostRange.from_json(kv.key, kv.value)
+            if earlier.end_offset is None and earlier.quarantine_path is not None and not earlier.exact:
+                end = None
+            elif earlier.end_offset is not None and (end is None or earlier.end_offset > end):
+                end = earlier.end_offset
+            qpath = earlier.quarantine_path or qpath
+        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time())
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, lost.to_json())]).succeeded:
             raise StorageError(f"{key} changed while recording a discarded WAL; kept for a retry")

@@ -5,9 +5,11 @@ A local WAL is stale when the topic's history moved on without it: the topic was
 over from this broker (a failover), or numbering restarted past it. A stale WAL is
 
 * **deleted** when every offset it holds is archived (nothing to keep, nothing lost);
-* **quarantined** under ``<wal root>/.quarantine/<ns>/<topic>/<epoch>/`` otherwise, the
-  exact never-archived range recorded as a ``LostRange`` FIRST (compare-and-swap), so a
-  crash between the record and the move can never make the loss silent;
+* **quarantined** under ``<wal root>/.quarantine/<ns>/<topic>/<epoch>/`` otherwise (a
+  directory of its own, claimed first: ``<epoch>.1``... when another copy of the same
+  history is already there), the exact never-archived range recorded as a ``LostRange``
+  FIRST (compare-and-swap), so a crash between the record and the move can never make
+  the loss silent;
 * **kept** when it does not open: its range is unknown, so nothing could record what
   it held (``LocalWalUnreadable``); only an operator's explicit discard quarantines it
   (:meth:`StaleWals.discard_unreadable`), recording "from here, end unknown" first.
@@ -31,7 +33,7 @@ from tiered.lifecycle.losses import LossRecords, RetiredWal
 from tiered.lifecycle.metrics import LifecycleMetrics
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken, read_owner
 from tiered.lifecycle.restore import RestorePlan, read_progress, read_sealed_state
-from tiered.lifecycle.wal_root import WalRoot, durable_tip
+from tiered.lifecycle.wal_root import WalRoot, decode_marker, durable_tip
 from tiered.metrics import topic_counter
 from wal.fs import LOCK_NAME, crash_safe_order
 from wal.topics import TopicName
@@ -40,6 +42,11 @@ log = logging.getLogger(__name__)
 
 #: Directory under a WAL root where stale WALs holding unarchived offsets are moved.
 QUARANTINE_DIR = ".quarantine"
+#: Written into a quarantine directory before anything moves there: which WAL it takes
+#: (``.walid`` and durable tip). A retry after a crash finds its own directory again by
+#: it; another copy of the same history (an older backup of the data dir) gets a
+#: directory of its own beside it, never files mixed into this one.
+QUARANTINE_ID = ".quarantined"
 
 
 def loss_accounted_for(metadata: MetadataStore, topic: TopicName, broker_id: str, epoch: int,
@@ -214,7 +221,7 @@ class StaleWals:
         unattributed = self._unattributed_after_delete(topic, first)
         if unattributed is not None:
             leaf = f"deleted-incarnation-{unattributed.epoch:0{keys.OFFSET_DIGITS}d}"
-            qpath = self.quarantine(topic, path, leaf)
+            qpath = self.quarantine(topic, path, self.claim_quarantine(topic, leaf, tip))
             topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             log.error("topic %s: quarantined local WAL %d..%s at %s: its .owner marker is unreadable and it "
                       "is not known to hold anything of the topic's current incarnation (created again after "
@@ -248,17 +255,21 @@ class StaleWals:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
             if record is not None and self._confirms(topic, record, wal_epoch):
                 self.losses.write_lost(topic, start, epoch, None, None)  # confirm: nothing was lost
+            elif record is None and self._published_from(topic, epoch, lost_start):
+                # Its epoch published a durable tip past what is archived, which this WAL
+                # does not hold (an older copy): those acknowledged offsets are lost, and
+                # nothing else records them. ``write_lost`` takes the end from that tip.
+                self.losses.write_lost(topic, start, epoch, None, None)
             self.delete(topic)
             log.info("topic %s: deleted stale local WAL %d..%s: every offset it held is archived",
                      topic, first, tip)
             retired = RetiredWal(topic, first, tip, None, None, epoch, None, marker_epoch=wal_epoch)
         else:
-            leaf = f"{epoch:0{keys.OFFSET_DIGITS}d}"
-            qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+            qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip)
             # Record first: if the move then fails, a retry finds the same range and path;
             # a move without a record would be a silent loss if this broker died next.
             self.losses.write_lost(topic, start, epoch, tip, qpath)
-            self.quarantine(topic, path, leaf)
+            self.quarantine(topic, path, qpath)
             topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(tip - lost_start + 1)
             log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
@@ -281,15 +292,53 @@ class StaleWals:
           epoch it never held: a takeover may have counted that epoch's published tip
           under this WAL's epoch);
         - the record names no end: an end is a tip published as durable, which an empty
-          WAL of that history would have held, so it was counted from another one.
+          WAL of that history would have held, so it was counted from another one;
+        - the record names no quarantine path: a WAL of that history was already given up
+          (an operator's discard of one that did not open, whose range is unknown), so
+          this one is at best an older copy of it, and proves nothing about what it held.
 
-        Precondition of the rewrite this allows (a loss record erased): all three hold.
+        Precondition of the rewrite this allows (a loss record erased): all four hold.
         Otherwise the record stays as the taker-over wrote it (conservative: "at least")."""
-        if record.exact or record.end_offset is not None:
+        if record.exact or record.end_offset is not None or record.quarantine_path is not None:
             return False
         if wal_epoch is None or record.epoch != wal_epoch:
             return False
         return self.root.read_owner_marker_missing(topic) is None
+
+    def _known_end(self, topic: TopicName, epoch: int, start: int) -> int | None:
+        """The last offset from ``start`` on known to be held by this broker's history of
+        ``epoch``, whose WAL is being discarded: the WAL's own tip when it opens after all
+        (a readable copy refused for ending below its published tip), or the durable tip
+        that epoch published, whichever is further; None: nothing known (the record says
+        "end unknown")."""
+        known: list[int] = []
+        try:
+            wal = self.root.open_local(topic)
+        except LocalWalUnreadable:
+            pass
+        else:
+            try:
+                tip = durable_tip(wal)
+            finally:
+                wal.close()
+            if tip is not None:
+                known.append(tip)
+        progress = read_progress(self.metadata, topic)
+        if (progress is not None and progress.broker_id == self.broker_id and progress.epoch == epoch
+                and progress.durable_offset is not None):
+            known.append(progress.durable_offset)
+        end = max(known, default=-1)
+        return end if end >= start else None
+
+    def _published_from(self, topic: TopicName, epoch: int, start: int) -> bool:
+        """Whether this broker's ``epoch`` published a durable tip at or past ``start``
+        and no record accounts for that history yet."""
+        progress = read_progress(self.metadata, topic)
+        if (progress is None or progress.broker_id != self.broker_id or progress.epoch != epoch
+                or progress.durable_offset is None or progress.durable_offset < start):
+            return False
+        owner, _kv = read_owner(self.metadata, topic)
+        return not loss_accounted_for(self.metadata, topic, self.broker_id, epoch, owner)
 
     def _of_deleted_incarnation(self, topic: TopicName) -> tuple[int, int] | None:
         """(the WAL's epoch, the tombstone's epoch) when the local WAL was written by an
@@ -334,6 +383,8 @@ class StaleWals:
         false``), written before the files move so a crash in between cannot make the
         loss silent."""
         start, end = plan.start_offset, None
+        if epoch is not None:
+            end = self._known_end(topic, epoch, start)
         if epoch is None:
             # A stale WAL of an earlier epoch: its loss began where the topic's numbering
             # restarted after it (the taker-over's record), not where it continues now.
@@ -342,10 +393,9 @@ class StaleWals:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
                 start, epoch = self.losses.first_unarchived_by_us(topic, 0)
-        leaf = f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}"
-        qpath = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name, leaf)
+        qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None)
         key = self.losses.record_discarded(topic, start, end, epoch, qpath)
-        self.quarantine(topic, self.root.path(topic), leaf)
+        self.quarantine(topic, self.root.path(topic), qpath)
         topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
                   "offsets from %d on that it held are lost (range unknown, recorded at %s)",
@@ -354,30 +404,57 @@ class StaleWals:
         self.retired.append(retired)
         return retired
 
-    def quarantine(self, topic: TopicName, path: str, leaf: str) -> str:
-        """Move the WAL's files to ``<root>/.quarantine/<ns>/<topic>/<leaf>/`` through the
-        WAL's file layer, durably: every new directory's parent and both ends are fsynced."""
-        fs = self.fs
+    def claim_quarantine(self, topic: TopicName, leaf: str, tip: int | None) -> str:
+        """The directory the local WAL of ``topic`` (durable tip ``tip``) is quarantined in:
+        ``<root>/.quarantine/<ns>/<topic>/<leaf>``, or ``<leaf>.1``, ``.2``... when that
+        one holds another WAL. Created durably with the WAL's identity (:data:`QUARANTINE_ID`)
+        BEFORE the loss record names it, so a retry after a crash finds the same directory
+        and the record never names one holding another WAL (two copies of one history, e.g.
+        the WAL and an older backup of it, share ``.walid`` and epoch but not the tip)."""
+        wal_id = self.root.read_wal_id(topic)
+        identity = {"wal_id": None if wal_id is None else wal_id.hex(), "tip": tip}
+        base = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name)
+        n = 0
+        while True:
+            qpath = os.path.join(base, leaf if n == 0 else f"{leaf}.{n}")
+            if not self.fs.exists(qpath):
+                break
+            if self._quarantined(qpath) == identity:
+                return qpath  # claimed by this WAL before a crash: the retry goes on there
+            n += 1
+        self.fs.makedirs(qpath)
         qroot = os.path.join(self.wal_root, QUARANTINE_DIR)
-        qpath = os.path.join(qroot, topic.namespace, topic.name, leaf)
-        fs.makedirs(qpath)
-        for directory in (self.wal_root, qroot, os.path.dirname(os.path.dirname(qpath)), os.path.dirname(qpath)):
-            fs.fsync_dir(directory)
+        for directory in (self.wal_root, qroot, os.path.dirname(base), base):
+            self.fs.fsync_dir(directory)
+        self.root.write_marker(os.path.join(qpath, QUARANTINE_ID), identity)
+        return qpath
+
+    def _quarantined(self, qpath: str) -> dict[str, object] | None:
+        try:
+            return decode_marker(self.fs.read_all(os.path.join(qpath, QUARANTINE_ID)))
+        except OSError:
+            return None
+
+    def quarantine(self, topic: TopicName, path: str, qpath: str) -> str:
+        """Move the WAL's files to ``qpath`` (from :meth:`claim_quarantine`) through the
+        WAL's file layer, durably: both ends are fsynced."""
+        fs = self.fs
         # A crash in between leaves here a suffix of the WAL without a checkpoint, which
         # opens with the same tip and is moved on by the retry; never a prefix that would
         # look like a shorter history (wal.fs.crash_safe_order).
         names = crash_safe_order(fs.listdir(path))
         # A quarantined WAL may be the only copy of lost messages: never overwrite one. (A
         # retry after a partial move finds only the files not moved yet still here.)
-        if "wal.ckpt" in names and fs.exists(os.path.join(qpath, "wal.ckpt")):
-            # A retry: the checkpoint moved first describes the whole WAL; the one here was
-            # rewritten when the retry opened the rest (derived data, dropped).
-            names.remove("wal.ckpt")
-            fs.remove(os.path.join(path, "wal.ckpt"))
-        clashes = [n for n in names if fs.exists(os.path.join(qpath, n))]
+        clashes = [n for n in names if n != "wal.ckpt" and fs.exists(os.path.join(qpath, n))]
         if clashes:
             raise StorageError(f"quarantine {qpath} already holds {', '.join(sorted(clashes))} from another "
                                f"WAL; {path} is kept in place")
+        if "wal.ckpt" in names and fs.exists(os.path.join(qpath, "wal.ckpt")):
+            # A retry (the directory was claimed with this WAL's identity): the checkpoint
+            # moved first describes the whole WAL; the one here was rewritten when the retry
+            # opened the rest (derived data, dropped).
+            names.remove("wal.ckpt")
+            fs.remove(os.path.join(path, "wal.ckpt"))
         for name in names:
             fs.rename(os.path.join(path, name), os.path.join(qpath, name))
         if fs.exists(os.path.join(path, LOCK_NAME)):

@@ -500,9 +500,11 @@ class LostRange(_Record):
     quarantines its WAL (``exact: true``: ``end_offset`` is its durable tip, null when it
     held nothing past ``start_offset``; ``quarantine_path`` names where the WAL went).
     A third writer is an operator discarding a WAL that does not open (``exact: false``
-    with a ``quarantine_path``: the range from ``start_offset`` on is unknown, and the
-    unreadable files are kept at that path). ``broker_id``/``epoch`` name the owner
-    whose WAL held the offsets.
+    with a ``quarantine_path``: the range from ``start_offset`` on is unknown unless the
+    epoch's published tip says "at least", and the unreadable files are kept at that
+    path). ``broker_id``/``epoch`` name the owner whose WAL held the offsets. A record
+    never shrinks; once it names a quarantine path, another copy of that history can only
+    lengthen it (``exact: false``), and the path stays the first WAL's.
     """
 
     start_offset: int

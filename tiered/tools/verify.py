@@ -32,7 +32,8 @@ the archive's end, which may be an upload between its PUT and its commit; ``ok``
 false only for errors), a stable ``kind`` (``malformed``, ``gap``, ``overlap``,
 ``missing_object``, ``corrupt_object``, ``size_mismatch``, ``digest_mismatch``,
 ``range_mismatch``, ``sealed_mismatch``, ``retention_pending``, ``cursor_below_retention``,
-``wal_gap``, ``wal_corrupt``, ``cursor_ahead``, ``orphan``, ``lost_range``) and a ``message`` saying
+``wal_gap``, ``wal_corrupt``, ``wal_behind_published_tip``, ``cursor_ahead``, ``orphan``,
+``lost_range``) and a ``message`` saying
 what and where, plus the offsets or keys involved.
 """
 from __future__ import annotations
@@ -105,7 +106,7 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
         _check_objects(name, descriptors, objects, report, progress or _no_progress)
     _check_sealed_state(snapshot, report)
     if wal_dir is not None:
-        _check_local_wal(name, wal_dir, report)
+        _check_local_wal(name, wal_dir, report, snapshot)
     _check_cursors(name, metadata, report, _sealed_end(snapshot))
     _check_orphans(name, metadata, objects, report)
     _list_lost_ranges(snapshot, report)
@@ -123,6 +124,7 @@ class _Snapshot:
     lost: list[Any]
     start: Any = None
     tombstone: Any = None
+    progress: Any = None
 
     @classmethod
     def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
@@ -141,6 +143,8 @@ class _Snapshot:
                 snapshot.start = kv
             elif kv.key == keys.tombstone_key(topic):
                 snapshot.tombstone = kv
+            elif kv.key == keys.progress_key(topic):
+                snapshot.progress = kv
         return snapshot
 
 
@@ -340,15 +344,17 @@ def _fmt(offset: int | None) -> str:
 
 # -- 4. local WAL ---------------------------------------------------------------------
 
-def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport) -> None:
+def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport, snapshot: _Snapshot | None = None) -> None:
     directory = os.path.join(wal_dir, topic.path)
     if not os.path.isdir(directory):
         return
     first, last = _scan_wal(directory, report)
     report.wal_first_offset, report.wal_last_offset = first, last
     archive_end = report.archive_last_offset
-    if first is None:
+    if first is None or last is None:
         return
+    if snapshot is not None:
+        _check_published_tip(directory, last, snapshot, report)
     if archive_end is None:
         # Nothing archived: the WAL holds the topic from where the archive would start
         # (retention removes only archived segments), else a load finds it does not join.
@@ -357,6 +363,67 @@ def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport) -> No
         report.add("wal_gap", f"the local WAL starts at {first} but the archive ends at {archive_end}: "
                               f"offsets {archive_end + 1}-{first - 1} are nowhere",
                    first_offset=archive_end + 1, last_offset=first - 1)
+
+
+def _check_published_tip(directory: str, last: int, snapshot: _Snapshot, report: VerifyReport) -> None:
+    """The rule a load applies before recovering a WAL (``BrokerHost._published_past``),
+    read-only: the epoch that wrote this WAL (its ``.owner`` marker, or the open state
+    naming its ``.walid``) published a durable tip past the WAL's last offset, and no
+    record accounts for that history's loss: acknowledged messages are missing from it
+    (a data dir restored from an older copy). The progress record was read before the WAL
+    was scanned, and a live WAL only grows, so a running broker never trips this."""
+    from tiered.lifecycle.restore import Progress
+    from tiered.lifecycle.wal_root import OWNER_MARKER, decode_marker
+    from wal.identity import read_wal_id
+
+    if snapshot.progress is None:
+        return
+    try:
+        progress = Progress.decode(snapshot.progress.key, snapshot.progress.value)
+    except MalformedRecord as e:
+        report.add("malformed", str(e), key=snapshot.progress.key)
+        return
+    if progress.durable_offset is None or progress.durable_offset <= last:
+        return
+    try:
+        marker = decode_marker(RealFs().read_all(os.path.join(directory, OWNER_MARKER)))
+    except OSError:
+        marker = None
+    if marker is not None:
+        written_by = (marker.get("broker_id"), marker.get("epoch"))
+    else:
+        state = None
+        try:
+            state = None if snapshot.state is None else keys.SealedState.from_json(snapshot.state.key,
+                                                                                  snapshot.state.value)
+        except MalformedRecord:
+            pass  # reported by the sealed-state check
+        local_id = read_wal_id(RealFs(), directory)
+        if state is None or state.sealed or state.wal_id is None or local_id is None or local_id.hex() != state.wal_id:
+            return  # nothing says which history this WAL is
+        written_by = (state.broker_id, state.epoch)
+    if written_by != (progress.broker_id, progress.epoch):
+        return
+    inherits: tuple[tuple[str, int], ...] = ()
+    try:
+        inherits = () if snapshot.owner is None else OwnerRecord.decode(snapshot.owner.key, snapshot.owner.value).inherits
+    except (MalformedRecord, ValueError):
+        pass  # reported by the holder check
+    if (progress.broker_id, progress.epoch) in inherits:
+        return
+    for kv in snapshot.lost:
+        try:
+            lost = keys.LostRange.from_json(kv.key, kv.value)
+        except MalformedRecord:
+            continue  # reported with the lost ranges
+        if lost.broker_id == progress.broker_id and lost.epoch >= progress.epoch:
+            return  # that history's loss is recorded
+    report.add("wal_behind_published_tip",
+               f"the local WAL ends at {last}, but epoch {progress.epoch} of broker {progress.broker_id}, which "
+               f"wrote it, published offset {progress.durable_offset} as durable: acknowledged offsets "
+               f"{last + 1}-{progress.durable_offset} are missing from it (a data dir restored from an older "
+               f"copy?); a load refuses it", first_offset=last + 1, last_offset=progress.durable_offset,
+               path=directory)
 
 
 def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, int | None]:
