@@ -129,13 +129,16 @@ def test_local_wal_that_does_not_join_the_archive(tmp_path):
     wal_dir = tmp_path / "broker-1" / "wal" / "default" / "t"
     first = sorted(n for n in os.listdir(wal_dir) if not n.startswith("."))[0]
     assert first.endswith(".seg")
-    from tiered.tools.verify import VerifyReport, _check_local_wal
+    from tiered.tools.verify import VerifyReport, _check_local_wal, _LocalWal
 
+    with _meta(tmp_path) as m:
+        local = _LocalWal.scan(TopicName.parse(TOPIC), str(tmp_path / "broker-1" / "wal"), m, VerifyReport(TOPIC))
+    assert local is not None
     report = VerifyReport(TOPIC, archive_last_offset=2)
-    _check_local_wal(TopicName.parse(TOPIC), str(tmp_path / "broker-1" / "wal"), report)
+    _check_local_wal(local, report)
     assert report.ok
     report = VerifyReport(TOPIC, archive_last_offset=-5)
-    _check_local_wal(TopicName.parse(TOPIC), str(tmp_path / "broker-1" / "wal"), report)
+    _check_local_wal(local, report)
     assert [p["kind"] for p in report.problems] == ["wal_gap"]
 
 

@@ -456,3 +456,134 @@ def test_the_real_wal_returning_after_its_older_copy_gets_a_quarantine_of_its_ow
     assert "wal.ckpt" in os.listdir(second)
     _die(b)
     assert again.load(TOPIC).next_offset == 10
+
+
+# -- atk43: a second copy of one WAL, retention, and verify on a live broker -------------
+
+def test_a_second_full_copy_of_a_quarantined_wal_gets_a_directory_of_its_own(local_cluster: Cluster) -> None:
+    """atk43 F01: A's data dir is snapshotted after A died (same WAL, same tip); A's WAL is
+    quarantined when A comes back after B's takeover; then the data dir is rolled back to
+    the snapshot. The snapshot has the quarantined WAL's identity but is not a retry of its
+    move (every file clashes): taking it for one failed the move on every start and wedged
+    A's loads. It gets a directory of its own; the record stays at least 0-9."""
+    import shutil
+
+    _acks_a_tail(local_cluster, "disk-a", archived_to=-1, durable_to=9)
+    topic_dir = os.path.join("default", "reliable_topic")
+    snapshot = os.path.join(local_cluster.root, "snapshot")
+    shutil.copytree(os.path.join(local_cluster.root, "disk-a", topic_dir), snapshot)
+    b = _on(local_cluster, "disk-b", "B")
+    produce_range(b.load(TOPIC), 0, 9, ack="archived")
+    first = _on(local_cluster, "disk-a")
+    [retired] = first.retired
+    first.close()
+    shutil.copytree(snapshot, os.path.join(local_cluster.root, "disk-a", topic_dir))
+    again = _on(local_cluster, "disk-a")
+    assert [r.quarantine_path for r in again.retired] == [f"{retired.quarantine_path}.1"]
+    [lost] = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert (lost.start_offset, lost.end_offset, lost.quarantine_path) == (0, 9, retired.quarantine_path)
+    _die(b)
+    assert again.load(TOPIC).next_offset == 10
+
+
+def test_discarding_a_second_copy_of_a_discarded_wal_is_not_wedged(local_cluster: Cluster) -> None:
+    """atk43 F02: the operator backs up a WAL that does not open, discards it, and later
+    puts the backup back. Discarding it again is the documented way out; it claimed the
+    first discard's directory (same identity: no tip) and failed on every attempt."""
+    import shutil
+
+    _acks_a_tail(local_cluster, "disk-a", archived_to=-1, durable_to=9)
+    topic_dir = os.path.join(local_cluster.root, "disk-a", "default", "reliable_topic")
+    with open(os.path.join(topic_dir, ".walid"), "wb") as f:
+        f.write(b"garbage!")
+    backup = os.path.join(local_cluster.root, "backup")
+    shutil.copytree(topic_dir, backup, ignore=shutil.ignore_patterns(".lock"))
+    a = _on(local_cluster, "disk-a")
+    hosted = a.load(TOPIC, discard_local_wal=True)
+    produce_range(hosted, 0, 2, ack="archived")
+    hosted.publish_progress()
+    _die(a)
+    [discard] = keys.read_lost_ranges(local_cluster.metadata, T)
+    shutil.rmtree(topic_dir)  # the data dir is rolled back to the backup
+    shutil.copytree(backup, topic_dir)
+    again = _on(local_cluster, "disk-a")
+    with pytest.raises(LocalWalUnreadable):
+        again.load(TOPIC)
+    assert again.load(TOPIC, discard_local_wal=True).next_offset == 3
+    # The first discard's record stands as it was (beside it: the discarding epoch's own
+    # history, all archived, whose WAL the rollback replaced: "none known lost").
+    assert [_account(r) for r in keys.read_lost_ranges(local_cluster.metadata, T)
+            if r.epoch == discard.epoch] == [_account(discard)]
+    assert [r.quarantine_path for r in again.retired] == [f"{discard.quarantine_path}.1"]
+
+
+def test_an_older_copy_whose_tail_retention_cut_records_no_archived_offset(local_cluster: Cluster) -> None:
+    """atk43 F03: every offset 0-9 was archived by A, and retention cut the archive to its
+    last object; then A's data dir comes back as a copy of 0-4. The copy is retired (0-4,
+    below the archive start: unproven, kept), but the record must not reach the offsets
+    the archive still serves: the published tip 9 is archived, nothing past it was lost."""
+    from tiered.archive.start import archive_start
+    from uploader.config import ArchiveRetentionConfig
+
+    host = _on(local_cluster, "disk-a")
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    hosted.wal.flush()
+    _copy_of(local_cluster, "disk-a", "disk-a-copy", dot_files=True)
+    produce_range(hosted, 5, 9, ack="archived")
+    hosted.publish_progress()
+    cutter = hosted.uploader.archive_retention
+    cutter.policy = ArchiveRetentionConfig(bytes_max=0)
+    cutter.run(hosted.uploader.committed_through)
+    start = archive_start(local_cluster.metadata, TOPIC)
+    assert 0 < start <= 9
+    _die(host)
+    back = _on(local_cluster, "disk-a-copy")
+    assert back.load(TOPIC).next_offset == 10
+    assert all(r.end_offset is None or r.end_offset < start for r in keys.read_lost_ranges(local_cluster.metadata, T))
+
+
+def test_verify_reports_an_older_copy_without_its_dot_files(local_cluster: Cluster) -> None:
+    """atk43 F05: a copy of 0-4 without ``.owner`` and ``.walid`` while A published 9. A
+    load holds such a WAL to the tip its broker published last; verify does too."""
+    _acks_0_to_9_copied_at_4(local_cluster, "disk-1", "disk-copy", dot_files=False)
+    report = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects,
+                          wal_dir=os.path.join(local_cluster.root, "disk-copy"))
+    assert [(p["kind"], p["first_offset"], p["last_offset"]) for p in report.problems] == \
+        [("wal_behind_published_tip", 5, 9)]
+    healthy = verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects,
+                           wal_dir=os.path.join(local_cluster.root, "disk-1"))
+    assert healthy.ok, healthy.problems
+
+
+def test_verify_never_sees_a_gap_on_a_broker_archiving_while_it_runs(local_cluster: Cluster, monkeypatch) -> None:
+    """atk43 F04: verify read the archive's end, checked every object, and only then
+    scanned the WAL; a broker that archived and dropped its archived segments meanwhile
+    showed a false ``wal_gap`` error. Here one upload pass (commit + WAL retention) runs
+    inside verify's object check."""
+    from dataclasses import replace as with_
+
+    import tiered.tools.verify as verify
+    from uploader.config import RetentionConfig
+    from wal.config import WalConfig
+
+    config = with_(local_cluster.config, uploader=with_(local_cluster.config.uploader,
+                                                        retention=RetentionConfig(bytes_max=0)),
+                   wal_config=WalConfig(segment_bytes_max=300))
+    host = BrokerHost("A", os.path.join(local_cluster.root, "disk-a"), local_cluster.metadata,
+                      local_cluster.objects, config)
+    local_cluster.hosts.append(host)
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 19, ack="archived")
+    produce_range(hosted, 20, 39)
+    checking = verify._check_objects
+
+    def an_upload_pass_meanwhile(*args: object, **kwargs: object) -> None:
+        checking(*args, **kwargs)
+        hosted.uploader.upload_once()
+
+    monkeypatch.setattr(verify, "_check_objects", an_upload_pass_meanwhile)
+    report = verify.verify_topic(TOPIC, local_cluster.metadata, local_cluster.objects,
+                                 wal_dir=os.path.join(local_cluster.root, "disk-a"))
+    assert report.ok, report.problems
+    assert hosted.uploader.committed_through == 39

@@ -25,6 +25,7 @@ from tiered.metadata.base import MetadataStore, Put, absent, value_is
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
 from tiered.lifecycle.restore import RestorePlan, read_progress, unarchived_by
 from tiered.archive import list_descriptors
+from tiered.archive.chain import DescriptorChain
 from wal.topics import TopicName
 
 
@@ -124,18 +125,30 @@ class LossRecords:
                 # The takeover knew of more than this WAL holds (an older copy of the data
                 # dir came back): a record never shrinks; it stays "at least" that much.
                 end, exact = earlier.end_offset, False
-        progress = read_progress(self.metadata, topic)
-        if (not unknown and progress is not None and progress.broker_id == self.broker_id and progress.epoch == epoch
-                and progress.durable_offset is not None and progress.durable_offset >= start
-                and (end is None or progress.durable_offset > end)):
-            # That epoch published a durable tip past this WAL's: the WAL lost synced data
-            # (an older copy), and what it acknowledged up to that tip is lost too.
-            end, exact = progress.durable_offset, False
+        published = None if unknown else self.published_past_archive(topic, epoch)
+        if published is not None and published >= start and (end is None or published > end):
+            # That epoch published a durable tip past this WAL's and past the archive: the
+            # WAL lost synced data (an older copy), and what it acknowledged up to that tip
+            # is lost too.
+            end, exact = published, False
         record = keys.LostRange(start, end, self.broker_id, epoch, exact, qpath, self.broker_id, time.time())
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
             raise StorageError(f"{key} changed while broker {self.broker_id} was recording its lost range; "
                                "the stale WAL is kept for a retry")
+
+    def published_past_archive(self, topic: TopicName, epoch: int) -> int | None:
+        """The durable tip this broker's ``epoch`` published, when it lies at or past where
+        the archive continues (acknowledged offsets no object holds); None otherwise. A tip
+        below that is archived: an older copy of the WAL lacking it lost nothing (the
+        archive serves it, even once retention cut it)."""
+        progress = read_progress(self.metadata, topic)
+        if (progress is None or progress.broker_id != self.broker_id or progress.epoch != epoch
+                or progress.durable_offset is None):
+            return None
+        if progress.durable_offset < DescriptorChain(self.metadata, topic).next_offset():
+            return None
+        return progress.durable_offset
 
     def record_discarded(self, topic: TopicName, start: int, end: int | None, epoch: int, qpath: str) -> str:
         """Record that an unreadable WAL of ``epoch`` is given up from ``start`` on (its

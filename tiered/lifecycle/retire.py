@@ -331,11 +331,10 @@ class StaleWals:
         return end if end >= start else None
 
     def _published_from(self, topic: TopicName, epoch: int, start: int) -> bool:
-        """Whether this broker's ``epoch`` published a durable tip at or past ``start``
-        and no record accounts for that history yet."""
-        progress = read_progress(self.metadata, topic)
-        if (progress is None or progress.broker_id != self.broker_id or progress.epoch != epoch
-                or progress.durable_offset is None or progress.durable_offset < start):
+        """Whether this broker's ``epoch`` published a durable tip at or past ``start`` and
+        past the archive, and no record accounts for that history yet."""
+        published = self.losses.published_past_archive(topic, epoch)
+        if published is None or published < start:
             return False
         owner, _kv = read_owner(self.metadata, topic)
         return not loss_accounted_for(self.metadata, topic, self.broker_id, epoch, owner)
@@ -413,13 +412,19 @@ class StaleWals:
         the WAL and an older backup of it, share ``.walid`` and epoch but not the tip)."""
         wal_id = self.root.read_wal_id(topic)
         identity = {"wal_id": None if wal_id is None else wal_id.hex(), "tip": tip}
+        # A retry after a partial move finds there only what already moved: none of the
+        # files still here (the checkpoint aside: the retry's open rewrote it). A second
+        # full copy of the same WAL (a snapshot taken after the crash) has the same
+        # identity but clashes with every file: it gets a directory of its own.
+        here = [n for n in self.fs.listdir(self.root.path(topic)) if n not in ("wal.ckpt", LOCK_NAME)]
         base = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name)
         n = 0
         while True:
             qpath = os.path.join(base, leaf if n == 0 else f"{leaf}.{n}")
             if not self.fs.exists(qpath):
                 break
-            if self._quarantined(qpath) == identity:
+            if (self._quarantined(qpath) == identity
+                    and not any(self.fs.exists(os.path.join(qpath, name)) for name in here)):
                 return qpath  # claimed by this WAL before a crash: the retry goes on there
             n += 1
         self.fs.makedirs(qpath)

@@ -98,6 +98,11 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     """Scrub one topic; ``wal_dir`` is the WAL root of the host whose local WAL to check."""
     name = TopicName.parse(topic)
     report = VerifyReport(str(name))
+    # A live broker's WAL and archive both only move forward: its WAL is scanned before
+    # the archive's end is read (the end read after is at least the end when the WAL's
+    # first offset was taken, so a healthy WAL never shows a gap), and the durable tip it
+    # published is read before the scan (a tip never passes the WAL it was taken from).
+    local = _LocalWal.scan(name, wal_dir, metadata, report) if wal_dir is not None else None
     snapshot = _Snapshot.read(name, metadata)
     report.archive_start = _archive_start(snapshot, report)
     descriptors = _retained(_load_descriptors(snapshot, report), report)
@@ -105,8 +110,8 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     if check_objects:
         _check_objects(name, descriptors, objects, report, progress or _no_progress)
     _check_sealed_state(snapshot, report)
-    if wal_dir is not None:
-        _check_local_wal(name, wal_dir, report, snapshot)
+    if local is not None:
+        _check_local_wal(local, report, snapshot)
     _check_cursors(name, metadata, report, _sealed_end(snapshot))
     _check_orphans(name, metadata, objects, report)
     _list_lost_ranges(snapshot, report)
@@ -124,7 +129,6 @@ class _Snapshot:
     lost: list[Any]
     start: Any = None
     tombstone: Any = None
-    progress: Any = None
 
     @classmethod
     def read(cls, topic: TopicName, metadata: Any) -> "_Snapshot":
@@ -143,8 +147,6 @@ class _Snapshot:
                 snapshot.start = kv
             elif kv.key == keys.tombstone_key(topic):
                 snapshot.tombstone = kv
-            elif kv.key == keys.progress_key(topic):
-                snapshot.progress = kv
         return snapshot
 
 
@@ -344,17 +346,34 @@ def _fmt(offset: int | None) -> str:
 
 # -- 4. local WAL ---------------------------------------------------------------------
 
-def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport, snapshot: _Snapshot | None = None) -> None:
-    directory = os.path.join(wal_dir, topic.path)
-    if not os.path.isdir(directory):
-        return
-    first, last = _scan_wal(directory, report)
+@dataclass
+class _LocalWal:
+    """This host's local WAL of the topic as scanned (read-only), with the progress
+    record as it was just before the scan."""
+
+    directory: str
+    first: int | None
+    last: int | None
+    progress: Any = None
+
+    @classmethod
+    def scan(cls, topic: TopicName, wal_dir: str, metadata: Any, report: VerifyReport) -> "_LocalWal | None":
+        directory = os.path.join(wal_dir, topic.path)
+        if not os.path.isdir(directory):
+            return None
+        progress = metadata.get(keys.progress_key(topic))
+        first, last = _scan_wal(directory, report)
+        return cls(directory, first, last, progress)
+
+
+def _check_local_wal(local: _LocalWal, report: VerifyReport, snapshot: _Snapshot | None = None) -> None:
+    first, last = local.first, local.last
     report.wal_first_offset, report.wal_last_offset = first, last
     archive_end = report.archive_last_offset
     if first is None or last is None:
         return
     if snapshot is not None:
-        _check_published_tip(directory, last, snapshot, report)
+        _check_published_tip(local, last, snapshot, report)
     if archive_end is None:
         # Nothing archived: the WAL holds the topic from where the archive would start
         # (retention removes only archived segments), else a load finds it does not join.
@@ -365,7 +384,7 @@ def _check_local_wal(topic: TopicName, wal_dir: str, report: VerifyReport, snaps
                    first_offset=archive_end + 1, last_offset=first - 1)
 
 
-def _check_published_tip(directory: str, last: int, snapshot: _Snapshot, report: VerifyReport) -> None:
+def _check_published_tip(local: _LocalWal, last: int, snapshot: _Snapshot, report: VerifyReport) -> None:
     """The rule a load applies before recovering a WAL (``BrokerHost._published_past``),
     read-only: the epoch that wrote this WAL (its ``.owner`` marker, or the open state
     naming its ``.walid``) published a durable tip past the WAL's last offset, and no
@@ -373,15 +392,16 @@ def _check_published_tip(directory: str, last: int, snapshot: _Snapshot, report:
     (a data dir restored from an older copy). The progress record was read before the WAL
     was scanned, and a live WAL only grows, so a running broker never trips this."""
     from tiered.lifecycle.restore import Progress
-    from tiered.lifecycle.wal_root import OWNER_MARKER, decode_marker
+    from tiered.lifecycle.wal_root import OWNER_MARKER, ROOT_IDENTITY, decode_marker
     from wal.identity import read_wal_id
 
-    if snapshot.progress is None:
+    directory = local.directory
+    if local.progress is None:
         return
     try:
-        progress = Progress.decode(snapshot.progress.key, snapshot.progress.value)
+        progress = Progress.decode(local.progress.key, local.progress.value)
     except MalformedRecord as e:
-        report.add("malformed", str(e), key=snapshot.progress.key)
+        report.add("malformed", str(e), key=local.progress.key)
         return
     if progress.durable_offset is None or progress.durable_offset <= last:
         return
@@ -399,9 +419,20 @@ def _check_published_tip(directory: str, last: int, snapshot: _Snapshot, report:
         except MalformedRecord:
             pass  # reported by the sealed-state check
         local_id = read_wal_id(RealFs(), directory)
-        if state is None or state.sealed or state.wal_id is None or local_id is None or local_id.hex() != state.wal_id:
-            return  # nothing says which history this WAL is
-        written_by = (state.broker_id, state.epoch)
+        if state is not None and not state.sealed and state.wal_id is not None and local_id is not None \
+                and local_id.hex() == state.wal_id:
+            written_by = (state.broker_id, state.epoch)
+        else:
+            # Nothing says which history this WAL is: a load holds it to the tip its
+            # broker (the WAL root's ``.broker``) published last, and so does this.
+            try:
+                root = decode_marker(RealFs().read_all(os.path.join(os.path.dirname(os.path.dirname(directory)),
+                                                                    ROOT_IDENTITY)))
+            except OSError:
+                root = None
+            if root is None or local_id is not None:
+                return  # an id that reads names another WAL than the open one: not this history
+            written_by = (root.get("broker_id"), progress.epoch)
     if written_by != (progress.broker_id, progress.epoch):
         return
     inherits: tuple[tuple[str, int], ...] = ()
