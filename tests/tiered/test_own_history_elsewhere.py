@@ -587,3 +587,57 @@ def test_verify_never_sees_a_gap_on_a_broker_archiving_while_it_runs(local_clust
                                  wal_dir=os.path.join(local_cluster.root, "disk-a"))
     assert report.ok, report.problems
     assert hosted.uploader.committed_through == 39
+
+
+def test_a_discard_interrupted_mid_move_goes_on_into_the_same_directory(local_cluster: Cluster) -> None:
+    """atk44 F05: a discard moved the damaged first segment, then failed (EIO, or a crash).
+    What was left now opens, so the retry retires it instead of discarding: it claimed a
+    directory under the retire's name, splitting the WAL, and the record named only the
+    damaged head. The retry now goes on into the directory the record names."""
+    from dataclasses import replace as with_
+
+    from wal.config import WalConfig
+    from wal.fs import RealFs
+
+    class FailsOneMove(RealFs):
+        fail: str | None = None
+
+        def rename(self, src: str, dst: str) -> None:
+            if self.fail is not None and os.path.basename(src) == self.fail and ".quarantine" in dst:
+                self.fail = None
+                raise OSError(5, "Input/output error")
+            super().rename(src, dst)
+
+    config = with_(local_cluster.config, wal_config=WalConfig(segment_bytes_max=60))
+    root = os.path.join(local_cluster.root, "disk-a")
+    first = BrokerHost("A", root, local_cluster.metadata, local_cluster.objects, config)
+    local_cluster.hosts.append(first)
+    hosted = first.load(TOPIC)
+    produce_range(hosted, 0, 9)
+    hosted.publish_progress()
+    _die(first)
+    wal_dir = os.path.join(root, "default", "reliable_topic")
+    segments = sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
+    with open(os.path.join(wal_dir, segments[0]), "r+b") as f:  # bit rot in the first, sealed segment
+        f.seek(-3, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-3, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    fs = FailsOneMove()
+    a = BrokerHost("A", root, local_cluster.metadata, local_cluster.objects, config, wal_fs=fs)
+    local_cluster.hosts.append(a)
+    with pytest.raises(LocalWalUnreadable):
+        a.load(TOPIC)
+    fs.fail = segments[1]
+    with pytest.raises(Exception):  # noqa: B017 - the move's I/O error, as the load's
+        a.load(TOPIC, discard_local_wal=True)
+    _die(a)
+    again = _on(local_cluster, "disk-a")
+    assert again.load(TOPIC, discard_local_wal=True).next_offset == 0
+    [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.epoch == 1]
+    assert (record.start_offset, record.end_offset) == (0, 9)
+    quarantined = os.path.dirname(record.quarantine_path or "")
+    holding = [d for d in os.listdir(quarantined)
+               if any(n.endswith(".seg") for n in os.listdir(os.path.join(quarantined, d)))]
+    assert holding == [os.path.basename(record.quarantine_path or "")]
+    assert sorted(n for n in os.listdir(record.quarantine_path or "") if n.endswith(".seg")) == segments

@@ -265,7 +265,8 @@ class StaleWals:
                      topic, first, tip)
             retired = RetiredWal(topic, first, tip, None, None, epoch, None, marker_epoch=wal_epoch)
         else:
-            qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip)
+            qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip,
+                                          resume=record.quarantine_path if record is not None else None)
             # Record first: if the move then fails, a retry finds the same range and path;
             # a move without a record would be a silent loss if this broker died next.
             self.losses.write_lost(topic, start, epoch, tip, qpath)
@@ -381,7 +382,7 @@ class StaleWals:
         (``plan.start_offset``), so the record says "from there, end unknown" (``exact:
         false``), written before the files move so a crash in between cannot make the
         loss silent."""
-        start, end = plan.start_offset, None
+        start, end, record = plan.start_offset, None, None
         if epoch is not None:
             end = self._known_end(topic, epoch, start)
         if epoch is None:
@@ -392,7 +393,8 @@ class StaleWals:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
                 start, epoch = self.losses.first_unarchived_by_us(topic, 0)
-        qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None)
+        qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None,
+                                      resume=record.quarantine_path if record is not None else None)
         key = self.losses.record_discarded(topic, start, end, epoch, qpath)
         self.quarantine(topic, self.root.path(topic), qpath)
         topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
@@ -403,7 +405,7 @@ class StaleWals:
         self.retired.append(retired)
         return retired
 
-    def claim_quarantine(self, topic: TopicName, leaf: str, tip: int | None) -> str:
+    def claim_quarantine(self, topic: TopicName, leaf: str, tip: int | None, resume: str | None = None) -> str:
         """The directory the local WAL of ``topic`` (durable tip ``tip``) is quarantined in:
         ``<root>/.quarantine/<ns>/<topic>/<leaf>``, or ``<leaf>.1``, ``.2``... when that
         one holds another WAL. Created durably with the WAL's identity (:data:`QUARANTINE_ID`)
@@ -417,6 +419,15 @@ class StaleWals:
         # full copy of the same WAL (a snapshot taken after the crash) has the same
         # identity but clashes with every file: it gets a directory of its own.
         here = [n for n in self.fs.listdir(self.root.path(topic)) if n not in ("wal.ckpt", LOCK_NAME)]
+        if resume is not None and self.fs.exists(resume):
+            # The directory the loss record names, when it took a first part of this very WAL
+            # (its id, none of the files still here): a move interrupted under another leaf
+            # (a discard of the WAL's unreadable head, then a retire of the readable rest)
+            # goes on there, so the record names the whole WAL.
+            claimed = self._quarantined(resume)
+            if (claimed is not None and identity["wal_id"] is not None and claimed.get("wal_id") == identity["wal_id"]
+                    and not any(self.fs.exists(os.path.join(resume, name)) for name in here)):
+                return resume
         base = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name)
         n = 0
         while True:

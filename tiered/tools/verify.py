@@ -102,17 +102,20 @@ def verify_topic(topic: TopicName | str, metadata: Any, objects: Any, wal_dir: s
     # the archive's end is read (the end read after is at least the end when the WAL's
     # first offset was taken, so a healthy WAL never shows a gap), and the durable tip it
     # published is read before the scan (a tip never passes the WAL it was taken from).
+    # Cursors are read first of all: a cursor only acknowledges offsets that existed when
+    # it was written, so none read now can pass an end read later.
+    cursors = metadata.range(keys.subscriptions_prefix(name))
     local = _LocalWal.scan(name, wal_dir, metadata, report) if wal_dir is not None else None
     snapshot = _Snapshot.read(name, metadata)
     report.archive_start = _archive_start(snapshot, report)
     descriptors = _retained(_load_descriptors(snapshot, report), report)
     _check_chain(descriptors, report)
     if check_objects:
-        _check_objects(name, descriptors, objects, report, progress or _no_progress)
+        _check_objects(name, descriptors, objects, report, progress or _no_progress, metadata)
     _check_sealed_state(snapshot, report)
     if local is not None:
         _check_local_wal(local, report, snapshot)
-    _check_cursors(name, metadata, report, _sealed_end(snapshot))
+    _check_cursors(cursors, report, _sealed_end(snapshot))
     _check_orphans(name, metadata, objects, report)
     _list_lost_ranges(snapshot, report)
     return report
@@ -243,8 +246,21 @@ def _check_chain(descriptors: list[keys.ObjectDescriptor], report: VerifyReport)
 
 # -- 2. objects -----------------------------------------------------------------------
 
+def _cut_meanwhile(topic: TopicName, desc: keys.ObjectDescriptor, metadata: Any) -> bool:
+    """Whether the descriptor read in the snapshot is gone now, below the archive start:
+    a retention cut ran during the object check (it deletes descriptors, then objects)."""
+    from tiered.archive.start import archive_start
+
+    try:
+        if metadata.get(keys.descriptor_key(topic, desc.start_offset)) is not None:
+            return False
+        return desc.end_offset < archive_start(metadata, topic)
+    except (MalformedRecord, ValueError):
+        return False  # reported elsewhere; the object counts as missing
+
+
 def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], objects: Any,
-                   report: VerifyReport, progress: Progress) -> None:
+                   report: VerifyReport, progress: Progress, metadata: Any) -> None:
     for desc in progress(descriptors, len(descriptors), "verifying objects"):
         try:
             key = descriptor_object_key(topic, desc)
@@ -255,6 +271,8 @@ def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], o
         try:
             data = objects.get(key)
         except ObjectNotFound:
+            if _cut_meanwhile(topic, desc, metadata):
+                continue  # archive retention removed it after the snapshot: nothing is missing
             report.add("missing_object", f"object {key} of offsets {desc.start_offset}-{desc.end_offset} "
                                          "does not exist", key=key)
             continue
@@ -465,12 +483,75 @@ def local_wal_range(wal_dir: str, topic: TopicName | str) -> tuple[int | None, i
     return _scan_wal(directory, VerifyReport(str(topic)))
 
 
+#: Scans of a WAL that changed while it was read (a live broker) before its problems count.
+WAL_SCAN_ATTEMPTS = 5
+
+
 def _scan_wal(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     """Recovery's own checks (``wal.recovery.validate``), reading only: never open the WAL,
     which would repair its tail. A WAL root's shared journal may hold rounds whose segment
     bytes were not synced yet (a crash before its replay): they are laid over the segments
     as replay would. Returns the offsets recovery would find, (None, None) when it would
-    refuse the WAL (reported) or the WAL holds nothing."""
+    refuse the WAL (reported) or the WAL holds nothing.
+
+    A live broker changes what is read underneath: WAL retention or a seal deletes the
+    oldest segments and rewrites the checkpoint, the journal's checkpointer recycles its
+    files. A scan that found a problem while the WAL or the journal changed says nothing,
+    so it is made again (up to :data:`WAL_SCAN_ATTEMPTS`); a problem counts when the files
+    stood still during the scan that found it, or every attempt found one. A WAL directory
+    that is gone (sealed and deleted meanwhile) holds nothing."""
+    scratch = VerifyReport(report.topic)
+    found: tuple[int | None, int | None] = (None, None)
+    for _attempt in range(WAL_SCAN_ATTEMPTS):
+        if not os.path.isdir(directory):
+            return None, None
+        before = _scan_signature(directory)
+        scratch = VerifyReport(report.topic)
+        try:
+            found = _scan_wal_once(directory, scratch)
+        except OSError as e:  # a journal file recycled under the read
+            scratch.add("wal_corrupt", f"{directory}: {e}", path=directory)
+            found = (None, None)
+        if not scratch.problems or _scan_signature(directory) == before:
+            break
+    report.problems.extend(scratch.problems)
+    return found
+
+
+def _scan_signature(directory: str) -> tuple[object, ...]:
+    """What a live broker changes in a WAL directory and its root's journal (listings,
+    checkpoints, journal files' sizes and times; an active segment's appends aside)."""
+    from native.journal_format import JOURNAL_DIR
+
+    def listing(path: str, stat: bool) -> object:
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return None
+        if not stat:
+            return names
+        out = []
+        for name in names:
+            try:
+                st = os.stat(os.path.join(path, name))
+            except OSError:
+                continue
+            out.append((name, st.st_size, st.st_mtime_ns))
+        return out
+
+    def content(path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    journal = os.path.join(os.path.dirname(os.path.dirname(directory)), JOURNAL_DIR)
+    return (listing(directory, False), content(os.path.join(directory, "wal.ckpt")),
+            listing(journal, True), content(os.path.join(journal, "wal.ckpt")))
+
+
+def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     from wal.checkpoint import read_checkpoint
     from wal.identity import has_wal_id_file, read_wal_id
     from wal.journal import pending_segment_bytes
@@ -538,7 +619,7 @@ def _sealed_end(snapshot: _Snapshot) -> int | None:
     return -1 if state.last_committed_offset is None else state.last_committed_offset
 
 
-def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport, sealed_end: int | None) -> None:
+def _check_cursors(cursors: list[Any], report: VerifyReport, sealed_end: int | None) -> None:
     ends = [o for o in (report.archive_last_offset, report.wal_last_offset, sealed_end) if o is not None]
     if not ends:
         return  # without an archive, a local WAL or a seal we cannot say where the topic ends
@@ -546,7 +627,7 @@ def _check_cursors(topic: TopicName, metadata: Any, report: VerifyReport, sealed
     # Unsealed and no local WAL here: the owner's WAL may hold durable offsets past the
     # archive that a cursor legitimately acknowledged, so only a known end is checked.
     known_end = report.wal_first_offset is not None or sealed_end is not None
-    for kv in metadata.range(keys.subscriptions_prefix(topic)):
+    for kv in cursors:
         if not kv.key.endswith("/cursor"):
             continue
         try:
