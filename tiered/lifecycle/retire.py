@@ -152,6 +152,11 @@ class StaleWals:
             marker = self.root.read_owner_marker(token.topic)
             return False, marker if marker is not None else -1
         marker = self.root.read_owner_marker(token.topic)
+        if self._given_up(token.topic) is not None:
+            # A part of this very WAL already went to quarantine under a loss record (a
+            # discard or a retire that failed mid-move): its history was given up, and what
+            # is left here is the rest of it, to be moved after it, never recovered.
+            return False, marker if marker is not None else previous.epoch
         if marker == previous.epoch:
             return True, previous.epoch
         state = read_sealed_state(self.metadata, token.topic)
@@ -180,6 +185,20 @@ class StaleWals:
         # Epochs moved on since the WAL was opened: by our own failed loads only (still
         # current), or by a takeover from us and back (stale: its loss is recorded).
         return (not taken), marker
+
+    def _given_up(self, topic: TopicName) -> keys.LostRange | None:
+        """This broker's loss record whose quarantine directory was claimed for this very
+        WAL (its ``.quarantined`` names the local WAL's id), or None."""
+        local_id = self.root.read_wal_id(topic)
+        if local_id is None:
+            return None
+        for record in keys.read_lost_ranges(self.metadata, topic):
+            if record.broker_id != self.broker_id or not record.quarantine_path:
+                continue
+            claimed = self._quarantined(record.quarantine_path)
+            if claimed is not None and claimed.get("wal_id") == local_id.hex():
+                return record
+        return None
 
     def _holds_nothing_past(self, topic: TopicName, start: int) -> bool:
         """Whether the local WAL of ``topic`` opens and ends at or below ``start``."""
@@ -265,8 +284,9 @@ class StaleWals:
                      topic, first, tip)
             retired = RetiredWal(topic, first, tip, None, None, epoch, None, marker_epoch=wal_epoch)
         else:
+            given_up = record if record is not None else self._given_up(topic)
             qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip,
-                                          resume=record.quarantine_path if record is not None else None)
+                                          resume=given_up.quarantine_path if given_up is not None else None)
             # Record first: if the move then fails, a retry finds the same range and path;
             # a move without a record would be a silent loss if this broker died next.
             self.losses.write_lost(topic, start, epoch, tip, qpath)
