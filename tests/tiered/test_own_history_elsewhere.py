@@ -589,16 +589,19 @@ def test_verify_never_sees_a_gap_on_a_broker_archiving_while_it_runs(local_clust
     assert hosted.uploader.committed_through == 39
 
 
-@pytest.mark.parametrize("owner_marker", ["intact", "damaged"])
+@pytest.mark.parametrize("owner_marker,then", [
+    ("intact", "restart"), ("damaged", "restart"), ("damaged", "identity file lost"), ("damaged", "takeover")])
 def test_a_discard_interrupted_mid_move_goes_on_into_the_same_directory(local_cluster: Cluster,
-                                                                        owner_marker: str) -> None:
+                                                                        owner_marker: str, then: str) -> None:
     """atk44 F05: a discard moved the damaged first segment, then failed (EIO, or a crash).
     What was left now opens, so the retry retires it instead of discarding: it claimed a
     directory under the retire's name, splitting the WAL, and the record named only the
     damaged head. The retry now goes on into the directory the record names. atk45 F01/F02:
     with the ``.owner`` marker damaged too, the open state's WAL id made the rest pass for
     the current history: recovered and served under a record saying it was reassigned (a
-    reader was sent back to read it again), or retired into a second directory."""
+    reader was sent back to read it again), or retired into a second directory. atk46: the
+    same when the quarantine's identity file no longer reads (the record names the WAL's
+    id itself now), or when a takeover wrote a newer record naming this broker meanwhile."""
     from dataclasses import replace as with_
 
     from wal.config import WalConfig
@@ -640,11 +643,21 @@ def test_a_discard_interrupted_mid_move_goes_on_into_the_same_directory(local_cl
     with pytest.raises(Exception):  # noqa: B017 - the move's I/O error, as the load's
         a.load(TOPIC, discard_local_wal=True)
     _die(a)
+    [discard] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.quarantine_path]
+    if then == "identity file lost":
+        os.remove(os.path.join(discard.quarantine_path or "", ".quarantined"))
+    elif then == "takeover":
+        b = _on(local_cluster, "disk-b", "B")
+        produce_range(b.load(TOPIC), 0, 1, ack="archived")
+        b.unload(TOPIC)
+        _die(b)
     again = _on(local_cluster, "disk-a")
     retried = again.load(TOPIC)  # a plain load after the restart: the rest is not recovered
-    assert not retried.report.recovered_local_wal and retried.next_offset == 0
+    assert not retried.report.recovered_local_wal
+    assert retried.next_offset == (2 if then == "takeover" else 0)
     [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.quarantine_path]
     assert record.start_offset == 0 and record.end_offset in (9, None)
+    assert record.quarantine_path == discard.quarantine_path
     quarantined = os.path.dirname(record.quarantine_path or "")
     holding = [d for d in os.listdir(quarantined)
                if any(n.endswith(".seg") for n in os.listdir(os.path.join(quarantined, d)))]

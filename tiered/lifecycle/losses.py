@@ -90,7 +90,8 @@ class LossRecords:
                 covered = d.end_offset
         return covered + 1, epoch
 
-    def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None) -> None:
+    def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None,
+                   wal_id: str | None = None) -> None:
         """Write this broker's exact LostRange: compare-and-swap against the current record
         (this broker does not own the topic, so ownership cannot fence this write)."""
         key = keys.lost_key(topic, start, epoch)
@@ -105,7 +106,7 @@ class LossRecords:
                 # or a backup of it), so it can neither confirm nor shorten that account: the
                 # record stays "at least", grows to this WAL's tip at most, and keeps naming
                 # the first WAL given up (this one is quarantined beside it).
-                exact, qpath = False, earlier.quarantine_path
+                exact, qpath, wal_id = False, earlier.quarantine_path, earlier.wal_id or wal_id
                 if earlier.end_offset is None:
                     end, unknown = None, True  # a discard's end is unknown: it covers all from start
                 elif end is None or earlier.end_offset > end:
@@ -120,7 +121,7 @@ class LossRecords:
                     exact = False
                 if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
                     end = earlier.end_offset
-                qpath = earlier.quarantine_path
+                qpath, wal_id = earlier.quarantine_path, earlier.wal_id or wal_id
             elif earlier.end_offset is not None and (end is None or earlier.end_offset > end):
                 # The takeover knew of more than this WAL holds (an older copy of the data
                 # dir came back): a record never shrinks; it stays "at least" that much.
@@ -131,7 +132,8 @@ class LossRecords:
             # WAL lost synced data (an older copy), and what it acknowledged up to that tip
             # is lost too.
             end, exact = published, False
-        record = keys.LostRange(start, end, self.broker_id, epoch, exact, qpath, self.broker_id, time.time())
+        record = keys.LostRange(start, end, self.broker_id, epoch, exact, qpath, self.broker_id, time.time(),
+                                None if qpath is None else wal_id)
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, record.to_json())]).succeeded:
             raise StorageError(f"{key} changed while broker {self.broker_id} was recording its lost range; "
@@ -150,7 +152,8 @@ class LossRecords:
             return None
         return progress.durable_offset
 
-    def record_discarded(self, topic: TopicName, start: int, end: int | None, epoch: int, qpath: str) -> str:
+    def record_discarded(self, topic: TopicName, start: int, end: int | None, epoch: int, qpath: str,
+                         wal_id: str | None = None) -> str:
         """Record that an unreadable WAL of ``epoch`` is given up from ``start`` on (its
         range is unknown: ``exact: false``), before its files move to ``qpath``; returns
         the record's key. Compare-and-swap against the record read."""
@@ -165,8 +168,9 @@ class LossRecords:
                 end = None
             elif earlier.end_offset is not None and (end is None or earlier.end_offset > end):
                 end = earlier.end_offset
-            qpath = earlier.quarantine_path or qpath
-        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time())
+            if earlier.quarantine_path:
+                qpath, wal_id = earlier.quarantine_path, earlier.wal_id or wal_id
+        lost = keys.LostRange(start, end, self.broker_id, epoch, False, qpath, self.broker_id, time.time(), wal_id)
         compare = absent(key) if kv is None else value_is(key, kv.value)
         if not self.metadata.txn([compare], [Put(key, lost.to_json())]).succeeded:
             raise StorageError(f"{key} changed while recording a discarded WAL; kept for a retry")

@@ -186,6 +186,10 @@ class StaleWals:
         # current), or by a takeover from us and back (stale: its loss is recorded).
         return (not taken), marker
 
+    def _wal_id_hex(self, topic: TopicName) -> str | None:
+        local_id = self.root.read_wal_id(topic)
+        return None if local_id is None else local_id.hex()
+
     def _given_up(self, topic: TopicName) -> keys.LostRange | None:
         """This broker's loss record whose quarantine directory was claimed for this very
         WAL (its ``.quarantined`` names the local WAL's id), or None."""
@@ -195,7 +199,12 @@ class StaleWals:
         for record in keys.read_lost_ranges(self.metadata, topic):
             if record.broker_id != self.broker_id or not record.quarantine_path:
                 continue
-            claimed = self._quarantined(record.quarantine_path)
+            if record.wal_id is not None:
+                # Named in the record itself: no file on this disk can hide it.
+                if record.wal_id == local_id.hex():
+                    return record
+                continue
+            claimed = self._quarantined(record.quarantine_path)  # a record from before ids were kept
             if claimed is not None and claimed.get("wal_id") == local_id.hex():
                 return record
         return None
@@ -252,7 +261,14 @@ class StaleWals:
             return retired
         record = None
         wal_epoch: int | None = None
-        if start is None or epoch is None:
+        given_up = self._given_up(topic)
+        if given_up is not None:
+            # Part of this very WAL already went to quarantine under this record (a move
+            # interrupted): the rest belongs to the same account and the same directory,
+            # whatever newer record names this broker since.
+            wal_epoch = self.root.read_owner_marker(topic)
+            record, start, epoch = given_up, given_up.start_offset, given_up.epoch
+        elif start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
             record = self.losses.own_lost_record(topic, wal_epoch)
             if record is not None and wal_epoch is not None and record.epoch != wal_epoch:
@@ -284,12 +300,10 @@ class StaleWals:
                      topic, first, tip)
             retired = RetiredWal(topic, first, tip, None, None, epoch, None, marker_epoch=wal_epoch)
         else:
-            given_up = record if record is not None else self._given_up(topic)
-            qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip,
-                                          resume=given_up.quarantine_path if given_up is not None else None)
+            qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip, resume=given_up or record)
             # Record first: if the move then fails, a retry finds the same range and path;
             # a move without a record would be a silent loss if this broker died next.
-            self.losses.write_lost(topic, start, epoch, tip, qpath)
+            self.losses.write_lost(topic, start, epoch, tip, qpath, self._wal_id_hex(topic))
             self.quarantine(topic, path, qpath)
             topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(tip - lost_start + 1)
@@ -402,8 +416,11 @@ class StaleWals:
         (``plan.start_offset``), so the record says "from there, end unknown" (``exact:
         false``), written before the files move so a crash in between cannot make the
         loss silent."""
-        start, end, record = plan.start_offset, None, None
-        if epoch is not None:
+        start, end, record = plan.start_offset, None, self._given_up(topic)
+        if record is not None:
+            # The rest of a WAL whose move under this record was interrupted.
+            start, end, epoch = record.start_offset, record.end_offset, record.epoch
+        elif epoch is not None:
             end = self._known_end(topic, epoch, start)
         if epoch is None:
             # A stale WAL of an earlier epoch: its loss began where the topic's numbering
@@ -413,9 +430,8 @@ class StaleWals:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
                 start, epoch = self.losses.first_unarchived_by_us(topic, 0)
-        qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None,
-                                      resume=record.quarantine_path if record is not None else None)
-        key = self.losses.record_discarded(topic, start, end, epoch, qpath)
+        qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None, resume=record)
+        key = self.losses.record_discarded(topic, start, end, epoch, qpath, self._wal_id_hex(topic))
         self.quarantine(topic, self.root.path(topic), qpath)
         topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
@@ -425,7 +441,8 @@ class StaleWals:
         self.retired.append(retired)
         return retired
 
-    def claim_quarantine(self, topic: TopicName, leaf: str, tip: int | None, resume: str | None = None) -> str:
+    def claim_quarantine(self, topic: TopicName, leaf: str, tip: int | None,
+                         resume: keys.LostRange | None = None) -> str:
         """The directory the local WAL of ``topic`` (durable tip ``tip``) is quarantined in:
         ``<root>/.quarantine/<ns>/<topic>/<leaf>``, or ``<leaf>.1``, ``.2``... when that
         one holds another WAL. Created durably with the WAL's identity (:data:`QUARANTINE_ID`)
@@ -439,15 +456,19 @@ class StaleWals:
         # full copy of the same WAL (a snapshot taken after the crash) has the same
         # identity but clashes with every file: it gets a directory of its own.
         here = [n for n in self.fs.listdir(self.root.path(topic)) if n not in ("wal.ckpt", LOCK_NAME)]
-        if resume is not None and self.fs.exists(resume):
+        path = None if resume is None else resume.quarantine_path
+        if path and self.fs.exists(path):
             # The directory the loss record names, when it took a first part of this very WAL
-            # (its id, none of the files still here): a move interrupted under another leaf
-            # (a discard of the WAL's unreadable head, then a retire of the readable rest)
-            # goes on there, so the record names the whole WAL.
-            claimed = self._quarantined(resume)
-            if (claimed is not None and identity["wal_id"] is not None and claimed.get("wal_id") == identity["wal_id"]
-                    and not any(self.fs.exists(os.path.join(resume, name)) for name in here)):
-                return resume
+            # (its id, named by the record or the directory; none of the files still here):
+            # a move interrupted under another leaf (a discard of the WAL's unreadable head,
+            # then a retire of the readable rest) goes on there, so the record names the
+            # whole WAL.
+            claimed = self._quarantined(path)
+            claimed_id = resume.wal_id if resume is not None and resume.wal_id is not None else \
+                (claimed.get("wal_id") if claimed is not None else None)
+            if (identity["wal_id"] is not None and claimed_id == identity["wal_id"]
+                    and not any(self.fs.exists(os.path.join(path, name)) for name in here)):
+                return path
         base = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name)
         n = 0
         while True:

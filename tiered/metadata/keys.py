@@ -515,11 +515,16 @@ class LostRange(_Record):
     quarantine_path: str | None
     reported_by: str
     timestamp: float
+    #: The ``.walid`` (hex) of the WAL moved to ``quarantine_path``, when it read: another
+    #: copy of that WAL, or the rest of it after an interrupted move, is then known to be
+    #: given up from metadata alone, whatever the quarantine directory still says.
+    wal_id: str | None = None
 
     _TYPES: ClassVar[dict[str, str]] = {
         "start_offset": "next", "end_offset": "int|None", "broker_id": "str", "epoch": "int", "exact": "bool",
-        "quarantine_path": "str|None", "reported_by": "str", "timestamp": "number",
+        "quarantine_path": "str|None", "reported_by": "str", "timestamp": "number", "wal_id": "str|None",
     }  # fmt: skip
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"wal_id"})
 
     def _problem(self) -> str | None:
         if self.start_offset < 0:
