@@ -22,20 +22,22 @@ TOPICS = 500
 WAIT_S = 60.0
 
 
-def _threads() -> int:
-    return threading.active_count()
+def _started_since(before: set[threading.Thread]) -> list[str]:
+    """Threads alive now that were not before (other tests' leftover threads may end
+    meanwhile: a process-wide count would move with them)."""
+    return sorted(t.name for t in threading.enumerate() if t not in before)
 
 
 def test_threads_do_not_grow_with_the_topic_count(local_cluster: Cluster) -> None:
-    before = _threads()
+    before = set(threading.enumerate())
     host = local_cluster.broker("A", upload_workers_max=4)
-    after_start = _threads() - before
-    assert after_start <= HOST_THREADS_MAX
+    after_start = _started_since(before)
+    assert len(after_start) <= HOST_THREADS_MAX, after_start
     hosted = [host.load(f"/default/t{i:04d}") for i in range(TOPICS)]
     for h in hosted[::50]:  # subscriptions and produces start no thread either
         h.produce(b"x")
         h.subscribe("s").ack(0)
-    assert _threads() - before == after_start, [t.name for t in threading.enumerate()]
+    assert _started_since(before) == after_start
     host.close(unload=False)
 
 

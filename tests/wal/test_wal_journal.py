@@ -700,10 +700,20 @@ def test_a_journaled_topic_holds_one_open_file(tmp_path):
     out of the whole root), so a broker's open files follow its topics one to one."""
     from wal.fs import RealFs
 
-    def open_files() -> int:
-        return len(os.listdir("/proc/self/fd"))
-
     root = os.fspath(tmp_path)
+
+    def open_files() -> int:
+        """Files this process holds open under the WAL root (the rest of the process,
+        other tests' threads included, opens and closes files meanwhile)."""
+        held = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue  # closed since the listing
+            held += target.startswith(root + os.sep)
+        return held
+
     group = CommitGroup(root, RealFs(), journal=NO_CHECKPOINTS)
     _wait_until(lambda: group.journal._spare is not None)  # its file prepared and closed again
     before = open_files()
