@@ -371,6 +371,16 @@ def _discarded_then_renumbered(local_cluster: Cluster, copy_at: int) -> None:
     again.close()
 
 
+def _rot_first_segment(wal_dir: str) -> None:
+    """Flip a byte near the end of the WAL's first segment: its last frame no longer checks."""
+    segment = sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))[0]
+    with open(os.path.join(wal_dir, segment), "r+b") as f:
+        f.seek(-3, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-3, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
 def _account(r: keys.LostRange) -> tuple[object, ...]:
     """What a record says (not when or by whom it was last written)."""
     return r.start_offset, r.end_offset, r.broker_id, r.epoch, r.exact, r.quarantine_path
@@ -626,11 +636,7 @@ def test_a_discard_interrupted_mid_move_goes_on_into_the_same_directory(local_cl
     _die(first)
     wal_dir = os.path.join(root, "default", "reliable_topic")
     segments = sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
-    with open(os.path.join(wal_dir, segments[0]), "r+b") as f:  # bit rot in the first, sealed segment
-        f.seek(-3, os.SEEK_END)
-        byte = f.read(1)
-        f.seek(-3, os.SEEK_END)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    _rot_first_segment(wal_dir)  # bit rot in the first, sealed segment
     if owner_marker == "damaged":
         with open(os.path.join(wal_dir, ".owner"), "wb") as f:
             f.write(b"{}")
@@ -663,3 +669,88 @@ def test_a_discard_interrupted_mid_move_goes_on_into_the_same_directory(local_cl
                if any(n.endswith(".seg") for n in os.listdir(os.path.join(quarantined, d)))]
     assert holding == [os.path.basename(record.quarantine_path or "")]
     assert sorted(n for n in os.listdir(record.quarantine_path or "") if n.endswith(".seg")) == segments
+
+
+# -- atk47: stale WALs of histories that lost nothing ------------------------------------
+
+def _sealed_then_killed_before_the_wal_delete(host: BrokerHost, monkeypatch) -> None:
+    from tiered.lifecycle import seal as sealing
+
+    with monkeypatch.context() as patch:
+        def killed(*_args: object) -> None:
+            raise RuntimeError("killed after the seal, before the WAL delete")
+        patch.setattr(sealing, "cleanup", killed)
+        with pytest.raises(Exception):  # noqa: B017 - the unload's
+            host.unload(TOPIC)
+    _die(host)
+
+
+def test_a_wal_left_after_its_own_seal_is_deleted_with_no_loss_after_a_retention_cut(
+        local_cluster: Cluster, monkeypatch) -> None:
+    """atk47 F01: A archived 0-9, a retention cut kept only the last object, A sealed and
+    died before deleting its WAL. The seal is written only after everything was archived,
+    so the WAL lost nothing; it was recorded as an exact loss of 0-9 (readers of 9, still
+    archived and served, were sent back to 0)."""
+    from uploader.config import ArchiveRetentionConfig
+
+    host = _on(local_cluster, "disk-a")
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 9, ack="archived")
+    cutter = hosted.uploader.archive_retention
+    cutter.policy = ArchiveRetentionConfig(bytes_max=0)
+    cutter.run(hosted.uploader.committed_through)
+    _sealed_then_killed_before_the_wal_delete(host, monkeypatch)
+    assert os.path.isdir(os.path.join(local_cluster.root, "disk-a", "default", "reliable_topic"))
+    back = _on(local_cluster, "disk-a")
+    assert [(r.last_offset, r.lost_start, r.quarantine_path) for r in back.retired] == [(9, None, None)]
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+
+
+def test_discarding_an_unreadable_wal_of_a_sealed_history_records_no_loss(local_cluster: Cluster,
+                                                                         monkeypatch) -> None:
+    """atk47 F03: B archived 0-4; A archived 5-9, sealed and died before deleting its WAL; B
+    went on. That WAL then rots. Its history ended with a seal: discarding it (what the
+    start-up error tells the operator to do) recorded "lost from 0, end unknown" for A,
+    over B's offsets and A's own archived ones."""
+    b = _on(local_cluster, "disk-b", "B")
+    produce_range(b.load(TOPIC), 0, 4, ack="archived")
+    b.unload(TOPIC)
+    a = _on(local_cluster, "disk-a")
+    produce_range(a.load(TOPIC), 5, 9, ack="archived")
+    _sealed_then_killed_before_the_wal_delete(a, monkeypatch)
+    produce_range(b.load(TOPIC), 10, 14, ack="archived")
+    b.unload(TOPIC)
+    wal_dir = os.path.join(local_cluster.root, "disk-a", "default", "reliable_topic")
+    _rot_first_segment(wal_dir)
+    again = _on(local_cluster, "disk-a")
+    assert not again.retired  # unreadable: kept for the operator
+    assert again.load(TOPIC, discard_local_wal=True).next_offset == 15
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    [kept] = again.retired
+    assert kept.quarantine_path is not None and os.listdir(kept.quarantine_path)
+
+
+def test_discarding_an_unreadable_wal_of_a_deleted_incarnation_records_nothing_against_the_new_one(
+        local_cluster: Cluster) -> None:
+    """atk47 F02: A's WAL of a deleted incarnation stays on disk a; A created the topic
+    again on disk b and archived 3-5 at its new epoch. The old WAL then rots; discarding it
+    recorded "lost from 0" at the new incarnation's epoch (its readers sent to offset 0)."""
+    a = _on(local_cluster, "disk-a")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 2)
+    hosted.publish_progress()
+    _die(a)
+    b = _on(local_cluster, "disk-b", "B")
+    b.delete(TOPIC)
+    _die(b)
+    again = _on(local_cluster, "disk-c")
+    created, _ = again.create(TOPIC)
+    first = created.next_offset
+    produce_range(created, first, first + 2, ack="archived")
+    created.publish_progress()
+    _die(again)
+    wal_dir = os.path.join(local_cluster.root, "disk-a", "default", "reliable_topic")
+    _rot_first_segment(wal_dir)
+    old = _on(local_cluster, "disk-a")
+    assert old.load(TOPIC, discard_local_wal=True).next_offset == first + 3
+    assert [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.start_offset < first] == []

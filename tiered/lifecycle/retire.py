@@ -186,6 +186,31 @@ class StaleWals:
         # current), or by a takeover from us and back (stale: its loss is recorded).
         return (not taken), marker
 
+    def _sealed_by_its_epoch(self, topic: TopicName, tip: int | None) -> keys.SealedState | None:
+        """The sealed state, when the epoch that wrote this WAL (its ``.owner`` marker) sealed
+        the topic at or past the WAL's tip; None otherwise."""
+        marker = self.root.read_owner_marker(topic)
+        if marker is None:
+            return None
+        state = read_sealed_state(self.metadata, topic)
+        if (state is None or not state.sealed or state.broker_id != self.broker_id or state.epoch != marker):
+            return None
+        if tip is not None and (state.last_committed_offset is None or state.last_committed_offset < tip):
+            return None
+        return state
+
+    def _ended_by_a_seal(self, topic: TopicName, marker: int) -> bool:
+        """Whether this broker's history of epoch ``marker`` ended with a seal: no loss
+        record names it (a takeover records every unsealed history it continues after, in
+        the transaction that marks the topic open), and the topic was sealed by that epoch
+        or opened or sealed at a later one since."""
+        if self.losses.own_lost_record(topic, marker) is not None:
+            return False
+        state = read_sealed_state(self.metadata, topic)
+        if state is None or state.epoch is None:
+            return False
+        return state.epoch > marker or (state.epoch == marker and state.sealed and state.broker_id == self.broker_id)
+
     def _wal_id_hex(self, topic: TopicName) -> str | None:
         local_id = self.root.read_wal_id(topic)
         return None if local_id is None else local_id.hex()
@@ -262,6 +287,19 @@ class StaleWals:
         record = None
         wal_epoch: int | None = None
         given_up = self._given_up(topic)
+        sealed = self._sealed_by_its_epoch(topic, tip) if given_up is None else None
+        if sealed is not None:
+            # Its own epoch sealed the topic past its tip: the seal is written only after
+            # that epoch's uploader archived everything (a crash or an I/O error came
+            # between the seal and this delete). Nothing of it is lost, even where a
+            # retention cut has since removed the descriptors that showed it.
+            self.delete(topic)
+            log.info("topic %s: deleted stale local WAL %d..%s: its epoch %d sealed the topic at %s, so every "
+                     "offset it held is archived", topic, first, tip, sealed.epoch, sealed.last_committed_offset)
+            retired = RetiredWal(topic, first, tip, None, None, sealed.epoch or 0, None,
+                                 marker_epoch=sealed.epoch)
+            self.retired.append(retired)
+            return retired
         if given_up is not None:
             # Part of this very WAL already went to quarantine under this record (a move
             # interrupted): the rest belongs to the same account and the same directory,
@@ -425,11 +463,16 @@ class StaleWals:
         if epoch is None:
             # A stale WAL of an earlier epoch: its loss began where the topic's numbering
             # restarted after it (the taker-over's record), not where it continues now.
-            record = self.losses.own_lost_record(topic, self.root.read_owner_marker(topic))
+            marker = self.root.read_owner_marker(topic)
+            kept_whole = self._unreadable_without_loss(topic, marker)
+            if kept_whole is not None:
+                return kept_whole
+            record = self.losses.own_lost_record(topic, marker)
             if record is not None:
                 start, end, epoch = record.start_offset, record.end_offset, record.epoch
             else:
-                start, epoch = self.losses.first_unarchived_by_us(topic, 0)
+                start, archived_epoch = self.losses.first_unarchived_by_us(topic, 0)
+                epoch = marker if marker is not None else archived_epoch
         qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None, resume=record)
         key = self.losses.record_discarded(topic, start, end, epoch, qpath, self._wal_id_hex(topic))
         self.quarantine(topic, self.root.path(topic), qpath)
@@ -438,6 +481,28 @@ class StaleWals:
                   "offsets from %d on that it held are lost (range unknown, recorded at %s)",
                   topic, qpath, start, key)
         retired = RetiredWal(topic, -1, None, start, end, epoch, qpath)
+        self.retired.append(retired)
+        return retired
+
+    def _unreadable_without_loss(self, topic: TopicName, marker: int | None) -> RetiredWal | None:
+        """Quarantine, with no loss record, an unreadable stale WAL whose history lost
+        nothing: a deleted incarnation's (its marker at or below the tombstone's epoch:
+        its offsets went with the delete), or one whose epoch ended with a seal (every
+        offset it acknowledged archived). None: neither is known, a record is needed."""
+        deleted = self._of_deleted_incarnation(topic)
+        if deleted is not None:
+            leaf, why = (f"deleted-incarnation-{deleted[1]:0{keys.OFFSET_DIGITS}d}",
+                         f"its epoch {deleted[0]} belongs to the incarnation deleted at epoch {deleted[1]}")
+        elif marker is not None and self._ended_by_a_seal(topic, marker):
+            leaf, why = f"unreadable-{marker:0{keys.OFFSET_DIGITS}d}", f"its epoch {marker} ended with a seal"
+        else:
+            return None
+        qpath = self.quarantine(topic, self.root.path(topic), self.claim_quarantine(topic, leaf, None))
+        topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
+        log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s; "
+                  "%s, so nothing it held is lost and no loss is recorded", topic, qpath, why)
+        retired = RetiredWal(topic, -1, None, None, None, deleted[0] if deleted else (marker or 0), qpath,
+                             marker_epoch=marker)
         self.retired.append(retired)
         return retired
 
