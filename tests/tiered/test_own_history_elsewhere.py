@@ -706,12 +706,14 @@ def test_a_wal_left_after_its_own_seal_is_deleted_with_no_loss_after_a_retention
     assert keys.read_lost_ranges(local_cluster.metadata, T) == []
 
 
-def test_discarding_an_unreadable_wal_of_a_sealed_history_records_no_loss(local_cluster: Cluster,
-                                                                         monkeypatch) -> None:
+def test_discarding_an_unreadable_wal_of_a_sealed_history_records_nothing_it_archived(
+        local_cluster: Cluster, monkeypatch) -> None:
     """atk47 F03: B archived 0-4; A archived 5-9, sealed and died before deleting its WAL; B
-    went on. That WAL then rots. Its history ended with a seal: discarding it (what the
-    start-up error tells the operator to do) recorded "lost from 0, end unknown" for A,
-    over B's offsets and A's own archived ones."""
+    went on. That WAL then rots. Discarding it (what the start-up error tells the operator
+    to do) recorded "lost from 0, end unknown" for A, over B's offsets and A's own archived
+    ones. Nothing proves now that A's history ended with its seal (a later epoch having
+    opened the topic does not: atk48 F01), so a record stays, but only past what A's epoch
+    archived."""
     b = _on(local_cluster, "disk-b", "B")
     produce_range(b.load(TOPIC), 0, 4, ack="archived")
     b.unload(TOPIC)
@@ -725,7 +727,7 @@ def test_discarding_an_unreadable_wal_of_a_sealed_history_records_no_loss(local_
     again = _on(local_cluster, "disk-a")
     assert not again.retired  # unreadable: kept for the operator
     assert again.load(TOPIC, discard_local_wal=True).next_offset == 15
-    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+    assert all(r.start_offset >= 10 for r in keys.read_lost_ranges(local_cluster.metadata, T))
     [kept] = again.retired
     assert kept.quarantine_path is not None and os.listdir(kept.quarantine_path)
 
@@ -754,3 +756,42 @@ def test_discarding_an_unreadable_wal_of_a_deleted_incarnation_records_nothing_a
     old = _on(local_cluster, "disk-a")
     assert old.load(TOPIC, discard_local_wal=True).next_offset == first + 3
     assert [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.start_offset < first] == []
+
+
+def test_a_later_epoch_opening_the_topic_does_not_prove_an_unreadable_wals_history_sealed(
+        local_cluster: Cluster, monkeypatch) -> None:
+    """atk48 F01: B's epoch 2 on disk 1 acknowledged 0-14 (its progress publishes failed)
+    and died; epoch 3 recovered an older WAL on disk 2 that nothing tied to an epoch, which
+    writes no record for epoch 2. Disk 1's WAL then rots and is discarded: taking "a later
+    epoch opened the topic" for "epoch 2 ended with a seal" quarantined it with no record,
+    and epoch 2's acknowledged offsets were recorded nowhere."""
+    from tiered.lifecycle.hosted import HostedTopic
+
+    first = _on(local_cluster, "disk-2", "B")
+    produce_range(first.load(TOPIC), 0, 9)
+    first.topic(TOPIC).publish_progress()
+    _die(first)
+    with monkeypatch.context() as patch:
+        def failing(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError("metadata unavailable for the progress key")
+        patch.setattr(HostedTopic, "publish_progress", failing)
+        second = _on(local_cluster, "disk-1", "B")
+        hosted = second.load(TOPIC, accept_lost_own_history=True)
+        lost_epoch = hosted.token.epoch
+        for i in range(15):
+            hosted.produce(f"e2-{i}".encode())
+        _die(second)
+    disk2 = os.path.join(local_cluster.root, "disk-2", "default", "reliable_topic")
+    with open(os.path.join(disk2, ".owner"), "r+b") as f:
+        f.seek(5)
+        byte = f.read(1)
+        f.seek(5)
+        f.write(bytes([byte[0] ^ 0x01]))
+    os.remove(os.path.join(disk2, ".walid"))
+    third = _on(local_cluster, "disk-2", "B")
+    third.load(TOPIC, accept_lost_own_history=True)
+    _die(third)
+    _rot_first_segment(os.path.join(local_cluster.root, "disk-1", "default", "reliable_topic"))
+    fourth = _on(local_cluster, "disk-1", "B")
+    fourth.load(TOPIC, accept_lost_own_history=True, discard_local_wal=True)
+    assert any(r.broker_id == "B" and r.epoch == lost_epoch for r in keys.read_lost_ranges(local_cluster.metadata, T))

@@ -200,16 +200,21 @@ class StaleWals:
         return state
 
     def _ended_by_a_seal(self, topic: TopicName, marker: int) -> bool:
-        """Whether this broker's history of epoch ``marker`` ended with a seal: no loss
-        record names it (a takeover records every unsealed history it continues after, in
-        the transaction that marks the topic open), and the topic was sealed by that epoch
-        or opened or sealed at a later one since."""
+        """Whether this broker's history of epoch ``marker`` provably ended with a seal: the
+        sealed state is that epoch's own, and no loss record names it. A later epoch having
+        opened the topic proves nothing: a later load of this broker that recovered another
+        WAL writes no record for the epoch before it (atk48 F01)."""
         if self.losses.own_lost_record(topic, marker) is not None:
             return False
         state = read_sealed_state(self.metadata, topic)
-        if state is None or state.epoch is None:
-            return False
-        return state.epoch > marker or (state.epoch == marker and state.sealed and state.broker_id == self.broker_id)
+        return (state is not None and state.sealed and state.epoch == marker
+                and state.broker_id == self.broker_id)
+
+    def _archived_by_epoch(self, topic: TopicName, epoch: int) -> int | None:
+        """The last offset this broker archived at ``epoch`` (None: nothing)."""
+        ends = [d.end_offset for d in list_descriptors(self.metadata, topic)
+                if d.broker_id == self.broker_id and d.epoch == epoch]
+        return max(ends, default=None)
 
     def _wal_id_hex(self, topic: TopicName) -> str | None:
         local_id = self.root.read_wal_id(topic)
@@ -473,6 +478,11 @@ class StaleWals:
             else:
                 start, archived_epoch = self.losses.first_unarchived_by_us(topic, 0)
                 epoch = marker if marker is not None else archived_epoch
+                archived_to = self._archived_by_epoch(topic, epoch)
+                if archived_to is not None:
+                    # That epoch's own archive ends there: what it may have lost comes after
+                    # (the start of its WAL is unknown; other brokers' offsets are not its).
+                    start = max(start, archived_to + 1)
         qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None, resume=record)
         key = self.losses.record_discarded(topic, start, end, epoch, qpath, self._wal_id_hex(topic))
         self.quarantine(topic, self.root.path(topic), qpath)
