@@ -478,7 +478,7 @@ class StaleWals:
             else:
                 start, archived_epoch = self.losses.first_unarchived_by_us(topic, 0)
                 epoch = marker if marker is not None else archived_epoch
-                archived_to = self._archived_by_epoch(topic, epoch)
+                archived_to = None if marker is None else self._archived_by_epoch(topic, marker)
                 if archived_to is not None:
                     # That epoch's own archive ends there: what it may have lost comes after
                     # (the start of its WAL is unknown; other brokers' offsets are not its).
