@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 
 from tiered.archive import list_descriptors
 from tiered.errors import StorageError
@@ -51,12 +52,20 @@ QUARANTINE_ID = ".quarantined"
 
 def loss_accounted_for(metadata: MetadataStore, topic: TopicName, broker_id: str, epoch: int,
                        owner: OwnerRecord | None) -> bool:
+    """Whether the loss of ``broker_id``'s history of ``epoch`` is already decided
+    (:func:`loss_decided`, over the topic's stored records)."""
+    inherits = owner.inherits if owner is not None else ()
+    return loss_decided(keys.read_lost_ranges(metadata, topic), inherits, broker_id, epoch)
+
+
+def loss_decided(lost: Iterable[keys.LostRange], inherits: Iterable[tuple[str, int]], broker_id: str,
+                 epoch: int) -> bool:
     """Whether the loss of ``broker_id``'s history of ``epoch`` is already decided: a
     ``LostRange`` of that broker from that epoch on records it, or the owner record makes
     its holder account for it (``inherits``: an earlier attempt decided the takeover)."""
-    if owner is not None and (broker_id, epoch) in owner.inherits:
+    if (broker_id, epoch) in set(inherits):
         return True
-    return any(r.broker_id == broker_id and r.epoch >= epoch for r in keys.read_lost_ranges(metadata, topic))
+    return any(r.broker_id == broker_id and r.epoch >= epoch for r in lost)
 
 
 def own_open_history_elsewhere(metadata: MetadataStore, root: WalRoot, topic: TopicName) -> OwnHistoryElsewhere | None:
@@ -204,11 +213,8 @@ class StaleWals:
         sealed state is that epoch's own, and no loss record names it. A later epoch having
         opened the topic proves nothing: a later load of this broker that recovered another
         WAL writes no record for the epoch before it (atk48 F01)."""
-        if self.losses.own_lost_record(topic, marker) is not None:
-            return False
-        state = read_sealed_state(self.metadata, topic)
-        return (state is not None and state.sealed and state.epoch == marker
-                and state.broker_id == self.broker_id)
+        return (self.losses.own_lost_record(topic, marker) is None
+                and self._sealed_by_its_epoch(topic, None) is not None)
 
     def _archived_by_epoch(self, topic: TopicName, epoch: int) -> int | None:
         """The last offset this broker archived at ``epoch`` (None: nothing)."""
@@ -541,8 +547,7 @@ class StaleWals:
             claimed = self._quarantined(path)
             claimed_id = resume.wal_id if resume is not None and resume.wal_id is not None else \
                 (claimed.get("wal_id") if claimed is not None else None)
-            if (identity["wal_id"] is not None and claimed_id == identity["wal_id"]
-                    and not any(self.fs.exists(os.path.join(path, name)) for name in here)):
+            if identity["wal_id"] is not None and claimed_id == identity["wal_id"] and self._holds_none(path, here):
                 return path
         base = os.path.join(self.wal_root, QUARANTINE_DIR, topic.namespace, topic.name)
         n = 0
@@ -550,8 +555,7 @@ class StaleWals:
             qpath = os.path.join(base, leaf if n == 0 else f"{leaf}.{n}")
             if not self.fs.exists(qpath):
                 break
-            if (self._quarantined(qpath) == identity
-                    and not any(self.fs.exists(os.path.join(qpath, name)) for name in here)):
+            if self._quarantined(qpath) == identity and self._holds_none(qpath, here):
                 return qpath  # claimed by this WAL before a crash: the retry goes on there
             n += 1
         self.fs.makedirs(qpath)
@@ -560,6 +564,9 @@ class StaleWals:
             self.fs.fsync_dir(directory)
         self.root.write_marker(os.path.join(qpath, QUARANTINE_ID), identity)
         return qpath
+
+    def _holds_none(self, qpath: str, names: list[str]) -> bool:
+        return not any(self.fs.exists(os.path.join(qpath, name)) for name in names)
 
     def _quarantined(self, qpath: str) -> dict[str, object] | None:
         try:

@@ -410,6 +410,7 @@ def _check_published_tip(local: _LocalWal, last: int, snapshot: _Snapshot, repor
     (a data dir restored from an older copy). The progress record was read before the WAL
     was scanned, and a live WAL only grows, so a running broker never trips this."""
     from tiered.lifecycle.restore import Progress
+    from tiered.lifecycle.retire import loss_decided
     from tiered.lifecycle.wal_root import OWNER_MARKER, ROOT_IDENTITY, decode_marker
     from wal.identity import read_wal_id
 
@@ -458,15 +459,14 @@ def _check_published_tip(local: _LocalWal, last: int, snapshot: _Snapshot, repor
         inherits = () if snapshot.owner is None else OwnerRecord.decode(snapshot.owner.key, snapshot.owner.value).inherits
     except (MalformedRecord, ValueError):
         pass  # reported by the holder check
-    if (progress.broker_id, progress.epoch) in inherits:
-        return
+    lost: list[keys.LostRange] = []
     for kv in snapshot.lost:
         try:
-            lost = keys.LostRange.from_json(kv.key, kv.value)
+            lost.append(keys.LostRange.from_json(kv.key, kv.value))
         except MalformedRecord:
             continue  # reported with the lost ranges
-        if lost.broker_id == progress.broker_id and lost.epoch >= progress.epoch:
-            return  # that history's loss is recorded
+    if loss_decided(lost, inherits, progress.broker_id, progress.epoch):
+        return  # that history's loss is recorded: the load's rule, read-only
     report.add("wal_behind_published_tip",
                f"the local WAL ends at {last}, but epoch {progress.epoch} of broker {progress.broker_id}, which "
                f"wrote it, published offset {progress.durable_offset} as durable: acknowledged offsets "
