@@ -811,3 +811,35 @@ def test_an_empty_stale_wal_retired_at_load_never_stands_for_the_newer_history(l
     assert back.next_offset == 4 and back.report.unarchived_at_least == 3, back.report
     assert [(r.start_offset, r.end_offset, r.epoch) for r in keys.read_lost_ranges(local_cluster.metadata, T)
             if r.epoch == y_epoch] == [(4, 6, y_epoch)]
+
+
+def test_a_takeover_that_would_forget_a_history_is_refused_and_the_holder_still_records_it(
+        any_cluster: Cluster) -> None:
+    """A dies with 5-11 durable only and its tip published (epoch 1). Then 64 takeovers by
+    other brokers each die before opening the topic: the owner record carries A's history
+    and those of the 63 takeovers before the last, 64 in all (INHERITS_MAX). One more
+    takeover would have to forget one of them, and if that were A's, its offsets 5-11
+    would be renumbered with no loss record; so it is refused with a typed error,
+    changing nothing. The current holder's own reload still opens the
+    topic, and records A's loss in the same transaction as every other history (which
+    also shows that the largest mark-open fits in an etcd transaction)."""
+    from tiered.lifecycle.ownership import INHERITS_MAX, TooManyUnopenedTakeovers, acquire, read_owner
+
+    _a_dies_with_its_tip_published(any_cluster)
+    holder = "A"
+    for i in range(INHERITS_MAX):  # takeovers that die before their mark-open
+        holder = f"X{i}"
+        acquire(any_cluster.metadata, T, holder)
+    before, _kv = read_owner(any_cluster.metadata, T)
+    assert before is not None and len(before.inherits) == INHERITS_MAX and before.inherits[0] == ("A", 1)
+
+    with pytest.raises(TooManyUnopenedTakeovers):
+        any_cluster.broker("B").load(TOPIC)
+    assert read_owner(any_cluster.metadata, T)[0] == before
+
+    hosted = any_cluster.broker(holder).load(TOPIC)
+    assert hosted.next_offset == 5
+    ranges = keys.read_lost_ranges(any_cluster.metadata, T)
+    assert [(r.start_offset, r.end_offset, r.broker_id, r.epoch) for r in ranges if r.broker_id == "A"] == [
+        (5, 11, "A", 1)], ranges
+    assert len(ranges) == INHERITS_MAX + 1, ranges  # and the holder's own previous epoch

@@ -87,8 +87,13 @@ def _valid_broker_id(broker_id: str) -> bool:
     return True
 
 
-#: More inherited histories than this in one owner record is damage, not a history: each
-#: takes a failed takeover that was itself taken over before it opened the topic.
+#: At most this many inherited histories in one owner record. Each one takes a takeover
+#: (by another broker) that was itself taken over before it opened the topic, so a longer
+#: list in a record is damage. The load that finally opens the topic records each one in
+#: its mark-open transaction, which etcd caps at 128 operations (``--max-txn-ops``), so
+#: this stays well below that. A takeover that would need more is refused
+#: (:class:`TooManyUnopenedTakeovers`) rather than forgetting the oldest history: that
+#: history's acknowledged offsets would then be renumbered with no loss record.
 INHERITS_MAX = 64
 
 
@@ -130,6 +135,21 @@ class OwnershipConflict(OwnershipError):
 #: The one ownership-lost error (``tiered.errors.OwnershipLost``), under the name the
 #: lifecycle's callers (broker server, harness, tests) import.
 OwnershipLostError = OwnershipLost
+
+
+class TooManyUnopenedTakeovers(OwnershipError):
+    """A takeover would have to carry more than :data:`INHERITS_MAX` unrecorded histories:
+    that many takeovers in a row failed before opening the topic. Refused, so that no
+    history is forgotten. The current holder's own reload still works (a restart inherits
+    nothing new): find why every load of the topic fails, then load it on that broker id
+    (started again if it is gone)."""
+
+    def __init__(self, topic: TopicName, count: int) -> None:
+        super().__init__(f"topic {topic}: taking it over would carry {count} histories of takeovers that "
+                         f"never opened it (at most {INHERITS_MAX}); refused so that none is forgotten. "
+                         "Find why its loads fail (dnb verify), then load it on its current holder's broker id")
+        self.topic = topic
+        self.count = count
 
 
 class BrokerIdInUse(OwnershipError):
@@ -295,7 +315,7 @@ def acquire(
         epoch=(previous.epoch if previous else 0) + 1,
         acquired_at=time.time(),
         previous_broker_id=previous.broker_id if previous else None,
-        inherits=inherited_histories(previous, broker_id),
+        inherits=inherited_histories(previous, broker_id, topic),
     )
     held = record.encode()
     result = metadata.txn([*compares, *extra_compares], [Put(owner_key(topic), held), *extra_ops])
@@ -306,17 +326,21 @@ def acquire(
     return OwnerToken(topic, broker_id, record.epoch, held, previous, result.revision)
 
 
-def inherited_histories(previous: OwnerRecord | None, broker_id: str) -> tuple[tuple[str, int], ...]:
+def inherited_histories(previous: OwnerRecord | None, broker_id: str, topic: TopicName) -> tuple[tuple[str, int], ...]:
     """What a new holder must account for: nothing after a release (a seal, or a failed
     load that had nothing to lose); a restart by the same broker carries its previous
     epoch's unfinished obligations; taking a topic from another holder adds that holder's
-    history. The lifecycle records each one that has no LostRange yet."""
+    history. The lifecycle records each one that has no LostRange yet.
+
+    Never drops one: past :data:`INHERITS_MAX` it raises :class:`TooManyUnopenedTakeovers`."""
     if previous is None or previous.holder is None:
         return ()
     if previous.holder == broker_id:
         return previous.inherits
-    pairs = [*previous.inherits, (previous.broker_id, previous.epoch)]
-    return tuple(pairs[-INHERITS_MAX:])
+    pairs = tuple(dict.fromkeys([*previous.inherits, (previous.broker_id, previous.epoch)]))
+    if len(pairs) > INHERITS_MAX:
+        raise TooManyUnopenedTakeovers(topic, len(pairs))
+    return pairs
 
 
 def _holder_compares(
