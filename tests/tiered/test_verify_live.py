@@ -148,3 +148,27 @@ def test_archive_retention_during_the_object_check_is_nothing_missing(local_clus
     report = _verify(local_cluster, root, CutWhileReading())
     assert report.ok, report.problems
     assert report.objects_checked == 2  # the one read before the cut, and the one it keeps
+
+
+def test_bit_rot_in_a_segment_the_journal_still_covers_is_reported_while_the_broker_runs(
+        local_cluster: Cluster) -> None:
+    """atk45 F04: verify lays the journal's pending rounds over a segment, as replay would.
+    Bit rot in a sealed segment whose rounds the journal still held was hidden until the
+    journal's next checkpoint dropped its copy (then the next load refused the WAL). A
+    running broker writes each round to its segment before journaling it, so there the
+    segment must equal the journal's copy: a byte that differs is damage."""
+    config = WalConfig(segment_bytes_max=200, journal_checkpoint_bytes=1 << 30, journal_checkpoint_interval_s=3600.0)
+    host, root = _host(local_cluster, wal_config=config)
+    hosted = host.load(TOPIC)
+    produce_range(hosted, 0, 19)  # durable only: every round still in the journal
+    assert _verify(local_cluster, root).ok
+    sealed = hosted.wal.segments()[1]
+    assert sealed.sealed
+    with open(sealed.path, "r+b") as f:
+        f.seek(-3, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-3, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    report = _verify(local_cluster, root)
+    assert [(p["kind"], p["path"]) for p in report.problems if p["severity"] == "error"] == [
+        ("wal_corrupt", sealed.path)], report.problems

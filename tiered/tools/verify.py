@@ -19,7 +19,11 @@
    range over the topic's storage prefix: one revision on etcd, one transaction on
    SQLite), so a verify that overlaps a move sees a consistent picture;
 4. the local WAL, if this host has one for the topic, is itself contiguous and
-   continues right after the archive (its first offset is at most archive end + 1);
+   continues right after the archive (its first offset is at most archive end + 1).
+   Rounds its root's shared journal still holds are laid over its segments, as replay
+   would lay them; while a broker runs on the root, the segments must also equal the
+   journal's copy of those rounds (a running broker writes a round to its segment
+   before journaling it), so bit rot there is found before a checkpoint drops the copy;
 5. subscription cursors do not point past the last offset the topic has;
 6. objects under the topic's prefix that no descriptor names are listed as orphans
    (a crash between an object PUT and its descriptor commit leaves one);
@@ -571,8 +575,9 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     except Exception as e:  # noqa: BLE001 - a damaged checkpoint is what recovery refuses too
         report.add("wal_corrupt", f"{directory}: checkpoint unreadable: {e}", path=directory)
         checkpoint = None
+    replayed = _ReplayedFs(pending, compare=_journal_in_use(root))
     try:
-        scanned, found_next = validate(_ReplayedFs(pending), directory, checkpoint)
+        scanned, found_next = validate(replayed, directory, checkpoint)
     except CorruptLog as e:
         kind = "wal_gap" if "not contiguous" in str(e) else "wal_corrupt"
         report.add(kind, str(e), path=e.path, position=e.position)
@@ -580,6 +585,11 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     except OSError as e:  # a file recovery cannot read (a directory named like a segment...)
         report.add("wal_corrupt", f"{directory}: {e}", path=directory)
         return None, None
+    for path, position in replayed.differing:
+        report.add("wal_corrupt", f"{path}: byte {position} differs from the journal's copy of that round although "
+                   "the broker is running (a running broker writes a round to its segment before journaling "
+                   "it): the file was damaged after it was written. The journal's next checkpoint drops its "
+                   "copy, and the next load will refuse this WAL", path=path, position=position)
     holding = [s.segment for s in scanned if s.segment.last_offset >= s.segment.base_offset]
     if not holding or found_next is None:
         return None, None
@@ -588,18 +598,50 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
 
 class _ReplayedFs(RealFs):
     """The real file system, each segment read with the journal's pending rounds laid over
-    it as replay would lay them (``wal.journal.pending_segment_bytes``)."""
+    it as replay would lay them (``wal.journal.pending_segment_bytes``).
 
-    def __init__(self, pending: dict[str, tuple[int, bytes]]) -> None:
+    ``compare`` (a broker is running on the root): the segment's own bytes must then equal
+    the journal's copy wherever both hold a round, as a running group writes each round
+    to its segment before journaling it; ``differing`` collects (path, first byte that
+    differs, or where the file ends short) where they do not. After a crash they may
+    differ legitimately (a power loss keeps any part of an unsynced write: replay
+    rewrites it), so a root nobody runs is not compared."""
+
+    def __init__(self, pending: dict[str, tuple[int, bytes]], compare: bool = False) -> None:
         super().__init__()
         self._pending = pending
+        self._compare = compare
+        self.differing: list[tuple[str, int]] = []
 
     def read_all(self, path: str) -> bytes:
         data = super().read_all(path)
         if path in self._pending:
             cut, replayed = self._pending[path]
+            if self._compare:
+                own = data[cut:cut + len(replayed)]
+                if own != replayed:
+                    at = next((i for i, (a, b) in enumerate(zip(own, replayed)) if a != b), len(own))
+                    self.differing.append((path, cut + at))
             data = data[:cut] + replayed
         return data
+
+
+def _journal_in_use(root: str) -> bool:
+    """Whether a process holds the lock of ``root``'s shared journal (a commit group runs
+    on it), read from ``/proc/locks`` without taking the lock: taking it, even briefly,
+    could make a broker starting meanwhile fail. False where that cannot be told."""
+    from native.journal_format import JOURNAL_DIR
+    from wal.fs import LOCK_NAME
+
+    try:
+        st = os.stat(os.path.join(root, JOURNAL_DIR, LOCK_NAME))
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "1: -> FLOCK ..." is a waiter.
+    return any(wanted in line.split() and "->" not in line.split() for line in lines)
 
 
 # -- 5. cursors -----------------------------------------------------------------------
