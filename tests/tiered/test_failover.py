@@ -843,3 +843,26 @@ def test_a_takeover_that_would_forget_a_history_is_refused_and_the_holder_still_
     assert [(r.start_offset, r.end_offset, r.broker_id, r.epoch) for r in ranges if r.broker_id == "A"] == [
         (5, 11, "A", 1)], ranges
     assert len(ranges) == INHERITS_MAX + 1, ranges  # and the holder's own previous epoch
+
+
+def test_successful_failovers_carry_no_recorded_history_and_are_never_refused(local_cluster: Cluster,
+                                                                              monkeypatch) -> None:
+    """atk50 F01: each takeover added the holder it took over to the owner record's
+    inherited histories, also when that holder had opened the topic (so its mark-open had
+    recorded everything it inherited). The list grew with every crash-failover, and past
+    INHERITS_MAX every further failover was refused. A holder that opened the topic now
+    passes on only its own history. (The cap is lowered here so that a few failovers cross it.)"""
+    from tiered.lifecycle import ownership
+
+    monkeypatch.setattr(ownership, "INHERITS_MAX", 3)
+    for i in range(8):
+        host = local_cluster.broker("AB"[i % 2])
+        hosted = host.load(TOPIC)
+        assert hosted.next_offset == i
+        produce_range(hosted, i, i, ack="archived")
+        _die(host)
+        owner = ownership.read_owner(local_cluster.metadata, T)[0]
+        assert owner is not None and len(owner.inherits) <= 1, owner
+    lost = keys.read_lost_ranges(local_cluster.metadata, T)
+    assert all(r.end_offset is None for r in lost), lost  # each one's offsets were archived: none lost
+    assert [m.offset for m in read_all(local_cluster.broker("C").load(TOPIC), 0, 7)] == list(range(8))

@@ -315,7 +315,7 @@ def acquire(
         epoch=(previous.epoch if previous else 0) + 1,
         acquired_at=time.time(),
         previous_broker_id=previous.broker_id if previous else None,
-        inherits=inherited_histories(previous, broker_id, topic),
+        inherits=inherited_histories(previous, broker_id, topic, _opened(metadata, topic, previous)),
     )
     held = record.encode()
     result = metadata.txn([*compares, *extra_compares], [Put(owner_key(topic), held), *extra_ops])
@@ -326,21 +326,45 @@ def acquire(
     return OwnerToken(topic, broker_id, record.epoch, held, previous, result.revision)
 
 
-def inherited_histories(previous: OwnerRecord | None, broker_id: str, topic: TopicName) -> tuple[tuple[str, int], ...]:
-    """What a new holder must account for: nothing after a release (a seal, or a failed
-    load that had nothing to lose); a restart by the same broker carries its previous
-    epoch's unfinished obligations; taking a topic from another holder adds that holder's
-    history. The lifecycle records each one that has no LostRange yet.
+def inherited_histories(previous: OwnerRecord | None, broker_id: str, topic: TopicName,
+                        previous_opened: bool = False) -> tuple[tuple[str, int], ...]:
+    """The histories a new holder must account for that no LostRange may record yet:
+    nothing after a release (a seal, or a failed load that had nothing to lose); a restart
+    by the same broker carries its previous epoch's unfinished obligations; taking a topic
+    from another holder adds that holder's history. The lifecycle records each one that
+    has no LostRange yet.
 
-    Never drops one: past :data:`INHERITS_MAX` it raises :class:`TooManyUnopenedTakeovers`."""
+    ``previous_opened``: the previous holder's epoch marked the topic open. Its mark-open
+    recorded every history it inherited, in the same transaction as the open state, and
+    records are never removed while the topic lives, so those are dropped here: the list
+    holds only what takeovers that never opened the topic passed on, and it does not grow
+    with every successful failover. Never drops a history that may be unrecorded: past
+    :data:`INHERITS_MAX` it raises :class:`TooManyUnopenedTakeovers`."""
     if previous is None or previous.holder is None:
         return ()
+    carried = () if previous_opened else previous.inherits
     if previous.holder == broker_id:
-        return previous.inherits
-    pairs = tuple(dict.fromkeys([*previous.inherits, (previous.broker_id, previous.epoch)]))
+        return carried
+    pairs = tuple(dict.fromkeys([*carried, (previous.broker_id, previous.epoch)]))
     if len(pairs) > INHERITS_MAX:
         raise TooManyUnopenedTakeovers(topic, len(pairs))
     return pairs
+
+
+def _opened(metadata: MetadataStore, topic: TopicName, previous: OwnerRecord | None) -> bool:
+    """Whether the topic's state names the previous holder's epoch: only that epoch's
+    mark-open or seal writes it, and a seal comes after a mark-open. Stays true until the
+    owner record changes (a delete releases it), which the acquire's transaction compares."""
+    if previous is None or previous.holder is None:
+        return False
+    kv = metadata.get(keys.state_key(topic))
+    if kv is None:
+        return False
+    try:
+        state = keys.SealedState.from_json(kv.key, kv.value)
+    except MalformedRecord:
+        return False
+    return state.broker_id == previous.broker_id and state.epoch == previous.epoch
 
 
 def _holder_compares(
