@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -577,3 +578,20 @@ def test_an_archived_wait_follows_every_reopen_of_the_same_wal_files(local_clust
     gate.set()
     producer.join(60)
     assert result == {"offset": 0}, result
+
+
+def test_a_file_named_like_a_topic_in_the_wal_root_does_not_stop_the_broker(local_cluster: Cluster) -> None:
+    """atk50 F04: the start-up scan for stale WALs took every name in a namespace directory
+    for a topic's WAL directory, outside its per-topic guard: a plain file there (an
+    operator's backup) made the broker fail to start with a raw NotADirectoryError. It is
+    left alone, and the topic beside it loads."""
+    host = local_cluster.broker("A")
+    produce_range(host.load(TOPIC), 0, 2, ack="archived")
+    host.close()
+    stray = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic.tar")
+    with open(stray, "wb") as f:
+        f.write(b"a backup")
+    again = local_cluster.broker("A")
+    assert again.load(TOPIC).next_offset == 3
+    with open(stray, "rb") as f:
+        assert f.read() == b"a backup"
