@@ -28,6 +28,7 @@ sync failed.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
@@ -260,6 +261,7 @@ class Journal:
         self._retired: list[SegmentFile] = []
         self._next_round = report.next_round
         self._failure: BaseException | None = None
+        self._running: DirLock | None = None  # RUNNING_NAME, once taken (last in __init__)
         self._prepare_lock = threading.Lock()
         self._checkpointed_cond = threading.Condition(threading.Lock())  # a checkpoint landed
         self._spare: _Prepared | None = None
@@ -284,6 +286,10 @@ class Journal:
         self._checkpoint_record_failing = False  # logged once per run of failures
         self._thread = threading.Thread(target=self._checkpointer, name=f"wal-journal-checkpoint:{root}", daemon=True)
         self._thread.start()
+        # Last: from here on every round the journal holds is this process's own.
+        self._running = _take_running_lock(fs, self.directory)
+        if self.failed:
+            self._let_go_of_running()  # failed meanwhile (its checkpointer)
 
     # ------------------------------------------------------------------ the group's side
     def add(self, wal_id: bytes, wal_path: bytes, segment_base: int, position: int, first_offset: int,
@@ -349,7 +355,13 @@ class Journal:
             self._wake.notify()
         self._thread.join()
         self._writer.handle.close()
+        self._let_go_of_running()
         self._lock_file.release()
+
+    def _let_go_of_running(self) -> None:
+        running, self._running = self._running, None
+        if running is not None:
+            running.release()
 
     # ------------------------------------------------------------------ files
     def _highest_file(self) -> int:
@@ -552,17 +564,68 @@ class Journal:
         """The group failed: no more checkpoints (the journal stays the copy of record)."""
         if self._failure is None:
             self._failure = exc
+        self._let_go_of_running()  # its segments may now lack rounds the journal holds
 
     def _fail(self, exc: BaseException) -> None:
         _log.error("journal %s failed: no more checkpoints; every topic of its group fails closed: %r",
                    self.directory, exc)
         if self._failure is None:
             self._failure = exc
+        self._let_go_of_running()
         if self._on_failure is not None:
             self._on_failure(exc)
 
 
 _CHECKPOINT = "wal.ckpt"
+
+#: Held locked (``flock``, exclusive) by a journal whose group runs healthy: taken once the
+#: last run's rounds were replayed and this run's first checkpoint is durable, let go when
+#: the journal closes or fails. While it is held, every round the journal holds was written
+#: by that process to its segment before it was journaled, so a segment must equal the
+#: journal's copy of it: ``dnb verify`` compares them then (bit rot a checkpoint would make
+#: permanent). Not held: a replay may still be rewriting segments a power loss cut short.
+#: A checker probes it with a shared lock, which works across pid namespaces (containers)
+#: where ``/proc/locks`` does not show other namespaces' locks.
+RUNNING_NAME = "running.lock"
+#: A checker's probe holds the lock for microseconds: the journal tries this many times,
+#: ``RUNNING_LOCK_PAUSE_S`` apart, then runs without it (verify then does not compare).
+RUNNING_LOCK_ATTEMPTS = 200
+RUNNING_LOCK_PAUSE_S = 0.005
+
+
+def _take_running_lock(fs: FileSystem, directory: str) -> DirLock | None:
+    path = os.path.join(directory, RUNNING_NAME)
+    for _attempt in range(RUNNING_LOCK_ATTEMPTS):
+        try:
+            return fs.lock(path)
+        except LockHeld:
+            time.sleep(RUNNING_LOCK_PAUSE_S)  # a checker's probe
+        except OSError as e:  # a full disk creating the file: only verify's compare is lost
+            _log.warning("journal %s: could not take %s (%s): dnb verify will not compare segments with it",
+                         directory, RUNNING_NAME, e)
+            return None
+    _log.warning("journal %s: %s stayed locked by someone else: dnb verify will not compare segments with it",
+                 directory, RUNNING_NAME)
+    return None
+
+
+def journal_running(root: str) -> bool:
+    """Whether a healthy commit group runs on ``root``'s shared journal (see
+    :data:`RUNNING_NAME`), probed with a shared ``flock`` that is let go at once, so a
+    group starting meanwhile only waits (it retries). False when it cannot be told."""
+    try:
+        fd = os.open(os.path.join(root, JOURNAL_DIR, RUNNING_NAME), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # drops the shared lock if it was taken
+    return False
 
 
 def _checkpoint_state(snapshot: _Snapshot) -> dict[str, int]:

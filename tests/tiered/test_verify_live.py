@@ -5,6 +5,7 @@ one point inside verify, through a hook (atk43 F04, atk44 F01-F04): no timing.""
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -172,3 +173,53 @@ def test_bit_rot_in_a_segment_the_journal_still_covers_is_reported_while_the_bro
     report = _verify(local_cluster, root)
     assert [(p["kind"], p["path"]) for p in report.problems if p["severity"] == "error"] == [
         ("wal_corrupt", sealed.path)], report.problems
+
+
+def test_segments_a_power_loss_cut_short_are_no_corruption_while_the_replay_runs(tmp_path, monkeypatch) -> None:
+    """atk50 F02: verify compared segments with the journal as soon as the journal's lock
+    was held, but a group holds it while it replays the last run's rounds into segments
+    that a power loss cut short: a false ``wal_corrupt`` ("the next load will refuse this
+    WAL"). Verify compares only once the group's replay is done (``running.lock``); the
+    bit rot test above shows that it does compare then."""
+    from wal.fs import RealFs
+    from wal.group import CommitGroup
+    from wal.journal import JournalConfig
+    from wal.log import WriteAheadLog
+
+    journal = JournalConfig(checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0)
+    live_root, root = str(tmp_path / "live"), str(tmp_path / "copy")
+    group = CommitGroup(live_root, RealFs(), journal=journal)
+    wal = WriteAheadLog.open(live_root, "/ns/t", group=group)
+    for i in range(20):
+        wal.append(b"m%d" % i)
+    wal.flush(10)
+    # The power loss: every round is in the (synced) journal, and the segments keep only
+    # what the last checkpoint synced (the image is a copy: the group above still runs).
+    shutil.copytree(live_root, root)
+    directory = os.path.join(root, "ns", "t")
+    pending = wal_journal.pending_segment_bytes(RealFs(), root, directory)
+    assert pending
+    for path, (cut, _data) in pending.items():
+        os.truncate(path, cut)
+    during: list[verify.VerifyReport] = []
+    replay = wal_journal.replay
+
+    def verify_then_replay(fs, at, *args, **kwargs):
+        if at == root:
+            report = verify.VerifyReport("/ns/t")
+            verify._scan_wal(directory, report)
+            during.append(report)
+        return replay(fs, at, *args, **kwargs)
+    monkeypatch.setattr(wal_journal, "replay", verify_then_replay)
+    restarted = CommitGroup(root, RealFs(), journal=journal)
+    try:
+        assert during and during[0].problems == []
+        assert wal_journal.journal_running(root)
+        report = verify.VerifyReport("/ns/t")
+        verify._scan_wal(directory, report)  # replayed: the segments equal the journal now
+        assert report.problems == []
+    finally:
+        restarted.close()
+        wal.close()
+        group.close()
+    assert not wal_journal.journal_running(root)

@@ -921,3 +921,58 @@ def test_a_wal_whose_close_timed_out_can_be_opened_again_once_the_group_let_it_g
     finally:
         again.close()
         group.close()
+
+
+def _probe_in_child(root: str, *prefix: str) -> str:
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.path.insert(0, {os.getcwd()!r}); from wal.journal import journal_running; " \
+           f"print(journal_running({root!r}))"
+    done = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_running_group_is_seen_from_another_process_and_not_once_it_failed(tmp_path) -> None:
+    """``journal_running`` (what ``dnb verify`` asks before comparing segments with the
+    journal) probes ``running.lock`` with a shared flock: another process sees the group
+    that holds it, and nothing once the group closed or failed (a failed group's segments
+    may lack rounds the journal holds)."""
+    from wal.fs import RealFs
+    from wal.journal import journal_running
+
+    root = str(tmp_path)
+    group = CommitGroup(root, RealFs(), journal=JournalConfig())
+    assert journal_running(root) and _probe_in_child(root) == "True"
+    group.close()
+    assert not journal_running(root) and _probe_in_child(root) == "False"
+    failed = CommitGroup(root, RealFs(), journal=JournalConfig())
+    assert journal_running(root)
+    failed.fail(OSError(5, "injected"))
+    assert not journal_running(root)
+    with pytest.raises(WalFailed):
+        failed.check()
+    failed.close()
+
+
+def test_a_running_group_is_seen_from_another_pid_namespace(tmp_path) -> None:
+    """atk50 F03: ``/proc/locks`` shows no lock of another pid namespace, so a verify in
+    another container took a running broker for stopped and compared nothing. The flock
+    probe does not depend on it."""
+    import shutil
+    import subprocess
+
+    from wal.fs import RealFs
+
+    unshare = shutil.which("unshare")
+    trial = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                           timeout=60) if unshare else None
+    if trial is None or trial.returncode != 0:
+        pytest.skip("cannot make a pid namespace here (unshare --pid needs root or user namespaces)")
+    root = str(tmp_path)
+    group = CommitGroup(root, RealFs(), journal=JournalConfig())
+    try:
+        assert _probe_in_child(root, unshare, "--pid", "--fork", "--mount-proc") == "True"
+    finally:
+        group.close()

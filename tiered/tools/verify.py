@@ -21,9 +21,10 @@
 4. the local WAL, if this host has one for the topic, is itself contiguous and
    continues right after the archive (its first offset is at most archive end + 1).
    Rounds its root's shared journal still holds are laid over its segments, as replay
-   would lay them; while a broker runs on the root, the segments must also equal the
-   journal's copy of those rounds (a running broker writes a round to its segment
-   before journaling it), so bit rot there is found before a checkpoint drops the copy;
+   would lay them; while a healthy commit group runs on the root, its replay done
+   (``wal.journal.journal_running``), the segments must also equal the journal's copy of
+   those rounds (it writes a round to its segment before journaling it), so bit rot there
+   is found before a checkpoint drops the copy;
 5. subscription cursors do not point past the last offset the topic has;
 6. objects under the topic's prefix that no descriptor names are listed as orphans
    (a crash between an object PUT and its descriptor commit leaves one);
@@ -558,7 +559,7 @@ def _scan_signature(directory: str) -> tuple[object, ...]:
 def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, int | None]:
     from wal.checkpoint import read_checkpoint
     from wal.identity import has_wal_id_file, read_wal_id
-    from wal.journal import pending_segment_bytes
+    from wal.journal import journal_running, pending_segment_bytes
     from wal.recovery import validate
 
     root = os.path.dirname(os.path.dirname(directory))
@@ -575,7 +576,7 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     except Exception as e:  # noqa: BLE001 - a damaged checkpoint is what recovery refuses too
         report.add("wal_corrupt", f"{directory}: checkpoint unreadable: {e}", path=directory)
         checkpoint = None
-    replayed = _ReplayedFs(pending, compare=_journal_in_use(root))
+    replayed = _ReplayedFs(pending, compare=journal_running(root))
     try:
         scanned, found_next = validate(replayed, directory, checkpoint)
     except CorruptLog as e:
@@ -600,12 +601,13 @@ class _ReplayedFs(RealFs):
     """The real file system, each segment read with the journal's pending rounds laid over
     it as replay would lay them (``wal.journal.pending_segment_bytes``).
 
-    ``compare`` (a broker is running on the root): the segment's own bytes must then equal
-    the journal's copy wherever both hold a round, as a running group writes each round
-    to its segment before journaling it; ``differing`` collects (path, first byte that
+    ``compare`` (a healthy commit group runs on the root, its replay done:
+    ``wal.journal.journal_running``): the segment's own bytes must then equal the
+    journal's copy wherever both hold a round, as a running group writes each round to its
+    segment before journaling it; ``differing`` collects (path, first byte that
     differs, or where the file ends short) where they do not. After a crash they may
     differ legitimately (a power loss keeps any part of an unsynced write: replay
-    rewrites it), so a root nobody runs is not compared."""
+    rewrites it), so a root nobody runs, or whose group is still replaying, is not compared."""
 
     def __init__(self, pending: dict[str, tuple[int, bytes]], compare: bool = False) -> None:
         super().__init__()
@@ -624,24 +626,6 @@ class _ReplayedFs(RealFs):
                     self.differing.append((path, cut + at))
             data = data[:cut] + replayed
         return data
-
-
-def _journal_in_use(root: str) -> bool:
-    """Whether a process holds the lock of ``root``'s shared journal (a commit group runs
-    on it), read from ``/proc/locks`` without taking the lock: taking it, even briefly,
-    could make a broker starting meanwhile fail. False where that cannot be told."""
-    from native.journal_format import JOURNAL_DIR
-    from wal.fs import LOCK_NAME
-
-    try:
-        st = os.stat(os.path.join(root, JOURNAL_DIR, LOCK_NAME))
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
-    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "1: -> FLOCK ..." is a waiter.
-    return any(wanted in line.split() and "->" not in line.split() for line in lines)
 
 
 # -- 5. cursors -----------------------------------------------------------------------
