@@ -112,7 +112,9 @@ def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quaranti
     this broker still reads proves that THIS WAL's bytes were archived (offsets below the
     archive start were archived by some owner; a failover could have given them to other
     messages). Without that proof the WAL is never deleted: it is quarantined (bytes kept)
-    and the unproven range recorded, from the first offset no descriptor of ours covers."""
+    and the unproven range recorded, from the first offset no descriptor of ours covers to
+    the archive start: 20-29 are still A's own descriptor, archived and served, and a record
+    over them sent their readers back for messages that never changed (atk51 F01)."""
     import os
     import shutil
 
@@ -139,11 +141,13 @@ def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quaranti
 
     again = local_cluster.broker("A")
     [retired] = again.retired
-    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end) == (0, 29, 0, 29)
+    assert (retired.first_offset, retired.last_offset, retired.lost_start, retired.lost_end) == (0, 29, 0, 19)
     assert retired.quarantine_path is not None and os.listdir(retired.quarantine_path)
     assert [(r.start_offset, r.end_offset, r.exact, r.quarantine_path)
-            for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 29, True, retired.quarantine_path)]
+            for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 19, True, retired.quarantine_path)]
     assert not os.path.exists(wal_dir)
+    with again.load(TOPIC).create_reader(20, live=False) as reader:  # served, and no record over them
+        assert [m.offset for m in reader] == list(range(20, 30))
 
 
 @pytest.mark.parametrize("cut", [True, False], ids=["cut", "no_cut"])

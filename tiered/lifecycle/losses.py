@@ -25,6 +25,7 @@ from tiered.metadata.base import MetadataStore, Put, absent, value_is
 from tiered.lifecycle.ownership import OwnerRecord, OwnerToken
 from tiered.lifecycle.restore import RestorePlan, read_progress, unarchived_by
 from tiered.archive import list_descriptors
+from tiered.archive.start import archive_start
 from tiered.archive.chain import DescriptorChain
 from wal.topics import TopicName
 
@@ -89,6 +90,20 @@ class LossRecords:
             if d.start_offset <= covered + 1 <= d.end_offset:
                 covered = d.end_offset
         return covered + 1, epoch
+
+    def cut_zone_end(self, topic: TopicName, start: int, tip: int) -> int | None:
+        """Where a stale WAL's record ends when :meth:`first_unarchived_by_us` stopped below
+        the archive start (retention removed the descriptors that would show whether this
+        broker archived those offsets) and this broker's descriptors cover every offset
+        from the archive start to the WAL's ``tip``: the last offset below the archive
+        start. Those above it are archived by this broker and served, so a record over
+        them would send their readers back for messages that never changed (atk51 F01).
+        None otherwise: the record goes to the tip."""
+        first_kept = archive_start(self.metadata, topic)
+        if start >= first_kept or tip < first_kept:
+            return None
+        covered, _epoch = self.first_unarchived_by_us(topic, first_kept)
+        return first_kept - 1 if covered > tip else None
 
     def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None,
                    wal_id: str | None = None) -> None:

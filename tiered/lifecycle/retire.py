@@ -297,6 +297,7 @@ class StaleWals:
             return retired
         record = None
         wal_epoch: int | None = None
+        lost_end: int | None = None  # where the record ends when not at the tip (cut_zone_end)
         given_up = self._given_up(topic)
         sealed = self._sealed_by_its_epoch(topic, tip) if given_up is None else None
         if sealed is not None:
@@ -334,6 +335,8 @@ class StaleWals:
                 # (the newest epoch that archived anything may be a later history of this
                 # broker on another disk, whose own loss must stay its own: fuzz seed 4034).
                 epoch = wal_epoch if wal_epoch is not None else archived_epoch
+                if tip is not None:
+                    lost_end = self.losses.cut_zone_end(topic, start, tip)
         lost_start = max(start, first)
         if tip is None or tip < lost_start:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
@@ -352,15 +355,16 @@ class StaleWals:
             qpath = self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip, resume=given_up or record)
             # Record first: if the move then fails, a retry finds the same range and path;
             # a move without a record would be a silent loss if this broker died next.
-            self.losses.write_lost(topic, start, epoch, tip, qpath, self._wal_id_hex(topic))
+            end = tip if lost_end is None else lost_end
+            self.losses.write_lost(topic, start, epoch, end, qpath, self._wal_id_hex(topic))
             self.quarantine(topic, path, qpath)
             topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
-            topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(tip - lost_start + 1)
+            topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(end - lost_start + 1)
             log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
                         "here but never archived, and the topic's numbering restarted at %d, so they are lost "
-                        "(recorded at %s)", topic, epoch, qpath, lost_start, tip, start,
+                        "(recorded at %s)", topic, epoch, qpath, lost_start, end, start,
                         keys.lost_key(topic, start, epoch))
-            retired = RetiredWal(topic, first, tip, lost_start, tip, epoch, qpath, marker_epoch=wal_epoch)
+            retired = RetiredWal(topic, first, tip, lost_start, end, epoch, qpath, marker_epoch=wal_epoch)
         self.retired.append(retired)
         return retired
 
