@@ -595,3 +595,20 @@ def test_a_file_named_like_a_topic_in_the_wal_root_does_not_stop_the_broker(loca
     assert again.load(TOPIC).next_offset == 3
     with open(stray, "rb") as f:
         assert f.read() == b"a backup"
+
+
+def test_deleting_a_topic_named_like_a_file_in_the_wal_root_completes(local_cluster: Cluster) -> None:
+    """atk51 F02: after the topic's metadata was deleted, the host looked for its local WAL
+    and met a plain file of that name: a raw NotADirectoryError on every attempt, although
+    the delete was complete. A file is not a WAL."""
+    other = local_cluster.broker("B")
+    produce_range(other.load("/default/orders.tar"), 0, 0, ack="archived")
+    other.unload("/default/orders.tar")
+    os.makedirs(os.path.join(local_cluster.wal_root("A"), "default"), exist_ok=True)
+    stray = os.path.join(local_cluster.wal_root("A"), "default", "orders.tar")
+    with open(stray, "wb") as f:
+        f.write(b"a backup")
+    host = local_cluster.broker("A")
+    assert host.delete("/default/orders.tar").outcome == "deleted"
+    with open(stray, "rb") as f:
+        assert f.read() == b"a backup"

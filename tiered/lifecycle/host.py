@@ -669,16 +669,8 @@ class BrokerHost:
                 except InvalidTopicName:
                     continue  # not a directory the lifecycle could have made
                 with self._topic_lock(topic):
-                    if topic in self._topics:
-                        continue
-                    try:
-                        if not self.root.exists(topic):
-                            continue
-                    except NotADirectoryError:
-                        # A file named like a topic (an operator's backup, say): not a WAL.
-                        log.warning("topic %s: %s is not a directory, so not a WAL: left alone", topic,
-                                    self.root.path(topic))
-                        continue
+                    if topic in self._topics or not self.root.exists(topic):
+                        continue  # (a file named like a topic is no WAL: WalRoot.exists)
                     try:
                         owner, _kv = read_owner(self.metadata, topic)
                         if owner is not None and owner.holder == self.broker_id:

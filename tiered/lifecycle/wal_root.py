@@ -170,7 +170,10 @@ class WalRoot:
         """Whether this broker has a WAL of ``topic`` holding any file besides bookkeeping."""
         path = self.path(topic)
         # Dot files (.lock, .owner) are the host's and the WAL's bookkeeping, not data.
-        return self.fs.exists(path) and any(not n.startswith(".") for n in self.fs.listdir(path))
+        try:
+            return self.fs.exists(path) and any(not n.startswith(".") for n in self.fs.listdir(path))
+        except NotADirectoryError:
+            return False  # a file named like the topic (an operator's backup): not a WAL
 
     def owner_marker_path(self, topic: TopicName) -> str:
         return os.path.join(self.path(topic), OWNER_MARKER)
