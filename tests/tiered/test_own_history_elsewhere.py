@@ -795,3 +795,93 @@ def test_a_later_epoch_opening_the_topic_does_not_prove_an_unreadable_wals_histo
     fourth = _on(local_cluster, "disk-1", "B")
     fourth.load(TOPIC, accept_lost_own_history=True, discard_local_wal=True)
     assert any(r.broker_id == "B" and r.epoch == lost_epoch for r in keys.read_lost_ranges(local_cluster.metadata, T))
+
+
+# -- atk52: a stale WAL whose marker does not read, after a later history of this broker --
+
+def _a_later_history_of_a_taken_over_too(cluster: Cluster, b_archives_to: int, publish: bool,
+                                         monkeypatch) -> dict[int, bytes]:
+    """A on disk-0 acknowledges 0-1 archived and 2-5 durable only and dies; B takes over
+    at 2 and archives 2-``b_archives_to``; A on disk-1 takes it back (epoch 3),
+    acknowledges six more durable only (its tip published or not) and dies; B takes over
+    again. disk-0's ``.owner`` marker then rots. Returns what A@3 acknowledged."""
+    import tiered.lifecycle.hosted as hosted_module
+
+    _acks_a_tail(cluster, "disk-0", 1, 5)
+    b = _on(cluster, "disk-b", "B")
+    produce_range(b.load(TOPIC), 2, b_archives_to, ack="archived")
+    _die(b)
+    a = _on(cluster, "disk-1")
+    later = a.load(TOPIC)
+    assert later.token.epoch == 3 and later.next_offset == b_archives_to + 1
+    if not publish:
+        monkeypatch.setattr(hosted_module.HostedTopic, "publish_progress", lambda self, final=False: False)
+    acked = {later.produce(b"a3-%d" % i, ack="durable"): b"a3-%d" % i for i in range(6)}
+    _die(a)
+    monkeypatch.undo()
+    again = _on(cluster, "disk-b", "B")
+    again.load(TOPIC)
+    _die(again)
+    with open(os.path.join(cluster.root, "disk-0", "default", "reliable_topic", ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+    return acked
+
+
+@pytest.mark.parametrize("b_archives_to, publish", [(6, True), (3, False)],
+                         ids=["later_history_starts_past_its_tip", "later_history_starts_inside_unpublished"])
+def test_a_stale_wal_with_an_unreadable_marker_is_measured_against_its_own_history(
+        local_cluster: Cluster, monkeypatch, b_archives_to: int, publish: bool) -> None:
+    """atk52 F01, F02: without a readable marker, the stale WAL on disk-0 (A@1's: 0-5, of
+    which 2-5 were never archived) was measured against A's NEWEST loss record, A@3's.
+    Starting past the WAL's tip (F01), it made the WAL look "all archived": deleted, the
+    only copy of acknowledged offsets gone. Starting inside it with an unknown end (F02:
+    A@3's tip was never published), A@3's "at least" record was made exact up to this
+    WAL's tip, shorter than what A@3 acknowledged. Now the WAL is measured against the
+    record that starts inside it (A@1's), kept in quarantine, and a record it is not known
+    to belong to is never made exact or shorter."""
+    acked_later = _a_later_history_of_a_taken_over_too(local_cluster, b_archives_to, publish, monkeypatch)
+    host = _on(local_cluster, "disk-0")
+    [retired] = host.retired
+    assert retired.quarantine_path is not None
+    assert any(n.endswith(".seg") for n in os.listdir(retired.quarantine_path)), "the only copy of 2-5 is gone"
+    records = {(r.broker_id, r.epoch): r for r in keys.read_lost_ranges(local_cluster.metadata, T)}
+    first = records[("A", 1)]
+    assert (first.start_offset, first.end_offset, first.quarantine_path) == (2, 5, retired.quarantine_path)
+    later = records[("A", 3)]
+    assert later.quarantine_path is None and later.start_offset == b_archives_to + 1
+    assert later.end_offset is None or later.end_offset >= max(acked_later), later  # never shorter
+
+
+def test_a_stale_wal_with_an_unreadable_marker_never_makes_an_at_least_record_exact(local_cluster: Cluster,
+                                                                                   monkeypatch) -> None:
+    """atk52 F02, the record's side: a WAL whose marker does not read may be an older copy
+    of its history. A@1 acknowledged 2-9 durable only, none of it published; disk-0 came
+    back as a copy taken at 5, its marker rotted. B's takeover recorded "A@1 lost from 2,
+    end unknown"; the copy made that "exactly 2-5", hiding 6-9. It stays "at least"."""
+    import shutil
+
+    import tiered.lifecycle.hosted as hosted_module
+
+    a = _on(local_cluster, "disk-0")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 1, ack="archived")
+    monkeypatch.setattr(hosted_module.HostedTopic, "publish_progress", lambda self, final=False: False)
+    produce_range(hosted, 2, 5)
+    wal_dir = os.path.join(local_cluster.root, "disk-0", "default", "reliable_topic")
+    copy = os.path.join(local_cluster.root, "copy")
+    shutil.copytree(wal_dir, copy)
+    produce_range(hosted, 6, 9)
+    _die(a)
+    monkeypatch.undo()
+    shutil.rmtree(wal_dir)
+    shutil.copytree(copy, wal_dir)
+    with open(os.path.join(wal_dir, ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+    b = _on(local_cluster, "disk-b", "B")
+    assert b.load(TOPIC).next_offset == 2
+    _die(b)
+    [retired] = _on(local_cluster, "disk-0").retired
+    [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.broker_id == "A"]
+    assert (record.start_offset, record.exact, record.quarantine_path) == (2, False, retired.quarantine_path), record

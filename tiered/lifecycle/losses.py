@@ -71,6 +71,19 @@ class LossRecords:
             return max(mine, key=lambda r: r.epoch, default=None)
         return min((r for r in mine if r.epoch >= wal_epoch), key=lambda r: r.epoch, default=None)
 
+    def own_record_within(self, topic: TopicName, first: int, tip: int) -> keys.LostRange | None:
+        """For a WAL whose ``.owner`` marker does not read (``first``..``tip``): the record
+        that can be its history's account, the oldest of this broker whose numbering
+        restarted inside the WAL or right after it (``first <= start <= tip + 1``: a
+        takeover restarts right past the archive, which a WAL's first offset never passes).
+        The newest record, what :meth:`own_lost_record` gives without a marker, may be a
+        later history of this broker on another data dir: measured against it, this WAL
+        was deleted as "all archived" with acknowledged offsets no object held (atk52 F01).
+        None when none fits: its own descriptors then account for it."""
+        mine = [r for r in keys.read_lost_ranges(self.metadata, topic)
+                if r.broker_id == self.broker_id and first <= r.start_offset <= tip + 1]
+        return min(mine, key=lambda r: r.epoch, default=None)
+
     def first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
         this broker covers, and the newest epoch this broker archived under (0: none).
@@ -106,9 +119,14 @@ class LossRecords:
         return first_kept - 1 if covered > tip else None
 
     def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None,
-                   wal_id: str | None = None) -> None:
+                   wal_id: str | None = None, attributed: bool = True) -> None:
         """Write this broker's exact LostRange: compare-and-swap against the current record
-        (this broker does not own the topic, so ownership cannot fence this write)."""
+        (this broker does not own the topic, so ownership cannot fence this write).
+
+        ``attributed``: the WAL is known to be that history's (its marker reads). A WAL
+        whose marker does not read cannot make exact an "at least" record that knows no
+        end: it may be an older copy, or another history's WAL (atk52 F02). (One that
+        reaches the end the record knows, a published tip, is held to it like any WAL.)"""
         key = keys.lost_key(topic, start, epoch)
         kv = self.metadata.get(key)
         exact, unknown = True, False
@@ -137,6 +155,11 @@ class LossRecords:
                 if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
                     end = earlier.end_offset
                 qpath, wal_id = earlier.quarantine_path, earlier.wal_id or wal_id
+            elif not attributed and not earlier.exact and earlier.end_offset is None:
+                # The takeover knew no end (no tip of that history was published), and this
+                # WAL is not known to be that history's (it may be an older copy): the
+                # account stays "at least", to this WAL's tip.
+                exact = False
             elif earlier.end_offset is not None and (end is None or earlier.end_offset > end):
                 # The takeover knew of more than this WAL holds (an older copy of the data
                 # dir came back): a record never shrinks; it stays "at least" that much.

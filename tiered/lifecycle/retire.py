@@ -320,7 +320,10 @@ class StaleWals:
             record, start, epoch = given_up, given_up.start_offset, given_up.epoch
         elif start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
-            record = self.losses.own_lost_record(topic, wal_epoch)
+            if wal_epoch is None and tip is not None:
+                record = self.losses.own_record_within(topic, first, tip)
+            else:
+                record = self.losses.own_lost_record(topic, wal_epoch)
             if record is not None and wal_epoch is not None and record.epoch != wal_epoch:
                 # A LATER epoch's record (failed loads of ours in between, or a history of
                 # this broker id on another data dir): it says where numbering restarted,
@@ -338,6 +341,14 @@ class StaleWals:
                 if tip is not None:
                     lost_end = self.losses.cut_zone_end(topic, start, tip)
         lost_start = max(start, first)
+        if (tip is not None and tip < lost_start and record is not None and wal_epoch is None and given_up is None
+                and self.losses.first_unarchived_by_us(topic, first)[0] <= tip):
+            # A record without a marker to tie it to this WAL is no proof that what the WAL
+            # holds is archived: it is deleted only when this broker's own descriptors cover
+            # all of it. Otherwise it is accounted for by them, and kept.
+            record = None
+            start, epoch = self.losses.first_unarchived_by_us(topic, first)
+            lost_start = max(start, first)
         if tip is None or tip < lost_start:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
             if record is not None and self._confirms(topic, record, wal_epoch):
@@ -356,7 +367,8 @@ class StaleWals:
             # Record first: if the move then fails, a retry finds the same range and path;
             # a move without a record would be a silent loss if this broker died next.
             end = tip if lost_end is None else lost_end
-            self.losses.write_lost(topic, start, epoch, end, qpath, self._wal_id_hex(topic))
+            self.losses.write_lost(topic, start, epoch, end, qpath, self._wal_id_hex(topic),
+                                   attributed=wal_epoch is not None or given_up is not None)
             self.quarantine(topic, path, qpath)
             topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(end - lost_start + 1)
