@@ -304,3 +304,63 @@ def test_an_archived_produce_completes_while_a_cuts_object_deletes_are_blocked(l
     hosted.uploader.upload_once()  # nothing is left below the start once its deletes ran
     from tiered.archive.orphans import find_orphans
     assert [o.key for o in find_orphans(local_cluster.metadata, objects, TOPIC) if o.below_start] == []
+
+
+def test_a_retry_of_an_interrupted_quarantine_keeps_the_record_below_the_archive_start(
+        local_cluster: Cluster) -> None:
+    """The case above, with the quarantine move failing part-way (the first segments moved,
+    the record written): the retry moved the rest under the same record but took the
+    record to the WAL's tip, over 20-29 that this broker archived and that are served (a
+    randomized checker's seed). The retry ends the account where the first part did."""
+    import os
+    import shutil
+
+    from tiered.lifecycle import BrokerHost
+    from tiered.metadata import keys
+    from wal.config import WalConfig
+    from wal.fs import RealFs
+
+    class FailsOneMove(RealFs):
+        armed = True
+
+        def rename(self, src: str, dst: str) -> None:
+            if self.armed and ".quarantine" in dst and src.endswith(".seg") and os.path.basename(src) != first_seg:
+                self.armed = False
+                raise OSError(5, "injected: the move of a segment into quarantine failed")
+            super().rename(src, dst)
+
+    small = replace(local_cluster.config, wal_config=WalConfig(segment_bytes_max=300))
+    a = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, local_cluster.objects, small)
+    local_cluster.hosts.append(a)
+    on_a = a.load(TOPIC)
+    archive_in_three_objects(on_a)
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    on_a.wal.flush()
+    copy = os.path.join(local_cluster.root, "copy")
+    shutil.copytree(wal_dir, copy)
+    assert a.unload(TOPIC) == 29
+    a.close()
+    shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
+    segments = sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
+    assert len(segments) > 2
+    first_seg = segments[0]
+
+    b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
+    on_b = b.load(TOPIC)
+    on_b.uploader.archive_retention.run(on_b.uploader.committed_through)
+    assert archive_start(local_cluster.metadata, TOPIC) == 20
+    b.unload(TOPIC)
+
+    interrupted = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, local_cluster.objects,
+                             small, wal_fs=FailsOneMove())
+    local_cluster.hosts.append(interrupted)
+    assert interrupted.retired == [] and os.path.exists(wal_dir)  # the move failed part-way
+    [record] = keys.read_lost_ranges(local_cluster.metadata, TOPIC)
+    assert (record.start_offset, record.end_offset) == (0, 19)
+    interrupted.close()
+    again = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, local_cluster.objects, small)
+    local_cluster.hosts.append(again)
+    [retired] = again.retired
+    assert not os.path.exists(wal_dir)
+    assert [(r.start_offset, r.end_offset, r.quarantine_path)
+            for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 19, retired.quarantine_path)]

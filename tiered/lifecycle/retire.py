@@ -318,6 +318,9 @@ class StaleWals:
             # whatever newer record names this broker since.
             wal_epoch = self.root.read_owner_marker(topic)
             record, start, epoch = given_up, given_up.start_offset, given_up.epoch
+            if tip is not None:
+                # Ended where the first part's account ended (write_lost never shortens it).
+                lost_end = self.losses.cut_zone_end(topic, start, tip)
         elif start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
             if wal_epoch is None and tip is not None:
@@ -332,6 +335,9 @@ class StaleWals:
                 start, epoch, record = record.start_offset, wal_epoch, None
             elif record is not None:
                 start, epoch = record.start_offset, record.epoch
+                if record.quarantine_path and tip is not None:
+                    # An earlier retire's account of a copy of this history: the same end.
+                    lost_end = self.losses.cut_zone_end(topic, start, tip)
             else:
                 start, archived_epoch = self.losses.first_unarchived_by_us(topic, first)
                 # The history this WAL is: the epoch that opened it when its marker says so
