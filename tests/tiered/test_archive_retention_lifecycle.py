@@ -364,3 +364,39 @@ def test_a_retry_of_an_interrupted_quarantine_keeps_the_record_below_the_archive
     assert not os.path.exists(wal_dir)
     assert [(r.start_offset, r.end_offset, r.quarantine_path)
             for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 19, retired.quarantine_path)]
+
+
+def test_a_stale_wal_with_an_unreadable_marker_below_a_cut_is_recorded_only_below_the_start(
+        local_cluster: Cluster) -> None:
+    """A archives 0-29 and dies with its WAL; B's takeover records "A@1 lost nothing from
+    30" and its retention cuts the archive to 20; the WAL's ``.owner`` marker rots. Without
+    a marker, a record starting right past the WAL's tip is no proof that it is all
+    archived, and A's own descriptors below 20 are gone: the WAL is quarantined, and its
+    record ends below the archive start, not over 20-29, which A archived and which are
+    served (a randomized checker's seed, 275 FOCUS=1)."""
+    import os
+
+    from tiered.metadata import keys
+
+    a = local_cluster.broker("A")
+    archive_in_three_objects(a.load(TOPIC))
+    for hosted in a.topics():
+        a.abandon(hosted.topic)
+    a.close(unload=False)
+    b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
+    on_b = b.load(TOPIC)
+    assert on_b.next_offset == 30
+    on_b.uploader.archive_retention.run(on_b.uploader.committed_through)
+    assert archive_start(local_cluster.metadata, TOPIC) == 20
+    b.unload(TOPIC)
+    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
+    with open(os.path.join(wal_dir, ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+
+    again = local_cluster.broker("A")
+    [retired] = again.retired
+    assert retired.quarantine_path is not None and not os.path.exists(wal_dir)
+    mine = [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)
+            if r.quarantine_path is not None]
+    assert mine == [(0, 19)]

@@ -355,6 +355,7 @@ class StaleWals:
             record = None
             start, epoch = self.losses.first_unarchived_by_us(topic, first)
             lost_start = max(start, first)
+            lost_end = self.losses.cut_zone_end(topic, start, tip)
         if tip is None or tip < lost_start:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
             if record is not None and self._confirms(topic, record, wal_epoch):
