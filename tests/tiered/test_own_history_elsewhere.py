@@ -885,3 +885,96 @@ def test_a_stale_wal_with_an_unreadable_marker_never_makes_an_at_least_record_ex
     [retired] = _on(local_cluster, "disk-0").retired
     [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.broker_id == "A"]
     assert (record.start_offset, record.exact, record.quarantine_path) == (2, False, retired.quarantine_path), record
+
+
+def test_a_readable_copy_of_a_discarded_wal_is_kept_not_deleted(local_cluster: Cluster) -> None:
+    """atk53 F03: A@1 (disk-0) acknowledged 2-4 durable only; B took over at 2 and archived
+    2-5; A@3 (disk-1) took over at 6 and was taken over in turn. disk-0 is backed up to
+    disk-2, then disk-0's WAL rots (a segment and its marker) and the operator discards it:
+    the discard's record, whose range is unknown, named that WAL's id under A's newest
+    record (A@3's, from 6). The readable backup on disk-2, the same WAL id, was then taken
+    for the rest of that WAL, measured against 6, past its tip, and deleted as "all
+    archived": the only readable copy of A@1's acknowledged 2-4. It is kept now."""
+    import shutil
+    from dataclasses import replace
+
+    from wal.config import WalConfig
+
+    small = replace(local_cluster.config, wal_config=WalConfig(segment_bytes_max=80))
+
+    def on(disk: str, broker_id: str = "A") -> BrokerHost:
+        host = BrokerHost(broker_id, os.path.join(local_cluster.root, disk), local_cluster.metadata,
+                          local_cluster.objects, small)
+        local_cluster.hosts.append(host)
+        return host
+
+    a = on("disk-0")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 1, ack="archived")
+    produce_range(hosted, 2, 4)
+    hosted.publish_progress()
+    _die(a)
+    b = on("disk-b", "B")
+    produce_range(b.load(TOPIC), 2, 5, ack="archived")
+    _die(b)
+    a = on("disk-1")
+    produce_range(a.load(TOPIC), 6, 7)
+    a.topic(TOPIC).publish_progress()
+    _die(a)
+    b = on("disk-b", "B")
+    b.load(TOPIC)
+    _die(b)
+    shutil.copytree(os.path.join(local_cluster.root, "disk-0"), os.path.join(local_cluster.root, "disk-2"),
+                    ignore=shutil.ignore_patterns(".lock"))
+    wal_dir = os.path.join(local_cluster.root, "disk-0", "default", "reliable_topic")
+    first_segment = os.path.join(wal_dir, sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))[0])
+    with open(first_segment, "r+b") as f:
+        f.seek(os.path.getsize(first_segment) // 2)
+        f.write(b"\xff\xff")
+    with open(os.path.join(wal_dir, ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+    a = on("disk-0")
+    a.load(TOPIC, discard_local_wal=True)
+    _die(a)
+    b = on("disk-b", "B")
+    b.load(TOPIC)
+    _die(b)
+
+    backup = on("disk-2")
+    [retired] = backup.retired
+    assert retired.quarantine_path is not None, retired
+    assert any(n.endswith(".seg") for n in os.listdir(retired.quarantine_path)), "the only readable copy is gone"
+
+
+def test_a_wal_with_an_unreadable_marker_is_not_taken_for_a_history_that_lost_nothing(
+        local_cluster: Cluster) -> None:
+    """atk53 F02: A@1 archived 0-4 and died; B took over at 5, and A's returning WAL
+    confirmed "A@1 lost nothing from 5". A@3 took over at 5, acknowledged 5-9 durable only
+    and died; B took over at 5 again. A@3's WAL marker rots. Both records start where the
+    WAL begins; the older one (A@1's) was taken, and its confirmation turned into "A@1
+    lost exactly 5-9". A history whose own WAL held nothing from 5 on cannot be this
+    WAL's: A@3's record gets the account."""
+    a = _on(local_cluster, "disk-0")
+    produce_range(a.load(TOPIC), 0, 4, ack="archived")
+    _die(a)
+    b = _on(local_cluster, "disk-b", "B")
+    b.load(TOPIC)
+    _die(_on(local_cluster, "disk-0"))  # its start-up scan confirms: A@1 lost nothing
+    _die(b)
+    a = _on(local_cluster, "disk-0")
+    later = a.load(TOPIC)
+    produce_range(later, 5, 9)
+    later.publish_progress()
+    _die(a)
+    b = _on(local_cluster, "disk-b", "B")
+    b.load(TOPIC)
+    _die(b)
+    with open(os.path.join(local_cluster.root, "disk-0", "default", "reliable_topic", ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+    [retired] = _on(local_cluster, "disk-0").retired
+    records = {r.epoch: r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.broker_id == "A"}
+    assert (records[1].end_offset, records[1].quarantine_path) == (None, None), records[1]
+    assert (records[later.token.epoch].start_offset, records[later.token.epoch].end_offset,
+            records[later.token.epoch].quarantine_path) == (5, 9, retired.quarantine_path)

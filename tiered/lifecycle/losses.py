@@ -81,7 +81,11 @@ class LossRecords:
         was deleted as "all archived" with acknowledged offsets no object held (atk52 F01).
         None when none fits: its own descriptors then account for it."""
         mine = [r for r in keys.read_lost_ranges(self.metadata, topic)
-                if r.broker_id == self.broker_id and first <= r.start_offset <= tip + 1]
+                if r.broker_id == self.broker_id and first <= r.start_offset <= tip + 1
+                # "Confirmed: nothing lost from start" (exact, no end) was that history's own
+                # WAL holding nothing from there on: a WAL that does is another history's
+                # (atk53 F02: an older history that restarted where this WAL begins).
+                and not (r.exact and r.end_offset is None and tip >= r.start_offset)]
         return min(mine, key=lambda r: r.epoch, default=None)
 
     def first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:

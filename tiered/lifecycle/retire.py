@@ -356,6 +356,20 @@ class StaleWals:
             start, epoch = self.losses.first_unarchived_by_us(topic, first)
             lost_start = max(start, first)
             lost_end = self.losses.cut_zone_end(topic, start, tip)
+        if given_up is not None and not given_up.exact and tip is not None and tip < lost_start:
+            # A record that gave up a WAL whose range was unknown (an operator's discard):
+            # its start is no property of what the WAL held, so it proves nothing archived
+            # below it. This copy (a backup of that WAL, say) is kept beside the first one,
+            # under the same record, never deleted (atk53 F03).
+            qpath = self.quarantine(topic, path, self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip,
+                                                                       resume=given_up))
+            topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
+            log.error("topic %s: quarantined stale local WAL %d..%d at %s: an earlier copy of it was discarded as "
+                      "unreadable (recorded at %s), which says nothing of what this copy holds; kept for an "
+                      "operator", topic, first, tip, qpath, keys.lost_key(topic, given_up.start_offset, given_up.epoch))
+            retired = RetiredWal(topic, first, tip, None, None, epoch, qpath, marker_epoch=wal_epoch)
+            self.retired.append(retired)
+            return retired
         if tip is None or tip < lost_start:
             # Everything this WAL held is archived: nothing to keep, nothing lost.
             if record is not None and self._confirms(topic, record, wal_epoch):
