@@ -400,3 +400,63 @@ def test_a_stale_wal_with_an_unreadable_marker_below_a_cut_is_recorded_only_belo
     mine = [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)
             if r.quarantine_path is not None]
     assert mine == [(0, 19)]
+
+
+def test_a_record_is_never_ended_at_the_archive_start_by_a_later_historys_descriptors(
+        local_cluster: Cluster) -> None:
+    """atk54 F01: A@1 (disk-0) acknowledges 5-20 durable only, its tip published at 10,
+    and a backup of disk-0 is taken at 10. B takes over at 5 and archives 5-6; A@3
+    (disk-1) takes over at 7, archives up to 26 and its retention cuts the archive to
+    12. The backup is retired first (A@1's record, exact 5-10), then the real WAL (tip
+    20). Its record was ended at 11 because A@3's descriptors "covered" 12-20: other
+    messages under renumbered offsets. A@1's acknowledged 12-20, in the quarantine, were
+    recorded nowhere. Only descriptors of the WAL's own history and earlier ones count."""
+    import os
+    import shutil
+
+    from tiered.lifecycle import BrokerHost
+    from tiered.metadata import keys
+
+    lazy = replace(CUT_ALL, progress_interval_s=3600.0)
+
+    def on(broker_id: str, disk: str) -> BrokerHost:
+        host = BrokerHost(broker_id, os.path.join(local_cluster.root, disk), local_cluster.metadata,
+                          local_cluster.objects, lazy)
+        local_cluster.hosts.append(host)
+        return host
+
+    def die(host: BrokerHost) -> None:
+        for hosted in host.topics():
+            host.abandon(hosted.topic)
+        host.close(unload=False)
+
+    a = on("A", "disk-0")
+    first = a.load(TOPIC)
+    produce_range(first, 0, 4, ack="archived")
+    produce_range(first, 5, 10)
+    first.publish_progress()
+    first.wal.flush()
+    shutil.copytree(os.path.join(local_cluster.root, "disk-0"), os.path.join(local_cluster.root, "disk-2"),
+                    ignore=shutil.ignore_patterns(".lock"))
+    produce_range(first, 11, 20)  # acknowledged; the broker dies before its tip is published
+    first.publish_progress = lambda *args, **kwargs: False  # type: ignore[method-assign]
+    die(a)
+    b = on("B", "disk-b")
+    produce_range(b.load(TOPIC), 5, 6, ack="archived")
+    die(b)
+    a = on("A", "disk-1")
+    later = a.load(TOPIC)
+    assert later.next_offset == 7
+    produce_range(later, 7, 11, ack="archived")
+    produce_range(later, 12, 25)
+    produce_range(later, 26, 26, ack="archived")
+    later.uploader.archive_retention.run(later.uploader.committed_through)
+    assert archive_start(local_cluster.metadata, TOPIC) == 12
+    die(a)
+    b = on("B", "disk-b")
+    b.load(TOPIC)
+    die(b)
+    die(on("A", "disk-2"))  # the backup: A@1's record, 5-10
+    die(on("A", "disk-0"))  # the real WAL, tip 20
+    [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC) if (r.broker_id, r.epoch) == ("A", 1)]
+    assert record.start_offset == 5 and record.end_offset == 20, record

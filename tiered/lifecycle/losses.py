@@ -88,7 +88,7 @@ class LossRecords:
                 and not (r.exact and r.end_offset is None and tip >= r.start_offset)]
         return min(mine, key=lambda r: r.epoch, default=None)
 
-    def first_unarchived_by_us(self, topic: TopicName, first: int) -> tuple[int, int]:
+    def first_unarchived_by_us(self, topic: TopicName, first: int, history: int | None = None) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
         this broker covers, and the newest epoch this broker archived under (0: none).
 
@@ -101,25 +101,30 @@ class LossRecords:
         would lose the only copy of acknowledged messages."""
         covered, epoch = first - 1, 0
         for d in list_descriptors(self.metadata, topic):
-            if d.broker_id != self.broker_id:
-                continue
+            if d.broker_id != self.broker_id or (history is not None and d.epoch > history):
+                continue  # (``history``: only that epoch's descriptors and earlier ones)
             epoch = max(epoch, d.epoch)
             if d.start_offset <= covered + 1 <= d.end_offset:
                 covered = d.end_offset
         return covered + 1, epoch
 
-    def cut_zone_end(self, topic: TopicName, start: int, tip: int) -> int | None:
+    def cut_zone_end(self, topic: TopicName, start: int, tip: int, history: int | None = None) -> int | None:
         """Where a stale WAL's record ends when :meth:`first_unarchived_by_us` stopped below
         the archive start (retention removed the descriptors that would show whether this
         broker archived those offsets) and this broker's descriptors cover every offset
         from the archive start to the WAL's ``tip``: the last offset below the archive
         start. Those above it are archived by this broker and served, so a record over
         them would send their readers back for messages that never changed (atk51 F01).
-        None otherwise: the record goes to the tip."""
+        None otherwise: the record goes to the tip.
+
+        ``history``: the epoch of the history the WAL is (its record's, or its marker's);
+        only descriptors of that epoch or an earlier one count. A later epoch of this
+        broker may have archived other messages under the same numbers after a takeover
+        renumbered them, and counting it ended a record too early (atk54 F01)."""
         first_kept = archive_start(self.metadata, topic)
         if start >= first_kept or tip < first_kept:
             return None
-        covered, _epoch = self.first_unarchived_by_us(topic, first_kept)
+        covered, _epoch = self.first_unarchived_by_us(topic, first_kept, history)
         return first_kept - 1 if covered > tip else None
 
     def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None,

@@ -320,7 +320,7 @@ class StaleWals:
             record, start, epoch = given_up, given_up.start_offset, given_up.epoch
             if tip is not None:
                 # Ended where the first part's account ended (write_lost never shortens it).
-                lost_end = self.losses.cut_zone_end(topic, start, tip)
+                lost_end = self.losses.cut_zone_end(topic, start, tip, history=epoch)
         elif start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
             if wal_epoch is None and tip is not None:
@@ -337,7 +337,7 @@ class StaleWals:
                 start, epoch = record.start_offset, record.epoch
                 if record.quarantine_path and tip is not None:
                     # An earlier retire's account of a copy of this history: the same end.
-                    lost_end = self.losses.cut_zone_end(topic, start, tip)
+                    lost_end = self.losses.cut_zone_end(topic, start, tip, history=epoch)
             else:
                 start, archived_epoch = self.losses.first_unarchived_by_us(topic, first)
                 # The history this WAL is: the epoch that opened it when its marker says so
@@ -345,7 +345,7 @@ class StaleWals:
                 # broker on another disk, whose own loss must stay its own: fuzz seed 4034).
                 epoch = wal_epoch if wal_epoch is not None else archived_epoch
                 if tip is not None:
-                    lost_end = self.losses.cut_zone_end(topic, start, tip)
+                    lost_end = self.losses.cut_zone_end(topic, start, tip, history=wal_epoch)
         lost_start = max(start, first)
         if (tip is not None and tip < lost_start and record is not None and wal_epoch is None and given_up is None
                 and self.losses.first_unarchived_by_us(topic, first)[0] <= tip):
