@@ -978,3 +978,39 @@ def test_a_wal_with_an_unreadable_marker_is_not_taken_for_a_history_that_lost_no
     assert (records[1].end_offset, records[1].quarantine_path) == (None, None), records[1]
     assert (records[later.token.epoch].start_offset, records[later.token.epoch].end_offset,
             records[later.token.epoch].quarantine_path) == (5, 9, retired.quarantine_path)
+
+
+def test_an_unmarked_wal_that_two_records_could_account_for_makes_neither_exact(local_cluster: Cluster) -> None:
+    """atk54 F02: A@1 (disk-1) acknowledged 5-7 durable only and died; B took over at 5
+    ("A@1 lost 5-7, at least"). A@3 (disk-0) took over at 5, archived 5-9, acknowledged
+    10-12 durable only and died; B took over at 10. A@3's WAL marker rots. Both A@1's
+    record (from 5, its first offset) and A@3's (from 10) could be its account; the older
+    was taken and made EXACT 5-12, although A@1 never held 8-12. A pick among several is
+    no proof: the record stays "at least"."""
+    a = _on(local_cluster, "disk-1")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 4, ack="archived")
+    produce_range(hosted, 5, 7)
+    hosted.publish_progress()
+    _die(a)
+    b = _on(local_cluster, "disk-b", "B")
+    b.load(TOPIC)
+    _die(b)
+    a = _on(local_cluster, "disk-0")
+    later = a.load(TOPIC)
+    assert later.next_offset == 5
+    produce_range(later, 5, 9, ack="archived")
+    produce_range(later, 10, 12)
+    later.publish_progress()
+    _die(a)
+    b = _on(local_cluster, "disk-b", "B")
+    b.load(TOPIC)
+    _die(b)
+    with open(os.path.join(local_cluster.root, "disk-0", "default", "reliable_topic", ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+    [retired] = _on(local_cluster, "disk-0").retired
+    assert retired.quarantine_path is not None
+    for record in keys.read_lost_ranges(local_cluster.metadata, T):
+        if record.broker_id == "A" and record.quarantine_path is not None:
+            assert not record.exact, record

@@ -71,7 +71,7 @@ class LossRecords:
             return max(mine, key=lambda r: r.epoch, default=None)
         return min((r for r in mine if r.epoch >= wal_epoch), key=lambda r: r.epoch, default=None)
 
-    def own_record_within(self, topic: TopicName, first: int, tip: int) -> keys.LostRange | None:
+    def own_record_within(self, topic: TopicName, first: int, tip: int) -> tuple[keys.LostRange | None, bool]:
         """For a WAL whose ``.owner`` marker does not read (``first``..``tip``): the record
         that can be its history's account, the oldest of this broker whose numbering
         restarted inside the WAL or right after it (``first <= start <= tip + 1``: a
@@ -79,14 +79,16 @@ class LossRecords:
         The newest record, what :meth:`own_lost_record` gives without a marker, may be a
         later history of this broker on another data dir: measured against it, this WAL
         was deleted as "all archived" with acknowledged offsets no object held (atk52 F01).
-        None when none fits: its own descriptors then account for it."""
+        None when none fits: its own descriptors then account for it. The flag says that
+        more than one fits: the pick may be another history's (atk54 F02), so the record
+        must not be made exact on its strength."""
         mine = [r for r in keys.read_lost_ranges(self.metadata, topic)
                 if r.broker_id == self.broker_id and first <= r.start_offset <= tip + 1
                 # "Confirmed: nothing lost from start" (exact, no end) was that history's own
                 # WAL holding nothing from there on: a WAL that does is another history's
                 # (atk53 F02: an older history that restarted where this WAL begins).
                 and not (r.exact and r.end_offset is None and tip >= r.start_offset)]
-        return min(mine, key=lambda r: r.epoch, default=None)
+        return min(mine, key=lambda r: r.epoch, default=None), len(mine) > 1
 
     def first_unarchived_by_us(self, topic: TopicName, first: int, history: int | None = None) -> tuple[int, int]:
         """Without a LostRange: the first offset from ``first`` on that no descriptor of
@@ -128,14 +130,16 @@ class LossRecords:
         return first_kept - 1 if covered > tip else None
 
     def write_lost(self, topic: TopicName, start: int, epoch: int, end: int | None, qpath: str | None,
-                   wal_id: str | None = None, attributed: bool = True) -> None:
+                   wal_id: str | None = None, attributed: bool = True, ambiguous: bool = False) -> None:
         """Write this broker's exact LostRange: compare-and-swap against the current record
         (this broker does not own the topic, so ownership cannot fence this write).
 
         ``attributed``: the WAL is known to be that history's (its marker reads). A WAL
         whose marker does not read cannot make exact an "at least" record that knows no
         end: it may be an older copy, or another history's WAL (atk52 F02). (One that
-        reaches the end the record knows, a published tip, is held to it like any WAL.)"""
+        reaches the end the record knows, a published tip, is held to it like any WAL.)
+        ``ambiguous``: the record was one of several this WAL could belong to: no "at
+        least" record is made exact on its strength (atk54 F02)."""
         key = keys.lost_key(topic, start, epoch)
         kv = self.metadata.get(key)
         exact, unknown = True, False
@@ -164,6 +168,10 @@ class LossRecords:
                 if end is None or (earlier.end_offset is not None and earlier.end_offset > end):
                     end = earlier.end_offset
                 qpath, wal_id = earlier.quarantine_path, earlier.wal_id or wal_id
+            elif not earlier.exact and ambiguous:
+                exact = False  # maybe another history's WAL: "at least", the longer end
+                if earlier.end_offset is not None and (end is None or earlier.end_offset > end):
+                    end = earlier.end_offset
             elif not attributed and not earlier.exact and earlier.end_offset is None:
                 # The takeover knew no end (no tip of that history was published), and this
                 # WAL is not known to be that history's (it may be an older copy): the

@@ -298,6 +298,7 @@ class StaleWals:
         record = None
         wal_epoch: int | None = None
         lost_end: int | None = None  # where the record ends when not at the tip (cut_zone_end)
+        ambiguous = False  # an unmarked WAL that more than one own record could be the account of
         given_up = self._given_up(topic)
         sealed = self._sealed_by_its_epoch(topic, tip) if given_up is None else None
         if sealed is not None:
@@ -324,7 +325,7 @@ class StaleWals:
         elif start is None or epoch is None:
             wal_epoch = self.root.read_owner_marker(topic)
             if wal_epoch is None and tip is not None:
-                record = self.losses.own_record_within(topic, first, tip)
+                record, ambiguous = self.losses.own_record_within(topic, first, tip)
             else:
                 record = self.losses.own_lost_record(topic, wal_epoch)
             if record is not None and wal_epoch is not None and record.epoch != wal_epoch:
@@ -389,7 +390,8 @@ class StaleWals:
             # a move without a record would be a silent loss if this broker died next.
             end = tip if lost_end is None else lost_end
             self.losses.write_lost(topic, start, epoch, end, qpath, self._wal_id_hex(topic),
-                                   attributed=wal_epoch is not None or given_up is not None)
+                                   attributed=wal_epoch is not None or given_up is not None,
+                                   ambiguous=ambiguous and record is not None)
             self.quarantine(topic, path, qpath)
             topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(end - lost_start + 1)
