@@ -10,6 +10,7 @@ import pytest
 
 from tiered.archive import list_descriptors
 from tiered.archive.start import OffsetBelowArchiveStart, archive_start
+from tiered.lifecycle import BrokerHost
 from tiered.lifecycle.restore import read_sealed_state
 from tiered.tools.verify import verify_topic
 from uploader.config import ArchiveRetentionConfig
@@ -105,6 +106,31 @@ def test_an_interrupted_cut_is_finished_by_the_next_owner(any_cluster: Cluster) 
     assert report.ok and report.problems == [], report.problems
 
 
+def _die(host: BrokerHost) -> None:
+    """The broker process dies: no seal, its WALs kept on its disk, its lease gone."""
+    for hosted in host.topics():
+        host.abandon(hosted.topic)
+    host.close(unload=False)
+
+
+def _sealed_leaving_its_wal(cluster: Cluster, host: BrokerHost) -> str:
+    """``host`` (broker A) archives 0-29 in three objects and unloads: the seal lands, but
+    the WAL's delete never does (killed in between). Returns the WAL's directory."""
+    import os
+    import shutil
+
+    on_a = host.load(TOPIC)
+    archive_in_three_objects(on_a)
+    wal_dir = os.path.join(cluster.wal_root("A"), "default", "reliable_topic")
+    on_a.wal.flush()
+    copy = os.path.join(cluster.root, "copy")
+    shutil.copytree(wal_dir, copy, ignore=shutil.ignore_patterns(".lock"))  # (no .lock in a journaled group)
+    assert host.unload(TOPIC) == 29
+    host.close()
+    shutil.copytree(copy, wal_dir)
+    return wal_dir
+
+
 def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quarantine_not_deleted(
         local_cluster: Cluster) -> None:
     """A crash between the seal and the WAL delete leaves a WAL of offsets all archived;
@@ -116,22 +142,10 @@ def test_a_stale_wal_whose_own_descriptors_retention_removed_is_kept_in_quaranti
     the archive start: 20-29 are still A's own descriptor, archived and served, and a record
     over them sent their readers back for messages that never changed (atk51 F01)."""
     import os
-    import shutil
 
     from tiered.metadata import keys
 
-    a = local_cluster.broker("A")
-    on_a = a.load(TOPIC)
-    archive_in_three_objects(on_a)
-    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
-    on_a.wal.flush()
-    copy = os.path.join(local_cluster.root, "copy")
-    shutil.copytree(wal_dir, copy)
-    assert a.unload(TOPIC) == 29
-    a.close()
-    if os.path.exists(os.path.join(copy, ".lock")):  # (none in a journaled group)
-        os.remove(os.path.join(copy, ".lock"))
-    shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
+    wal_dir = _sealed_leaving_its_wal(local_cluster, local_cluster.broker("A"))
 
     b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
     on_b = b.load(TOPIC)
@@ -173,9 +187,7 @@ def test_a_returning_owners_unarchived_wal_is_quarantined_whether_or_not_retenti
     archive_in_three_objects(on_a)
     produce_range(on_a, 30, 99)  # durable on A only (epoch 1)
     on_a.wal.flush()
-    for hosted in a.topics():
-        a.abandon(hosted.topic)
-    a.close(unload=False)
+    _die(a)
 
     b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
     on_b = b.load(TOPIC)
@@ -313,9 +325,7 @@ def test_a_retry_of_an_interrupted_quarantine_keeps_the_record_below_the_archive
     record to the WAL's tip, over 20-29 that this broker archived and that are served (a
     randomized checker's seed). The retry ends the account where the first part did."""
     import os
-    import shutil
 
-    from tiered.lifecycle import BrokerHost
     from tiered.metadata import keys
     from wal.config import WalConfig
     from wal.fs import RealFs
@@ -332,15 +342,7 @@ def test_a_retry_of_an_interrupted_quarantine_keeps_the_record_below_the_archive
     small = replace(local_cluster.config, wal_config=WalConfig(segment_bytes_max=300))
     a = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, local_cluster.objects, small)
     local_cluster.hosts.append(a)
-    on_a = a.load(TOPIC)
-    archive_in_three_objects(on_a)
-    wal_dir = os.path.join(local_cluster.wal_root("A"), "default", "reliable_topic")
-    on_a.wal.flush()
-    copy = os.path.join(local_cluster.root, "copy")
-    shutil.copytree(wal_dir, copy)
-    assert a.unload(TOPIC) == 29
-    a.close()
-    shutil.copytree(copy, wal_dir)  # == killed after the seal landed, before the delete
+    wal_dir = _sealed_leaving_its_wal(local_cluster, a)
     segments = sorted(n for n in os.listdir(wal_dir) if n.endswith(".seg"))
     assert len(segments) > 2
     first_seg = segments[0]
@@ -380,9 +382,7 @@ def test_a_stale_wal_with_an_unreadable_marker_below_a_cut_is_recorded_only_belo
 
     a = local_cluster.broker("A")
     archive_in_three_objects(a.load(TOPIC))
-    for hosted in a.topics():
-        a.abandon(hosted.topic)
-    a.close(unload=False)
+    _die(a)
     b = local_cluster.broker("B", uploader=CUT_ALL.uploader)
     on_b = b.load(TOPIC)
     assert on_b.next_offset == 30
@@ -425,11 +425,6 @@ def test_a_record_is_never_ended_at_the_archive_start_by_a_later_historys_descri
         local_cluster.hosts.append(host)
         return host
 
-    def die(host: BrokerHost) -> None:
-        for hosted in host.topics():
-            host.abandon(hosted.topic)
-        host.close(unload=False)
-
     a = on("A", "disk-0")
     first = a.load(TOPIC)
     produce_range(first, 0, 4, ack="archived")
@@ -440,10 +435,10 @@ def test_a_record_is_never_ended_at_the_archive_start_by_a_later_historys_descri
                     ignore=shutil.ignore_patterns(".lock"))
     produce_range(first, 11, 20)  # acknowledged; the broker dies before its tip is published
     first.publish_progress = lambda *args, **kwargs: False  # type: ignore[method-assign]
-    die(a)
+    _die(a)
     b = on("B", "disk-b")
     produce_range(b.load(TOPIC), 5, 6, ack="archived")
-    die(b)
+    _die(b)
     a = on("A", "disk-1")
     later = a.load(TOPIC)
     assert later.next_offset == 7
@@ -452,11 +447,11 @@ def test_a_record_is_never_ended_at_the_archive_start_by_a_later_historys_descri
     produce_range(later, 26, 26, ack="archived")
     later.uploader.archive_retention.run(later.uploader.committed_through)
     assert archive_start(local_cluster.metadata, TOPIC) == 12
-    die(a)
+    _die(a)
     b = on("B", "disk-b")
     b.load(TOPIC)
-    die(b)
-    die(on("A", "disk-2"))  # the backup: A@1's record, 5-10
-    die(on("A", "disk-0"))  # the real WAL, tip 20
+    _die(b)
+    _die(on("A", "disk-2"))  # the backup: A@1's record, 5-10
+    _die(on("A", "disk-0"))  # the real WAL, tip 20
     [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC) if (r.broker_id, r.epoch) == ("A", 1)]
     assert record.start_offset == 5 and record.end_offset == 20, record

@@ -799,6 +799,19 @@ def test_a_later_epoch_opening_the_topic_does_not_prove_an_unreadable_wals_histo
 
 # -- atk52: a stale WAL whose marker does not read, after a later history of this broker --
 
+def _marker_rots(cluster: Cluster, disk: str) -> None:
+    """The ``.owner`` marker of the topic's WAL on ``disk`` no longer reads (bit rot)."""
+    with open(os.path.join(cluster.root, disk, "default", "reliable_topic", ".owner"), "r+b") as f:
+        f.seek(3)
+        f.write(b"\xff")
+
+
+def _b_takes_over(cluster: Cluster) -> None:
+    """Broker B loads the topic (a takeover from a dead A) and dies."""
+    b = _on(cluster, "disk-b", "B")
+    b.load(TOPIC)
+    _die(b)
+
 def _a_later_history_of_a_taken_over_too(cluster: Cluster, b_archives_to: int, publish: bool,
                                          monkeypatch) -> dict[int, bytes]:
     """A on disk-0 acknowledges 0-1 archived and 2-5 durable only and dies; B takes over
@@ -819,12 +832,8 @@ def _a_later_history_of_a_taken_over_too(cluster: Cluster, b_archives_to: int, p
     acked = {later.produce(b"a3-%d" % i, ack="durable"): b"a3-%d" % i for i in range(6)}
     _die(a)
     monkeypatch.undo()
-    again = _on(cluster, "disk-b", "B")
-    again.load(TOPIC)
-    _die(again)
-    with open(os.path.join(cluster.root, "disk-0", "default", "reliable_topic", ".owner"), "r+b") as f:
-        f.seek(3)
-        f.write(b"\xff")
+    _b_takes_over(cluster)
+    _marker_rots(cluster, "disk-0")
     return acked
 
 
@@ -967,12 +976,8 @@ def test_a_wal_with_an_unreadable_marker_is_not_taken_for_a_history_that_lost_no
     produce_range(later, 5, 9)
     later.publish_progress()
     _die(a)
-    b = _on(local_cluster, "disk-b", "B")
-    b.load(TOPIC)
-    _die(b)
-    with open(os.path.join(local_cluster.root, "disk-0", "default", "reliable_topic", ".owner"), "r+b") as f:
-        f.seek(3)
-        f.write(b"\xff")
+    _b_takes_over(local_cluster)
+    _marker_rots(local_cluster, "disk-0")
     [retired] = _on(local_cluster, "disk-0").retired
     records = {r.epoch: r for r in keys.read_lost_ranges(local_cluster.metadata, T) if r.broker_id == "A"}
     assert (records[1].end_offset, records[1].quarantine_path) == (None, None), records[1]
@@ -993,9 +998,7 @@ def test_an_unmarked_wal_that_two_records_could_account_for_makes_neither_exact(
     produce_range(hosted, 5, 7)
     hosted.publish_progress()
     _die(a)
-    b = _on(local_cluster, "disk-b", "B")
-    b.load(TOPIC)
-    _die(b)
+    _b_takes_over(local_cluster)
     a = _on(local_cluster, "disk-0")
     later = a.load(TOPIC)
     assert later.next_offset == 5
@@ -1003,12 +1006,8 @@ def test_an_unmarked_wal_that_two_records_could_account_for_makes_neither_exact(
     produce_range(later, 10, 12)
     later.publish_progress()
     _die(a)
-    b = _on(local_cluster, "disk-b", "B")
-    b.load(TOPIC)
-    _die(b)
-    with open(os.path.join(local_cluster.root, "disk-0", "default", "reliable_topic", ".owner"), "r+b") as f:
-        f.seek(3)
-        f.write(b"\xff")
+    _b_takes_over(local_cluster)
+    _marker_rots(local_cluster, "disk-0")
     [retired] = _on(local_cluster, "disk-0").retired
     assert retired.quarantine_path is not None
     for record in keys.read_lost_ranges(local_cluster.metadata, T):
