@@ -262,6 +262,7 @@ class Journal:
         self._next_round = report.next_round
         self._failure: BaseException | None = None
         self._running: DirLock | None = None  # RUNNING_NAME, once taken (last in __init__)
+        self._running_lock = threading.Lock()  # close and a failure may let go of it at once
         self._prepare_lock = threading.Lock()
         self._checkpointed_cond = threading.Condition(threading.Lock())  # a checkpoint landed
         self._spare: _Prepared | None = None
@@ -287,7 +288,9 @@ class Journal:
         self._thread = threading.Thread(target=self._checkpointer, name=f"wal-journal-checkpoint:{root}", daemon=True)
         self._thread.start()
         # Last: from here on every round the journal holds is this process's own.
-        self._running = _take_running_lock(fs, self.directory)
+        running = _take_running_lock(fs, self.directory)
+        with self._running_lock:
+            self._running = running
         if self.failed:
             self._let_go_of_running()  # failed meanwhile (its checkpointer)
 
@@ -359,7 +362,8 @@ class Journal:
         self._lock_file.release()
 
     def _let_go_of_running(self) -> None:
-        running, self._running = self._running, None
+        with self._running_lock:
+            running, self._running = self._running, None
         if running is not None:
             running.release()
 

@@ -348,13 +348,15 @@ class StaleWals:
                 if tip is not None:
                     lost_end = self.losses.cut_zone_end(topic, start, tip, history=wal_epoch)
         lost_start = max(start, first)
-        if (tip is not None and tip < lost_start and record is not None and wal_epoch is None and given_up is None
-                and self.losses.first_unarchived_by_us(topic, first)[0] <= tip):
+        walked = (self.losses.first_unarchived_by_us(topic, first)
+                  if tip is not None and tip < lost_start and record is not None and wal_epoch is None
+                  and given_up is None else None)
+        if walked is not None and tip is not None and walked[0] <= tip:
             # A record without a marker to tie it to this WAL is no proof that what the WAL
             # holds is archived: it is deleted only when this broker's own descriptors cover
             # all of it. Otherwise it is accounted for by them, and kept.
             record = None
-            start, epoch = self.losses.first_unarchived_by_us(topic, first)
+            start, epoch = walked
             lost_start = max(start, first)
             lost_end = self.losses.cut_zone_end(topic, start, tip)
         if given_up is not None and not given_up.exact and tip is not None and tip < lost_start:
