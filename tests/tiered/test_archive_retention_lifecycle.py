@@ -455,3 +455,46 @@ def test_a_record_is_never_ended_at_the_archive_start_by_a_later_historys_descri
     _die(on("A", "disk-0"))  # the real WAL, tip 20
     [record] = [r for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC) if (r.broker_id, r.epoch) == ("A", 1)]
     assert record.start_offset == 5 and record.end_offset == 20, record
+
+
+def test_a_later_epoch_that_recovered_the_wal_on_its_disk_archived_its_own_messages(
+        local_cluster: Cluster) -> None:
+    """atk55 F01: A@1 archives 0-14 and holds 15-20 durable only; a backup of its disk is
+    taken; A restarts on the same disk (epoch 2), recovers the WAL, archives 15-20 (A@1's
+    own messages, no takeover in between) and more; retention cuts the archive to 15; A
+    unloads. The backup comes back: only A@1's own descriptors counted, so its record ran
+    to 20, over offsets archived and served unchanged. A later epoch counts below where a
+    takeover renumbered the history, and here none did: the record ends at 14."""
+    import os
+    import shutil
+
+    from tiered.metadata import keys
+
+    lazy = replace(CUT_ALL, progress_interval_s=3600.0)
+
+    def on(disk: str) -> BrokerHost:
+        host = BrokerHost("A", os.path.join(local_cluster.root, disk), local_cluster.metadata,
+                          local_cluster.objects, lazy)
+        local_cluster.hosts.append(host)
+        return host
+
+    a = on("disk-0")
+    first = a.load(TOPIC)
+    produce_range(first, 0, 14, ack="archived")
+    produce_range(first, 15, 20)
+    first.wal.flush()
+    shutil.copytree(os.path.join(local_cluster.root, "disk-0"), os.path.join(local_cluster.root, "disk-2"),
+                    ignore=shutil.ignore_patterns(".lock"))
+    _die(a)
+    a = on("disk-0")
+    recovered = a.load(TOPIC)
+    assert recovered.token.epoch == 2 and recovered.next_offset == 21
+    produce_range(recovered, 21, 24)
+    produce_range(recovered, 25, 25, ack="archived")  # one object, 15-25, under epoch 2
+    recovered.uploader.archive_retention.run(recovered.uploader.committed_through)
+    assert archive_start(local_cluster.metadata, TOPIC) == 15
+    a.close()  # unload: sealed
+
+    [retired] = on("disk-2").retired
+    assert retired.quarantine_path is not None
+    assert [(r.start_offset, r.end_offset) for r in keys.read_lost_ranges(local_cluster.metadata, TOPIC)] == [(0, 14)]

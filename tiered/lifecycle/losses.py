@@ -102,12 +102,22 @@ class LossRecords:
         false LostRange below the archive start costs an operator a look, a wrong delete
         would lose the only copy of acknowledged messages."""
         covered, epoch = first - 1, 0
+        restarts = ([r for r in keys.read_lost_ranges(self.metadata, topic) if r.broker_id == self.broker_id]
+                    if history is not None else [])
         for d in list_descriptors(self.metadata, topic):
-            if d.broker_id != self.broker_id or (history is not None and d.epoch > history):
-                continue  # (``history``: only that epoch's descriptors and earlier ones)
+            if d.broker_id != self.broker_id:
+                continue
+            end = d.end_offset
+            if history is not None and d.epoch > history:
+                # A later epoch archived this WAL's own messages (a restart that recovered
+                # it) only below where a takeover renumbered them since (a loss record of
+                # this broker from ``history`` on, before that epoch).
+                cut = min((r.start_offset for r in restarts if history <= r.epoch < d.epoch), default=None)
+                if cut is not None:
+                    end = min(end, cut - 1)
             epoch = max(epoch, d.epoch)
-            if d.start_offset <= covered + 1 <= d.end_offset:
-                covered = d.end_offset
+            if d.start_offset <= covered + 1 <= end:
+                covered = end
         return covered + 1, epoch
 
     def cut_zone_end(self, topic: TopicName, start: int, tip: int, history: int | None = None) -> int | None:
@@ -119,10 +129,12 @@ class LossRecords:
         them would send their readers back for messages that never changed (atk51 F01).
         None otherwise: the record goes to the tip.
 
-        ``history``: the epoch of the history the WAL is (its record's, or its marker's);
-        only descriptors of that epoch or an earlier one count. A later epoch of this
-        broker may have archived other messages under the same numbers after a takeover
-        renumbered them, and counting it ended a record too early (atk54 F01)."""
+        ``history``: the epoch of the history the WAL is (its record's, or its marker's).
+        A later epoch of this broker counts only below where a takeover renumbered that
+        history (a loss record of this broker from that epoch on, before the later one):
+        past it, the later epoch archived other messages under the same numbers, and
+        counting them ended a record too early (atk54 F01). Before it, a later epoch that
+        recovered the WAL on the same disk archived this WAL's own messages (atk55 F01)."""
         first_kept = archive_start(self.metadata, topic)
         if start >= first_kept or tip < first_kept:
             return None
