@@ -51,6 +51,14 @@ class Cluster:
         self.hosts.append(host)
         return host
 
+    def on_disk(self, broker_id: str, disk: str, config: BrokerConfig | None = None) -> BrokerHost:
+        """``broker_id`` with its WAL root on the data dir ``disk`` (one broker id may run
+        on several, one after the other)."""
+        host = BrokerHost(broker_id, os.path.join(self.root, disk), self.metadata, self.objects,
+                          config or self.config)
+        self.hosts.append(host)
+        return host
+
     def close(self) -> None:
         for host in self.hosts:
             try:

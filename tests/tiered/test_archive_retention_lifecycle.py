@@ -106,6 +106,11 @@ def test_an_interrupted_cut_is_finished_by_the_next_owner(any_cluster: Cluster) 
     assert report.ok and report.problems == [], report.problems
 
 
+#: Retention that keeps only the last object, and tips published only when asked: a
+#: broker's acknowledged tail stays unpublished unless a test publishes it.
+CUT_ALL_UNPUBLISHED = replace(CUT_ALL, progress_interval_s=3600.0)
+
+
 def _die(host: BrokerHost) -> None:
     """The broker process dies: no seal, its WALs kept on its disk, its lease gone."""
     for hosted in host.topics():
@@ -417,13 +422,8 @@ def test_a_record_is_never_ended_at_the_archive_start_by_a_later_historys_descri
     from tiered.lifecycle import BrokerHost
     from tiered.metadata import keys
 
-    lazy = replace(CUT_ALL, progress_interval_s=3600.0)
-
     def on(broker_id: str, disk: str) -> BrokerHost:
-        host = BrokerHost(broker_id, os.path.join(local_cluster.root, disk), local_cluster.metadata,
-                          local_cluster.objects, lazy)
-        local_cluster.hosts.append(host)
-        return host
+        return local_cluster.on_disk(broker_id, disk, CUT_ALL_UNPUBLISHED)
 
     a = on("A", "disk-0")
     first = a.load(TOPIC)
@@ -470,13 +470,8 @@ def test_a_later_epoch_that_recovered_the_wal_on_its_disk_archived_its_own_messa
 
     from tiered.metadata import keys
 
-    lazy = replace(CUT_ALL, progress_interval_s=3600.0)
-
     def on(disk: str) -> BrokerHost:
-        host = BrokerHost("A", os.path.join(local_cluster.root, disk), local_cluster.metadata,
-                          local_cluster.objects, lazy)
-        local_cluster.hosts.append(host)
-        return host
+        return local_cluster.on_disk("A", disk, CUT_ALL_UNPUBLISHED)
 
     a = on("disk-0")
     first = a.load(TOPIC)

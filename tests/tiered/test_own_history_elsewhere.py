@@ -32,9 +32,7 @@ T = TopicName.parse(TOPIC)
 
 def _on(cluster: Cluster, disk: str, broker_id: str = "A") -> BrokerHost:
     """Broker A (or ``broker_id``) with its WAL root on ``disk`` (the default config: refuse)."""
-    host = BrokerHost(broker_id, os.path.join(cluster.root, disk), cluster.metadata, cluster.objects, cluster.config)
-    cluster.hosts.append(host)
-    return host
+    return cluster.on_disk(broker_id, disk)
 
 
 def _die(host: BrokerHost) -> None:
@@ -912,10 +910,7 @@ def test_a_readable_copy_of_a_discarded_wal_is_kept_not_deleted(local_cluster: C
     small = replace(local_cluster.config, wal_config=WalConfig(segment_bytes_max=80))
 
     def on(disk: str, broker_id: str = "A") -> BrokerHost:
-        host = BrokerHost(broker_id, os.path.join(local_cluster.root, disk), local_cluster.metadata,
-                          local_cluster.objects, small)
-        local_cluster.hosts.append(host)
-        return host
+        return local_cluster.on_disk(broker_id, disk, small)
 
     a = on("disk-0")
     hosted = a.load(TOPIC)

@@ -286,7 +286,6 @@ class StaleWals:
         if unattributed is not None:
             leaf = f"deleted-incarnation-{unattributed.epoch:0{keys.OFFSET_DIGITS}d}"
             qpath = self.quarantine(topic, path, self.claim_quarantine(topic, leaf, tip))
-            topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             log.error("topic %s: quarantined local WAL %d..%s at %s: its .owner marker is unreadable and it "
                       "is not known to hold anything of the topic's current incarnation (created again after "
                       "the delete at epoch %d, tombstone %s), so it is taken for the deleted incarnation's: "
@@ -366,7 +365,6 @@ class StaleWals:
             # under the same record, never deleted (atk53 F03).
             qpath = self.quarantine(topic, path, self.claim_quarantine(topic, f"{epoch:0{keys.OFFSET_DIGITS}d}", tip,
                                                                        resume=given_up))
-            topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             log.error("topic %s: quarantined stale local WAL %d..%d at %s: an earlier copy of it was discarded as "
                       "unreadable (recorded at %s), which says nothing of what this copy holds; kept for an "
                       "operator", topic, first, tip, qpath, keys.lost_key(topic, given_up.start_offset, given_up.epoch))
@@ -395,7 +393,6 @@ class StaleWals:
                                    attributed=wal_epoch is not None or given_up is not None,
                                    ambiguous=ambiguous and record is not None)
             self.quarantine(topic, path, qpath)
-            topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
             topic_counter(self.metrics.registry, self.metrics.quarantined_offsets, topic).inc(end - lost_start + 1)
             log.warning("topic %s: quarantined stale local WAL of epoch %d at %s: offsets %d-%d were durable "
                         "here but never archived, and the topic's numbering restarted at %d, so they are lost "
@@ -533,7 +530,6 @@ class StaleWals:
         qpath = self.claim_quarantine(topic, f"unreadable-{epoch:0{keys.OFFSET_DIGITS}d}", None, resume=record)
         key = self.losses.record_discarded(topic, start, end, epoch, qpath, self._wal_id_hex(topic))
         self.quarantine(topic, self.root.path(topic), qpath)
-        topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s, "
                   "offsets from %d on that it held are lost (range unknown, recorded at %s)",
                   topic, qpath, start, key)
@@ -555,7 +551,6 @@ class StaleWals:
         else:
             return None
         qpath = self.quarantine(topic, self.root.path(topic), self.claim_quarantine(topic, leaf, None))
-        topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
         log.error("topic %s: discarded the unreadable local WAL on the operator's request: quarantined at %s; "
                   "%s, so nothing it held is lost and no loss is recorded", topic, qpath, why)
         retired = RetiredWal(topic, -1, None, None, None, deleted[0] if deleted else (marker or 0), qpath,
@@ -617,7 +612,7 @@ class StaleWals:
 
     def quarantine(self, topic: TopicName, path: str, qpath: str) -> str:
         """Move the WAL's files to ``qpath`` (from :meth:`claim_quarantine`) through the
-        WAL's file layer, durably: both ends are fsynced."""
+        WAL's file layer, durably: both ends are fsynced. Counted once moved."""
         fs = self.fs
         # A crash in between leaves here a suffix of the WAL without a checkpoint, which
         # opens with the same tip and is moved on by the retry; never a prefix that would
@@ -643,6 +638,7 @@ class StaleWals:
         fs.fsync_dir(path)
         fs.rmdir(path)
         fs.fsync_dir(os.path.dirname(path))
+        topic_counter(self.metrics.registry, self.metrics.quarantines, topic).inc()
         return qpath
 
     def delete(self, topic: TopicName) -> None:
