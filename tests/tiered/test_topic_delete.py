@@ -528,3 +528,28 @@ def test_a_full_topic_can_still_be_deleted_and_taken_over(local_cluster: Cluster
     assert taken.wal.next_offset == MAX_OFFSET + 1
     assert [m.offset for m in create_reader(other, None, local_cluster.metadata, local_cluster.objects,
                                             "earliest", live=False)] == [MAX_OFFSET - 1, MAX_OFFSET]
+
+
+def test_a_latest_subscription_on_a_recreated_unhosted_topic_starts_at_its_first_offset(
+        local_cluster: Cluster) -> None:
+    # The new incarnation starts at 5 and archived nothing yet; nobody hosts it. A
+    # "latest" subscription made through the unowned path (the CLI's) must start at 5 and
+    # pin cursor 4: a cursor below the incarnation sends its reader below the first
+    # retained offset once the topic is hosted again, and refuses its acks.
+    _sealed_topic_with_data(local_cluster, last=4)
+    ops = local_cluster.broker("ops")
+    ops.delete(T)
+    ops.create(T)
+    ops.unload(T)
+    metadata = local_cluster.metadata
+    with SubscriptionManager(T, metadata, fencing=unowned_fencing(metadata, T)) as subs:
+        sub = subs.subscribe("late", "latest")
+        assert sub.start_offset == 5
+        sub.ack(4)  # nothing to acknowledge yet, and no error for the cursor it holds
+        sub.flush()
+    hosted = local_cluster.broker("b").load(T)
+    assert produce_range(hosted, 5, 7, ack="archived") == [5, 6, 7]
+    again = hosted.subscribe("late", "latest")
+    assert again.start_offset == 5
+    assert [m.offset for m in read_all(hosted, again.start_offset, 7)] == [5, 6, 7]
+    again.ack(7)

@@ -30,8 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 
-from tiered.archive.chain import DescriptorChain
-from tiered.read.reader import earliest_offset
+from tiered.read.reader import earliest_offset, topic_next_offset
 from tiered.errors import MalformedRecord, StorageError
 from tiered.logs import FailureLog
 from tiered.metadata import keys
@@ -72,9 +71,10 @@ class TopicBounds:
     def next_offset(self) -> int:
         if self._next is not None:
             return self._next()
-        if self._wal is not None:
-            return int(self._wal.next_offset)
-        return DescriptorChain(self._metadata, self._topic).next_offset()
+        # Without a WAL: past the committed descriptors, and at least the archive start (a
+        # re-created topic that archived nothing yet starts at its incarnation's first
+        # offset; "latest" there must not pin a cursor below it).
+        return topic_next_offset(self._topic, self._wal, self._metadata)
 
     def earliest_offset(self) -> int:
         if self._earliest is not None:
