@@ -617,12 +617,13 @@ class Uploader:
         return info, stored
 
     def _existing_with_frames(self, key: str, data: bytes, frames: bytes) -> bytes | None:
-        """The existing object's bytes when it holds exactly ``frames``, else None."""
+        """The existing object's bytes when it is an object of this topic holding exactly
+        ``frames``, else None (the caller then writes under a key of its own)."""
         existing = self.objects.get(key)
         if existing == data:
             return existing
         try:
-            return existing if fetch.object_frames(existing, key) == frames else None
+            return existing if fetch.object_frames(existing, key, self.topic) == frames else None
         except native.CodecError:
             log.warning("topic %s: existing object %s is corrupt; leaving it", self.topic, key)
             return None

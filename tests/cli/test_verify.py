@@ -81,6 +81,30 @@ def test_corrupt_object(archived):
     assert desc.object_id in report["problems"][0]["message"]
 
 
+def test_an_object_pinned_by_its_descriptor_but_naming_another_topic_is_corrupt(archived):
+    # The same frames in an object that names another topic, pinned by its descriptor (size
+    # and digest), as an uploader that adopted it would have committed it: every reader
+    # refuses it, so verify must too (atk58 F01), not rate the archive sound.
+    import dataclasses
+
+    from tiered.archive import fetch
+
+    with _meta(archived) as m:
+        desc = list_descriptors(m, TOPIC)[1]
+        path = _object_path(archived, desc)
+        key = object_key(TopicName.parse(TOPIC), desc.start_offset, desc.object_id)
+        frames = fetch.object_frames(open(path, "rb").read(), key, TOPIC)
+        foreign = fetch.encode_object("/default/other", frames, block_bytes=1 << 20, zstd_level=0)
+        open(path, "wb").write(foreign)
+        digest = fetch.object_digest(foreign, key)
+        pinned = dataclasses.replace(desc, size=len(foreign), footer_crc32c=digest.footer_crc32c,
+                                     block_crc32c=digest.block_crc32c)
+        m.put(keys.descriptor_key(TOPIC, desc.start_offset), pinned.to_json())
+    report = _verify(archived)
+    assert _kinds(report) == {"corrupt_object"}
+    assert "other" in report["problems"][0]["message"]
+
+
 def test_missing_object(archived):
     with _meta(archived) as m:
         desc = list_descriptors(m, TOPIC)[0]

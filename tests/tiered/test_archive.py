@@ -100,7 +100,7 @@ def test_a_pinned_footer_and_its_blocks_are_read(backends: Backends) -> None:
     fetch.check_footer(key, footer, TOPIC, 0, 49)
     offsets = [r[0] for b in footer.blocks for r in fetch.block_records(key, data[b.position:b.end], b, ObjectPin.of(d))]
     assert offsets == list(range(50))
-    assert fetch.read_whole_object(key, data, ObjectPin.of(d)) == fetch.object_frames(data, key)
+    assert fetch.read_whole_object(key, data, ObjectPin.of(d), TOPIC) == fetch.object_frames(data, key, TOPIC)
 
 
 def test_another_object_under_the_key_is_a_mismatch(backends: Backends) -> None:
@@ -108,14 +108,14 @@ def test_another_object_under_the_key_is_a_mismatch(backends: Backends) -> None:
     d = _descriptor(backends, 0)
     pin = ObjectPin.of(d)
     with pytest.raises(ObjectMismatch) as info:
-        fetch.read_whole_object(key, data + b"\0", pin)
+        fetch.read_whole_object(key, data + b"\0", pin, TOPIC)
     assert info.value.what == "size"
     other = ObjectPin(pin.size, pin.footer_crc32c ^ 1, pin.block_crc32c)
     with pytest.raises(ObjectMismatch) as info:
         fetch.read_footer(backends.objects, key, d.size, other)
     assert info.value.what == "digest"
     with pytest.raises(ObjectMismatch) as info:
-        fetch.read_whole_object(key, data, other)
+        fetch.read_whole_object(key, data, other, TOPIC)
     assert info.value.what == "digest"
     footer = fetch.read_footer(backends.objects, key, d.size, pin)
     with pytest.raises(CorruptObject, match="topic"):

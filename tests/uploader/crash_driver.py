@@ -181,7 +181,7 @@ def verify(root: str) -> dict:
     descriptors = list_descriptors(metadata, TOPIC)
     for d in descriptors:
         key = object_key(TOPIC, d.start_offset, d.object_id)
-        assert object_frames(objects.get(key), key) == expected_frames(d.start_offset, d.end_offset), key
+        assert object_frames(objects.get(key), key, TOPIC) == expected_frames(d.start_offset, d.end_offset), key
     orphans_before = len(find_orphans(metadata, objects, TOPIC))
     collect_garbage(metadata, objects, TOPIC, grace_s=0)
     assert find_orphans(metadata, objects, TOPIC) == []

@@ -24,7 +24,7 @@ def assert_archive(env, expected_frames: Callable[[int, int], bytes], first_offs
         key = object_key(env.topic, d.start_offset, d.object_id)
         data = env.raw_objects.get(key)
         assert d.size == len(data)
-        assert object_frames(data, key) == expected_frames(d.start_offset, d.end_offset), key
+        assert object_frames(data, key, env.topic) == expected_frames(d.start_offset, d.end_offset), key
     if gc:
         collect_garbage(env.raw_metadata, env.raw_objects, env.topic, grace_s=0)
         assert find_orphans(env.raw_metadata, env.raw_objects, env.topic) == []

@@ -115,6 +115,23 @@ def test_a_different_object_under_our_key_is_never_overwritten(env):
     assert d.object_id.startswith(object_id_for(0, 9, env.owner.epoch) + "-")
 
 
+def test_an_object_of_another_topic_with_our_frames_under_our_key_is_never_adopted(env):
+    """Our own key holding exactly our frames, but in an object that names another topic
+    (copied or restored from another topic's prefix): every reader refuses such an object,
+    so adopting it would acknowledge offsets as archived that no tier can serve once WAL
+    retention removes them (atk58 F01). It is left alone; ours goes under a key of its own."""
+    wal = MemWal()
+    wal.append_n(10)
+    key = object_key(env.topic, 0, object_id_for(0, 9, env.owner.epoch))
+    foreign = encode_object("/elsewhere/other", wal.frames(0, 9), UploaderConfig(compression="none"))
+    env.raw_objects.put(key, foreign)
+    up = env.uploader(wal)
+    assert up.upload_once() == 9
+    assert env.raw_objects.get(key) == foreign
+    (d,) = assert_archive(env, wal.frames, 0, 9)
+    assert d.object_id.startswith(object_id_for(0, 9, env.owner.epoch) + "-")
+
+
 class _IgnoresConditionalPut(ObjectStore):
     """A store whose server ignores If-None-Match: every put overwrites."""
 

@@ -84,9 +84,17 @@ def encode_object(topic: TopicName | str, frames: bytes, *, block_bytes: int, zs
                                       first_offset=first_offset)
 
 
-def object_frames(data: bytes, object_name: str) -> bytes:
-    """The raw frames a whole object holds, concatenated; CorruptObject if it is bad."""
-    return object_format.read_all_frames(data, object_name=object_name)
+def object_frames(data: bytes, object_name: str, topic: TopicName | str) -> bytes:
+    """The raw frames a whole object of ``topic`` holds, concatenated; CorruptObject if it
+    is bad or names another topic. The topic is checked as the ranged readers check it
+    (``check_footer``): an object the readers refuse must not pass here either, or the
+    uploader would adopt, and verify would rate sound, an object no reader serves."""
+    frames = object_format.read_all_frames(data, object_name=object_name)  # header and footer agree
+    expected = str(TopicName.parse(topic))
+    header = object_format.parse_header(data, object_name)
+    if header.topic != expected:
+        raise CorruptObject(object_name, 0, f"object names topic {header.topic!r}, expected {expected!r}")
+    return frames
 
 
 def object_digest(data: bytes, object_name: str) -> ObjectDigest:
@@ -203,13 +211,13 @@ def _check_block_pin(key: str, raw: bytes | memoryview, block: Block, pin: Objec
 
 # -- reading a whole object (verify) -------------------------------------------------------
 
-def read_whole_object(key: str, data: bytes, pin: ObjectPin) -> bytes:
-    """The frames of a whole object held in memory, after every check: its size, then
-    every block and frame, then its digest against ``pin``."""
+def read_whole_object(key: str, data: bytes, pin: ObjectPin, topic: TopicName | str) -> bytes:
+    """The frames of a whole object of ``topic`` held in memory, after every check: its
+    size, then every block and frame and the topic it names, then its digest against ``pin``."""
     if len(data) != pin.size:
         raise ObjectMismatch(key, 0, "size", f"object is {len(data)} bytes, its descriptor says {pin.size}: "
                                              "not the object that was committed")
-    frames = object_frames(data, key)
+    frames = object_frames(data, key, topic)
     digest = object_digest(data, key)
     if (digest.footer_crc32c, digest.block_crc32c) != (pin.footer_crc32c, pin.block_crc32c):
         raise ObjectMismatch(key, 0, "digest", "a valid object but not the one its descriptor pins "

@@ -286,12 +286,13 @@ def _check_objects(topic: TopicName, descriptors: list[keys.ObjectDescriptor], o
                                          f"cannot be read: {e}", key=key)
             continue
         report.objects_checked += 1
-        _check_object_bytes(key, desc, data, report)
+        _check_object_bytes(topic, key, desc, data, report)
 
 
-def _check_object_bytes(key: str, desc: keys.ObjectDescriptor, data: bytes, report: VerifyReport) -> None:
+def _check_object_bytes(topic: TopicName, key: str, desc: keys.ObjectDescriptor, data: bytes,
+                        report: VerifyReport) -> None:
     try:
-        offsets = frame_offsets(fetch.read_whole_object(key, data, ObjectPin.of(desc)))
+        offsets = frame_offsets(fetch.read_whole_object(key, data, ObjectPin.of(desc), topic))
     except ObjectMismatch as e:
         if e.what == "size":
             report.add("size_mismatch", f"object {key} is {len(data)} bytes, its descriptor says {desc.size}: "
