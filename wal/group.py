@@ -202,11 +202,15 @@ class CommitGroup:
             if wal_id is None or not wal_path:
                 raise ValueError("a journaled commit group needs the WAL's id and path")
         member = GroupMember(self, hooks, appender, name, wal_id, wal_path.encode())
+        if self.journal is not None:
+            assert wal_id is not None
+            with self._lock:
+                self._check_join_locked(wal_id, wal_path)  # a copy is refused before anything else
+            # A reopen: the rounds an earlier instance of this WAL journaled become history
+            # first (Journal.wait_replay_past), so no replay can lay them over the directory.
+            self.journal.wait_replay_past(wal_id)
         with self._lock:
-            self._check_locked()
-            if wal_id is not None and wal_id in self._wal_ids:
-                raise CorruptLog(wal_path, 0, f"WAL id {wal_id.hex()} is already the id of another WAL of "
-                                 "this group (a copied directory?): give one of them a new .walid")
+            self._check_join_locked(wal_id, wal_path)
             if self.journal is not None:
                 appender.journaled(self.journal.retire)
             self._members.add(member)
@@ -217,6 +221,12 @@ class CommitGroup:
             self._ready_members[member] = None
             self._work.notify()
         return member
+
+    def _check_join_locked(self, wal_id: bytes | None, wal_path: str) -> None:
+        self._check_locked()
+        if wal_id is not None and wal_id in self._wal_ids:
+            raise CorruptLog(wal_path, 0, f"WAL id {wal_id.hex()} is already the id of another WAL of "
+                             "this group (a copied directory?): give one of them a new .walid")
 
     def claim(self, directory: str) -> "_Claim":
         """One opener per WAL directory in a journaled group (instead of a ``flock`` on its

@@ -59,7 +59,7 @@ from native.journal_format import (
     parse_journal_file_name,
 )
 from wal.checkpoint import read_checkpoint, write_checkpoint
-from wal.errors import CorruptLog, WalFailed, WalLocked
+from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
@@ -258,6 +258,9 @@ class Journal:
         self._entry_headers: list[bytes] = []
         self._round_bytes = 0
         self._dirty: dict[int, SegmentFile] = {}  # segment files written since the snapshot
+        #: The last round holding an entry of each WAL id, while a replay would still apply
+        #: it (pruned at checkpoints): see ``wait_replay_past``.
+        self._last_round_of: dict[bytes, int] = {}
         self._retired: list[SegmentFile] = []
         self._next_round = report.next_round
         self._failure: BaseException | None = None
@@ -307,6 +310,7 @@ class Journal:
         self._entries.append(header)
         self._entries.extend(parts)
         self._round_bytes += len(header) + nbytes
+        self._last_round_of[wal_id] = self._next_round  # the number write() gives this round
         if isinstance(file, SegmentFile):
             self._dirty[id(file)] = file
 
@@ -469,6 +473,33 @@ class Journal:
                 self._request_checkpoint()
                 self._checkpointed_cond.wait(0.1)
 
+    def wait_replay_past(self, wal_id: bytes, timeout_s: float = 60.0) -> None:
+        """Before a WAL joins the group again (reopened): wait until no replay would apply
+        the rounds its earlier instance journaled, asking for a checkpoint if needed.
+
+        Why: that instance's close synced its files, and from then on the directory was
+        free to be written outside this journal (moved out of the root, appended by a
+        standalone opener, moved back). Its journal entries stay live until the next
+        checkpoint; a replay would lay them over the directory again, and with the new
+        instance's entries behind them it would find the WAL's offsets skipping (written
+        elsewhere in between) and refuse the whole root. A checkpoint first makes the old
+        entries history. Costs one checkpoint, only when a WAL is reopened within a
+        checkpoint interval of its close. Returns at once if the journal failed (the
+        group then refuses the join); WalTimeout if no checkpoint landed in ``timeout_s``
+        (its record cannot be written: a full disk), and the WAL is not opened."""
+        with self.round_lock:
+            last = self._last_round_of.get(wal_id)
+        if last is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        with self._checkpointed_cond:
+            while self._checkpointed.round <= last and self._failure is None:
+                if time.monotonic() >= deadline:
+                    raise WalTimeout(f"journal {self.directory}: no checkpoint within {timeout_s} s, so a WAL "
+                                     "closed since the last one cannot be opened again yet")
+                self._request_checkpoint()
+                self._checkpointed_cond.wait(0.1)
+
     # ------------------------------------------------------------------ checkpoints
     def _request_checkpoint(self) -> None:
         with self._wake:
@@ -507,6 +538,8 @@ class Journal:
             files = list(self._dirty.values())
             retired, self._retired = self._retired, []
             self._dirty = {}
+            durable = self._checkpointed.round  # rounds before it are no longer replayed
+            self._last_round_of = {k: r for k, r in self._last_round_of.items() if r >= durable}
             self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         if (snapshot.file, snapshot.position) == (self._checkpointed.file, self._checkpointed.position) \
@@ -714,12 +747,14 @@ def _checkpoint_bytes(fs: FileSystem, directory: str) -> bytes | None:
     return fs.read_all(path) if fs.exists(path) else None
 
 
-def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str, tuple[int, bytes]]:
+def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str, tuple[int, bytes, int | None]]:
     """Read-only: what a replay of ``root``'s journal would write into the WAL at
-    ``directory`` (``{segment path: (truncate to, bytes appended there)}``; empty without a
-    journal or without rounds of that WAL). For checkers that must not open a WAL (``dnb
-    verify``): a journaled WAL's segments hold the truth only once this is laid over them.
-    Raises CorruptLog where replay would."""
+    ``directory`` (``{segment path: (truncate to, bytes appended there, the offset after
+    them or None)}``; empty without a journal or without rounds of that WAL). What follows
+    those bytes in the file is cut but for ``continuing_rounds`` of that offset (None: all
+    of it). For checkers that must not open a WAL (``dnb verify``): a journaled WAL's
+    segments hold the truth only once this is laid over them. Raises CorruptLog where
+    replay would."""
     journal_dir = os.path.join(root, JOURNAL_DIR)
     if not fs.exists(journal_dir):
         return {}
@@ -733,7 +768,7 @@ def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str
         return {}
     _check_chain(directory, entries)
     plans, _skipped = _plan_segments(fs, directory, entries)
-    return {plan.path: (plan.truncate_to, b"".join(plan.parts)) for plan in plans}
+    return {plan.path: (plan.truncate_to, b"".join(plan.parts), plan.next_offset) for plan in plans}
 
 
 # ---------------------------------------------------------------------- replay
@@ -947,6 +982,34 @@ class _SegmentPlan:
     path: str
     truncate_to: int
     parts: list[Chunk]
+    #: The offset after the journal's last round in this segment; None for a segment the
+    #: WAL's journaled rounds continue past (a rotation): nothing may follow them there.
+    next_offset: int | None = None
+
+
+def continuing_rounds(tail: bytes | memoryview, next_offset: int) -> int:
+    """How many bytes of ``tail`` (a segment's bytes just past the journal's last round of
+    its WAL) to keep: the commit rounds that continue the WAL at ``next_offset``, up to the
+    end of their last valid frame (0 when the tail does not start with such a round).
+
+    A running group writes a WAL's round k+1 to its segment only after round k's journal
+    fdatasync returned, so past the journal's valid rounds a segment holds either rounds the
+    journal should also hold (its copy was damaged at rest, or the WAL was appended outside
+    this journal after its close synced it) or the one round of the crash, never
+    acknowledged, whole or torn. Whole valid frames are kept either way (as a WAL's own
+    recovery keeps a whole unacknowledged round); cutting them would destroy acknowledged
+    messages whose only intact copy is the segment's. The first invalid byte ends what is
+    kept, so a torn round (a power loss keeps any part of an unsynced write) is cut from
+    there, whatever follows it, and a marker with no frame after it is cut too."""
+    if len(tail) < ROUND_MARKER_BYTES:
+        return 0
+    scan = scan_frames(tail, 0, None, next_offset, False, True, None, True)
+    if not scan.markers or scan.markers[0] != 0 or not scan.count:
+        return 0  # every round starts with its marker; a tail that does not is no round of this WAL
+    last_frame = scan.positions[-1]
+    if scan.markers[-1] > last_frame:
+        return scan.markers[-1]  # a dangling marker: keep the frames before it
+    return scan.end
 
 
 _Entry = tuple[EntryHeader, bytes, memoryview]  # header, the WAL's path, its bytes
@@ -994,19 +1057,42 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
         lock = _NOT_LOCKED if held is not None and directory_key(fs, path) == held else _lock_wal(fs, path)
         try:
             for plan in segment_plans:
-                # The journal's bytes over what is there, then cut whatever followed them:
-                # truncate fsyncs the file, one sync for both (a crash in between replays again).
+                # The journal's bytes over what is there, then cut whatever followed them but
+                # the rounds that continue them (``continuing_rounds``): truncate fsyncs the
+                # file, one sync for both (a crash in between replays again).
                 size = sum(map(len, plan.parts))
+                end = plan.truncate_to + size
+                kept = _continuing_bytes(fs, plan.path, end, plan.next_offset)
                 handle = fs.open_rw(plan.path)
                 try:
                     handle.pwrite(plan.parts, plan.truncate_to)
                 finally:
                     handle.close()
-                fs.truncate(plan.path, plan.truncate_to + size)
+                if kept:
+                    _log.warning("journal of %s: kept %d bytes of %s past the journal's last round of that WAL: "
+                                 "whole rounds continuing it (the journal's copy was damaged, or the WAL was "
+                                 "appended outside this journal after its close)", root, kept, plan.path)
+                fs.truncate(plan.path, end + kept)
                 report.bytes += size
         finally:
             lock.release()
         report.wals += 1
+
+
+def _continuing_bytes(fs: FileSystem, path: str, end: int, next_offset: int | None) -> int:
+    """``continuing_rounds`` of the segment at ``path`` past byte ``end`` (0 for a segment
+    whose WAL's journaled rounds continue in a later one)."""
+    if next_offset is None:
+        return 0
+    size = fs.file_size(path)
+    if size <= end:
+        return 0
+    handle = fs.open_read(path)
+    try:
+        tail = handle.pread(end, size - end)
+    finally:
+        handle.close()
+    return continuing_rounds(tail, next_offset)
 
 
 def _check_chain(path: str, entries: list[_Entry]) -> None:
@@ -1044,6 +1130,9 @@ def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[li
             raise CorruptLog(segment, size, f"the segment ends before byte {entry.position}, where its first round "
                              f"after the journal checkpoint starts: synced bytes are missing")
         plans.append(_SegmentPlan(segment, entry.position, [payload]))
+    if plans:
+        last = entries[-1][0]
+        plans[-1].next_offset = last.first_offset + last.record_count
     return plans, skipped
 
 

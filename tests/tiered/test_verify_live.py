@@ -199,7 +199,7 @@ def test_segments_a_power_loss_cut_short_are_no_corruption_while_the_replay_runs
     directory = os.path.join(root, "ns", "t")
     pending = wal_journal.pending_segment_bytes(RealFs(), root, directory)
     assert pending
-    for path, (cut, _data) in pending.items():
+    for path, (cut, _data, _next) in pending.items():
         os.truncate(path, cut)
     during: list[verify.VerifyReport] = []
     replay = wal_journal.replay

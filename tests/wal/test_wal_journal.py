@@ -980,3 +980,98 @@ def test_a_running_group_is_seen_from_another_pid_namespace(tmp_path) -> None:
         assert _probe_in_child(root, unshare, "--pid", "--fork", "--mount-proc") == "True"
     finally:
         group.close()
+
+
+# -- what lies past the journal's last round of a WAL (atk56 F01, F02) ---------------------
+
+def _process_crash(fs: FaultFs) -> FaultFs:
+    """The files after a crash of the process alone: everything written reached the page
+    cache, so every dirty page survives (no power loss)."""
+    return fs.crash_image_pages(lambda _path, pages: pages)
+
+
+def _appended(wal: WriteAheadLog, first: int, count: int) -> None:
+    for offset in range(first, first + count):
+        assert wal.append(payload_for(offset)) == offset
+    wal.flush()
+
+
+def _move_directory(fs: FaultFs, src: str, dst: str) -> None:
+    """``mv src dst`` of a WAL directory, file by file (FaultFs renames files only)."""
+    fs.makedirs(dst)
+    for name in fs.listdir(src):
+        if name != ".lock":
+            _overwrite(fs, os.path.join(dst, name), fs.read_all(os.path.join(src, name)))
+        fs.remove(os.path.join(src, name))
+    fs.rmdir(src)
+    fs.fsync_dir(os.path.dirname(src))
+
+
+def _recovered_payloads(fs: FaultFs) -> list[bytes]:
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    try:
+        wal = _open(fs, group, 0, small_config())
+        try:
+            return [record.payload for record in read_all(wal, 0)]
+        finally:
+            wal.close()
+    finally:
+        group.close()
+
+
+def test_replay_keeps_a_segments_intact_round_that_the_journal_holds_damaged():
+    # Every round is acknowledged, then the process dies and the journal's LAST round is
+    # damaged at rest. Nothing proves that round was synced, so replay takes it for the
+    # crash's torn tail; but the segment holds an intact copy, and cutting it there would
+    # lose acknowledged messages and hand their offsets out again.
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, small_config())
+    for first in range(0, 20, 5):
+        _appended(wal, first, 5)
+    assert group.journal is not None
+    writer = group.journal._writer  # noqa: SLF001 - the file and byte where the last round ends
+    path, end = group.journal._path(writer.sequence), writer.position  # noqa: SLF001
+    image = _process_crash(fs)
+    flipped = bytes([image.read_all(path)[end - 3] ^ 0x01])  # inside the last frame of the last round
+    handle = image.open_rw(path)
+    handle.pwrite([flipped], end - 3)
+    handle.sync()
+    handle.close()
+    wal.close()
+    group.close()
+    assert _recovered_payloads(image) == [payload_for(o) for o in range(20)]
+
+
+def test_replay_keeps_what_a_closed_wal_acknowledged_outside_the_journal():
+    # A closed WAL depends on no journal: its directory may leave the root, be appended by
+    # a standalone opener and come back. The journal still holds the rounds of its first
+    # open until its next checkpoint; a replay lays them over it again, and must keep the
+    # rounds acknowledged outside after them. With the WAL reopened in the group meanwhile,
+    # the replay must not find its offsets skipping (and refuse the whole root) either.
+    for reopen in (False, True):
+        fs = FaultFs()
+        group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+        other = _open(fs, group, 1, small_config())  # the root's other topics go on
+        wal = _open(fs, group, 0, small_config())
+        _appended(wal, 0, 10)
+        wal.close()
+        inside = os.path.join(ROOT, "ns", "t0")
+        _move_directory(fs, inside, "/elsewhere/ns/t0")
+        outside = WriteAheadLog.open("/elsewhere", "/ns/t0", small_config(), fs=fs)
+        _appended(outside, 10, 10)
+        outside.close()
+        _move_directory(fs, "/elsewhere/ns/t0", inside)
+        last = 19
+        if reopen:
+            wal = _open(fs, group, 0, small_config())
+            assert wal.next_offset == 20
+            _appended(wal, 20, 5)
+            last = 24
+        _appended(other, 0, 3)
+        image = _process_crash(fs)
+        if reopen:
+            wal.close()
+        other.close()
+        group.close()
+        assert _recovered_payloads(image) == [payload_for(o) for o in range(last + 1)], reopen

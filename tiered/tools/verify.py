@@ -598,6 +598,12 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     return holding[0].base_offset, found_next - 1
 
 
+def _continuing_rounds(tail: bytes, next_offset: int) -> int:
+    from wal.journal import continuing_rounds
+
+    return continuing_rounds(tail, next_offset)
+
+
 class _ReplayedFs(RealFs):
     """The real file system, each segment read with the journal's pending rounds laid over
     it as replay would lay them (``wal.journal.pending_segment_bytes``).
@@ -610,7 +616,7 @@ class _ReplayedFs(RealFs):
     differ legitimately (a power loss keeps any part of an unsynced write: replay
     rewrites it), so a root nobody runs, or whose group is still replaying, is not compared."""
 
-    def __init__(self, pending: dict[str, tuple[int, bytes]], compare: bool = False) -> None:
+    def __init__(self, pending: dict[str, tuple[int, bytes, int | None]], compare: bool = False) -> None:
         super().__init__()
         self._pending = pending
         self._compare = compare
@@ -619,13 +625,15 @@ class _ReplayedFs(RealFs):
     def read_all(self, path: str) -> bytes:
         data = super().read_all(path)
         if path in self._pending:
-            cut, replayed = self._pending[path]
+            cut, replayed, next_offset = self._pending[path]
+            end = cut + len(replayed)
             if self._compare:
-                own = data[cut:cut + len(replayed)]
+                own = data[cut:end]
                 if own != replayed:
                     at = next((i for i, (a, b) in enumerate(zip(own, replayed)) if a != b), len(own))
                     self.differing.append((path, cut + at))
-            data = data[:cut] + replayed
+            kept = 0 if next_offset is None else _continuing_rounds(data[end:], next_offset)
+            data = data[:cut] + replayed + data[end:end + kept]
         return data
 
 
