@@ -1062,7 +1062,7 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
                 # file, one sync for both (a crash in between replays again).
                 size = sum(map(len, plan.parts))
                 end = plan.truncate_to + size
-                kept = _continuing_bytes(fs, plan.path, end, plan.next_offset)
+                kept = _continuing_bytes(fs, plan, end)
                 handle = fs.open_rw(plan.path)
                 try:
                     handle.pwrite(plan.parts, plan.truncate_to)
@@ -1079,20 +1079,33 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
         report.wals += 1
 
 
-def _continuing_bytes(fs: FileSystem, path: str, end: int, next_offset: int | None) -> int:
-    """``continuing_rounds`` of the segment at ``path`` past byte ``end`` (0 for a segment
-    whose WAL's journaled rounds continue in a later one)."""
-    if next_offset is None:
+def _continuing_bytes(fs: FileSystem, plan: _SegmentPlan, end: int) -> int:
+    """How much of the segment past byte ``end`` (the journal's last round of its WAL) the
+    replay keeps: ``kept_past_journal`` of its bytes from the plan's first entry on."""
+    if plan.next_offset is None:
         return 0
-    size = fs.file_size(path)
+    size = fs.file_size(plan.path)
     if size <= end:
         return 0
-    handle = fs.open_read(path)
+    handle = fs.open_read(plan.path)
     try:
-        tail = handle.pread(end, size - end)
+        own = handle.pread(plan.truncate_to, size - plan.truncate_to)
     finally:
         handle.close()
-    return continuing_rounds(tail, next_offset)
+    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset)
+
+
+def kept_past_journal(own: bytes, journaled: bytes, next_offset: int) -> int:
+    """The bytes a replay keeps past the journal's rounds in a WAL's last journaled segment:
+    ``own`` is the segment from the journal's first round of it on, ``journaled`` the
+    journal's copy of those rounds. Only where the segment already holds exactly that copy
+    (a process crash, or a WAL appended elsewhere after its close synced it) are the rounds
+    continuing it its own (``continuing_rounds``); where it differs (a power loss dropped
+    unsynced pages, or a copy of the directory went another way), what follows is of no
+    known history and is cut, as any unsynced tail."""
+    if own[:len(journaled)] != journaled:
+        return 0
+    return continuing_rounds(memoryview(own)[len(journaled):], next_offset)
 
 
 def _check_chain(path: str, entries: list[_Entry]) -> None:

@@ -598,10 +598,10 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     return holding[0].base_offset, found_next - 1
 
 
-def _continuing_rounds(tail: bytes, next_offset: int) -> int:
-    from wal.journal import continuing_rounds
+def _kept_past_journal(own: bytes, journaled: bytes, next_offset: int) -> int:
+    from wal.journal import kept_past_journal
 
-    return continuing_rounds(tail, next_offset)
+    return kept_past_journal(own, journaled, next_offset)
 
 
 class _ReplayedFs(RealFs):
@@ -632,7 +632,7 @@ class _ReplayedFs(RealFs):
                 if own != replayed:
                     at = next((i for i, (a, b) in enumerate(zip(own, replayed)) if a != b), len(own))
                     self.differing.append((path, cut + at))
-            kept = 0 if next_offset is None else _continuing_rounds(data[end:], next_offset)
+            kept = 0 if next_offset is None else _kept_past_journal(data[cut:], replayed, next_offset)
             data = data[:cut] + replayed + data[end:end + kept]
         return data
 
