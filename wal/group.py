@@ -458,7 +458,10 @@ class CommitGroup:
         what of the round reached its segment is cut back off it first
         (``SegmentAppender.cut_back``: else a reopen of the topic in this group would build
         on frames the journal never saw). If even that fails, the group fails: the file
-        may keep them, and only a restart's replay can vouch for it again."""
+        may keep them, and only a restart's replay can vouch for it again. Like any round
+        that failed (never acknowledged), its whole frames may then survive the restart
+        (the replay keeps whole rounds continuing a WAL, ``wal.journal.continuing_rounds``):
+        its outcome is unknown (docs/SAFETY.md)."""
         try:
             member.appender.cut_back()
         except BaseException as cut_exc:  # noqa: BLE001 - the file may keep the failed round

@@ -288,6 +288,7 @@ class Journal:
         self.checkpoints = 0
         self.rounds = 0
         self._checkpoint_record_failing = False  # logged once per run of failures
+        self._checkpoint_attempts = 0  # checkpoints that ended, written or not (wait_replay_past)
         self._thread = threading.Thread(target=self._checkpointer, name=f"wal-journal-checkpoint:{root}", daemon=True)
         self._thread.start()
         # Last: from here on every round the journal holds is this process's own.
@@ -485,15 +486,22 @@ class Journal:
         elsewhere in between) and refuse the whole root. A checkpoint first makes the old
         entries history. Costs one checkpoint, only when a WAL is reopened within a
         checkpoint interval of its close. Returns at once if the journal failed (the
-        group then refuses the join); WalTimeout if no checkpoint landed in ``timeout_s``
-        (its record cannot be written: a full disk), and the WAL is not opened."""
+        group then refuses the join). WalTimeout, and the WAL is not opened, when a
+        checkpoint made after this call could not write its record (a full disk: the open
+        fails at once, and works again once a checkpoint lands), or none landed within
+        ``timeout_s``."""
         with self.round_lock:
             last = self._last_round_of.get(wal_id)
         if last is None:
             return
         deadline = time.monotonic() + timeout_s
         with self._checkpointed_cond:
+            attempts = self._checkpoint_attempts
             while self._checkpointed.round <= last and self._failure is None:
+                if self._checkpoint_attempts > attempts + 1 and self._checkpoint_record_failing:
+                    # One whole attempt began and ended after this call, and it failed.
+                    raise WalTimeout(f"journal {self.directory}: a checkpoint could not write its record (a full "
+                                     "disk?), so a WAL closed since the last checkpoint cannot be opened again yet")
                 if time.monotonic() >= deadline:
                     raise WalTimeout(f"journal {self.directory}: no checkpoint within {timeout_s} s, so a WAL "
                                      "closed since the last one cannot be opened again yet")
@@ -561,12 +569,16 @@ class Journal:
                 _log.warning("journal %s: could not write a checkpoint (tried again at the next one): %r",
                              self.directory, exc)
             self._checkpoint_record_failing = True
+            with self._checkpointed_cond:
+                self._checkpoint_attempts += 1
+                self._checkpointed_cond.notify_all()  # a reopen waiting for it fails at once
             return False
         if self._checkpoint_record_failing:
             _log.warning("journal %s: checkpoints are written again", self.directory)
             self._checkpoint_record_failing = False
         with self._checkpointed_cond:
             self._checkpointed = snapshot
+            self._checkpoint_attempts += 1
             self._checkpointed_cond.notify_all()
         self.checkpoints += 1
         self.metrics.on_checkpoint(time.perf_counter() - started, len(files) + len(retired))

@@ -23,7 +23,7 @@ from tests.wal.helpers import (Acks as _Acks, check_payload, check_recovered as 
                               group_topic as _topic, open_in_group as _open, payload_for, read_all, small_config,
                               wait_until as _wait_until)
 from wal import WalFailed, WriteAheadLog
-from wal.errors import CorruptLog, WalLocked
+from wal.errors import CorruptLog, WalLocked, WalTimeout
 from wal.group import CommitGroup
 from wal.identity import WAL_ID_NAME
 from wal.journal import Journal, JournalConfig
@@ -1075,3 +1075,26 @@ def test_replay_keeps_what_a_closed_wal_acknowledged_outside_the_journal():
         other.close()
         group.close()
         assert _recovered_payloads(image) == [payload_for(o) for o in range(last + 1)], reopen
+
+
+def test_a_reopen_that_needs_a_checkpoint_fails_at_once_on_a_full_disk_and_works_after():
+    # A WAL reopened while the journal still holds its earlier instance's rounds waits for a
+    # checkpoint past them. On a full disk the checkpoint cannot write its record: the open
+    # is refused at once (WalTimeout, nothing written, the directory free again), not held
+    # for minutes, and works once space is back.
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    wal = _open(fs, group, 0, small_config())
+    _appended(wal, 0, 3)
+    wal.close()
+    fs.disk_full = True
+    started = time.monotonic()
+    with pytest.raises(WalTimeout, match="could not write its record"):
+        _open(fs, group, 0, small_config())
+    assert time.monotonic() - started < 30  # not the 60 s bound: the failed attempt ends the wait
+    fs.disk_full = False
+    wal = _open(fs, group, 0, small_config())
+    assert [r.payload for r in read_all(wal, 0)] == [payload_for(o) for o in range(3)]
+    _appended(wal, 3, 2)
+    wal.close()
+    group.close()
