@@ -100,34 +100,25 @@ def test_another_epochs_object_is_neither_adopted_nor_touched(env):
     assert env.raw_objects.get(theirs) == data
 
 
-def test_a_different_object_under_our_key_is_never_overwritten(env):
-    """Our own key holding other frames: keep it, write under a nonce-qualified name."""
+@pytest.mark.parametrize("foreign", ["other frames", "another topic"])
+def test_a_different_object_under_our_key_is_never_overwritten_nor_adopted(env, foreign):
+    """Our own key holding another object: keep it, write ours under a nonce-qualified
+    name. Either other frames of our topic, or exactly our frames in an object that names
+    another topic (copied or restored from another topic's prefix): every reader refuses
+    that one, so adopting it would acknowledge offsets as archived that no tier can serve
+    once WAL retention removes them (atk58 F01)."""
     wal = MemWal()
     wal.append_n(10)
     key = object_key(env.topic, 0, object_id_for(0, 9, env.owner.epoch))
-    foreign = encode_object(env.topic, b"".join(frame_for(o, salt=5) for o in range(10)),
-                                   UploaderConfig(compression="none"))
-    env.raw_objects.put(key, foreign)
+    if foreign == "other frames":
+        data = encode_object(env.topic, b"".join(frame_for(o, salt=5) for o in range(10)),
+                             UploaderConfig(compression="none"))
+    else:
+        data = encode_object("/elsewhere/other", wal.frames(0, 9), UploaderConfig(compression="none"))
+    env.raw_objects.put(key, data)
     up = env.uploader(wal)
     assert up.upload_once() == 9
-    assert env.raw_objects.get(key) == foreign
-    (d,) = assert_archive(env, wal.frames, 0, 9)
-    assert d.object_id.startswith(object_id_for(0, 9, env.owner.epoch) + "-")
-
-
-def test_an_object_of_another_topic_with_our_frames_under_our_key_is_never_adopted(env):
-    """Our own key holding exactly our frames, but in an object that names another topic
-    (copied or restored from another topic's prefix): every reader refuses such an object,
-    so adopting it would acknowledge offsets as archived that no tier can serve once WAL
-    retention removes them (atk58 F01). It is left alone; ours goes under a key of its own."""
-    wal = MemWal()
-    wal.append_n(10)
-    key = object_key(env.topic, 0, object_id_for(0, 9, env.owner.epoch))
-    foreign = encode_object("/elsewhere/other", wal.frames(0, 9), UploaderConfig(compression="none"))
-    env.raw_objects.put(key, foreign)
-    up = env.uploader(wal)
-    assert up.upload_once() == 9
-    assert env.raw_objects.get(key) == foreign
+    assert env.raw_objects.get(key) == data
     (d,) = assert_archive(env, wal.frames, 0, 9)
     assert d.object_id.startswith(object_id_for(0, 9, env.owner.epoch) + "-")
 
