@@ -763,7 +763,7 @@ def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str
     """Read-only: what a replay of ``root``'s journal would write into the WAL at
     ``directory`` (``{segment path: (truncate to, bytes appended there, the offset after
     them or None)}``; empty without a journal or without rounds of that WAL). What follows
-    those bytes in the file is cut but for ``continuing_rounds`` of that offset (None: all
+    those bytes in the file is cut but for ``kept_past_journal`` of that offset (None: all
     of it). For checkers that must not open a WAL (``dnb verify``): a journaled WAL's
     segments hold the truth only once this is laid over them. Raises CorruptLog where
     replay would."""
