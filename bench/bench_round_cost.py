@@ -1,0 +1,131 @@
+"""CPU cost of one topic's turn in a journaled commit round: what bounds latency with many topics.
+
+With T topics in one ``wal.group.CommitGroup`` (the shared journal, as a broker host runs it),
+every round does some work per topic that has anything pending: take its frames, write them
+to its segment, journal them, then publish its durable watermark. That per-topic cost ``c``
+sets the knee of ``bench/bench_latency.py``: at R msg/s spread over many topics a round
+holds about R x (round time) topics, so rounds stay short only while ``c x R`` is well below
+1 (docs/WAL.md, "Measured (and the choice)").
+
+This measures ``c`` directly, in a closed loop that a loaded or noisy machine disturbs far
+less than a latency percentile: R times, append one message to each of T topics, then wait
+until every one is durable (a durable listener per topic, as the latency benchmark has). The
+commit group's thread's CPU time (user and system, from ``/proc``) divided by T x R is the
+cost per topic-round; system time is mostly the one ``pwritev`` per topic. ``--freeze`` applies
+the broker host's garbage-collector policy (``wal.heap``) after the topics open, as
+``bench_latency.py`` does by default; without it the cyclic collector's full collections show.
+
+Not a test and never pass/fail. One command:
+
+    .venv/bin/python bench/bench_round_cost.py --topics 1000 --rounds 100 --repeat 3 --freeze
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from prometheus_client import CollectorRegistry  # noqa: E402
+
+from wal import WriteAheadLog  # noqa: E402
+from wal.fs import RealFs  # noqa: E402
+from wal.group import CommitGroup  # noqa: E402
+from wal.heap import HeapFreezer  # noqa: E402
+from wal.journal import JournalConfig  # noqa: E402
+from wal.metrics import set_per_topic  # noqa: E402
+
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_ns(tid: int) -> tuple[int, int]:
+    """(user, system) CPU time of one thread of this process, in ns (clock-tick resolution)."""
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) * _TICK_NS, int(fields[12]) * _TICK_NS
+
+
+def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, directory: str) -> dict[str, float]:
+    root = tempfile.mkdtemp(prefix="round-cost-", dir=directory)
+    registry = CollectorRegistry()
+    set_per_topic(registry, False)  # one aggregated series, as a broker host has
+    # Checkpoints far apart: their segment syncs run on another thread and would only add noise.
+    journal = JournalConfig(file_bytes=1 << 30, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0)
+    group = CommitGroup(os.path.join(root, "wal"), RealFs(), journal=journal, metrics_registry=registry)
+    wals: list[WriteAheadLog] = []
+    heap = HeapFreezer() if freeze else None
+    try:
+        durable = [0]
+        done = threading.Condition()
+
+        def listener(_offset: int) -> None:
+            with done:
+                durable[0] += 1
+                done.notify()
+
+        for i in range(topics):
+            wal = WriteAheadLog.open(os.path.join(root, "wal"), f"/bench/t{i}", group=group,
+                                     metrics_registry=registry)
+            wal.add_durable_listener(listener)
+            wals.append(wal)
+        if heap is not None:
+            heap.freeze()  # as a broker host does after loading its topics
+        payload = b"x" * payload_bytes
+
+        def one_round(target: int) -> None:
+            for wal in wals:
+                wal.append(payload)
+            with done:
+                while durable[0] < target:
+                    done.wait(1.0)
+
+        for warm in range(3):
+            one_round((warm + 1) * topics)
+        tid = group._thread.native_id  # noqa: SLF001 - the group's one writer thread
+        assert tid is not None
+        rounds_before, (user_before, system_before) = group.rounds, _thread_cpu_ns(tid)
+        collections_before = sum(s["collections"] for s in gc.get_stats())
+        started = time.perf_counter()
+        for r in range(rounds):
+            one_round((r + 4) * topics)
+        wall = time.perf_counter() - started
+        user, system = _thread_cpu_ns(tid)
+        turns = topics * rounds
+        return {"user_us": (user - user_before) / 1e3 / turns, "system_us": (system - system_before) / 1e3 / turns,
+                "wall_ms_per_pass": wall * 1e3 / rounds, "commit_rounds": group.rounds - rounds_before,
+                "gc_collections": sum(s["collections"] for s in gc.get_stats()) - collections_before}
+    finally:
+        for wal in wals:
+            wal.close()
+        group.close()
+        if heap is not None:
+            heap.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topics", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=100, help="passes over every topic per measurement")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements (the spread shows the noise)")
+    parser.add_argument("--payload-bytes", type=int, default=100)
+    parser.add_argument("--freeze", action="store_true", help="the broker host's gc.freeze policy (wal.heap)")
+    parser.add_argument("--dir", default=None, help="where the WAL root goes (default: a temp dir)")
+    args = parser.parse_args()
+    print(f"commit group's thread CPU per topic-round: {args.topics} topics, {args.rounds} passes of one "
+          f"{args.payload_bytes} B message each, gc {'frozen' if args.freeze else 'stock'}")
+    print(f"{'run':>3} {'user us':>8} {'system us':>10} {'total us':>9} {'ms/pass':>8} {'rounds':>7} {'gc runs':>8}")
+    for run in range(args.repeat):
+        r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, args.dir or tempfile.gettempdir())
+        print(f"{run + 1:>3} {r['user_us']:>8.1f} {r['system_us']:>10.1f} {r['user_us'] + r['system_us']:>9.1f} "
+              f"{r['wall_ms_per_pass']:>8.1f} {r['commit_rounds']:>7} {r['gc_collections']:>8}")
+
+
+if __name__ == "__main__":
+    main()
