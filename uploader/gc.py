@@ -37,7 +37,11 @@ def collect_garbage(metadata: MetadataStore, objects: ObjectStore, topic: TopicN
     if grace_s < 0:
         raise ValueError("grace_s must be >= 0")
     topic = TopicName.parse(topic)
-    due = [o for o in find_orphans(metadata, objects, topic) if o.collectable and o.age_s >= grace_s]
+    # In offset order: a run cut short (a crash, a store error) leaves the rest of
+    # retention's leftovers as one contiguous run, not holes that a read by location would
+    # skip (atk60 f02). Collectable orphans always have a start offset.
+    due = sorted((o for o in find_orphans(metadata, objects, topic) if o.collectable and o.age_s >= grace_s),
+                 key=lambda o: o.start_offset if o.start_offset is not None else -1)
     if not due:
         return []
     # Re-read right before deleting: never delete an object a descriptor references.

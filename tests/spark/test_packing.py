@@ -12,7 +12,8 @@ from tiered.metadata import open_metadata
 from tiered.objects import open_objects
 from tiered.spark import metrics, reading
 from tiered.spark.options import DEFAULT_OPEN_COST_BYTES, DEFAULT_PARTITION_BYTES_MAX, parse_options
-from tiered.spark.planning import plan
+from tiered.spark.planning import ArchiveInconsistent, plan
+
 
 TOPIC = "/default/packing"
 OBJECTS = 42
@@ -105,3 +106,28 @@ def test_every_packed_object_is_still_held_to_its_descriptor(archive):
     skipped = _plan(archive, onCorrupt="skip", openCostBytes="0")
     expected = [o for o in range(OBJECTS * PER_OBJECT) if not 7 * PER_OBJECT <= o < 8 * PER_OBJECT]
     assert _rows(skipped) == expected
+
+
+def test_a_read_by_location_refuses_offsets_missing_between_objects(tmp_path):
+    # Objects 0-24 and 50-74 with 25-49 gone (an interrupted cleanup of retention's
+    # leftovers): returning both would skip 25..49 without a word (atk60 f02).
+    produced = _uniform(75)
+    objects_url = f"file://{tmp_path}/objects"
+    with open_objects(objects_url) as objects:
+        write_archive(objects, None, TOPIC, produced, [(0, 24, "b", 1), (50, 74, "b", 1)],
+                      block_bytes=1 << 20, zstd_level=0)
+    opts = parse_options({"path": f"{objects_url}/default/packing"})
+    with pytest.raises(ArchiveInconsistent, match="25..49 are in no object"):
+        plan(opts, opts.bounds)
+    one_side = parse_options({"path": f"{objects_url}/default/packing", "endingOffset": "24"})
+    assert _rows(plan(one_side, one_side.bounds)) == list(range(25))
+
+
+def test_an_inclusive_starting_timestamp_between_two_milliseconds_rounds_up():
+    # A message published at ms 1000 is before 1000.5 ms: an inclusive lower bound there
+    # must not let it through (atk60 f03); the upper bound rounds down.
+    opts = parse_options({"path": "/tmp/x/ns/t", "startingTimestamp": "1970-01-01T00:00:01.000500",
+                          "endingTimestamp": "1970-01-01T00:00:02.000500"})
+    assert (opts.bounds.time_lo_ms, opts.bounds.time_hi_ms) == (1001, 2000)
+    exact = parse_options({"path": "/tmp/x/ns/t", "startingTimestamp": "1970-01-01T00:00:01"})
+    assert exact.bounds.time_lo_ms == 1000

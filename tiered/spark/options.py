@@ -212,8 +212,10 @@ def _offset(opts: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-def parse_timestamp_ms(text: str) -> int:
-    """Milliseconds since the epoch, or an ISO-8601 time (naive = UTC)."""
+def parse_timestamp_ms(text: str, round_up: bool = False) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (naive = UTC). A time between two
+    milliseconds is rounded down, or up with ``round_up`` (an inclusive lower bound: a
+    message published before the bound must not pass it, atk60 f03)."""
     text = text.strip()
     if text.lstrip("-").isdigit():
         return int(text)
@@ -223,7 +225,8 @@ def parse_timestamp_ms(text: str) -> int:
         raise OptionError(f"timestamp {text!r} is neither epoch milliseconds nor ISO-8601") from e
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.timezone.utc)
-    return datetime_to_ms(moment)
+    ms = datetime_to_ms(moment)
+    return ms + 1 if round_up and moment.microsecond % 1000 else ms
 
 
 def datetime_to_ms(moment: dt.datetime) -> int:
@@ -237,6 +240,6 @@ def datetime_to_ms(moment: dt.datetime) -> int:
 def _bounds(opts: Mapping[str, str]) -> Bounds:
     lo = _offset(opts, "startingoffset")
     hi = _offset(opts, "endingoffset")
-    tlo = parse_timestamp_ms(opts["startingtimestamp"]) if "startingtimestamp" in opts else None
+    tlo = parse_timestamp_ms(opts["startingtimestamp"], round_up=True) if "startingtimestamp" in opts else None
     thi = parse_timestamp_ms(opts["endingtimestamp"]) if "endingtimestamp" in opts else None
     return Bounds(offset_lo=lo or 0, offset_hi=hi, time_lo_ms=tlo, time_hi_ms=thi)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -184,7 +184,9 @@ def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
     candidates = [c for c in candidates if c.first_offset is None or bounds.overlaps_offsets(c.first_offset, c.last_offset)]  # type: ignore[arg-type]
     indexes = _read_footers(store, candidates, options, report)
     if not options.by_topic:
-        indexes = _check_no_overlap(indexes)
+        # With onCorrupt=skip a skipped object leaves a gap the user asked for (reported).
+        indexes = _check_no_overlap(indexes, gaps_allowed=bool(report.skipped),
+                                    wanted=lambda i: bounds.overlaps_offsets(i.first_offset, i.last_offset))
     runs: list[ObjectRun] = []
     for index in indexes:
         blocks = [b for b in index.blocks if _block_wanted(b, bounds)]
@@ -325,7 +327,14 @@ def _read_footers(store: object, candidates: list[_Candidate], options: ReadOpti
     return indexes
 
 
-def _check_no_overlap(indexes: list[ObjectIndex]) -> list[ObjectIndex]:
+def _check_no_overlap(indexes: list[ObjectIndex], gaps_allowed: bool = False,
+                      wanted: Callable[[ObjectIndex], bool] = lambda _i: True) -> list[ObjectIndex]:
+    """The objects read by location, in offset order, when they hold one contiguous run of
+    offsets. ArchiveInconsistent when two overlap (no metadata says which was committed) or
+    when offsets are missing between two (atk60 f02: an interrupted cleanup of retention's
+    leftovers; returning both sides would skip the missing offsets without a word) among
+    the objects ``wanted`` (those holding offsets the read asks for), unless ``gaps_allowed``
+    (objects were skipped as corrupt, on request: a gap is logged)."""
     indexes = sorted(indexes, key=lambda i: (i.first_offset, i.last_offset))
     for prev, cur in zip(indexes, indexes[1:]):
         if cur.first_offset <= prev.last_offset:
@@ -333,5 +342,16 @@ def _check_no_overlap(indexes: list[ObjectIndex]) -> list[ObjectIndex]:
                 f"objects {prev.key} (offsets {prev.first_offset}..{prev.last_offset}) and {cur.key} "
                 f"(offsets {cur.first_offset}..{cur.last_offset}) overlap; without metadata there is no way "
                 "to tell which one was committed: read by topic (options topic, metadata, objects) instead"
+            )
+        if cur.first_offset == prev.last_offset + 1 or not (wanted(prev) and wanted(cur)):
+            continue  # contiguous, or a gap outside the offsets asked for
+        if gaps_allowed:
+            log.warning("offsets %d..%d are in no object read (an object was skipped as corrupt)",
+                        prev.last_offset + 1, cur.first_offset - 1)
+        else:
+            raise ArchiveInconsistent(
+                f"offsets {prev.last_offset + 1}..{cur.first_offset - 1} are in no object between {prev.key} and "
+                f"{cur.key}; reading both would skip them without a word. Read by topic (options topic, metadata, "
+                "objects), or narrow startingOffset/endingOffset to one side"
             )
     return indexes
