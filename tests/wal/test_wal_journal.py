@@ -715,7 +715,8 @@ def test_a_journaled_topic_holds_one_open_file(tmp_path):
                 target = os.readlink(f"/proc/self/fd/{fd}")
             except OSError:
                 continue  # closed since the listing
-            held += target.startswith(root + os.sep) and not target.startswith(journal_dir)
+            # The journal's directory too (its fsync_dir holds it open for a moment).
+            held += target.startswith(root + os.sep) and not (target + os.sep).startswith(journal_dir)
         return held
 
     group = CommitGroup(root, RealFs(), journal=NO_CHECKPOINTS)
@@ -1088,10 +1089,9 @@ def test_a_reopen_that_needs_a_checkpoint_fails_at_once_on_a_full_disk_and_works
     _appended(wal, 0, 3)
     wal.close()
     fs.disk_full = True
-    started = time.monotonic()
+    # The failed checkpoint ends the wait (its message), not the 60 s bound (another one).
     with pytest.raises(WalTimeout, match="could not write its record"):
         _open(fs, group, 0, small_config())
-    assert time.monotonic() - started < 30  # not the 60 s bound: the failed attempt ends the wait
     fs.disk_full = False
     wal = _open(fs, group, 0, small_config())
     assert [r.payload for r in read_all(wal, 0)] == [payload_for(o) for o in range(3)]
