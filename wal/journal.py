@@ -1115,9 +1115,10 @@ def kept_past_journal(own: bytes, journaled: bytes, next_offset: int) -> int:
     continuing it its own (``continuing_rounds``); where it differs (a power loss dropped
     unsynced pages, or a copy of the directory went another way), what follows is of no
     known history and is cut, as any unsynced tail."""
-    if own[:len(journaled)] != journaled:
+    view = memoryview(own)  # compared and scanned in place: no copy of a segment's tail
+    if view[:len(journaled)] != journaled:
         return 0
-    return continuing_rounds(memoryview(own)[len(journaled):], next_offset)
+    return continuing_rounds(view[len(journaled):], next_offset)
 
 
 def _check_chain(path: str, entries: list[_Entry]) -> None:

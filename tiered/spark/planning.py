@@ -185,7 +185,7 @@ def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
     indexes = _read_footers(store, candidates, options, report)
     if not options.by_topic:
         # With onCorrupt=skip a skipped object leaves a gap the user asked for (reported).
-        indexes = _check_no_overlap(indexes, gaps_allowed=bool(report.skipped),
+        indexes = _check_contiguous(indexes, gaps_allowed=bool(report.skipped),
                                     wanted=lambda i: bounds.overlaps_offsets(i.first_offset, i.last_offset))
     runs: list[ObjectRun] = []
     for index in indexes:
@@ -327,7 +327,7 @@ def _read_footers(store: object, candidates: list[_Candidate], options: ReadOpti
     return indexes
 
 
-def _check_no_overlap(indexes: list[ObjectIndex], gaps_allowed: bool = False,
+def _check_contiguous(indexes: list[ObjectIndex], gaps_allowed: bool = False,
                       wanted: Callable[[ObjectIndex], bool] = lambda _i: True) -> list[ObjectIndex]:
     """The objects read by location, in offset order, when they hold one contiguous run of
     offsets. ArchiveInconsistent when two overlap (no metadata says which was committed) or

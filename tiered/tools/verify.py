@@ -598,12 +598,6 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     return holding[0].base_offset, found_next - 1
 
 
-def _kept_past_journal(own: bytes, journaled: bytes, next_offset: int) -> int:
-    from wal.journal import kept_past_journal
-
-    return kept_past_journal(own, journaled, next_offset)
-
-
 class _ReplayedFs(RealFs):
     """The real file system, each segment read with the journal's pending rounds laid over
     it as replay would lay them (``wal.journal.pending_segment_bytes``).
@@ -623,6 +617,8 @@ class _ReplayedFs(RealFs):
         self.differing: list[tuple[str, int]] = []
 
     def read_all(self, path: str) -> bytes:
+        from wal.journal import kept_past_journal
+
         data = super().read_all(path)
         if path in self._pending:
             cut, replayed, next_offset = self._pending[path]
@@ -632,7 +628,7 @@ class _ReplayedFs(RealFs):
                 if own != replayed:
                     at = next((i for i, (a, b) in enumerate(zip(own, replayed)) if a != b), len(own))
                     self.differing.append((path, cut + at))
-            kept = 0 if next_offset is None else _kept_past_journal(data[cut:], replayed, next_offset)
+            kept = 0 if next_offset is None else kept_past_journal(data[cut:], replayed, next_offset)
             data = data[:cut] + replayed + data[end:end + kept]
         return data
 
