@@ -7,7 +7,11 @@ Runs in Spark's Python planner process. The steps, each cheap before the next:
    touching the object store, and they must form one contiguous chain from the archive
    start: descriptors wholly below it are an interrupted retention cut's leftovers and
    are never read, and a ``startingOffset`` below it is
-   :class:`~tiered.archive.start.OffsetBelowArchiveStart`). By location: every ``*.dnb1``
+   :class:`~tiered.archive.start.OffsetBelowArchiveStart`). A retention cut that
+   overtakes the plan (offsets or objects it expected are missing, and a re-read archive
+   start has moved past them) starts the plan over from the new start, as a fresh plan
+   would, at most :data:`PLAN_ATTEMPTS_MAX` times; anything missing at or above the start
+   is still an error. By location: every ``*.dnb1``
    object listed under the path (no metadata, so no archive start: read by topic on an
    archive with retention).
 2. **Object pruning by offset** (descriptors only) — no request for a pruned object.
@@ -31,6 +35,7 @@ import concurrent.futures
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from pyspark.sql.datasource import (
     EqualTo,
@@ -46,6 +51,7 @@ from pyspark.sql.datasource import (
 from native.errors import CorruptObject, DnbError
 from tiered.archive.fetch import ObjectPin
 from tiered.archive.naming import OBJECT_SUFFIX
+from tiered.errors import ObjectNotFound
 from tiered.spark import index as object_index
 from tiered.spark import metrics
 from tiered.spark.index import BlockRef, ObjectIndex
@@ -54,8 +60,24 @@ from tiered.spark.options import Bounds, ReadOptions, datetime_to_ms
 
 log = logging.getLogger(__name__)
 
+#: Plans by topic made in a row when archive retention keeps cutting the archive while
+#: each is made; the last cut then fails the query with OffsetBelowArchiveStart.
+PLAN_ATTEMPTS_MAX = 3
+
+
 class ArchiveInconsistent(DnbError, RuntimeError):
     """The descriptors or objects do not form one contiguous, non-overlapping archive."""
+
+
+class _ArchiveCut(DnbError):
+    """A plan by topic was overtaken by archive retention: it expected ``offset`` but the
+    archive start has since moved past it to ``start`` (plan again from there). Never
+    leaves :func:`plan`: its last attempt turns it into OffsetBelowArchiveStart."""
+
+    def __init__(self, offset: int, start: int) -> None:
+        super().__init__(f"offset {offset} was cut while planning; the archive now starts at {start}")
+        self.offset = offset
+        self.start = start
 
 
 @dataclass(frozen=True)
@@ -177,13 +199,9 @@ def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
         metrics.write(options.metrics_dir, "plan", report.as_dict())
         return []
     if options.by_topic:
-        candidates = _descriptor_candidates(options)
+        report, indexes = _topic_indexes(store, options, bounds)
     else:
-        candidates = _listed_candidates(store)
-    report.objects_total = len(candidates)
-    candidates = [c for c in candidates if c.first_offset is None or bounds.overlaps_offsets(c.first_offset, c.last_offset)]  # type: ignore[arg-type]
-    indexes = _read_footers(store, candidates, options, report)
-    if not options.by_topic:
+        indexes = _wanted_indexes(store, _listed_candidates(store), options, bounds, report)
         # With onCorrupt=skip a skipped object leaves a gap the user asked for (reported).
         indexes = _check_contiguous(indexes, gaps_allowed=bool(report.skipped),
                                     wanted=lambda i: bounds.overlaps_offsets(i.first_offset, i.last_offset))
@@ -211,6 +229,37 @@ def plan(options: ReadOptions, bounds: Bounds) -> list[Dnb1Partition]:
     report.partitions = len(partitions)
     metrics.write(options.metrics_dir, "plan", report.as_dict())
     return partitions
+
+
+def _topic_indexes(store: object, options: ReadOptions,
+                   bounds: Bounds) -> tuple["metrics.PlanReport", list[ObjectIndex]]:
+    """The footers of the descriptors by topic that ``bounds`` wants, and the plan's report.
+
+    Archive retention may cut the archive while this runs (start first, then descriptors,
+    then objects). When what the plan expected is missing and the archive start moved past
+    it, the plan is made again from scratch, so the result is what a fresh plan at the new
+    start gives: rows from the new start, or OffsetBelowArchiveStart for a
+    ``startingOffset`` now below it. Never a plan that skips the cut offsets."""
+    from tiered.archive.start import OffsetBelowArchiveStart
+
+    for attempt in range(1, PLAN_ATTEMPTS_MAX + 1):
+        report = metrics.PlanReport(topic=options.topic)
+        try:
+            return report, _wanted_indexes(store, _descriptor_candidates(options), options, bounds, report)
+        except _ArchiveCut as cut:
+            if attempt == PLAN_ATTEMPTS_MAX:
+                raise OffsetBelowArchiveStart(options.topic, cut.offset, cut.start) from cut
+            log.info("topic %s: %s; planning again (attempt %d of %d)", options.topic, cut, attempt + 1,
+                     PLAN_ATTEMPTS_MAX)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _wanted_indexes(store: object, candidates: list[_Candidate], options: ReadOptions, bounds: Bounds,
+                    report: "metrics.PlanReport") -> list[ObjectIndex]:
+    """The footers of the candidates holding offsets ``bounds`` wants."""
+    report.objects_total = len(candidates)
+    candidates = [c for c in candidates if c.first_offset is None or bounds.overlaps_offsets(c.first_offset, c.last_offset)]  # type: ignore[arg-type]
+    return _read_footers(store, candidates, options, report)
 
 
 def _block_wanted(block: BlockRef, bounds: Bounds) -> bool:
@@ -274,7 +323,13 @@ def _descriptor_candidates(options: ReadOptions) -> list[_Candidate]:
             if d.end_offset < start:
                 continue  # below the archive start: a retention cut's leftover, never read
             previous_end = candidates[-1].last_offset if candidates else start - 1
-            if d.start_offset != previous_end + 1:  # type: ignore[operator]
+            assert previous_end is not None  # descriptors give every candidate its offsets
+            if d.start_offset != previous_end + 1:
+                now = archive_start(meta, options.topic)
+                if now > previous_end + 1:
+                    # Retention cut the archive since ``start`` was read (or between two
+                    # pages): the offsets missing here are gone by decision, not a hole.
+                    raise _ArchiveCut(previous_end + 1, now)
                 raise ArchiveInconsistent(
                     f"topic {options.topic}: descriptor {kv.key} starts at {d.start_offset} but the "
                     f"previous one (or the archive start {start}) ends at {previous_end}; the archive is "
@@ -295,13 +350,18 @@ def _listed_candidates(store: object) -> list[_Candidate]:
 
 def _read_footers(store: object, candidates: list[_Candidate], options: ReadOptions,
                   report: "metrics.PlanReport") -> list[ObjectIndex]:
-    """Footers of every candidate, in candidate order; corrupt ones fail or are skipped."""
-    def one(c: _Candidate) -> ObjectIndex | CorruptObject:
+    """Footers of every candidate, in candidate order; corrupt ones fail or are skipped.
+    By topic, objects gone since their descriptors were listed are :func:`_missing`'s."""
+    def one(c: _Candidate) -> ObjectIndex | CorruptObject | ObjectNotFound:
         try:
             index = object_index.read_index(store, c.key, c.size, options.topic if options.by_topic else None,
                                             c.pin)
         except CorruptObject as e:
             if options.on_corrupt == "skip":
+                return e
+            raise
+        except ObjectNotFound as e:
+            if options.by_topic:
                 return e
             raise
         if c.first_offset is not None and (index.first_offset, index.last_offset) != (c.first_offset, c.last_offset):
@@ -315,8 +375,12 @@ def _read_footers(store: object, candidates: list[_Candidate], options: ReadOpti
     threads = max(1, min(options.footer_threads, len(candidates)))
     with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="dnb1-footer") as pool:
         results = list(pool.map(one, candidates))
+    missing = [(c, r) for c, r in zip(candidates, results) if isinstance(r, ObjectNotFound)]
+    if missing:
+        _missing(options, missing)
     indexes: list[ObjectIndex] = []
     for c, result in zip(candidates, results):
+        assert not isinstance(result, ObjectNotFound)
         if isinstance(result, CorruptObject):
             log.warning("skipping corrupt object %s: %s", c.key, result)
             report.skipped.append({"key": c.key, "position": result.position, "reason": result.reason})
@@ -325,6 +389,26 @@ def _read_footers(store: object, candidates: list[_Candidate], options: ReadOpti
             continue
         indexes.append(result)
     return indexes
+
+
+def _missing(options: ReadOptions, missing: list[tuple[_Candidate, ObjectNotFound]]) -> NoReturn:
+    """Objects of listed descriptors that are gone. _ArchiveCut when the archive start,
+    read again, is past every one of them (retention cut them since the listing); else
+    the store's error for the first one the start does not explain: a committed object
+    lost above the start is damage and is never hidden."""
+    from tiered.archive.start import archive_start
+    from tiered.metadata import open_metadata
+
+    assert options.metadata_url is not None
+    with open_metadata(options.metadata_url) as meta:
+        start = archive_start(meta, options.topic)
+    for c, error in missing:
+        assert c.last_offset is not None  # descriptors give every candidate its offsets
+        if c.last_offset >= start:
+            raise error
+    first = missing[0][0]
+    assert first.first_offset is not None
+    raise _ArchiveCut(first.first_offset, start) from missing[0][1]
 
 
 def _check_contiguous(indexes: list[ObjectIndex], gaps_allowed: bool = False,
