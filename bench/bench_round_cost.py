@@ -15,6 +15,12 @@ cost per topic-round; system time is mostly the one ``pwritev`` per topic. ``--f
 the broker host's garbage-collector policy (``wal.heap``) after the topics open, as
 ``bench_latency.py`` does by default; without it the cyclic collector's full collections show.
 
+Each run also prints the **floor** of the same turn: the same files written with what a round
+writes to each: a round marker and one message's frame) by ``native.write_rounds``
+alone, the one call the group makes for every topic's segment write, with no bookkeeping. Its
+system time is what one ``pwritev`` per topic costs the kernel, whatever code drives it: a
+compiled round cannot go below it on the group's thread.
+
 Not a test and never pass/fail. One command:
 
     .venv/bin/python bench/bench_round_cost.py --topics 1000 --rounds 100 --repeat 3 --freeze
@@ -34,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
+from native import encode_frame, encode_round_marker, write_rounds  # noqa: E402
 from wal import WriteAheadLog  # noqa: E402
 from wal.fs import RealFs  # noqa: E402
 from wal.group import CommitGroup  # noqa: E402
@@ -109,6 +116,31 @@ def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, director
         shutil.rmtree(root, ignore_errors=True)
 
 
+def measure_floor(topics: int, rounds: int, payload_bytes: int, directory: str) -> dict[str, float]:
+    """CPU per topic-round of ``native.write_rounds`` alone over ``topics`` appended files (no
+    bookkeeping): a round marker's and one frame's worth of bytes each, as a round writes."""
+    root = tempfile.mkdtemp(prefix="round-floor-", dir=directory)
+    fds = [os.open(os.path.join(root, f"segment-{i}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+           for i in range(topics)]
+    try:
+        frame = encode_frame(0, time.time_ns() // 1_000_000, None, None, b"x" * payload_bytes)
+        parts = [[encode_round_marker(0), frame]] * topics
+        for _ in range(3):
+            write_rounds(fds, parts)
+        tid = threading.get_native_id()
+        user_before, system_before = _thread_cpu_ns(tid)
+        for _ in range(rounds):
+            errors = write_rounds(fds, parts)
+            assert not any(errors), errors
+        user, system = _thread_cpu_ns(tid)
+        turns = topics * rounds
+        return {"user_us": (user - user_before) / 1e3 / turns, "system_us": (system - system_before) / 1e3 / turns}
+    finally:
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=1000)
@@ -121,10 +153,14 @@ def main() -> None:
     print(f"commit group's thread CPU per topic-round: {args.topics} topics, {args.rounds} passes of one "
           f"{args.payload_bytes} B message each, gc {'frozen' if args.freeze else 'stock'}")
     print(f"{'run':>3} {'user us':>8} {'system us':>10} {'total us':>9} {'ms/pass':>8} {'rounds':>7} {'gc runs':>8}")
+    directory = args.dir or tempfile.gettempdir()
     for run in range(args.repeat):
-        r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, args.dir or tempfile.gettempdir())
+        r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory)
         print(f"{run + 1:>3} {r['user_us']:>8.1f} {r['system_us']:>10.1f} {r['user_us'] + r['system_us']:>9.1f} "
               f"{r['wall_ms_per_pass']:>8.1f} {r['commit_rounds']:>7} {r['gc_collections']:>8}")
+        f = measure_floor(args.topics, args.rounds, args.payload_bytes, directory)
+        print(f"{'':>3} {f['user_us']:>8.1f} {f['system_us']:>10.1f} {f['user_us'] + f['system_us']:>9.1f}   "
+              "floor: the same segment writes by native.write_rounds alone")
 
 
 if __name__ == "__main__":
