@@ -212,3 +212,46 @@ def test_a_second_live_process_with_the_same_broker_id_is_refused(tmp_path) -> N
     finally:
         first.close()
         inner.close()
+
+
+def test_a_lease_replaced_between_the_fast_paths_two_reads_is_not_taken_for_the_checked_one(tmp_path) -> None:
+    """The ack fast path reads the lease and the session generation without a lock. The
+    keep-alive thread may replace a lapsed lease (a new generation and a long lease at
+    once) between those two reads; the fast path must then not pair the old, checked
+    generation with the new lease, or a broker whose topic was taken over acknowledges
+    an offset the new owner already gave to another message."""
+    inner, objects = local_stores(str(tmp_path))
+    flaky = FaultyMetadataStore(inner)
+    config = replace(FAST_BROKER, session_ttl_s=1.0)
+    a = BrokerHost("A", str(tmp_path / "wal-A"), flaky, objects, config)
+    b = BrokerHost("B", str(tmp_path / "wal-B"), inner, objects, config)
+    try:
+        topic_a = a.load(TOPIC)
+        produce_range(topic_a, 0, 2)
+        flaky.faults.fail("refresh_lease")  # A is cut off: its lease lapses, B takes over
+        _wait_for(lambda: not is_broker_registered(inner, "A"), "A's registration to expire")
+        topic_b = b.load(TOPIC)
+        produce_range(topic_b, 0, 1)  # nothing was archived: B numbers from 0 again
+        session = a.session
+        assert session is not None and session.remaining_s() <= config.ack_margin_s
+        # The keep-alive thread's re-registration, run at the one instant between the two
+        # reads: inside the first of them, whichever that is.
+        real_remaining, replaced = session.remaining_s, []
+
+        def remaining_s() -> float:
+            if not replaced:
+                replaced.append(True)
+                session._register()
+            return real_remaining()
+
+        session.remaining_s = remaining_s  # type: ignore[method-assign]
+        assert not topic_a._ownership_certain()
+        # And end to end: A's next durable write is refused, never acknowledged.
+        with pytest.raises(OwnershipLostError):
+            topic_a.produce(b"stale", timeout_s=HANG_GUARD_S)
+        assert topic_a.fenced
+    finally:
+        flaky.faults.clear()
+        a.close(unload=False)
+        b.close()
+        inner.close()

@@ -316,12 +316,23 @@ class HostedTopic:
             return self._fenced is None
 
     def _ownership_certain(self) -> bool:
-        """The fast path of every durable ack: no metadata access, no lock."""
+        """The fast path of every durable ack: no metadata access, no lock.
+
+        The lease is read before the generation. The keep-alive thread replaces a lapsed
+        lease by raising the generation first and the lease after it
+        (``BrokerSession._register``), so a long lease read here belongs to a generation
+        the read after it sees. Read the other way round, a replacement landing between
+        the two reads paired the old, checked generation with the new lease, and a broker
+        whose topic another broker had taken over acknowledged without re-reading the
+        owner record."""
         if self._fenced is not None:
             return False
         session = self.host.session
-        return session is None or (session.generation == self._owner_checked_generation
-                                   and session.remaining_s() > self.host.config.ack_margin_s)
+        if session is None:
+            return True
+        if session.remaining_s() <= self.host.config.ack_margin_s:
+            return False
+        return session.generation == self._owner_checked_generation
 
     def _confirm_ownership(self, offset: int, deadline: float) -> None:
         """The slow path: wait (bounded) for a certain lease, re-check the owner record

@@ -478,6 +478,9 @@ class BrokerSession:
             time.sleep(min(0.1, self.ttl_s / 10))
         with self._changed:
             self.lease_id = lease.id
+            # The generation before the lease: readers without the lock read the lease
+            # first (HostedTopic._ownership_certain), so a new lease is never seen with
+            # the old generation.
             self.generation += 1
             self._valid_until = sent + self.ttl_s
             self._changed.notify_all()
