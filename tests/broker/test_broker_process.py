@@ -144,8 +144,18 @@ def test_a_topic_moves_between_two_broker_processes_under_a_live_client(tmp_path
         # The CLI as a client: broker 1 no longer owns the topic and redirects to 2.
         produced = dnb("--json", "produce", TOPIC, "--count", "5", "--broker", one.url)
         assert produced.rc == 0 and produced.json() == {"first_offset": 40, "last_offset": 44}, produced.err
-        consumed = dnb("--json", "consume", TOPIC, "--subscription", "cli", "--from", "38", "--ack", "--broker", one.url)
+        consumed = dnb("--json", "consume", TOPIC, "--subscription", "cli", "--from", "38", "--broker", one.url)
         assert [m["offset"] for m in consumed.json()["messages"]] == [38, 39, 40, 41, 42, 43, 44]
+        # An ack is cumulative: acknowledging 44 after a read from 38 would acknowledge
+        # 0..37 of the new subscription unread. Refused, and nothing acknowledged.
+        refused = dnb("--json", "consume", TOPIC, "--subscription", "cli", "--from", "38", "--ack", "--broker", one.url)
+        assert refused.rc == 3, (refused.out, refused.err)
+        # Without --from it reads from the subscription's position; acked, a second run
+        # gets nothing again (the README's command, run twice).
+        for expected in (list(range(45)), []):
+            consumed = dnb("--json", "consume", TOPIC, "--subscription", "cli", "--ack", "--broker", one.url)
+            assert consumed.rc == 0, consumed.err
+            assert [m["offset"] for m in consumed.json()["messages"]] == expected
     finally:
         codes = [one.terminate(), two.terminate()]
     assert codes == [0, 0]

@@ -78,3 +78,43 @@ def test_a_read_or_ack_across_a_failover_that_replaced_it_is_refused_with_where_
             await by_subscription.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def test_an_ack_without_epoch_is_refused_where_a_failover_replaced_offsets_past_the_cursor(
+        local_cluster: Cluster) -> None:
+    """A raw HTTP client need not send ``epoch``. Its ack of 39, read from A before A died,
+    would otherwise move the subscription past B's new 0..39 unread."""
+    import aiohttp
+
+    a = local_cluster.broker("A")
+    produce_range(a.load(TOPIC), 0, 9)  # durable on A only
+    for hosted in a.topics():
+        a.abandon(hosted.topic)
+    a.close(unload=False)
+    b = local_cluster.broker("B")
+    produce_range(b.load(TOPIC), 0, 11)  # B renumbers from 0: 0..9 now hold other messages
+
+    async def scenario():
+        server = TestServer(BrokerServer(b).app())
+        await server.start_server()
+        ack_url = server.make_url(f"/topics{TOPIC}/subscriptions/s/ack")
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(ack_url, json={"offset": 9}) as answer:
+                    body = await answer.json()
+                    assert answer.status == 409, body
+                    assert body["error"]["type"] == "HistoryDiverged" and body["error"]["resume_from"] == 0
+                async with http.get(server.make_url(f"/topics{TOPIC}/messages"),
+                                    params={"subscription": "s", "max": "100"}) as answer:
+                    read = await answer.json()
+                assert [m["offset"] for m in read["messages"]] == list(range(12))  # nothing was skipped
+                # With the epoch of the answer it read from (B's), the same ack is taken;
+                # past the lost range, an ack without epoch is as good as one with it.
+                async with http.post(ack_url, json={"offset": 9, "epoch": read["epoch"]}) as answer:
+                    assert (answer.status, (await answer.json())["cursor"]) == (200, 9)
+                async with http.post(ack_url, json={"offset": 11}) as answer:
+                    assert (answer.status, (await answer.json())["cursor"]) == (200, 11)
+        finally:
+            await server.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))

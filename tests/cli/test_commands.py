@@ -332,6 +332,42 @@ def test_consume_below_the_archive_start_names_the_first_retained_offset(tmp_pat
     assert dnb(*a, "--json", "inspect", TOPIC).json()["archive_start"] == 2
 
 
+def test_consume_ack_is_refused_when_the_read_began_past_the_subscriptions_position(tmp_path):
+    """An ack is cumulative: after a read from 3, acknowledging 4 would acknowledge 0..2
+    of the subscription unread (atk61 f01). Refused with nothing acknowledged; a read that
+    begins at or before the position acknowledges as asked."""
+    a = broker(tmp_path, "1")
+    dnb(*a, "produce", TOPIC, "--count", "5")
+    run = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--from", "3", "--ack")
+    assert run.rc == 3 and run.json()["error"]["code"] == "refused", (run.out, run.err)
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["cursors"].get("s", -1) == -1  # nothing acknowledged
+    got = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--max", "2", "--ack").json()["messages"]
+    assert [m["offset"] for m in got] == [0, 1]
+    got = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--from", "1", "--ack").json()["messages"]
+    assert [m["offset"] for m in got] == [1, 2, 3, 4]
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["cursors"] == {"s": 4}
+
+
+def test_consume_ack_from_the_first_retained_offset_is_taken_when_retention_passed_the_cursor(tmp_path):
+    """Retention removed the offsets after the cursor: reading from the first retained
+    offset skips nothing that can still be read, so its ack is taken."""
+    import time
+
+    from tiered.metadata import keys, open_metadata
+
+    a = broker(tmp_path, "1")
+    for _ in range(2):  # archived acks: one object each (0-1, 2-3)
+        assert dnb(*a, "produce", TOPIC, "--count", "2", "--ack", "archived").rc == 0
+    assert dnb(*a, "consume", TOPIC, "--subscription", "s", "--max", "1", "--ack").rc == 0  # cursor 0
+    with open_metadata(f"sqlite:///{tmp_path}/shared.db") as metadata:
+        metadata.put(keys.archive_start_key(TOPIC), keys.ArchiveStart(2, "1", 1, time.time()).to_json())
+        metadata.delete(keys.descriptor_key(TOPIC, 0))
+    run = dnb(*a, "--json", "consume", TOPIC, "--subscription", "s", "--from", "2", "--ack")
+    assert run.rc == 0, (run.out, run.err)
+    assert [m["offset"] for m in run.json()["messages"]] == [2, 3]
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["cursors"] == {"s": 3}
+
+
 def test_a_malformed_record_found_during_a_load_exits_data_not_internal(tmp_path):
     """A damaged cursor record fails the load (LoadError wrapping MalformedRecord): that is
     damaged data (exit 5), not an internal error (70) (atk33 F03)."""

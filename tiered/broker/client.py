@@ -52,6 +52,7 @@ class BrokerRequestError(BrokerClientError):
         super().__init__(f"HTTP {status}: {error.get('type')}: {error.get('message')}")
         self.status = status
         self.type = error.get("type")
+        self.error = error  # the broker's whole error object (e.g. first_retained_offset)
 
 
 class HistoryDiverged(BrokerRequestError):

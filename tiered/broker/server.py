@@ -226,9 +226,12 @@ class BrokerServer:
         offset = body.get("offset")
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise _error(web.HTTPBadRequest, "InvalidAck", "offset must be an integer")
-        await self._check_history(hosted, body.get("epoch"), offset + 1, "acknowledge it")
+        raw_epoch = body.get("epoch")
+        await self._check_history(hosted, raw_epoch, offset + 1, "acknowledge it")
         try:
             sub = await _subscribe(hosted, request.match_info["sub"])
+            if raw_epoch is None:
+                await self._check_unvouched_ack(hosted, sub.cursor, offset)
             await asyncio.to_thread(sub.ack, offset)
             await asyncio.to_thread(sub.flush)
         except InvalidAck as e:
@@ -264,6 +267,27 @@ class BrokerServer:
                     "type": "HistoryDiverged", "resume_from": resume,
                     "message": f"offsets from {resume} of the history read under epoch {epoch} were lost in a "
                                f"failover and now hold other messages: cannot {what}; continue at {resume}"}}),
+                content_type="application/json")
+
+    async def _check_unvouched_ack(self, hosted: HostedTopic, cursor: int, offset: int) -> None:
+        """An ack without ``epoch`` cannot say which history its messages were read from.
+        Where a failover replaced offsets between the cursor and the ack (a LostRange
+        starting in ``cursor + 1 .. offset``), they may have been read under the old owner,
+        and acknowledging them would skip the new owner's messages there unread: 409
+        ``HistoryDiverged`` (``resume_from`` = the first such start), until the client
+        sends the epoch of the read answer its messages came from. Elsewhere no history
+        was replaced, so an ack without ``epoch`` is as good as one with it."""
+        lost = await asyncio.to_thread(keys.read_lost_ranges, self.host.metadata, hosted.topic)
+        starts = [r.start_offset for r in lost if cursor < r.start_offset <= offset]
+        if starts:
+            resume = min(starts)
+            raise web.HTTPConflict(
+                text=json.dumps({"error": {
+                    "type": "HistoryDiverged", "resume_from": resume,
+                    "message": f"offset {resume} was replaced by a failover, and this ack through {offset} says "
+                               f"nothing of which history its messages were read from: send the epoch of the "
+                               f"read answer they came from (every read answer carries it), or read again from "
+                               f"{resume}"}}),
                 content_type="application/json")
 
     async def topics(self, request: web.Request) -> web.Response:

@@ -173,8 +173,8 @@ def consume(inv: Invocation, topic: str, subscription: str, start: str | None, m
     settings = inv.settings()
     begin = _parse_start(start)
     if broker_url:
-        if follow or not (isinstance(begin, int) or begin == "earliest"):
-            raise CliError("with --broker, give --from earliest or an offset (no --follow)")
+        if follow or not (begin is None or isinstance(begin, int) or begin == "earliest"):
+            raise CliError("with --broker, --from takes earliest or an offset (no latest, no --follow)")
         messages = ops.consume_remote(broker_url, topic, subscription, 0 if begin == "earliest" else begin,
                                       max_messages=max_messages, ack=ack)
     else:

@@ -44,6 +44,7 @@ from tiered.tools.verify import local_wal_range, lost_range_json, verify_topic
 from tiered.archive import list_descriptors
 from tiered.archive.start import archive_start
 from uploader import collect_garbage
+from wal.errors import OffsetBelowRetention
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ def consume(settings: Settings, topic: str, subscription: str, start: str | int 
         reader = hosted.create_reader(sub.start_offset if start is None else start, live=follow)
         messages = _read(reader, max_messages, idle_timeout_s if follow else None)
         if ack and messages:
+            position = _retained_position(sub.start_offset, lambda at: hosted.create_reader(at, live=False))
+            _check_ack_reads_from(subscription, position, messages[0].offset)
             sub.ack(messages[-1].offset)
             sub.flush()
         return messages
@@ -181,9 +184,35 @@ def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str 
                                sub.start_offset if start is None else start, live=False)
         messages = _read(reader, max_messages, None)
         if ack and messages:
+            position = _retained_position(sub.start_offset, lambda at: create_reader(
+                topic, None, host.metadata, host.objects, at, live=False))
+            _check_ack_reads_from(subscription, position, messages[0].offset)
             sub.ack(messages[-1].offset)
             sub.flush()
         return messages
+
+
+def _retained_position(position: int, open_reader: Callable[[int], Any]) -> int:
+    """The subscription's position, or the first retained offset when retention removed
+    the offsets from it on (``open_reader(offset)`` raises OffsetBelowRetention then)."""
+    try:
+        open_reader(position).close()
+    except OffsetBelowRetention as e:
+        return max(position, e.first_offset)
+    return position
+
+
+def _check_ack_reads_from(subscription: str, position: int, first_read: int) -> None:
+    """``--ack`` acknowledges cumulatively, through the last message read: a read that began
+    past the subscription's position (``--from`` an offset after it, or ``latest``) would
+    acknowledge the offsets in between, which were never read. Refused, nothing acked.
+    ``position``: the subscription's cursor + 1, or the first retained offset when
+    retention removed the offsets from there on (nothing below it can be read)."""
+    if first_read > position:
+        raise CliError(f"--ack would acknowledge offsets {position}..{first_read - 1} of subscription "
+                       f"{subscription!r}, which were not read (the read began at {first_read}, the subscription "
+                       f"is at {position}); nothing was acknowledged: leave out --from to read from the "
+                       "subscription's position", EXIT_REFUSED)
 
 
 def _read(reader: Any, max_messages: int | None, idle_timeout_s: float | None) -> list[Any]:
@@ -481,16 +510,29 @@ def produce_remote(broker_url: str, topic: str, payloads: Iterable[bytes], key: 
     return first, last
 
 
-def consume_remote(broker_url: str, topic: str, subscription: str, start: int, max_messages: int | None,
+def consume_remote(broker_url: str, topic: str, subscription: str, start: int | None, max_messages: int | None,
                    ack: bool) -> list[Any]:
-    """``dnb consume --broker URL``: read from ``start`` until caught up (or ``max``),
-    following the topic across moves; ``ack`` acknowledges the last one read."""
-    from tiered.broker.client import HistoryDiverged, SyncBrokerClient  # deferred: aiohttp, as above
+    """``dnb consume --broker URL``: read from ``start`` (None: from the subscription's
+    position, its cursor + 1) until caught up (or ``max``), following the topic across
+    moves; ``ack`` acknowledges the last one read, refused when the read began past the
+    subscription's position (it would acknowledge offsets never read)."""
+    from tiered.broker.client import BrokerRequestError, HistoryDiverged, SyncBrokerClient  # deferred: aiohttp
 
     name = str(TopicName.parse(topic))
     messages: list[Any] = []
     with SyncBrokerClient([broker_url], timeout_s=CLI_STEP_TIMEOUT_S) as client:
-        position = start
+        subscribed_at: int | None = None  # the subscription's position, read from the broker
+        if start is None or ack:
+            try:
+                first = client.read(name, subscription=subscription, max_messages=1, wait_s=0.0)
+                subscribed_at = first.next_offset - len(first.messages)
+            except BrokerRequestError as e:
+                retained = e.error.get("first_retained_offset")
+                if start is None or e.error.get("type") != "OffsetBelowRetention" or not isinstance(retained, int):
+                    raise
+                subscribed_at = retained  # retention removed the offsets from the cursor on
+        position = subscribed_at if start is None else start
+        assert position is not None
         while max_messages is None or len(messages) < max_messages:
             want = 1000 if max_messages is None else min(1000, max_messages - len(messages))
             try:
@@ -509,6 +551,8 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int, m
                          for m in batch.messages]
             position = batch.next_offset
         if ack and messages:
+            assert subscribed_at is not None
+            _check_ack_reads_from(subscription, subscribed_at, messages[0].offset)
             client.ack(name, subscription, messages[-1].offset)
     return messages
 
