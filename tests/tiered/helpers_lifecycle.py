@@ -25,7 +25,10 @@ from uploader.config import UploaderConfig
 TOPIC = "/default/reliable_topic"
 
 # Background uploads effectively off (tests upload explicitly or via archived acks),
-# short waits so failure tests stay fast, short lease so failover tests do not wait.
+# except the first pass over a WAL a load recovered: frames durable before the uploader
+# started count as infinitely old, so that pass comes at the pool's next tick and takes
+# everything durable by then. Short waits so failure tests stay fast, short lease so
+# failover tests do not wait.
 FAST_UPLOADER = UploaderConfig(interval_s=3600.0, drain_timeout_s=2.0, retry_attempts_max=2,
                                retry_backoff_s=0.01, retry_backoff_max_s=0.05, poll_interval_s=0.05)
 FAST_BROKER = BrokerConfig(uploader=FAST_UPLOADER, session_ttl_s=2.0, progress_interval_s=0.1,
