@@ -62,6 +62,6 @@ def read_checkpoint(fs: FileSystem, directory: str, name: str = CHECKPOINT_NAME)
         if state.get("version") != _VERSION:
             raise ValueError(f"unknown checkpoint version {state.get('version')}")
         return state
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # RecursionError: nested too deep
         _log.warning("ignoring unreadable WAL checkpoint %s: %s", path, exc)
         return None

@@ -17,6 +17,10 @@ class GroupSync(str, Enum):
     SYNCFS = "syncfs"
 
 
+_SIZE_MAX = 1 << 53
+_SECONDS_MAX = 1e9  # about 31 years
+
+
 @dataclass(frozen=True, slots=True)
 class WalConfig:
     # Group commit without a timer: the writer takes whatever is pending as soon as the
@@ -70,15 +74,23 @@ class WalConfig:
             raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
         if self.pending_bytes_max < self.max_message_bytes:
             raise ValueError("pending_bytes_max must hold at least one maximal message")
+        # Sizes go to native code as Py_ssize_t and into sums of byte counts, time limits to
+        # thread waits and clocks (threading.TIMEOUT_MAX, time_t): far past any real
+        # setting, a larger one would fail a thread that waits on it, not this check.
         for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
-                     "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if (self.segment_age_max_s <= 0 or self.append_timeout_s <= 0 or self.close_timeout_s <= 0
-                or self.journal_checkpoint_interval_s <= 0):
-            raise ValueError("time limits must be positive")
+                     "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
+                     "journal_file_bytes"):
+            if not 0 < getattr(self, name) <= _SIZE_MAX:
+                raise ValueError(f"{name} must be positive and at most 2**53")
+        for name in ("segment_age_max_s", "append_timeout_s", "close_timeout_s", "journal_checkpoint_interval_s"):
+            if not 0 < getattr(self, name) <= _SECONDS_MAX:
+                raise ValueError(f"{name} must be positive and at most {_SECONDS_MAX:.0e} s")
+        if self.read_chunk_bytes > 1 << 30:
+            raise ValueError("read_chunk_bytes must be at most 1 GiB (one read's buffer)")
         if self.journal_file_bytes < 64 * 1024:
             raise ValueError("journal_file_bytes must be at least 64 KiB")
+        if self.journal_files_max < 2:
+            raise ValueError("journal_files_max must be at least 2 (the checkpoint's file and the next)")
         if self.group_sync not in list(GroupSync):
             raise ValueError(f"group_sync must be one of {', '.join(m.value for m in GroupSync)}")
         # A topic's round is at most pending_bytes_max; a journal entry's length is a u32.

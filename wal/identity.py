@@ -38,7 +38,7 @@ def read_wal_id(fs: FileSystem, directory: str) -> bytes | None:
         if len(raw) != WAL_ID_BYTES or crc32c(raw) != body["crc32c"]:
             return None
         return raw
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # RecursionError: nested too deep
         return None
 
 

@@ -107,6 +107,13 @@ def test_env_values_are_parsed_by_type():
     ('[broker]\nack_lease_margin_s = 20.0\n', "broker.ack_lease_margin_s", "session_ttl_s"),
     ('[uploader]\nfault_hook = "x"\n', "uploader.fault_hook", "unknown key"),
     ('[broker]\ndrain_timeout_s = 5.0\n', "broker.drain_timeout_s", "unknown key"),
+    # Past what thread waits, clocks and native sizes take: refused here, not in a
+    # thread that waits on them later (atk63 f01, f02).
+    ('[wal]\nclose_timeout_s = 1e300\n', "wal.close_timeout_s", "at most 1e+09 s"),
+    ('[broker]\nprogress_interval_s = 1e300\n', "broker.progress_interval_s", "at most 1e+09 s"),
+    ('[wal]\ncache_bytes_max = 9223372036854775807\n', "wal.cache_bytes_max", "at most 2**53"),
+    ('[broker]\nsession_ttl_s = 1e-300\n', "broker.session_ttl_s", "at least 0.5 s"),
+    ('[wal]\njournal_files_max = 1\n', "wal.journal_files_max", "at least 2"),
 ])
 def test_file_errors_name_the_key_and_the_file(tmp_path, text, key, words):
     path = write(tmp_path, text)

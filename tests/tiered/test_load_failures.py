@@ -125,6 +125,55 @@ def test_disk_full_at_load_never_renumbers(local_cluster: Cluster, monkeypatch) 
     assert keys.read_lost_ranges(local_cluster.metadata, T) == []
 
 
+@pytest.mark.parametrize("error", [OverflowError("Python int too large to convert to C ssize_t"),
+                                   RecursionError("maximum recursion depth exceeded"),
+                                   OSError(errno.EMFILE, "Too many open files")])
+def test_a_wal_that_fails_to_open_for_a_reason_other_than_damage_is_not_called_unreadable(
+        local_cluster: Cluster, monkeypatch, error: BaseException) -> None:
+    """LocalWalUnreadable advises discarding the WAL, which records its acknowledged
+    messages as lost: only for damaged files, never for a setting native code cannot take,
+    a resource or a bug (atk63 f01, f04)."""
+    import wal.log
+
+    a = _five_durable_then_crash(local_cluster)
+    original = wal.log.WriteAheadLog.open.__func__
+    failing = {"on": True}
+
+    def open_failing(cls, *args, **kwargs):
+        if failing["on"]:
+            raise error
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(wal.log.WriteAheadLog, "open", classmethod(open_failing))
+    before = wal_files(local_cluster, "A")
+    with pytest.raises(LoadError) as info:
+        a.load(TOPIC)
+    assert not isinstance(info.value, LocalWalUnreadable) and "discard" not in str(info.value).replace(
+        "discarding it is not the remedy", "")
+    assert wal_files(local_cluster, "A") == before
+    failing["on"] = False
+    _assert_recovers_all_five(a)
+    assert keys.read_lost_ranges(local_cluster.metadata, T) == []
+
+
+def test_a_wal_directory_that_cannot_be_read_before_the_load_gives_a_typed_error(
+        local_cluster: Cluster, monkeypatch) -> None:
+    """Out of descriptors while the load checks for its own history elsewhere: a LoadError
+    naming the directory, nothing changed (atk63 f04)."""
+    import tiered.lifecycle.host
+
+    a = _five_durable_then_crash(local_cluster)
+
+    def out_of_descriptors(*_args: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(tiered.lifecycle.host, "own_open_history_elsewhere", out_of_descriptors)
+    with pytest.raises(LoadError, match="Too many open files"):
+        a.load(TOPIC)
+    monkeypatch.undo()
+    _assert_recovers_all_five(a)
+
+
 def _flip_a_byte_in_the_first_segment(cluster: Cluster) -> None:
     directory = os.path.join(cluster.wal_root("A"), "default", "reliable_topic")
     segment = next(n for n in sorted(os.listdir(directory)) if n.endswith(".seg"))

@@ -20,10 +20,30 @@ def test_bytes_are_sorted_compact_json() -> None:
     assert Progress("b1", 2, None, 4.0).encode() == b'{"broker_id":"b1","durable_offset":null,"epoch":2,"timestamp":4.0}'
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[1]", b"\xff"])
+DEEP = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError, not ValueError
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1]", b"\xff", DEEP])
 def test_every_decoder_names_the_key_of_a_value_that_is_not_a_json_object(raw: bytes) -> None:
     for decode in (lambda: keys.Cursor.from_json("/k", raw),
-                   lambda: records.decode(records.LeaderRecord, "/k", raw)):
+                   lambda: records.decode(records.LeaderRecord, "/k", raw),
+                   lambda: OwnerRecord.decode("/k", raw),
+                   lambda: Progress.decode("/k", raw)):
         with pytest.raises(MalformedRecord) as info:
             decode()
         assert info.value.key == "/k"
+
+
+def test_local_json_files_nested_too_deep_read_as_damaged_not_as_a_crash(tmp_path) -> None:
+    """.walid, wal.ckpt and .owner nested too deep read as unreadable (None), as garbled
+    ones do: never an internal error (atk63 f03)."""
+    from tiered.lifecycle.wal_root import decode_marker
+    from wal.checkpoint import CHECKPOINT_NAME, read_checkpoint
+    from wal.fs import RealFs
+    from wal.identity import WAL_ID_NAME, read_wal_id
+
+    for name in (WAL_ID_NAME, CHECKPOINT_NAME):
+        (tmp_path / name).write_bytes(DEEP)
+    assert read_wal_id(RealFs(), str(tmp_path)) is None
+    assert read_checkpoint(RealFs(), str(tmp_path)) is None
+    assert decode_marker(DEEP) is None

@@ -265,7 +265,7 @@ async def _json_or_error(response: aiohttp.ClientResponse) -> dict[str, Any]:
     text = await response.text()
     try:
         payload = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         payload = None
     if not isinstance(payload, dict):
         raise BrokerRequestError(response.status, {"type": "NotJson", "message": text[:200]})

@@ -107,7 +107,7 @@ def brokers(metadata: MetadataStore, config: LoadManagerConfig | None = None) ->
                 import json
 
                 address = json.loads(snap.registered[b].value).get("address")
-            except ValueError:
+            except (ValueError, AttributeError, RecursionError):  # junk, not an object, nested too deep
                 address = None
         rows.append({
             "broker_id": b, "registered": info.registered, "mode": info.mode.value, "address": address,

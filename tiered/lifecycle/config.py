@@ -6,6 +6,12 @@ from dataclasses import dataclass, field
 from uploader.config import UploaderConfig
 from wal.config import WalConfig
 
+#: Durations go to thread waits and clocks (threading.TIMEOUT_MAX, time_t): far past any
+#: real setting, a larger one would fail the thread that waits on it, not this check.
+_SECONDS_MAX = 1e9  # about 31 years
+#: A lease is refreshed every third of its TTL; much shorter, one scheduling delay lapses it.
+SESSION_TTL_S_MIN = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
@@ -76,8 +82,11 @@ class BrokerConfig:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
                      "flush_timeout_s", "close_timeout_s", "cursor_flush_interval_s", "gc_refreeze_interval_s",
                      "failed_wal_check_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0")
+            if not 0 < getattr(self, name) <= _SECONDS_MAX:
+                raise ValueError(f"{name} must be > 0 and at most {_SECONDS_MAX:.0e} s")
+        if self.session_ttl_s < SESSION_TTL_S_MIN:
+            raise ValueError(f"session_ttl_s must be at least {SESSION_TTL_S_MIN} s: a shorter lease lapses "
+                             "between two refreshes (a third of it apart)")
         if self.ack_lease_margin_s is not None and not 0 <= self.ack_lease_margin_s < self.session_ttl_s:
             raise ValueError("ack_lease_margin_s must be in [0, session_ttl_s)")
         if self.cursor_flush_every_acks < 1:

@@ -336,7 +336,12 @@ class BrokerHost:
         :func:`tiered.lifecycle.retire.own_open_history_elsewhere`)."""
         if self.config.own_history_elsewhere == "take_over":
             return
-        elsewhere = own_open_history_elsewhere(self.metadata, self.root, topic)
+        try:
+            elsewhere = own_open_history_elsewhere(self.metadata, self.root, topic)
+        except OSError as e:  # out of descriptors, an I/O error: nothing was changed yet
+            raise LoadError(topic, "check own history elsewhere", f"the local WAL directory "
+                            f"{self.root.path(topic)} could not be read ({e.strerror or e!r}); nothing was "
+                            "changed: fix that and retry") from e
         if elsewhere is not None:
             raise elsewhere
 

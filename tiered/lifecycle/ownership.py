@@ -273,7 +273,7 @@ def lookup(metadata: MetadataStore, topic: TopicName | str) -> TopicOwner | None
         try:
             found = json.loads(kv.value).get("address")
             address = found if isinstance(found, str) else None
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             address = None  # a registration from an older broker or junk: alive, no address
     return TopicOwner(record.holder, record.epoch, kv is not None, address)
 

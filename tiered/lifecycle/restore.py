@@ -114,8 +114,8 @@ class Progress:
             if record.durable_offset is not None and not -1 <= record.durable_offset <= MAX_OFFSET:
                 raise ValueError(f"durable_offset {record.durable_offset} is outside [-1, {MAX_OFFSET}]")
             return record
-        except (ValueError, KeyError, TypeError) as e:
-            raise MalformedRecord(key, f"progress record: {e}") from e
+        except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: nested too deep
+            raise MalformedRecord(key, f"progress record: {e!r}") from e
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,8 @@ from tiered.lifecycle.ownership import OwnerToken
 from wal import WriteAheadLog
 from wal.api import WalOffsets
 from wal.config import GroupSync, WalConfig
-from wal.errors import WalFailed, WalLocked, WalTimeout
+from native.errors import CodecError
+from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, syncfs_reports_errors
 from wal.group import CommitGroup
 from wal.identity import read_wal_id
@@ -43,7 +44,10 @@ OWNER_MARKER = ".owner"
 #: In a WAL root: the broker id that first used it.
 ROOT_IDENTITY = ".broker"
 
-_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+#: Errors of the environment, not of the WAL's files: disk full, quota, read-only,
+#: permissions, out of descriptors (process or system), file size limit, out of memory.
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                 errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOMEM})
 
 
 class WalRoot:
@@ -253,8 +257,15 @@ class WalRoot:
                 raise LoadError(topic, "open WAL", f"local WAL {self.path(topic)} cannot be opened "
                                 f"now ({e.strerror}); it is kept as it is: fix that and retry") from e
             raise LocalWalUnreadable(topic, self.path(topic), e) from e
-        except Exception as e:  # noqa: BLE001 - whatever the reason, the WAL is kept as it is
+        except (CorruptLog, CodecError) as e:  # its files are damaged (CorruptSegmentHeader is a CodecError)
             raise LocalWalUnreadable(topic, self.path(topic), e) from e
+        except Exception as e:  # noqa: BLE001 - whatever the reason, the WAL is kept as it is
+            # Not known damage of the WAL (a setting native code cannot take, a resource, a
+            # bug): LocalWalUnreadable would advise discarding it, which records its
+            # acknowledged messages as lost and helps nothing. The load fails; the WAL stays.
+            raise LoadError(topic, "open WAL", f"local WAL {self.path(topic)} could not be opened ({e!r}); nothing "
+                            "says its files are damaged, so it is kept as it is and discarding it is not the "
+                            "remedy") from e
 
 
 
@@ -269,7 +280,7 @@ def decode_marker(raw: bytes) -> dict[str, object] | None:
     try:
         body: dict[str, object] = json.loads(raw)
         crc = body.pop("crc32c")
-    except (ValueError, KeyError, AttributeError, TypeError):
+    except (ValueError, KeyError, AttributeError, TypeError, RecursionError):  # RecursionError: nested too deep
         return None
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return body if crc == crc32c(text.encode()) else None

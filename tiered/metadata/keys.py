@@ -299,8 +299,8 @@ def decode_json_object(key: str, raw: bytes) -> dict[str, object]:
     """``raw`` parsed as a JSON object; anything else is :class:`MalformedRecord` naming ``key``."""
     try:
         data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MalformedRecord(key, f"not JSON: {e}") from e
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
+        raise MalformedRecord(key, f"not JSON: {e!r}") from e
     if not isinstance(data, dict):
         raise MalformedRecord(key, f"expected a JSON object, got {type(data).__name__}")
     return data

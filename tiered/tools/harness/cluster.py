@@ -146,7 +146,7 @@ def _published_by(raw: bytes) -> str | None:
     """The broker id a progress record names (None when it does not parse)."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     broker = body.get("broker_id") if isinstance(body, dict) else None
     return broker if isinstance(broker, str) else None
