@@ -53,7 +53,10 @@ def test_schedule_is_a_pure_function_of_the_seed():
     kinds = {step.kind for seed in range(200) for step in make_schedule(seed)}
     assert kinds >= {"produce", "produce_nowait", "upload", "consume", "move", "restart", "power_loss",
                      "takeover", "uploader_crash", "s3_fault", "etcd_fault", "failed_load", "disk_full_load",
-                     "second_opener", "stale_owner", "delayed_write", "impostor", "lm_move", "lm_drain"}
+                     "second_opener", "stale_owner", "delayed_write", "impostor", "lm_move", "lm_drain",
+                     "delete_recreate", "archive_retention"}
+    hows = {step.args["how"] for seed in range(200) for step in make_schedule(seed) if step.kind == "delete_recreate"}
+    assert hows == {"clean", "paused", "crashed"}
     losses = {step.args["leader_loss"] for seed in range(200) for step in make_schedule(seed)
               if step.kind in ("lm_move", "lm_drain")}
     assert losses == {None, "transfer", "released", "assign"}
@@ -398,3 +401,77 @@ def test_a_power_loss_takes_back_every_tip_the_dead_broker_published_after_it(tm
         assert read_progress(cluster.inner_metadata, topic) == before
     finally:
         cluster.close()
+
+
+# -- delete / re-create and archive retention (tiered.tools.harness.incarnations) --------
+
+def _seeds_with(kind: str, count: int, where=lambda step: True, seeds=range(2000, 2600)) -> list[int]:
+    return [s for s in seeds if any(st.kind == kind and where(st) for st in make_schedule(s))][:count]
+
+
+def test_delete_recreate_steps_in_every_variant():
+    """A clean delete with a reader open across it, one past a paused owner whose deleter
+    dies mid-delete, one past a dead owner: every invariant holds."""
+    seeds = (_seeds_with("delete_recreate", 1, lambda st: st.args["how"] == "clean" and st.args["reader"])
+             + _seeds_with("delete_recreate", 1, lambda st: st.args["how"] == "paused"
+                           and st.args["crash_at"] is not None)
+             + _seeds_with("delete_recreate", 1, lambda st: st.args["how"] == "crashed"))
+    assert len(seeds) == 3
+    notes = []
+    for seed in seeds:
+        result = run_scenario(seed)
+        assert result.ok, result.to_json()
+        notes += result.notes
+    assert sum(" delete by b" in n and "re-created on" in n for n in notes) >= 3, notes
+    assert any("its re-run resumed" in n for n in notes), notes
+
+
+def test_archive_retention_steps_cut_where_the_policy_asks():
+    """Cuts by size and by age, one interrupted by the owner's crash: the start moves
+    exactly where the policy asks, and everything from it on reads exactly once."""
+    seeds = (_seeds_with("archive_retention", 2, lambda st: st.args["crash_at"] is None and st.args["rounds"] >= 2)
+             + _seeds_with("archive_retention", 1, lambda st: st.args["crash_at"] is not None
+                           and st.args["rounds"] >= 2))
+    notes = []
+    for seed in seeds:
+        result = run_scenario(seed)
+        assert result.ok, result.to_json()
+        notes += result.notes
+    assert sum("archive retention" in n and " cut " in n for n in notes) >= 2, notes
+
+
+def test_catches_a_retention_cut_past_what_the_policy_asks(monkeypatch):
+    """A cut that removes one descriptor more than its limits ask for (acknowledged
+    messages nobody asked to remove) is retention-bounded."""
+    import dataclasses
+
+    from uploader import archive_retention
+
+    real = archive_retention.plan_cut
+
+    def greedy(retained, *args, **kwargs):
+        cut = real(retained, *args, **kwargs)
+        if cut is None or len(cut.removed) + 1 >= len(retained):
+            return cut
+        n = len(cut.removed) + 1
+        return dataclasses.replace(cut, new_start=retained[n].start_offset, removed=tuple(retained[:n]))
+
+    monkeypatch.setattr(archive_retention, "plan_cut", greedy)
+    seeds = _seeds_with("archive_retention", 6, lambda st: st.args["rounds"] >= 2 and st.args["policy"] == "bytes"
+                        and 0 < st.args["keep"] < 1)
+    results = [run_scenario(s) for s in seeds]
+    assert any(not r.ok and r.violation.startswith("retention-bounded") for r in results), \
+        [r.violation for r in results]
+
+
+def test_catches_a_recreate_that_renumbers_the_deleted_incarnation(monkeypatch):
+    """A tombstone whose next offset forgets the deleted incarnation's last message: the
+    re-created topic would number it again."""
+    from tiered.lifecycle import delete
+
+    real = delete._next_offset
+    monkeypatch.setattr(delete, "_next_offset", lambda *a: max(0, real(*a) - 1))
+    seeds = _seeds_with("delete_recreate", 3, lambda st: st.args["how"] == "clean")
+    results = [run_scenario(s) for s in seeds]
+    assert all(not r.ok and r.violation.startswith("recreate-continues") for r in results), \
+        [r.violation for r in results]

@@ -271,6 +271,40 @@ def test_recreate_continues_epochs_and_offsets_fences_the_zombie_and_retires_its
                                             live=False)] == [first, first + 1, first + 2]
 
 
+def test_create_on_the_host_still_running_the_deleted_incarnation_creates_a_new_topic(local_cluster: Cluster) -> None:
+    """Broker a hosts the topic unregistered (paused: it looks dead) and keeps running
+    while another broker deletes it. A create on a must not hand out that copy of the
+    deleted incarnation (refused while the delete is unfinished; after it, a new topic at
+    a new epoch from the tombstone's next offset). Found by the harness's delete step
+    (seed 49645): the create returned the old copy, whose durable acks were then lost."""
+    a = local_cluster.broker("a", register_session=False)
+    zombie = a.load(T)
+    produce_range(zombie, 0, 4, ack="archived")
+    produce_range(zombie, 5, 6)
+    ops = local_cluster.broker("ops")
+
+    def crash(step: str) -> None:
+        if step == "tombstone":
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        ops.delete(T, fault_hook=crash)
+    with pytest.raises(TopicDeleted):
+        a.create(T)  # the delete is unfinished: refused, not the old copy
+    assert zombie.fenced
+    report = ops.delete(T)
+    assert report.outcome == "resumed"
+    created, fresh = a.create(T)
+    assert fresh and created is not zombie
+    assert created.token.epoch > report.epoch
+    first = report.next_offset
+    assert created.next_offset == first
+    assert produce_range(created, first, first + 1) == [first, first + 1]
+    assert [m.offset for m in read_all(created, first, first + 1)] == [first, first + 1]
+    with pytest.raises(OwnershipLost):
+        zombie.produce(b"late", ack="durable")
+
+
 def test_stale_wal_of_deleted_incarnation_found_at_load_is_retired_not_resumed(local_cluster: Cluster) -> None:
     a = local_cluster.broker("a")
     hosted = a.load(T)

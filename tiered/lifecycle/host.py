@@ -310,22 +310,37 @@ class BrokerHost:
         incarnation is retired, never resumed; it may hold offsets at or above that start
         (a dead owner's ``durable`` acks past its last published tip, the failover bound),
         which are never recorded as the new incarnation's loss. An existing topic is just
-        loaded."""
+        loaded.
+
+        A copy this host still runs is returned only while its owner record is still
+        ours (read now): a copy of an incarnation deleted meanwhile through another broker
+        (this one paused, unregistered) is fenced and abandoned, as a load abandons a
+        fenced copy, and the name is created anew; never handed out as the new topic."""
         topic = TopicName.parse(name)
         self._check_open()
         existed = topic_exists(self.metadata, topic)
-        with self._topic_lock(topic):
-            self._check_open()  # close() began while this waited: it will not see this topic
-            with self._lock:
-                existing = self._topics.get(topic)
-            if existing is not None and existing.state is TopicState.OPEN:
-                return existing, False
-            if existing is not None:
-                raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
-            self._refuse_own_history_elsewhere(topic)
-            hosted = self._load(topic, False, False, True, True)
-            with self._lock:
-                self._topics[topic] = hosted
+        abandoned = False
+        try:
+            with self._topic_lock(topic):
+                self._check_open()  # close() began while this waited: it will not see this topic
+                with self._lock:
+                    existing = self._topics.get(topic)
+                if existing is not None and existing.state is TopicState.OPEN:
+                    if existing.check_ownership():
+                        return existing, False
+                    log.warning("topic %s: create over a copy whose owner record is no longer ours (deleted or "
+                                "taken over): abandoning that copy", topic)
+                    self._abandon_locked(topic)
+                    existing, abandoned = None, True
+                if existing is not None:
+                    raise LoadError(topic, "load", f"topic is {existing.state.value} here; finish unload first")
+                self._refuse_own_history_elsewhere(topic)
+                hosted = self._load(topic, False, False, True, True)
+                with self._lock:
+                    self._topics[topic] = hosted
+        finally:
+            if abandoned:
+                self._notify(1, topic, "abandoned")
         self._notify(0, hosted)
         return hosted, not existed
 

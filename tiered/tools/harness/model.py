@@ -46,6 +46,30 @@ class TopicModel:
     #: (first, last) offsets of facts a takeover reassigned (each inside a reported range).
     lost_tails: list[tuple[int, int]] = field(default_factory=list)
     payload_counter: int = 0
+    #: Where this incarnation's numbering began (a re-created topic: the tombstone's next offset).
+    incarnation_first: int = 0
+    #: The first offset still readable: max(archive retention's cut, incarnation_first).
+    start: int = 0
+    #: payload -> offset of every message of a deleted incarnation of the name.
+    retired: dict[bytes, int] = field(default_factory=dict)
+
+    def new_sub(self) -> SubscriptionModel:
+        """A subscription created now with "earliest" pins at the first readable offset."""
+        return SubscriptionModel(next_expected=self.start)
+
+    def next_incarnation(self, first: int) -> "TopicModel":
+        """The model of the topic re-created under the name, numbering from ``first``."""
+        retired = dict(self.retired)
+        retired.update({p: o for o, p in self.facts.items()})
+        retired.update({p: o for o, p in self.pending.items()})
+        return TopicModel(payload_counter=self.payload_counter, incarnation_first=first, start=first,
+                          retired=retired)
+
+    def cut(self, new_start: int) -> None:
+        """Archive retention raised the start: offsets below it are gone by decision."""
+        check(new_start >= self.start, "retention-bounded",
+              f"the archive start went back from {self.start} to {new_start}")
+        self.start = new_start
 
     def next_payload(self, seed: int) -> bytes:
         self.payload_counter += 1
@@ -67,6 +91,11 @@ class TopicModel:
 
     def observed(self, offset: int, payload: bytes, where: str) -> None:
         """A reader served ``offset``: it must name the one message the model knows."""
+        check(payload not in self.retired, "incarnation-isolation",
+              f"{where}: offset {offset} serves {payload!r}, a message of a deleted incarnation "
+              f"(it was at offset {self.retired.get(payload)})")
+        check(offset >= self.start, "retention-bounded",
+              f"{where}: offset {offset} was served, below the archive start {self.start}")
         if offset in self.facts:
             check(self.facts[offset] == payload, "unique-offsets",
                   f"{where}: offset {offset} holds {payload!r}, but it was {self.facts[offset]!r}")
@@ -78,17 +107,19 @@ class TopicModel:
         self.facts[offset] = payload
 
     def top(self) -> int:
-        """One past the highest offset the model knows as a fact."""
-        return max(self.facts, default=-1) + 1
+        """One past the highest offset the model knows as a fact (at least where this
+        incarnation's numbering began)."""
+        return max(max(self.facts, default=-1) + 1, self.incarnation_first)
 
     def forget_unsynced(self, next_offset: int) -> None:
         """After a power loss: unacknowledged appends at or past the WAL's new tip are gone."""
         for offset in [o for o in self.pending if o >= next_offset]:
             del self.pending[offset]
 
-    def reassign_tail(self, archive_end: int | None) -> list[int]:
-        """A takeover: offsets past the archive end are lost; returns the lost facts."""
-        first_lost = 0 if archive_end is None else archive_end + 1
+    def reassign_tail(self, first_lost: int, archive_end: int | None) -> list[int]:
+        """A takeover that restarts numbering at ``first_lost`` (past the archive end, or the
+        incarnation's first offset when nothing is archived): later facts are lost;
+        returns them."""
         lost = sorted(o for o in self.facts if o >= first_lost)
         check(not (set(lost) & self.archived_acked), "archived-never-lost",
               f"offsets {sorted(set(lost) & self.archived_acked)} were acknowledged as archived but are "

@@ -50,7 +50,19 @@ Invariants (the names a failure reports):
   roots, commit groups, shared journals), written between the steps and moved now and then,
   keep every acknowledged message under its offset through every crash and power loss
   (``tiered.tools.harness.bystanders``).
-* ``descriptors-contiguous`` and ``verify-ok`` at the end of every scenario.
+* ``delete-complete`` / ``delete-refuses`` / ``recreate-continues`` / ``incarnation-isolation``:
+  a topic deleted (by its sealing owner, past a paused or a dead owner, the deleter maybe
+  dying mid-delete, a reader open across it) leaves nothing, refuses every access until
+  re-created, and the new incarnation starts at an epoch above and an offset at or past
+  what metadata knew of the old one; no message of a deleted incarnation is ever served
+  again under the name (``tiered.tools.harness.incarnations``).
+* ``retention-bounded`` / ``retention-resumes``: an archive retention cut moves the start
+  exactly where its policy asks (never past it: no acknowledged message it did not ask
+  for), offsets below it are ``OffsetBelowArchiveStart`` naming it, everything at or
+  above it is served exactly once, and a cut a crash interrupted is finished by the next
+  pass (``tiered.tools.harness.incarnations``).
+* ``descriptors-contiguous`` (from the archive start) and ``verify-ok`` at the end of every
+  scenario.
 """
 from __future__ import annotations
 
@@ -70,11 +82,13 @@ from tiered.lifecycle import host as host_module
 from tiered.lifecycle.ownership import OwnershipLostError
 from tiered.metadata import keys
 from tiered.read.cloud import CloudReader
+from tiered.archive.start import OffsetBelowArchiveStart
 from tiered.read.errors import CorruptArchive, UnknownOffset
 from tiered.read.reader import read_messages
+from tiered.tools.harness import incarnations
 from tiered.tools.harness.bystanders import Bystanders
 from tiered.tools.harness.cluster import FAULTED_SEAL_DRAIN_S, WAIT_BOUND_S, Cluster, HarnessCrash
-from tiered.tools.harness.model import SubscriptionModel, TopicModel, Violation, check
+from tiered.tools.harness.model import TopicModel, Violation, check
 from tiered.tools.harness.schedule import Step, make_schedule
 from tiered.tools.harness.subproc import kill_broker_mid_produce
 from tiered.tools.verify import verify_topic
@@ -163,6 +177,9 @@ class Scenario:
         self.model = TopicModel()
         self.owner = 0
         self.takeovers: list[Takeover] = []
+        #: Brokers that died holding a WAL of the topic whose takeover record is gone (the
+        #: incarnation was deleted): brought back at the end, they must record nothing.
+        self.returning: list[int] = []
         #: Between the two halves of a move (sealed on the owner, not loaded yet).
         self.sealed = False
         self.sealed_at: int | None = None
@@ -212,18 +229,14 @@ class Scenario:
 
     def step_consume(self, step: Step, index: int) -> None:
         name = step.args["subscription"]
-        sub_model = self.model.subscriptions.setdefault(name, _new_sub())
+        sub_model = self.model.subscriptions.setdefault(name, self.model.new_sub())
         hosted = self.hosted()
         sub = hosted.subscribe(name, "earliest")
         start = sub.cursor + 1
         check(start == sub_model.next_expected, "subscription-exactly-once",
               f"subscription {name} resumes at {start}, but its last acknowledged offset was "
               f"{sub_model.next_expected - 1} (or a takeover's restart point)")
-        try:
-            reader = hosted.create_reader(start, live=False)
-        except UnknownOffset as e:
-            raise Violation("subscription-exactly-once",
-                            f"subscription {name} cannot resume at {start}: {e}") from e
+        reader, start = self.resume_reader(hosted, name, start)
         got = read_messages(reader, step.args["max"])
         offsets = [m.offset for m in got]
         check(offsets == list(range(start, start + len(got))), "contiguous-offsets",
@@ -238,6 +251,27 @@ class Scenario:
             check(not again, "subscription-exactly-once",
                   f"subscription {name} acknowledged the messages at offsets {again} a second time")
             sub_model.acked_payloads.update(m.payload for m in got)
+
+    def resume_reader(self, hosted: Any, name: str, start: int) -> tuple[Any, int]:
+        """A reader at a subscription's resume point ``start``. Below the archive start
+        (a retention cut passed the cursor) the read must be refused with
+        OffsetBelowArchiveStart naming exactly the model's start, where the consumer
+        then resumes: those offsets are gone by decision, not skipped."""
+        try:
+            reader = hosted.create_reader(start, live=False)
+        except OffsetBelowArchiveStart as e:
+            check(start < self.model.start and e.first_offset == self.model.start, "retention-bounded",
+                  f"subscription {name} at {start}: refused as below the archive start {e.first_offset}, "
+                  f"the model's start is {self.model.start}")
+            self.note(f"subscription {name} at {start}: below the archive start, resumes at {self.model.start}")
+            return hosted.create_reader(self.model.start, live=False), self.model.start
+        except UnknownOffset as e:
+            raise Violation("subscription-exactly-once", f"subscription {name} cannot resume at {start}: {e}") from e
+        if start < self.model.start:
+            reader.close()
+            raise Violation("retention-bounded", f"subscription {name}: a reader at {start} was created, below "
+                                                 f"the archive start {self.model.start}")
+        return reader, start
 
     # -- moves and crashes --------------------------------------------------------------
     def step_move(self, step: Step, index: int) -> None:
@@ -262,6 +296,16 @@ class Scenario:
         nxt = self.hosted().next_offset
         check(nxt == (0 if last is None else last + 1), "seal-continuity",
               f"sealed at {last}, but broker {target} starts at {nxt}")
+
+    # -- delete / re-create and archive retention (tiered.tools.harness.incarnations) ----
+    def step_delete_recreate(self, step: Step, index: int) -> None:
+        incarnations.delete_recreate(self, step, index)
+
+    def step_archive_retention(self, step: Step, index: int) -> None:
+        incarnations.archive_retention(self, step, index)
+
+    def check_below_start_refused(self, hosted: Any, where: str) -> None:
+        incarnations.check_below_start_refused(self, hosted, where)
 
     # -- the load manager (tiered.tools.harness.lm) --------------------------------------
     def lm(self) -> Any:
@@ -317,7 +361,8 @@ class Scenario:
             self.cluster.crash(dead)
         dead_tip = _durable_tip(dead_hosted)
         archive_end = last_committed_offset(self.cluster.inner_metadata, TOPIC)
-        first_new = 0 if archive_end is None else archive_end + 1
+        # Nothing archived in this incarnation: numbering restarts where it began.
+        first_new = self.model.incarnation_first if archive_end is None else archive_end + 1
         cursors_before = {n: s.next_expected - 1 for n, s in self.model.subscriptions.items()}
         hosted = self.load_on(target)
         check(hosted.next_offset == first_new, "takeover-start",
@@ -326,7 +371,7 @@ class Scenario:
         reported = hosted.report.unarchived_at_least
         check(reported <= actual_tail, "takeover-report",
               f"reported {reported} unarchived offsets, but only {actual_tail} were past the archive")
-        lost = self.model.reassign_tail(archive_end)
+        lost = self.model.reassign_tail(first_new, archive_end)
         check(not lost or (dead_tip is not None and lost[-1] <= dead_tip), "lost-range-exact",
               f"offsets {lost} were lost, but the dead owner's WAL ended at {dead_tip}")
         self.check_cursors_clamped(hosted, first_new, cursors_before)
@@ -437,11 +482,11 @@ class Scenario:
 
     def step_delayed_write(self, step: Step, index: int) -> None:
         name = step.args["subscription"]
-        sub_model = self.model.subscriptions.setdefault(name, _new_sub())
+        sub_model = self.model.subscriptions.setdefault(name, self.model.new_sub())
         hosted = self.hosted()
         sub = hosted.subscribe(name, "earliest")
-        start = sub.cursor + 1
-        got = read_messages(hosted.create_reader(start, live=False), step.args["max"])
+        reader, _start = self.resume_reader(hosted, name, sub.cursor + 1)
+        got = read_messages(reader, step.args["max"])
         if len(got) < 2:
             return
         for m in got:
@@ -469,7 +514,9 @@ class Scenario:
     def step_impostor(self, step: Step, index: int) -> None:
         """Replace one committed object with other bytes of the same size; nothing may
         serve them, and verify must say so. Then put the real object back."""
-        descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
+        # Descriptors wholly below the archive start (a cut's leftovers) are never read.
+        descriptors = [d for d in list_descriptors(self.cluster.inner_metadata, TOPIC)
+                       if d.end_offset >= self.model.start]
         if not descriptors:
             return
         d = descriptors[int(step.args["which"] * len(descriptors))]
@@ -505,8 +552,8 @@ class Scenario:
     def check_lost_ranges(self) -> None:
         """Bring every dead broker back (its host retires its stale WAL), then the lost
         ranges must be exactly the takeovers' tails: reported, exact, nothing else."""
-        for takeover in self.takeovers:
-            self.cluster.host(takeover.dead)
+        for dead in [t.dead for t in self.takeovers] + self.returning:
+            self.cluster.host(dead)
         records = {(r.start_offset, r.epoch): r for r in keys.read_lost_ranges(self.cluster.inner_metadata, TOPIC)}
         expected = {(t.start, t.dead_epoch): t for t in self.takeovers}
         check(set(records) == set(expected), "lost-range-exact",
@@ -610,6 +657,10 @@ class Scenario:
         last = self.cluster.host(self.owner).unload(TOPIC)
         self.promote_pending(-1 if last is None else last)
         self.cluster.crash(self.owner)
+        # The real-disk broker's in-process host may still run (the topic moved off it by a
+        # move or a load-manager step): the worker is that broker, and its host must be the
+        # only opener of the WAL root (else the worker is refused, rightly, and dies unheard).
+        self.cluster.crash(target)
         reported = kill_broker_mid_produce(self, target, step.args["count"], step.args["after_s"])
         self.owner = target
         hosted = self.cluster.load(target)
@@ -625,7 +676,7 @@ class Scenario:
     def adopt_unreported(self, hosted: Any) -> None:
         """Messages the killed broker made durable but did not get to report are real: read
         them once so the model knows them (they must be the worker's payloads, in order)."""
-        top = self.model.top()
+        top = max(self.model.top(), self.model.start)
         for m in read_messages(hosted.create_reader(top, live=False), None):
             check(m.payload.startswith(f"seed{self.seed}-k".encode()), "unique-offsets",
                   f"offset {m.offset} after a SIGKILL holds unexpected {m.payload!r}")
@@ -634,8 +685,11 @@ class Scenario:
 
     # -- checks -------------------------------------------------------------------------
     def check_descriptors(self) -> None:
-        descriptors = list_descriptors(self.cluster.inner_metadata, TOPIC)
-        expected = 0
+        """The retained chain (descriptors not wholly below the archive start: those are a
+        cut's leftovers) starts at the model's start and has no gap or overlap."""
+        descriptors = [d for d in list_descriptors(self.cluster.inner_metadata, TOPIC)
+                       if d.end_offset >= self.model.start]
+        expected = self.model.start
         for d in descriptors:
             check(d.start_offset == expected, "descriptors-contiguous",
                   f"descriptor {d.start_offset}-{d.end_offset} follows one ending at {expected - 1}")
@@ -649,10 +703,12 @@ class Scenario:
         hosted.wal.flush(WAIT_BOUND_S)
         hosted.uploader.upload_once()
         tip = hosted.next_offset
+        first = self.model.start
         got = read_messages(hosted.create_reader("earliest", live=False), None)
         offsets = [m.offset for m in got]
-        check(offsets == list(range(tip)), "contiguous-offsets",
-              f"a full read yields {_ranges(offsets)}, expected 0-{tip - 1}")
+        check(offsets == list(range(first, tip)), "contiguous-offsets",
+              f"a full read yields {_ranges(offsets)}, expected {first}-{tip - 1}")
+        self.check_below_start_refused(hosted, "the final read")
         for m in got:
             self.model.observed(m.offset, m.payload, "final read")
         missing = sorted(o for o in self.model.durable_acked if o >= tip)
@@ -681,10 +737,6 @@ def _raising(error: BaseException) -> Any:
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         raise error
     return fail
-
-
-def _new_sub() -> Any:
-    return SubscriptionModel()
 
 
 def _durable_tip(hosted: Any) -> int | None:

@@ -32,6 +32,8 @@ STEP_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("impostor", 3),        # a committed object is replaced behind the archive's back; readers refuse it
     ("lm_move", 6),         # the leader moves the topic off the broker its measured traffic overloads (maybe losing its lease mid-move)
     ("lm_drain", 3),        # the owner's broker is drained by the leader (maybe losing its lease mid-move), then undrained
+    ("delete_recreate", 3),  # the topic is deleted (owner sealing, paused or dead; a reader open; the deleter dying mid-delete) and re-created
+    ("archive_retention", 5),  # the owner's uploader cuts the archive by a size or age policy (maybe dying mid-cut)
 )
 LEADER_LOSS = (None, None, "transfer", "released", "assign")
 #: The strategies an ``lm_move`` ranks brokers by (both weigh the measured traffic).
@@ -40,6 +42,16 @@ LOAD_FAILURE_STEPS = ("open WAL", "mark topic open", "clamp subscription cursors
                       "open subscriptions")
 SUBSCRIPTIONS = ("s0", "s1")
 UPLOADER_CRASH_POINTS = ("read", "before_put", "after_put", "before_commit", "after_commit")
+#: Who deletes: the owner's host (sealing first), another broker while the owner still
+#: runs unaware (a paused zombie), another broker after the owner died unsealed.
+DELETE_HOWS = ("clean", "paused", "crashed")
+#: A reader open across the delete: none, one on the owner, an archive-only one.
+DELETE_READERS = (None, "owner", "archive")
+#: The steps of ``tiered.lifecycle.delete`` after which the deleting broker may die.
+DELETE_CRASH_POINTS = ("tombstone", "cursors", "cluster records", "descriptors", "objects", "progress",
+                       "lost ranges", "archive start", "state")
+#: The steps of an archive retention cut after which the owner may die.
+RETENTION_CRASH_POINTS = ("after_start_raised", "after_descriptors_deleted")
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,15 @@ def _args(kind: str, rng: random.Random, brokers: int) -> dict[str, Any]:
                 "strategy": rng.choice(MEASURED_STRATEGIES), "mb_s": round(rng.uniform(0.5, 2.5), 3)}
     if kind == "lm_drain":
         return {"leader_loss": rng.choice(LEADER_LOSS)}
+    if kind == "delete_recreate":
+        return {"how": rng.choice(DELETE_HOWS), "deleter": rng.randrange(brokers),
+                "recreate_on": rng.randrange(brokers), "reader": rng.choice(DELETE_READERS),
+                "crash_at": rng.choice(DELETE_CRASH_POINTS) if rng.random() < 0.3 else None,
+                "zombie_writes": rng.randint(0, 3), "learns_by": rng.choice(("progress", "upload", "cursor"))}
+    if kind == "archive_retention":
+        return {"policy": rng.choice(("bytes", "bytes", "age")), "keep": rng.choice((0.0, 0.3, 0.6, 1.0)),
+                "rounds": rng.randint(0, 3), "per_round": rng.randint(1, 4),
+                "crash_at": rng.choice(RETENTION_CRASH_POINTS) if rng.random() < 0.3 else None}
     if kind == "sigkill":
         return {"count": rng.randint(5, 40), "after_s": round(rng.uniform(0.0, 0.5), 3)}
     return {}
