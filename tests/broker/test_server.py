@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 import time
 
+import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 
+from tiered.broker import server as server_module
 from tiered.broker.server import BrokerServer
 from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster  # noqa: F401
+from tests.tiered.helpers_read import STALL_HANG_GUARD_S, StallingObjects
 
 PATH = "/topics/default/reliable_topic/messages"
 
@@ -113,6 +117,88 @@ class _SlowObjects:
     def get_range(self, *args, **kwargs):
         time.sleep(self.delay_s)
         return self.inner.get_range(*args, **kwargs)
+
+
+def _stalled_archive(local_cluster: Cluster, monkeypatch):
+    """B owns a topic whose offsets 0-2 are only in the archive, on an object store whose
+    GETs stall until released; the fetch bound of a read is 0.5 s (30 s in production)."""
+    monkeypatch.setattr(server_module, "READ_FETCH_MAX_S", 0.5)
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce_many([b"m0", b"m1", b"m2"])
+    a.unload(TOPIC)  # sealed: 0-2 live in the archive only
+    store = local_cluster.objects = StallingObjects(local_cluster.objects)
+    b = local_cluster.broker("B")
+    b.load(TOPIC)
+    store.armed = True
+    return b, store
+
+
+def test_a_read_whose_archive_does_not_answer_in_time_is_a_503_not_an_empty_200(local_cluster: Cluster,
+                                                                               monkeypatch) -> None:
+    """Offsets that exist but could not be fetched within the read's bound (a stalled
+    object store) must not be answered ``200 {"messages": []}``: that says "nothing
+    there" and a consumer stops early. The answer is 503 + Retry-After (ReadTimeout), at
+    the bound, while the GET is still stalled; the read slot is given back (with one
+    slot, the second read gets the same answer, not "serving 1 reads already"). A read
+    from the tip, where nothing exists yet, is still an empty 200."""
+    b, store = _stalled_archive(local_cluster, monkeypatch)
+    guard = aiohttp.ClientTimeout(total=STALL_HANG_GUARD_S)
+
+    async def scenario(client):
+        answers = []
+        for _ in range(2):
+            response = await client.get(PATH, params={"from": "0", "wait_s": "0"}, timeout=guard)
+            body = await response.json()
+            answers.append((response.status, response.headers.get("Retry-After"), body["error"]["type"],
+                            store.release.is_set()))
+        at_tip = await (await client.get(PATH, params={"from": "3", "wait_s": "0"}, timeout=guard)).json()
+        return answers, at_tip
+
+    async def main():
+        async with TestClient(TestServer(BrokerServer(b, read_threads_max=1).app())) as client:
+            return await scenario(client)
+
+    try:
+        answers, at_tip = asyncio.run(main())
+    finally:
+        store.release.set()
+    assert answers == [(503, "1", "ReadTimeout", False)] * 2
+    assert at_tip["messages"] == [] and at_tip["next"] == 3
+
+
+def test_dnb_consume_through_a_broker_retries_a_stalled_archive_instead_of_stopping_early(
+        local_cluster: Cluster, monkeypatch) -> None:
+    """``dnb consume --broker`` (and the client under it) takes the 503 of a read whose
+    archive did not answer in time as "retry", within its time bound: once the store
+    answers, it gets every message, where an empty 200 made it stop with none."""
+    from tiered.tools.cli.ops import consume_remote
+
+    b, store = _stalled_archive(local_cluster, monkeypatch)
+    stalls: list[bool] = []
+
+    def release_after_two_stalled_reads() -> None:
+        # Two reads stalled: the first was answered (503) and the client read again.
+        stalls.extend([store.wait_stalled(), store.wait_stalled()])
+        store.release.set()
+
+    async def main():
+        server = TestServer(BrokerServer(b).app())
+        await server.start_server()
+        try:
+            return await asyncio.to_thread(consume_remote, str(server.make_url("")).rstrip("/"), TOPIC, "s", 0,
+                                           None, False)
+        finally:
+            await server.close()
+
+    releaser = threading.Thread(target=release_after_two_stalled_reads, daemon=True)
+    releaser.start()
+    try:
+        messages = asyncio.run(main())
+    finally:
+        store.release.set()
+        releaser.join(STALL_HANG_GUARD_S)
+    assert stalls == [True, True], "the first read never answered while the archive stalled"
+    assert [(m.offset, bytes(m.payload)) for m in messages] == [(0, b"m0"), (1, b"m1"), (2, b"m2")]
 
 
 def test_messages_that_exist_are_served_even_with_wait_s_0(local_cluster: Cluster) -> None:

@@ -6,6 +6,7 @@ embedded pair (SQLite + local directory) and against real servers (etcd + moto o
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -214,3 +215,43 @@ def cursor_write_fails_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(SubscriptionManager, "_write_cursor", fails_once)
     return calls
+
+
+#: Bound on every wait of the stall tests: generous, only there so a regression fails
+#: instead of hanging (never a measure of how fast anything is).
+STALL_HANG_GUARD_S = 60.0
+
+
+class StallingObjects:
+    """An object store whose GETs, once ``armed``, block until ``release`` is set: an S3
+    endpoint that takes the connection and never answers. Everything else is the inner
+    store's. ``wait_stalled()`` returns once a GET has begun to stall (one per GET)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.armed = False
+        self.release = threading.Event()
+        self._stalled = threading.Semaphore(0)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def _stall(self) -> None:
+        if self.armed and not self.release.is_set():
+            self._stalled.release()
+            self.release.wait(2 * STALL_HANG_GUARD_S)
+
+    def wait_stalled(self) -> bool:
+        return self._stalled.acquire(timeout=STALL_HANG_GUARD_S)
+
+    def get(self, *args, **kwargs):
+        self._stall()
+        return self.inner.get(*args, **kwargs)
+
+    def get_range(self, *args, **kwargs):
+        self._stall()
+        return self.inner.get_range(*args, **kwargs)
+
+    def get_tail(self, *args, **kwargs):
+        self._stall()
+        return self.inner.get_tail(*args, **kwargs)

@@ -1,10 +1,13 @@
 """CloudReader: footer + only-needed-block fetches, gaps, corruption, prefetch, both backends."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from native import object_format
-from tests.tiered.helpers_read import TOPIC, Backends, archive, backends, record  # noqa: F401 (fixture)
+from tests.tiered.helpers_read import (  # noqa: F401 (fixture)
+    STALL_HANG_GUARD_S, TOPIC, Backends, StallingObjects, archive, backends, record)
 from tiered.read.cloud import CloudReader
 from tiered.read.messages import Message
 from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed
@@ -174,3 +177,64 @@ def test_close_from_another_thread_while_next_runs_is_reader_closed(backends: Ba
     r.metadata = ClosingMetadata()
     with pytest.raises(ReaderClosed):
         next(r)
+
+
+def _consume_in_thread(r: CloudReader) -> tuple[threading.Thread, list]:
+    """Iterate ``r`` on a thread of its own; ``outcome`` gets the offsets, then the error."""
+    outcome: list = []
+
+    def consume() -> None:
+        try:
+            for message in r:
+                outcome.append(message.offset)
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            outcome.append(e)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_close_frees_a_consumer_waiting_on_a_stalled_object_store(backends: Backends, prefetch: int) -> None:
+    """An object store that stalls (an S3 endpoint that never answers) must not pin the
+    consumer past close(): a long poll's deadline and a topic moving away both end a read
+    by closing its reader from another thread, and they need the consumer back at once
+    (ReaderClosed), not when the GET gives up (fetch_timeout_s, 120 s by default)."""
+    archive(backends, 0, 9)
+    store = StallingObjects(backends.objects)
+    store.armed = True
+    r = CloudReader(TOPIC, backends.metadata, store, 0, 9, prefetch_objects=prefetch)
+    try:
+        thread, outcome = _consume_in_thread(r)
+        assert store.wait_stalled(), "the reader never asked the store for the object"
+        r.close()
+        thread.join(STALL_HANG_GUARD_S)
+        assert not thread.is_alive(), "the consumer stayed in the stalled GET after close()"
+        assert not store.release.is_set()  # the GET is still stalled: close() alone freed the consumer
+        [error] = outcome
+        assert isinstance(error, ReaderClosed)
+    finally:
+        store.release.set()
+
+
+def test_close_frees_a_consumer_waiting_on_a_later_run_of_blocks(backends: Backends) -> None:
+    """The object's later runs of blocks (fetched while the object is consumed, not
+    prepared ahead) stall the same way: close() frees the consumer there too."""
+    archive(backends, 0, 199, block_bytes=256)
+    store = StallingObjects(backends.objects)
+    r = CloudReader(TOPIC, backends.metadata, store, 0, 199, memory_bytes_max=2048, prefetch_objects=1)
+    try:
+        assert next(r).offset == 0  # footer and first run fetched; the object is one of several runs
+        store.armed = True
+        thread, outcome = _consume_in_thread(r)
+        assert store.wait_stalled(), "the reader never asked for the next run"
+        r.close()
+        thread.join(STALL_HANG_GUARD_S)
+        assert not thread.is_alive(), "the consumer stayed in the stalled GET after close()"
+        assert not store.release.is_set()
+        *served, error = outcome
+        assert isinstance(error, ReaderClosed)
+        assert served == list(range(1, 1 + len(served))) and len(served) < 199
+    finally:
+        store.release.set()

@@ -126,10 +126,12 @@ def test_a_fenced_owners_reader_resumes_where_the_new_owner_continues(local_clus
                                                                for i, o in enumerate(new_messages)]
 
 
-def test_a_reader_fetching_from_the_archive_when_the_topic_leaves_says_moved(local_cluster: Cluster,
-                                                                             monkeypatch) -> None:
+@pytest.mark.parametrize("prefetch_objects", [0, 1])
+def test_a_reader_fetching_from_the_archive_when_the_topic_leaves_says_moved(
+        local_cluster: Cluster, monkeypatch, prefetch_objects: int) -> None:
     """The unload closes the reader's archive fetch under it: the consumer is told where to
-    resume (TopicMoved), not just that a reader was closed."""
+    resume (TopicMoved), not just that a reader was closed, and at once: while the
+    object store still has not answered the reader's GET (a stalled S3), not when it does."""
     a = local_cluster.broker("A", wal_config=WalConfig(segment_bytes_max=300))
     hosted = a.load(TOPIC)
     produce_range(hosted, 0, 14, ack="archived")
@@ -139,13 +141,14 @@ def test_a_reader_fetching_from_the_archive_when_the_topic_leaves_says_moved(loc
     real = local_cluster.objects.get_tail
 
     def held_get_tail(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name == "consumer":
+        # The reader's GETs (on its consumer thread, or on the threads it fetches with).
+        if threading.current_thread().name.startswith(("consumer", "dnb-prefetch", "dnb-fetch")):
             inside.set()
-            release.wait(HANG_GUARD_S)
+            release.wait(2 * HANG_GUARD_S)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(local_cluster.objects, "get_tail", held_get_tail)
-    reader = hosted.create_reader(0, live=True, prefetch_objects=0)
+    reader = hosted.create_reader(0, live=True, prefetch_objects=prefetch_objects)
     ended: list[BaseException] = []
 
     def consume() -> None:
@@ -155,19 +158,20 @@ def test_a_reader_fetching_from_the_archive_when_the_topic_leaves_says_moved(loc
         except BaseException as e:  # noqa: BLE001 - checked below
             ended.append(e)
 
-    consumer = threading.Thread(target=consume, name="consumer")
+    consumer = threading.Thread(target=consume, name="consumer", daemon=True)
     consumer.start()
-    assert inside.wait(HANG_GUARD_S)
-    unloading = threading.Thread(target=a.unload, args=(TOPIC,))
-    unloading.start()
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not reader.closed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    release.set()
-    consumer.join(HANG_GUARD_S)
-    unloading.join(HANG_GUARD_S)
-    [error] = ended
-    assert isinstance(error, TopicMoved) and error.next_offset == reader.position, repr(error)
+    unloading = threading.Thread(target=a.unload, args=(TOPIC,), daemon=True)
+    try:
+        assert inside.wait(HANG_GUARD_S)
+        unloading.start()
+        consumer.join(HANG_GUARD_S)
+        assert not consumer.is_alive(), "the consumer waited for the stalled GET after the topic left"
+        assert not release.is_set()
+        [error] = ended
+        assert isinstance(error, TopicMoved) and error.next_offset == reader.position, repr(error)
+    finally:
+        release.set()
+        unloading.join(HANG_GUARD_S)
 
 
 @pytest.mark.parametrize("how", ["abandoned", "unloaded", "reader created once fenced"])

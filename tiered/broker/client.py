@@ -3,8 +3,9 @@
 
 It finds a topic's owner by asking any broker (a broker that does not own the topic
 answers ``307`` to the owner's address), remembers the owner per topic, and rides out
-moves: ``503`` (the topic is sealing or unassigned) is retried with back-off across the
-known brokers until ``timeout_s``; a read that ends with ``moved`` continues at its own
+moves: ``503`` (the topic is sealing or unassigned, or a read's archive did not answer in
+time: ``ReadTimeout``) is retried with back-off across the known brokers until
+``timeout_s`` (then :class:`BrokerUnavailable`); a read that ends with ``moved`` continues at its own
 ``next`` offset on the new owner. Every call is bounded; nothing waits for ever.
 
 Delivery: a produce whose answer was lost (connection dropped, timeout) is not retried

@@ -51,7 +51,7 @@ from uploader.errors import UploaderStopped
 from tiered.errors import MalformedRecord, StorageUnavailable, TopicDeleted, TopicNotFound
 from tiered.lifecycle.delete import check_not_deleted, topic_exists
 from tiered.metadata import keys
-from tiered.read.errors import CorruptArchive, InvalidAck, ReadError, TopicMoved, UnknownOffset
+from tiered.read.errors import CorruptArchive, InvalidAck, ReadError, ReadTimeout, TopicMoved, UnknownOffset
 from wal.errors import OffsetBelowRetention
 from wal.errors import InvalidTopicName, MessageTooLarge, OffsetOverflow
 from wal.topics import TopicName
@@ -213,6 +213,8 @@ class BrokerServer:
                 self._reads, _read_batch, reader, start, tip, limit, wait_s)
         except OffsetBelowRetention as e:  # archive retention overtook the read
             raise _below_retention(e) from e
+        except ReadTimeout as e:  # existing offsets not fetched in time: retry, never an empty 200
+            raise _unavailable(str(e), "ReadTimeout") from e
         except ReadError as e:  # a data error met mid-read (DataGap, CorruptArchive, ...): typed, as above
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         finally:
@@ -317,7 +319,10 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     the deadline (a live read blocks); a message is returned only if it was fully fetched
     before that.
 
-    Only the watchdog's own close ends a read quietly. Any other reader error (a
+    The watchdog's own close ends a read quietly, with what was read; but when that is
+    nothing although offsets below ``tip`` exist (the archive did not answer in time),
+    the read raises :class:`ReadTimeout` (the route's 503): an empty answer means only
+    "nothing past ``start`` within ``wait_s``". Any other reader error (a
     ``DataGap``, ``CorruptArchive``, ``OffsetOutOfOrder``, ``OffsetBelowRetention``) is
     raised when nothing was read yet; after messages it ends the batch there (what was
     served is contiguous and real) and the next read, which starts at it, gets the error."""
@@ -373,6 +378,12 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
         stop.set()
         wake.set()
         reader.close()
+    if timed_out.is_set() and not messages and not moved and start < tip:
+        # Offsets that exist were not fetched in time (an object store that stalls): an
+        # empty answer would say "nothing there" and a consumer would stop early. The
+        # route answers 503 + Retry-After; the reader's stalled GET was left behind.
+        raise ReadTimeout(f"offsets {start}..{tip - 1} exist but none was fetched within {READ_FETCH_MAX_S:g}s "
+                          f"(the archive did not answer in time); retry")
     return messages, moved
 
 
@@ -487,8 +498,8 @@ def _below_retention(error: OffsetBelowRetention) -> web.HTTPException:
     return web.HTTPNotFound(text=json.dumps(body), content_type="application/json")
 
 
-def _unavailable(message: str) -> web.HTTPException:
-    return web.HTTPServiceUnavailable(text=_error_json("Unavailable", message), content_type="application/json",
+def _unavailable(message: str, error: str = "Unavailable") -> web.HTTPException:
+    return web.HTTPServiceUnavailable(text=_error_json(error, message), content_type="application/json",
                                       headers={"Retry-After": str(RETRY_AFTER_S)})
 
 

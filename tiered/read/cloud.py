@@ -17,6 +17,13 @@ How a range ``[start, end]`` is read (``end`` inclusive):
    one run in decoding plus one prepared run per prefetched object, each at most
    ``chunk_bytes_max = memory_bytes_max // (prefetch_objects + 1)`` (a single block larger
    than that is still fetched whole, because a block cannot be split).
+5. No GET runs on the consumer's thread: prepared objects come from the prefetch pool,
+   the later runs of an object (and, with ``prefetch_objects=0``, the object itself) from
+   a one-thread fetcher the consumer waits on. It waits for the GET *or* ``close()``,
+   whichever comes first, so a reader closed while the object store stalls (a long
+   poll's deadline, a topic moving away) raises :class:`ReaderClosed` at once; the
+   stalled GET finishes on its worker thread, which ``close()`` abandoned, and its bytes
+   are dropped. Each wait is bounded by ``fetch_timeout_s`` (:class:`ReadTimeout`).
 
 Before a byte is served the object is checked against its descriptor
 (``tiered.archive.fetch``): the footer GET also returns the object's total size, which
@@ -47,8 +54,9 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from native.errors import CodecError, CorruptObject
 from native.format import Record
@@ -67,11 +75,13 @@ from tiered.read.metrics import ReadMetrics
 from wal.topics import TopicName
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 MEMORY_BYTES_MAX_DEFAULT = 64 << 20
 FOOTER_GUESS_BYTES_DEFAULT = 64 << 10
-#: Bound on waiting for one prepared object (footer + first run) from the prefetcher.
+#: Bound on waiting for one prepared object (footer + first run) from the prefetcher, or
+#: for one later run of blocks from the fetcher.
 FETCH_TIMEOUT_S_DEFAULT = 120.0
 _DESCRIPTOR_PAGE = 256
 
@@ -130,6 +140,13 @@ class CloudReader:
         self._deferred: Exception | None = None
         self._pool = (concurrent.futures.ThreadPoolExecutor(prefetch_objects, f"dnb-prefetch{self.topic}")
                       if prefetch_objects > 0 else None)
+        # The consumer's own GETs (see the module docstring, 5.): one at a time, so one
+        # thread, started on the first one. Apart from the prefetch pool so that a run of
+        # the current object never queues behind the preparation of the next ones.
+        self._fetcher = concurrent.futures.ThreadPoolExecutor(1, f"dnb-fetch{self.topic}")
+        # Done once close() is called: what a waiting consumer waits on besides
+        # its GET. A Future, so that concurrent.futures.wait takes both.
+        self._close_signal: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._messages = self._generate() if start <= end_inclusive else iter(())
 
     # -- iteration -------------------------------------------------------------
@@ -163,8 +180,15 @@ class CloudReader:
 
     def close(self) -> None:
         self._closed = True
+        try:
+            # Wakes a consumer waiting for a GET. (Not cancel(): a cancelled Future does not
+            # wake concurrent.futures.wait until an executor notifies it.)
+            self._close_signal.set_result(None)
+        except concurrent.futures.InvalidStateError:
+            pass  # closed before
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        self._fetcher.shutdown(wait=False, cancel_futures=True)
         close = getattr(self._messages, "close", None)
         if close is not None:
             try:
@@ -223,26 +247,40 @@ class CloudReader:
             descriptor = next(descriptors, None)
             if descriptor is None:
                 return
-            if self._pool is None:
-                pending.append(self._prepare(descriptor))
-                continue
-            try:
-                pending.append(self._pool.submit(self._prepare, descriptor))
-            except RuntimeError as e:
-                # close() from another thread shut the pool down while this thread was
-                # inside next(): the reader's contract is ReaderClosed, not the pool's error.
-                if not self._closed:
-                    raise
-                raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
+            # Without prefetch, the fetcher prepares the one object (taken at once).
+            pool = self._pool if self._pool is not None else self._fetcher
+            pending.append(self._submit(pool, self._prepare, descriptor))
+
+    def _submit(self, pool: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., T],
+                *args: Any) -> "concurrent.futures.Future[T]":
+        try:
+            return pool.submit(fn, *args)
+        except RuntimeError as e:
+            # close() from another thread shut the pool down while this thread was
+            # inside next(): the reader's contract is ReaderClosed, not the pool's error.
+            if not self._closed:
+                raise
+            raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
 
     def _take(self, item: "concurrent.futures.Future[_Prepared] | _Prepared") -> _Prepared:
         if isinstance(item, _Prepared):
             return item
+        return self._await(item, "preparing an archived object")
+
+    def _await(self, future: "concurrent.futures.Future[T]", what: str) -> T:
+        """The future's result, or ReaderClosed as soon as close() is called, whichever
+        comes first (a GET that stalls must not hold the consumer past close()); at most
+        ``fetch_timeout_s`` (ReadTimeout)."""
+        either: tuple[concurrent.futures.Future[Any], ...] = (future, self._close_signal)
+        done, _ = concurrent.futures.wait(either, timeout=self.fetch_timeout_s,
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        if self._closed:
+            future.cancel()  # if it has not started: its GET is never made
+            raise ReaderClosed(f"cloud reader of {self.topic} was closed")
+        if future not in done:
+            raise ReadTimeout(f"{what} of {self.topic} took over {self.fetch_timeout_s}s")
         try:
-            return item.result(timeout=self.fetch_timeout_s)
-        except concurrent.futures.TimeoutError as e:
-            raise ReadTimeout(f"preparing an archived object of {self.topic} took over "
-                              f"{self.fetch_timeout_s}s") from e
+            return future.result()
         except concurrent.futures.CancelledError as e:
             raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
 
@@ -345,8 +383,13 @@ class CloudReader:
                     expected += 1
 
     def _fetch_run_mapped(self, prepared: _Prepared, run: _Run) -> bytes:
+        """A later run of the object, fetched on the fetcher thread: a GET that stalls
+        holds that thread, not the consumer, which close() frees at once (``_await``).
+        Sequential (the next run is asked for once this one is decoded), so the memory
+        bound is unchanged."""
         try:
-            return self._fetch_run(prepared.key, run)
+            return self._await(self._submit(self._fetcher, self._fetch_run, prepared.key, run),
+                               f"fetching blocks of archived object {prepared.key!r}")
         except ObjectNotFound as e:
             raise DataGap(run.blocks[0].first_offset, prepared.descriptor.end_offset,
                           f"object {prepared.key!r} vanished while being read") from e

@@ -301,6 +301,11 @@ class TieredReader:
                                   prefetch_objects=self.prefetch_objects,
                                   memory_bytes_max=self.memory_bytes_max, metrics=self.metrics)
         self._cloud_readers.append(self._cloud)
+        if self._closed:
+            # close() from another thread ran while this one fell back to the archive and
+            # saw no cloud reader to close: close it here, or its first wait would not
+            # see close() (close sets _closed before it reads _cloud).
+            self._cloud.close()
         log.debug("reader of %s: cloud %d..%d", self.topic, self._position, end_inclusive)
         return _PHASE_CLOUD
 

@@ -546,6 +546,8 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int | 
                 position = e.resume_from
                 continue
             if not batch.messages:
+                # Nothing past ``position`` exists: caught up. (Existing offsets the archive
+                # did not deliver in time are a 503 the client retries, never an empty batch.)
                 break
             messages += [Message(m["offset"], m["publish_time"], m["key"], m["attributes"], m["payload"], "remote")
                          for m in batch.messages]
