@@ -118,3 +118,51 @@ def test_an_ack_without_epoch_is_refused_where_a_failover_replaced_offsets_past_
             await server.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def test_dnb_consume_ack_through_a_broker_is_not_fooled_by_a_failover_after_its_position_check(
+        local_cluster: Cluster, monkeypatch) -> None:
+    """``dnb consume --broker --ack`` reads the subscription's position (10, after acks
+    through 9 on A), then A dies and B renumbers from 0. Its read from 10 must not pass
+    unchecked, or its ack through B's 14 acknowledges B's 0..9 unread (atk64 f01)."""
+    from tiered.broker import client as broker_client
+    from tiered.tools.cli.ops import consume_remote
+
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    hosted = a.load(TOPIC)
+    produce_range(hosted, 0, 9)  # durable on A only
+    sub = hosted.subscribe("s", "earliest")
+    sub.ack(9)
+    sub.flush()
+
+    async def scenario():
+        server_a, server_b = TestServer(BrokerServer(a).app()), TestServer(BrokerServer(b).app())
+        await server_a.start_server()
+        await server_b.start_server()
+        original, reads = broker_client.SyncBrokerClient.read, []
+
+        def read(self, topic, start=None, **options):
+            answer = original(self, topic, start, **options)
+            reads.append((start, options.get("subscription"), [m["offset"] for m in answer.messages]))
+            if len(reads) == 1:  # right after the position check: A dies, B takes over
+                for each in a.topics():
+                    a.abandon(each.topic)
+                a.close(unload=False)
+                produce_range(b.load(TOPIC), 0, 14)  # B renumbers from 0: 0..9 now hold other messages
+                self._client.brokers = [str(server_b.make_url("")).rstrip("/")]
+                self._client._owner.clear()
+            return answer
+
+        monkeypatch.setattr(broker_client.SyncBrokerClient, "read", read)
+        try:
+            url_a = str(server_a.make_url("")).rstrip("/")
+            return await asyncio.to_thread(consume_remote, url_a, TOPIC, "s", None, None, True), reads
+        finally:
+            await server_a.close()
+            await server_b.close()
+
+    messages, reads = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert reads[0] == (None, "s", [])  # the position check: 10, nothing past it on A
+    # Told the history diverged from 0, it read B's 0..14, and acknowledged those.
+    assert [m.offset for m in messages] == list(range(15))
+    assert b.topic(TOPIC).subscribe("s", "earliest").cursor == 14

@@ -127,7 +127,8 @@ def test_disk_full_at_load_never_renumbers(local_cluster: Cluster, monkeypatch) 
 
 @pytest.mark.parametrize("error", [OverflowError("Python int too large to convert to C ssize_t"),
                                    RecursionError("maximum recursion depth exceeded"),
-                                   OSError(errno.EMFILE, "Too many open files")])
+                                   OSError(errno.EMFILE, "Too many open files"),
+                                   OSError(errno.ESTALE, "Stale file handle")])
 def test_a_wal_that_fails_to_open_for_a_reason_other_than_damage_is_not_called_unreadable(
         local_cluster: Cluster, monkeypatch, error: BaseException) -> None:
     """LocalWalUnreadable advises discarding the WAL, which records its acknowledged

@@ -45,9 +45,11 @@ OWNER_MARKER = ".owner"
 ROOT_IDENTITY = ".broker"
 
 #: Errors of the environment, not of the WAL's files: disk full, quota, read-only,
-#: permissions, out of descriptors (process or system), file size limit, out of memory.
+#: permissions, out of descriptors (process or system), file size limit, out of memory,
+#: and a network file system's stale handle, timeout, lock or busy resource.
 _ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
-                                 errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOMEM})
+                                 errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOMEM,
+                                 errno.ESTALE, errno.ETIMEDOUT, errno.ENOLCK, errno.EBUSY, errno.EAGAIN})
 
 
 class WalRoot:

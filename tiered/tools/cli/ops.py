@@ -522,10 +522,16 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int | 
     messages: list[Any] = []
     with SyncBrokerClient([broker_url], timeout_s=CLI_STEP_TIMEOUT_S) as client:
         subscribed_at: int | None = None  # the subscription's position, read from the broker
+        # The owner epoch that position was read under. The first read sends it back, so a
+        # failover between the two (which clamps the cursor back to where the new owner
+        # renumbered) is HistoryDiverged, not a read from the old position whose ack
+        # would then acknowledge the new owner's messages before it unread.
+        vouch: int | None = None
         if start is None or ack:
             try:
                 first = client.read(name, subscription=subscription, max_messages=1, wait_s=0.0)
                 subscribed_at = first.next_offset - len(first.messages)
+                vouch = first.epoch
             except BrokerRequestError as e:
                 retained = e.error.get("first_retained_offset")
                 if start is None or e.error.get("type") != "OffsetBelowRetention" or not isinstance(retained, int):
@@ -536,8 +542,10 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int | 
         while max_messages is None or len(messages) < max_messages:
             want = 1000 if max_messages is None else min(1000, max_messages - len(messages))
             try:
-                batch = client.read(name, position, max_messages=want, wait_s=0.0)
+                # (The client vouches with the epoch of what it read itself first.)
+                batch = client.read(name, position, max_messages=want, wait_s=0.0, epoch=vouch)
             except HistoryDiverged as e:
+                vouch = None  # from resume_from on, the client vouches with what it reads
                 # A failover replaced what was read from resume_from on: those messages are
                 # not the topic's history; read the offsets again.
                 log.warning("topic %s: offsets from %d were replaced by a failover while reading; re-reading "
