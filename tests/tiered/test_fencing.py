@@ -255,3 +255,22 @@ def test_a_lease_replaced_between_the_fast_paths_two_reads_is_not_taken_for_the_
         a.close(unload=False)
         b.close()
         inner.close()
+
+
+def test_loading_again_on_a_host_whose_copy_was_taken_over_does_not_hand_that_copy_out(
+        local_cluster: Cluster) -> None:
+    """A load of a topic already hosted re-reads the owner record: the copy another broker
+    took over (here by force, the old owner still running and not told yet) is fenced
+    and abandoned, never returned as loaded (a caller would serve reads from it)."""
+    from tiered.lifecycle.ownership import TopicOwnedElsewhere
+
+    a, b = local_cluster.broker("A"), local_cluster.broker("B")
+    topic_a = a.load(TOPIC)
+    produce_range(topic_a, 0, 4, ack="archived")
+    topic_b = b.load(TOPIC, force=True)
+    with pytest.raises(TopicOwnedElsewhere):
+        a.load(TOPIC)  # B is live: A may not take it back
+    assert topic_a.fenced and TOPIC not in [str(h.topic) for h in a.topics()]
+    with pytest.raises(OwnershipLostError):
+        topic_a.produce(b"stale")
+    assert topic_b.produce(b"B's") == 5

@@ -44,7 +44,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from tiered.archive.chain import DescriptorChain
 from tiered.lifecycle import seal as sealing
-from tiered.errors import TopicDeleted, TopicNotFound
+from tiered.errors import StorageError, TopicDeleted, TopicNotFound
 from tiered.lifecycle.config import BrokerConfig
 from tiered.lifecycle.delete import (
     DeleteReport,
@@ -252,6 +252,10 @@ class BrokerHost:
         ``config.own_history_elsewhere`` is "take_over"): its unarchived messages are
         recorded lost, as in a failover. ``force`` implies it.
 
+        A topic already hosted is returned while its owner record is still ours (read
+        now): a copy a newer owner took over, or a delete removed, while this host was
+        paused is fenced and abandoned, and the load goes on as after a restart.
+
         ``create`` (None: ``config.auto_create``) lets the load create a topic that does not
         exist; without it such a load raises TopicNotFound and writes nothing. A deleted
         topic (its tombstone written) raises TopicDeleted: only :meth:`create` makes the
@@ -271,6 +275,16 @@ class BrokerHost:
                     # failed copy, while that cannot be done yet). A copy being unloaded
                     # is left to its unload, which reopens it itself.
                     existing = revived = self._revive_locked(topic, TopicState.OPEN)
+                if existing is not None and existing.state is TopicState.OPEN and not existing.fenced:
+                    # Still ours? (A paused host's copy of a topic another broker took over
+                    # or deleted meanwhile is fenced here instead of handed out as loaded.)
+                    # Unreadable now: the copy is returned as before; its acks check
+                    # ownership themselves (the lease, and the owner record after a lapse).
+                    try:
+                        existing.check_ownership()
+                    except StorageError as e:
+                        log.warning("topic %s: already loaded here; could not re-read its owner record (%s)",
+                                    topic, e)
                 if existing is not None and existing.fenced:
                     # A newer owner took it over: this copy is what a crash leaves behind
                     # (appends and acks refused, no seal can land). Drop it keeping its WAL

@@ -126,8 +126,8 @@ def delete_recreate(sc: Any, step: Step, index: int) -> None:
              "a new reader of the deleted topic")
     target = args["recreate_on"]
     if not (how == "paused" and target == old_owner):
-        # (A load on the paused owner's own host returns the copy it still runs until that
-        # copy learns of the delete: the zombie bound, as after a takeover.)
+        # (Not on the paused owner's own host: a load there re-reads the owner record and
+        # fences the copy it still runs, which the zombie steps below need unfenced.)
         _refused(lambda: cluster.host(target).load(topic, create=True), f"a load with create on b{target}")
 
     if how == "paused":
