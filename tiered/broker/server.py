@@ -264,12 +264,9 @@ class BrokerServer:
         starts = [r.start_offset for r in lost if r.epoch >= epoch and r.start_offset < end]
         if starts:
             resume = min(starts)
-            raise web.HTTPConflict(
-                text=json.dumps({"error": {
-                    "type": "HistoryDiverged", "resume_from": resume,
-                    "message": f"offsets from {resume} of the history read under epoch {epoch} were lost in a "
-                               f"failover and now hold other messages: cannot {what}; continue at {resume}"}}),
-                content_type="application/json")
+            raise _history_diverged(resume, f"offsets from {resume} of the history read under epoch {epoch} were "
+                                    f"lost in a failover and now hold other messages: cannot {what}; continue at "
+                                    f"{resume}")
 
     async def _check_unvouched_ack(self, hosted: HostedTopic, cursor: int, offset: int) -> None:
         """An ack without ``epoch`` cannot say which history its messages were read from.
@@ -283,14 +280,10 @@ class BrokerServer:
         starts = [r.start_offset for r in lost if cursor < r.start_offset <= offset]
         if starts:
             resume = min(starts)
-            raise web.HTTPConflict(
-                text=json.dumps({"error": {
-                    "type": "HistoryDiverged", "resume_from": resume,
-                    "message": f"offset {resume} was replaced by a failover, and this ack through {offset} says "
-                               f"nothing of which history its messages were read from: send the epoch of the "
-                               f"read answer they came from (every read answer carries it), or read again from "
-                               f"{resume}"}}),
-                content_type="application/json")
+            raise _history_diverged(resume, f"offset {resume} was replaced by a failover, and this ack through "
+                                    f"{offset} says nothing of which history its messages were read from: send the "
+                                    f"epoch of the read answer they came from (every read answer carries it), or "
+                                    f"read again from {resume}")
 
     async def topics(self, request: web.Request) -> web.Response:
         return web.json_response({"broker_id": self.host.broker_id, "topics": [
@@ -489,6 +482,12 @@ def _int(raw: str, name: str, minimum: int) -> int:
 
 def _error(kind: type[web.HTTPException], error: str, message: str) -> web.HTTPException:
     return kind(text=_error_json(error, message), content_type="application/json")
+
+
+def _history_diverged(resume_from: int, message: str) -> web.HTTPException:
+    """409 ``HistoryDiverged``: the client continues at ``resume_from``."""
+    body = {"error": {"type": "HistoryDiverged", "resume_from": resume_from, "message": message}}
+    return web.HTTPConflict(text=json.dumps(body), content_type="application/json")
 
 
 def _below_retention(error: OffsetBelowRetention) -> web.HTTPException:

@@ -238,18 +238,28 @@ def _zombie_writes(sc: Any, zombie: Any, old: TopicModel, count: int, index: int
         old.appended(offset, payload)
 
 
+def try_a_write(stale: Any, how: str) -> BaseException | None:
+    """One write of a stale owner's copy, of the kind ``how`` ("progress", "upload", or
+    else a cursor write): what it raised (its refusal is how the copy learns it lost the
+    topic), or None when it went through or had nothing to write."""
+    try:
+        if how == "progress":
+            stale.publish_progress()
+        elif how == "upload":
+            stale.uploader.upload_once()
+        else:
+            stale.subscriptions.subscribe("stale-probe", "earliest")
+    except Exception as e:  # noqa: BLE001 - the refusal is how it learns
+        return e
+    return None
+
+
 def _zombie_learns(sc: Any, zombie: Any, broker: int, learns_by: str, index: int) -> None:
     """A write of the paused old owner is refused (the re-created topic's owner record and
     tombstone fence it); from then on it must acknowledge nothing."""
-    try:
-        if learns_by == "progress":
-            zombie.publish_progress()
-        elif learns_by == "upload":
-            zombie.uploader.upload_once()
-        else:
-            zombie.subscriptions.subscribe("stale-probe", "earliest")
-    except Exception as e:  # noqa: BLE001 - the refusal is how it learns
-        sc.note(f"step {index}: the old owner b{broker} learned by {learns_by}: {type(e).__name__}")
+    refusal = try_a_write(zombie, learns_by)
+    if refusal is not None:
+        sc.note(f"step {index}: the old owner b{broker} learned by {learns_by}: {type(refusal).__name__}")
     if not zombie.fenced:
         check(not zombie.check_ownership(), "fenced-refuses",
               f"b{broker} still believes it owns the topic after it was deleted and re-created")

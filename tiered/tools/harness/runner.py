@@ -457,16 +457,11 @@ class Scenario:
             self.cluster.objects.ignore_conditional_put = True
             how = "upload"
         try:
-            if how == "progress":
-                old_hosted.publish_progress()
-            elif how == "upload":
-                old_hosted.uploader.upload_once()
-            else:
-                old_hosted.subscriptions.subscribe("stale-probe", "earliest")
-        except Exception as e:  # noqa: BLE001 - the refusal is how it learns
-            self.note(f"step {index}: old owner b{old} learned by {how}: {type(e).__name__}")
+            refusal = incarnations.try_a_write(old_hosted, how)
         finally:
             self.cluster.objects.ignore_conditional_put = False
+        if refusal is not None:
+            self.note(f"step {index}: old owner b{old} learned by {how}: {type(refusal).__name__}")
         if not old_hosted.fenced:
             # Nothing was there to write (no new tip, nothing to upload): no write could be
             # refused, so the old owner asks directly, as an embedding broker would.
