@@ -413,3 +413,40 @@ def test_an_archived_wait_whose_copy_stopped_archiving_is_a_503_to_retry(local_c
 
     status, retry_after, kind = _run(a, scenario)
     assert status == 503 and retry_after is not None and kind == "Unavailable"
+
+
+def test_dnb_consume_through_a_broker_from_earliest_starts_at_the_first_retained_offset(
+        local_cluster: Cluster) -> None:
+    """``--from earliest`` is the way past a cursor or offset below the archive start
+    (docs/CLI.md): through a broker too it reads from the first offset retention kept,
+    where an explicit ``--from 0`` stays the error naming it (atk65 f03)."""
+    import pytest
+
+    from tiered.broker.client import BrokerRequestError
+    from tiered.metadata import keys
+    from tiered.tools.cli.ops import consume_remote
+
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+    for payloads in ([b"m0", b"m1"], [b"m2", b"m3"]):  # archived acks: one object each (0-1, 2-3)
+        hosted.produce_many(payloads, ack="archived")
+    # What a cut leaves (start raised, then the descriptor below it deleted).
+    local_cluster.metadata.put(keys.archive_start_key(TOPIC),
+                               keys.ArchiveStart(2, "A", hosted.token.epoch, time.time()).to_json())
+    local_cluster.metadata.delete(keys.descriptor_key(TOPIC, 0))
+
+    async def main():
+        server = TestServer(BrokerServer(a).app())
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        try:
+            got = await asyncio.to_thread(consume_remote, url, TOPIC, "s", "earliest", None, False)
+            with pytest.raises(BrokerRequestError) as below:
+                await asyncio.to_thread(consume_remote, url, TOPIC, "s", 0, None, False)
+            return got, below.value
+        finally:
+            await server.close()
+
+    messages, below = asyncio.run(main())
+    assert [(m.offset, bytes(m.payload)) for m in messages] == [(2, b"m2"), (3, b"m3")]
+    assert below.type == "OffsetBelowRetention" and below.error["first_retained_offset"] == 2

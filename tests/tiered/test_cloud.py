@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import threading
 
+import threading
+
 import pytest
 
 from native import object_format
@@ -216,6 +218,29 @@ def test_close_frees_a_consumer_waiting_on_a_stalled_object_store(backends: Back
         assert isinstance(error, ReaderClosed)
     finally:
         store.release.set()
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_a_get_abandoned_on_a_stalled_store_never_holds_up_the_process_exit(backends: Backends,
+                                                                            prefetch: int) -> None:
+    """concurrent.futures joins its workers at interpreter exit: a GET that a closed reader
+    abandoned on an executor's thread would keep the process (a broker shutting down, a
+    CLI consumer) from exiting until the store answered (atk65 f02). Consumed here from
+    a non-daemon thread, as a broker's read threads are (threads inherit it)."""
+    archive(backends, 0, 9)
+    store = StallingObjects(backends.objects)
+    store.armed = True
+    r = CloudReader(TOPIC, backends.metadata, store, 0, 9, prefetch_objects=prefetch)
+    closer = threading.Thread(target=lambda: store.wait_stalled() and r.close(), daemon=True)
+    closer.start()
+    try:
+        with pytest.raises(ReaderClosed):
+            next(iter(r))
+        stalled = [t for t in threading.enumerate() if t.name.startswith(("dnb-fetch", "dnb-prefetch"))]
+        assert stalled and all(t.daemon for t in stalled), [(t.name, t.daemon) for t in stalled]
+    finally:
+        store.release.set()
+        closer.join(STALL_HANG_GUARD_S)
 
 
 def test_close_frees_a_consumer_waiting_on_a_later_run_of_blocks(backends: Backends) -> None:

@@ -217,6 +217,10 @@ def test_a_reader_created_while_the_fence_is_being_worked_out_waits_for_it(local
     hosted = a.load(TOPIC)
     produce_range(hosted, 0, 4, ack="archived")
     produce_range(hosted, 5, 9)
+    # Published now: A's progress thread has no new tip to write after the takeover, so
+    # the only fence is the one this test makes (a refused progress write racing it
+    # fenced A first once, on a loaded machine, before the slow divergence was in place).
+    hosted.publish_progress()
     b.load(TOPIC, force=True)  # B continues at 5
     inside, release = threading.Event(), threading.Event()
     real = hosted._diverged_from

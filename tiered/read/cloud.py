@@ -17,13 +17,15 @@ How a range ``[start, end]`` is read (``end`` inclusive):
    one run in decoding plus one prepared run per prefetched object, each at most
    ``chunk_bytes_max = memory_bytes_max // (prefetch_objects + 1)`` (a single block larger
    than that is still fetched whole, because a block cannot be split).
-5. No GET runs on the consumer's thread: prepared objects come from the prefetch pool,
-   the later runs of an object (and, with ``prefetch_objects=0``, the object itself) from
-   a one-thread fetcher the consumer waits on. It waits for the GET *or* ``close()``,
-   whichever comes first, so a reader closed while the object store stalls (a long
-   poll's deadline, a topic moving away) raises :class:`ReaderClosed` at once; the
-   stalled GET finishes on its worker thread, which ``close()`` abandoned, and its bytes
-   are dropped. Each wait is bounded by ``fetch_timeout_s`` (:class:`ReadTimeout`).
+5. No GET runs on the consumer's thread: each object is prepared, and each later run of
+   it fetched, on a daemon thread of its own that the consumer waits on. It waits for the
+   GET *or* ``close()``, whichever comes first, so a reader closed while the object store
+   stalls (a long poll's deadline, a topic moving away) raises :class:`ReaderClosed` at
+   once; the stalled GET finishes on its thread, which ``close()`` abandoned, and its
+   bytes are dropped. Each wait is bounded by ``fetch_timeout_s`` (:class:`ReadTimeout`).
+   An abandoned GET lives as long as the store's own request timeout lets it (S3:
+   ``object_store.read_timeout_s``; a local directory has none), and never holds up
+   the process's exit.
 
 Before a byte is served the object is checked against its descriptor
 (``tiered.archive.fetch``): the footer GET also returns the object's total size, which
@@ -138,12 +140,6 @@ class CloudReader:
         self._count_lock = threading.Lock()
         self._closed = False
         self._deferred: Exception | None = None
-        self._pool = (concurrent.futures.ThreadPoolExecutor(prefetch_objects, f"dnb-prefetch{self.topic}")
-                      if prefetch_objects > 0 else None)
-        # The consumer's own GETs (see the module docstring, 5.): one at a time, so one
-        # thread, started on the first one. Apart from the prefetch pool so that a run of
-        # the current object never queues behind the preparation of the next ones.
-        self._fetcher = concurrent.futures.ThreadPoolExecutor(1, f"dnb-fetch{self.topic}")
         # Done once close() is called: what a waiting consumer waits on besides
         # its GET. A Future, so that concurrent.futures.wait takes both.
         self._close_signal: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -186,9 +182,6 @@ class CloudReader:
             self._close_signal.set_result(None)
         except concurrent.futures.InvalidStateError:
             pass  # closed before
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        self._fetcher.shutdown(wait=False, cancel_futures=True)
         close = getattr(self._messages, "close", None)
         if close is not None:
             try:
@@ -220,7 +213,7 @@ class CloudReader:
         descriptors = self._covering()
         previous_end: int | None = None
         while expected <= self.end:
-            self._fill(pending, descriptors)
+            self._fill(pending, descriptors, self.prefetch_objects + 1)
             if not pending:
                 raise DataGap(expected, self.end, f"no archived object covers them (topic {self.topic})")
             prepared = self._take(pending.pop(0))
@@ -233,7 +226,9 @@ class CloudReader:
                 raise CorruptArchive(prepared.key, f"starts at offset {prepared.descriptor.start_offset}, inside the "
                                      f"previous object (which ends at {previous_end}): overlapping descriptors")
             previous_end = prepared.descriptor.end_offset
-            self._fill(pending, descriptors)  # start the next object before consuming this one
+            # Start the next objects before consuming this one: with it, the current one
+            # plus ``prefetch_objects`` more are prepared or in flight, never more.
+            self._fill(pending, descriptors, self.prefetch_objects)
             for message in self._object_messages(prepared, expected):
                 yield message
                 expected = message.offset + 1
@@ -241,26 +236,39 @@ class CloudReader:
                 raise CorruptArchive(prepared.key, f"served up to {expected - 1}, descriptor says "
                                      f"{prepared.descriptor.end_offset}")
 
-    def _fill(self, pending: list[concurrent.futures.Future[_Prepared] | _Prepared], descriptors: Iterator[keys.ObjectDescriptor]) -> None:
-        """Keep the current object plus ``prefetch_objects`` more prepared or in flight."""
-        while len(pending) < self.prefetch_objects + 1:
+    def _fill(self, pending: list[concurrent.futures.Future[_Prepared] | _Prepared],
+              descriptors: Iterator[keys.ObjectDescriptor], depth: int) -> None:
+        """Keep ``depth`` objects prepared or in flight in ``pending``."""
+        while len(pending) < depth:
             descriptor = next(descriptors, None)
             if descriptor is None:
                 return
-            # Without prefetch, the fetcher prepares the one object (taken at once).
-            pool = self._pool if self._pool is not None else self._fetcher
-            pending.append(self._submit(pool, self._prepare, descriptor))
+            pending.append(self._detached("dnb-prefetch", self._prepare, descriptor))
 
-    def _submit(self, pool: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., T],
-                *args: Any) -> "concurrent.futures.Future[T]":
-        try:
-            return pool.submit(fn, *args)
-        except RuntimeError as e:
-            # close() from another thread shut the pool down while this thread was
-            # inside next(): the reader's contract is ReaderClosed, not the pool's error.
-            if not self._closed:
-                raise
-            raise ReaderClosed(f"cloud reader of {self.topic} was closed") from e
+    def _detached(self, name: str, fn: Callable[..., T], *args: Any) -> "concurrent.futures.Future[T]":
+        """``fn(*args)`` on a thread of its own, as a Future (see the module docstring, 5.).
+
+        A daemon thread, not an executor's: ``concurrent.futures`` joins its workers at
+        interpreter exit, so a GET that a closed reader abandoned on a stalled store would
+        hold the process's exit until the store answered. At most ``prefetch_objects + 1``
+        of a reader's GETs run at once (``_fill`` keeps that many pending, and a later run
+        is asked for once the one before it was decoded)."""
+        if self._closed:
+            raise ReaderClosed(f"cloud reader of {self.topic} was closed")
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # cancelled before it started
+            try:
+                result = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(e)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=run, name=f"{name}{self.topic}", daemon=True).start()
+        return future
 
     def _take(self, item: "concurrent.futures.Future[_Prepared] | _Prepared") -> _Prepared:
         if isinstance(item, _Prepared):
@@ -388,7 +396,7 @@ class CloudReader:
         Sequential (the next run is asked for once this one is decoded), so the memory
         bound is unchanged."""
         try:
-            return self._await(self._submit(self._fetcher, self._fetch_run, prepared.key, run),
+            return self._await(self._detached("dnb-fetch", self._fetch_run, prepared.key, run),
                                f"fetching blocks of archived object {prepared.key!r}")
         except ObjectNotFound as e:
             raise DataGap(run.blocks[0].first_offset, prepared.descriptor.end_offset,

@@ -175,8 +175,7 @@ def consume(inv: Invocation, topic: str, subscription: str, start: str | None, m
     if broker_url:
         if follow or not (begin is None or isinstance(begin, int) or begin == "earliest"):
             raise CliError("with --broker, --from takes earliest or an offset (no latest, no --follow)")
-        messages = ops.consume_remote(broker_url, topic, subscription, 0 if begin == "earliest" else begin,
-                                      max_messages=max_messages, ack=ack)
+        messages = ops.consume_remote(broker_url, topic, subscription, begin, max_messages=max_messages, ack=ack)
     else:
         messages = ops.consume(settings, topic, subscription, start=begin, max_messages=max_messages, ack=ack,
                                follow=follow, idle_timeout_s=idle_timeout_s)

@@ -510,10 +510,11 @@ def produce_remote(broker_url: str, topic: str, payloads: Iterable[bytes], key: 
     return first, last
 
 
-def consume_remote(broker_url: str, topic: str, subscription: str, start: int | None, max_messages: int | None,
-                   ack: bool) -> list[Any]:
+def consume_remote(broker_url: str, topic: str, subscription: str, start: int | str | None,
+                   max_messages: int | None, ack: bool) -> list[Any]:
     """``dnb consume --broker URL``: read from ``start`` (None: from the subscription's
-    position, its cursor + 1) until caught up (or ``max``), following the topic across
+    position, its cursor + 1; "earliest": from the first offset retention kept) until
+    caught up (or ``max``), following the topic across
     moves; ``ack`` acknowledges the last one read, refused when the read began past the
     subscription's position (it would acknowledge offsets never read)."""
     from tiered.broker.client import BrokerRequestError, HistoryDiverged, SyncBrokerClient  # deferred: aiohttp
@@ -537,14 +538,15 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int | 
                 if start is None or e.error.get("type") != "OffsetBelowRetention" or not isinstance(retained, int):
                     raise
                 subscribed_at = retained  # retention removed the offsets from the cursor on
-        position = subscribed_at if start is None else start
-        assert position is not None
+        earliest = start == "earliest"
+        position = subscribed_at if start is None else 0 if earliest else start
+        assert isinstance(position, int)
         while max_messages is None or len(messages) < max_messages:
             want = 1000 if max_messages is None else min(1000, max_messages - len(messages))
             try:
                 # (The client vouches with the epoch of what it read itself first.)
                 batch = client.read(name, position, max_messages=want, wait_s=0.0, epoch=vouch)
-            except HistoryDiverged as e:
+            except HistoryDiverged as e:  # (before BrokerRequestError, its base class)
                 vouch = None  # from resume_from on, the client vouches with what it reads
                 # A failover replaced what was read from resume_from on: those messages are
                 # not the topic's history; read the offsets again.
@@ -552,6 +554,13 @@ def consume_remote(broker_url: str, topic: str, subscription: str, start: int | 
                             "from there", name, e.resume_from)
                 messages = [m for m in messages if m.offset < e.resume_from]
                 position = e.resume_from
+                continue
+            except BrokerRequestError as e:
+                retained = e.error.get("first_retained_offset")
+                if (not earliest or messages or e.type != "OffsetBelowRetention" or not isinstance(retained, int)
+                        or retained <= position):
+                    raise
+                position = retained  # "earliest": retention removed the offsets before it
                 continue
             if not batch.messages:
                 # Nothing past ``position`` exists: caught up. (Existing offsets the archive
