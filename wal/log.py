@@ -30,7 +30,7 @@ from native._protocols import AppendCore
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record, ScanResult
 from wal.api import DurableListener
 from wal.cache import CacheChunk, FrameCache
-from wal.checkpoint import read_checkpoint, write_checkpoint
+from wal.checkpoint import CheckpointState, read_checkpoint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
                         WalLocked, WalTimeout)
@@ -39,7 +39,7 @@ from wal.fs import Lock as DirLock
 from wal.message import as_tuple
 from wal.metrics import WalMetrics
 from wal.reader import ReadHooks, WalReader
-from wal.recovery import recover
+from wal.recovery import checkpoint_next, recover
 from wal.segment import Segment, SegmentInfo
 from wal.topics import TopicName
 from wal.group import CommitGroup, GroupMember, MemberHooks
@@ -118,6 +118,7 @@ class WriteAheadLog:
             wal._dir_lock = lock
             if wal._member is not None:
                 wal._member.dir_lock = lock  # the group releases it if close() gives up waiting
+            wal._sync_recovered_tail(checkpoint)
             wal._write_checkpoint(unless_equal=checkpoint)
             wal._writer.start()
         except BaseException:
@@ -532,6 +533,28 @@ class WriteAheadLog:
             error = self._refusal_error()
         self.metrics.on_failed()
         _resolve_all(waiters, error)
+
+    def _sync_recovered_tail(self, checkpoint: CheckpointState | None) -> None:
+        """At open, before the checkpoint records the recovered tip: sync the segments
+        holding offsets past what ``checkpoint`` (the one read) already vouched for.
+
+        Recovery keeps every valid round it finds, and after a process crash the last one
+        may still sit unsynced in the page cache (its fsync never returned, so it was never
+        acknowledged). The checkpoint then written says those offsets are durable; had a
+        power loss dropped them after it, the next open would find the log ending below
+        the checkpoint and refuse (CorruptLog) because of a write never acknowledged. Synced
+        first, the checkpoint says only what is true. Nothing to do after a clean close."""
+        reached = checkpoint_next(checkpoint) or 0
+        with self._lock:
+            if self._durable_next <= reached:
+                return
+            paths = [s.path for s in self._segments if s.last_offset >= max(reached, s.base_offset)]
+        for path in paths:
+            handle = self._fs.open_append(path)
+            try:
+                handle.sync()
+            finally:
+                handle.close()
 
     def _write_checkpoint(self, unless_equal: dict[str, object] | None = None) -> None:
         """Rewrite ``wal.ckpt``; not when it already says exactly this (``unless_equal``:

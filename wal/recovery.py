@@ -29,7 +29,7 @@ def recover(fs: FileSystem, directory: str, checkpoint: CheckpointState | None, 
     _remove_temp_files(fs, directory)
     scanned, found_next = validate(fs, directory, checkpoint, index_interval_bytes)
     segments = [s.segment for s in scanned]
-    next_offset = found_next if segments else _checkpoint_next(checkpoint)
+    next_offset = found_next if segments else checkpoint_next(checkpoint)
     segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
                                                   initial_offset)
     repaired = _repair_tail(fs, scanned[-1] if scanned else None)
@@ -83,7 +83,9 @@ def _check_contiguous(segments: list[Segment]) -> None:
                              f"one ends at {previous.last_offset}: offsets are not contiguous")
 
 
-def _checkpoint_next(checkpoint: CheckpointState | None) -> int | None:
+def checkpoint_next(checkpoint: CheckpointState | None) -> int | None:
+    """How far ``checkpoint`` says the log reached (None without one): every offset below
+    it is durable, and recovery refuses a log that ends before it."""
     if checkpoint is None:
         return None
     return max(int(checkpoint.get("next_offset", 0)), int(checkpoint.get("sealed_next_offset", 0)))

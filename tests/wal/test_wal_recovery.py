@@ -175,3 +175,44 @@ def test_segments_retention_removed_are_not_mistaken_for_loss(tmp_path):
     again = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config())
     assert again.first_offset == infos[2].base_offset
     again.close()
+
+
+def test_a_round_never_acknowledged_that_survived_a_process_crash_cannot_make_a_power_loss_refuse_the_wal():
+    """SIGKILL while a round's fsync is in flight: the round stays in the page cache,
+    never acknowledged, and the next open recovers it and writes its checkpoint. If that
+    checkpoint vouched for the round while its bytes were still unsynced, a power loss
+    before the WAL's next sync would leave a log ending below the checkpoint, and every
+    later open would refuse the WAL over a write nobody was told was durable."""
+    import time
+
+    from wal.testing.faultfs import FaultFs
+
+    fs = FaultFs()
+    log = WriteAheadLog.open("/root", "/ns/t", small_config(), fs=fs)
+    for offset in range(5):
+        log.append(payload_for(offset))
+    log.flush()
+    fs.hold_syncs()
+    try:
+        for offset in range(5, 10):
+            log.append(payload_for(offset))
+        deadline = time.monotonic() + 60.0  # a hang guard, never an expected duration
+        while fs.syncs_waiting == 0:
+            assert time.monotonic() < deadline, "the round's sync never started"
+            time.sleep(0.01)
+        assert log.durable_offset == 4  # 5..9 written, not acknowledged
+        restarted = fs.process_crash_image()  # SIGKILL: the page cache keeps 5..9, unsynced
+    finally:
+        fs.release_syncs()
+    again = WriteAheadLog.open("/root", "/ns/t", small_config(), fs=restarted)
+    assert again.next_offset == 10  # recovery keeps the valid round (its outcome was unknown)
+    power_lost = restarted.crash_image()
+    again.close()
+    log.close()  # the killed process's WAL, on its own file system
+    after_power_loss = WriteAheadLog.open("/root", "/ns/t", small_config(), fs=power_lost)
+    try:
+        assert after_power_loss.next_offset in (5, 10)  # whichever: never a refusal
+        records = read_all(after_power_loss, 0)
+        assert [r.offset for r in records] == list(range(after_power_loss.next_offset))
+    finally:
+        after_power_loss.close()

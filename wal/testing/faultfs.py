@@ -174,6 +174,27 @@ class FaultFs:
         """
         return self._image(lambda _path, inode: self._crashed_inode(inode, torn_bytes, garbage))
 
+    def process_crash_image(self) -> "FaultFs":
+        """The file system after the process died (SIGKILL) while the machine stayed up:
+        every name and byte written stays as the page cache holds it, synced or not, and
+        no lock is held. A ``crash_image()`` of the result then drops what was never
+        synced, as a power loss after the restart would."""
+        with self._lock:
+            image = FaultFs(strict_dirs=self.strict_dirs)
+            copies: dict[int, _Inode] = {}
+
+            def copy(inode: _Inode) -> _Inode:
+                if id(inode) not in copies:
+                    copies[id(inode)] = _Inode(bytearray(inode.data), bytes(inode.durable), inode.dirty_from)
+                return copies[id(inode)]
+
+            image._dirs = {path: {name: copy(i) for name, i in entries.items()} for path, entries in self._dirs.items()}
+            image._durable_dirs = {path: {name: copy(i) for name, i in entries.items()}
+                                   for path, entries in self._durable_dirs.items()}
+            image._volatile_dirs = set(self._volatile_dirs)
+            image._last_write = None if self._last_write is None else copy(self._last_write)
+            return image
+
     def crash_image_pages(self, persist: Callable[[str, list[int]], Iterable[int]],
                           page_bytes: int = PAGE_BYTES, keep_size: bool = True) -> "FaultFs":
         """The file system after a power loss that wrote dirty pages back in any order.
