@@ -17,8 +17,12 @@ class GroupSync(str, Enum):
     SYNCFS = "syncfs"
 
 
-_SIZE_MAX = 1 << 53
-_SECONDS_MAX = 1e9  # about 31 years
+#: Bounds far past any real setting, shared by every configuration layer: a size goes to
+#: native code as a Py_ssize_t and into sums of byte counts (8 PiB), a duration to thread
+#: waits and clocks (threading.TIMEOUT_MAX, time_t), which a larger one would fail in the
+#: thread that waits on it (about 31 years).
+SIZE_MAX = 1 << 53
+SECONDS_MAX = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +84,11 @@ class WalConfig:
         for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
                      "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
                      "journal_file_bytes"):
-            if not 0 < getattr(self, name) <= _SIZE_MAX:
+            if not 0 < getattr(self, name) <= SIZE_MAX:
                 raise ValueError(f"{name} must be positive and at most 2**53")
         for name in ("segment_age_max_s", "append_timeout_s", "close_timeout_s", "journal_checkpoint_interval_s"):
-            if not 0 < getattr(self, name) <= _SECONDS_MAX:
-                raise ValueError(f"{name} must be positive and at most {_SECONDS_MAX:.0e} s")
+            if not 0 < getattr(self, name) <= SECONDS_MAX:
+                raise ValueError(f"{name} must be positive and at most {SECONDS_MAX:.0e} s")
         if self.read_chunk_bytes > 1 << 30:
             raise ValueError("read_chunk_bytes must be at most 1 GiB (one read's buffer)")
         if self.journal_file_bytes < 64 * 1024:

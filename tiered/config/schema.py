@@ -20,18 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tiered.config.model import DnbConfig
+from wal.config import SECONDS_MAX, SIZE_MAX
 
 #: Fields that are not configuration: composed from other sections (``broker``'s copies
 #: of ``wal`` and ``uploader``) or only settable from code (a crash-test hook).
 NOT_KEYS = frozenset({"broker.wal_config", "broker.uploader", "uploader.fault_hook"})
-
-#: Upper bounds every key gets on top of its own checks (``Key.convert``): a duration (a
-#: key named ``*_s``) goes to thread waits and clocks, whose limits (``threading.TIMEOUT_MAX``,
-#: ``time_t``) a larger one passes, failing the thread that waits on it; a whole number goes
-#: to native code as a ``Py_ssize_t`` and into sums of byte counts. Both bounds are far past
-#: any real setting (about 31 years; 8 PiB).
-DURATION_MAX_S = 1e9
-WHOLE_NUMBER_MAX = 1 << 53
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -76,12 +69,14 @@ class Key:
         return self._bounded(_convert(base, text, from_text=True))
 
     def _bounded(self, value: Any) -> Any:
-        """``value`` if it is within the bounds every key has (see DURATION_MAX_S)."""
+        """``value`` if it is within the bounds every key has on top of its own checks: a
+        duration (a key named ``*_s``) at most ``SECONDS_MAX``, a whole number at most
+        ``SIZE_MAX`` in size (why: ``wal.config``)."""
         if isinstance(value, bool):
             return value
-        if isinstance(value, float) and self.path[-1].endswith("_s") and value > DURATION_MAX_S:
-            raise ValueError(f"expected at most {DURATION_MAX_S:.0e} s, got {value!r}")
-        if isinstance(value, int) and abs(value) > WHOLE_NUMBER_MAX:
+        if isinstance(value, float) and self.path[-1].endswith("_s") and value > SECONDS_MAX:
+            raise ValueError(f"expected at most {SECONDS_MAX:.0e} s, got {value!r}")
+        if isinstance(value, int) and abs(value) > SIZE_MAX:
             raise ValueError(f"expected a whole number of at most 2**53 in size, got {value!r}")
         return value
 

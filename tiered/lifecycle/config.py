@@ -4,11 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from uploader.config import UploaderConfig
-from wal.config import WalConfig
+from wal.config import SECONDS_MAX, WalConfig
 
-#: Durations go to thread waits and clocks (threading.TIMEOUT_MAX, time_t): far past any
-#: real setting, a larger one would fail the thread that waits on it, not this check.
-_SECONDS_MAX = 1e9  # about 31 years
 #: A lease is refreshed every third of its TTL; much shorter, one scheduling delay lapses it.
 SESSION_TTL_S_MIN = 0.5
 
@@ -82,8 +79,8 @@ class BrokerConfig:
         for name in ("session_ttl_s", "progress_interval_s", "produce_timeout_s",
                      "flush_timeout_s", "close_timeout_s", "cursor_flush_interval_s", "gc_refreeze_interval_s",
                      "failed_wal_check_interval_s"):
-            if not 0 < getattr(self, name) <= _SECONDS_MAX:
-                raise ValueError(f"{name} must be > 0 and at most {_SECONDS_MAX:.0e} s")
+            if not 0 < getattr(self, name) <= SECONDS_MAX:
+                raise ValueError(f"{name} must be > 0 and at most {SECONDS_MAX:.0e} s")
         if self.session_ttl_s < SESSION_TTL_S_MIN:
             raise ValueError(f"session_ttl_s must be at least {SESSION_TTL_S_MIN} s: a shorter lease lapses "
                              "between two refreshes (a third of it apart)")

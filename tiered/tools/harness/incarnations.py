@@ -52,6 +52,7 @@ and its first pass must finish the cut). Invariants:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tiered.archive import last_committed_offset, list_descriptors
@@ -254,15 +255,23 @@ def try_a_write(stale: Any, how: str) -> BaseException | None:
     return None
 
 
+def stale_owner_learns(stale: Any, how: str, note: Callable[[str], None], who: str, why: str) -> None:
+    """The stale owner ``who`` learns it lost the topic: one write of the kind ``how``
+    (``try_a_write``), noted when refused; when nothing was there to write (no new tip,
+    nothing to upload) the copy asks directly, as an embedding broker would. Either way
+    it must end fenced (``why``: what made it stale, for the violation)."""
+    refusal = try_a_write(stale, how)
+    if refusal is not None:
+        note(f"{who} learned by {how}: {type(refusal).__name__}")
+    if not stale.fenced:
+        check(not stale.check_ownership(), "fenced-refuses", f"{who} still believes it owns the topic after {why}")
+
+
 def _zombie_learns(sc: Any, zombie: Any, broker: int, learns_by: str, index: int) -> None:
     """A write of the paused old owner is refused (the re-created topic's owner record and
     tombstone fence it); from then on it must acknowledge nothing."""
-    refusal = try_a_write(zombie, learns_by)
-    if refusal is not None:
-        sc.note(f"step {index}: the old owner b{broker} learned by {learns_by}: {type(refusal).__name__}")
-    if not zombie.fenced:
-        check(not zombie.check_ownership(), "fenced-refuses",
-              f"b{broker} still believes it owns the topic after it was deleted and re-created")
+    stale_owner_learns(zombie, learns_by, lambda text: sc.note(f"step {index}: {text}"), f"the old owner b{broker}",
+                       "it was deleted and re-created")
     try:
         offset = zombie.produce(b"zombie", ack="durable")
     except (OwnershipLostError, TopicDeleted):
