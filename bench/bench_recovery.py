@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -84,12 +85,13 @@ def _drop_caches() -> bool:
         return False
 
 
-def recover(root: str, topics: int) -> tuple[float, float, int]:
+def recover(root: str, topics: int, openers: int) -> tuple[float, float, int]:
     started = time.perf_counter()
     group = CommitGroup(root, RealFs(), journal=_journal_config())
     replayed = time.perf_counter()
     assert group.journal is not None
-    wals = [WriteAheadLog.open(root, _topic(i), group=group) for i in range(topics)]
+    with ThreadPoolExecutor(openers) as pool:
+        wals = list(pool.map(lambda i: WriteAheadLog.open(root, _topic(i), group=group), range(topics)))
     opened = time.perf_counter()
     rounds = group.journal.replayed.rounds
     for wal in wals:
@@ -103,6 +105,8 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
+    parser.add_argument("--openers", type=int, default=4,
+                        help="WALs opened at once (default 4: a broker's watcher.workers_max)")
     parser.add_argument("--drop-caches", action="store_true", help="drop the page cache before recovering")
     parser.add_argument("--child", nargs=3, metavar=("ROOT", "TOPICS", "BYTES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -125,7 +129,7 @@ def main() -> None:
         child.wait()
         journal, segments = _bytes_on_disk(root)
         cold = _drop_caches() if args.drop_caches else False
-        replay_s, open_s, rounds = recover(root, args.topics)
+        replay_s, open_s, rounds = recover(root, args.topics, args.openers)
         seconds = replay_s + open_s
         on_disk = journal + segments
         print(f"{args.topics:,} topics, {segments / 2**20:,.0f} MiB of segments + {journal / 2**20:,.0f} MiB of "

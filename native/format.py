@@ -78,6 +78,26 @@ refuses to truncate below the next offset the checkpoint recorded as durable.
 The dnb1 archive objects (see ``native/object_format.py``) carry these same frames verbatim,
 so archiving copies bytes rather than re-encoding records.
 
+The checkpoint (``wal.ckpt``)
+=============================
+Each WAL directory holds one small checkpoint beside its segments (what it records and the
+rules recovery checks against it: ``wal/checkpoint.py``). Its body is a JSON document;
+``{"crc32c": C, "body": "<JSON>"}`` as the whole file is the first layout (and the journal's
+checkpoint's, below in ``native/journal_format.py``), replaced with temp, fsync, rename,
+fsync dir. A WAL writes the two-slot layout: exactly 8,192 bytes, two 4,096-byte slots::
+
+    0   8  magic            b"DNBCKPT2"
+    8   8  sequence         u64, one more than the other slot's at its write
+    16  4  L                u32, body length (at most 4,072)
+    20  4  CRC32C           over bytes 8..20 and the body
+    24  L  body             the JSON document; zeros after it to the slot's end
+
+The checkpoint is the valid slot with the higher sequence. A write goes in place into the
+other slot (``pwrite``, ``fdatasync``), so a torn write leaves the slot before it. Creating
+the file, or replacing one of the first layout, writes both slots, as the first layout is
+written (so would a body over 4,072 bytes, which no WAL's state reaches, in the first
+layout).
+
 Format versions
 ===============
 * 1: frames back to back, no round markers. Still opened and read; the WAL appends to a

@@ -68,7 +68,8 @@ CRCs, contiguous offsets, the marker). Nothing of a round is used unless all of 
 
 Checkpoint and replay
 =====================
-``<root>/.journal/wal.ckpt`` (written like a WAL checkpoint: temp, fsync, rename, fsync dir)
+``<root>/.journal/wal.ckpt`` (the first, whole-file checkpoint layout of ``native/format.py``:
+temp, fsync, rename, fsync dir)
 holds ``file``, ``position`` and ``round``: every segment byte of every round before that
 point is synced in its segment file, so replay starts there. It is written when the journal
 is created (right after its first file) and only ever names a file that is durable, so a

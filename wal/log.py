@@ -556,16 +556,18 @@ class WriteAheadLog:
             finally:
                 handle.close()
 
-    def _write_checkpoint(self, unless_equal: dict[str, object] | None = None) -> None:
-        """Rewrite ``wal.ckpt``; not when it already says exactly this (``unless_equal``:
-        what was read at open; a broker reopening 1,000 unchanged WALs then writes none)."""
+    def _write_checkpoint(self, unless_equal: dict[str, object] | None = None, both_slots: bool = False) -> None:
+        """Rewrite ``wal.ckpt`` (in place: wal/checkpoint.py); not when it already says
+        exactly this (``unless_equal``: what was read at open; a broker reopening 1,000
+        unchanged WALs then writes none). ``both_slots``: no older state is left in it
+        (a write that raises ``first_offset``)."""
         with self._checkpoint_lock:
             with self._lock:
                 state = {"topic": str(self.topic), "first_offset": self._segment_bases[0],
                          "sealed_next_offset": self._segment_bases[-1], "next_offset": self._durable_next}
             if unless_equal is not None and {k: unless_equal.get(k) for k in state} == state:
                 return
-            write_checkpoint(self._fs, self.directory, state)
+            write_checkpoint(self._fs, self.directory, state, in_place=True, both_slots=both_slots)
 
     # ------------------------------------------------------------------ retention
     def truncate_before(self, offset: int) -> int:
@@ -573,8 +575,8 @@ class WriteAheadLog:
 
         A loss path; its precondition is the caller's (the uploader archived everything below
         ``offset``). It removes them from the WAL, then records the new first offset in
-        ``wal.ckpt``, then unlinks their files. If the checkpoint cannot be written (a full
-        disk: it needs a new file) they are put back, untouched, and the error raised; a
+        ``wal.ckpt``, then unlinks their files. If the checkpoint cannot be written (an I/O
+        error; a full disk does not stop it: it is rewritten in place) they are put back, untouched, and the error raised; a
         file that fails to unlink is retried by the next call. Either way a later call can
         still free the space."""
         with self._retention_lock:
@@ -590,7 +592,9 @@ class WriteAheadLog:
                 assert not doomed or self._segment_bases[0] == doomed[-1].last_offset + 1
             if doomed:
                 try:
-                    self._write_checkpoint()  # before unlinking, so it never names a missing first segment
+                    # Before unlinking, in both of its slots: no slot then names a missing
+                    # first segment, even the one a rotted newest slot would fall back to.
+                    self._write_checkpoint(both_slots=True)
                 except BaseException:
                     with self._lock:  # only this call removes segments (the retention lock)
                         self._segments[:0] = doomed

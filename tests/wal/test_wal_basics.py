@@ -272,22 +272,42 @@ def _many_segments(fs: FaultFs) -> tuple[WriteAheadLog, list]:
     return log, log.segments()
 
 
-def test_retention_that_fails_on_a_full_disk_frees_the_space_once_it_can():
-    """truncate_before records the new first offset before it unlinks anything; on a full
-    disk that record cannot be written. The segments stay readable and in the WAL, and the
-    next call frees them: a failure never leaves files nothing will delete."""
+def test_retention_that_cannot_record_its_first_offset_frees_the_space_once_it_can():
+    """truncate_before records the new first offset before it unlinks anything; when that
+    record cannot be written (an I/O error), the segments stay readable and in the WAL, and
+    the next call frees them: a failure never leaves files nothing will delete."""
     fs = FaultFs()
     log, infos = _many_segments(fs)
     assert len(infos) > 3
-    fs.disk_full = True
+    real_open_rw = fs.open_rw
+
+    def open_rw_fails(path: str):
+        raise OSError(5, "Input/output error (injected)", path)
+
+    fs.open_rw = open_rw_fails  # type: ignore[method-assign]
     with pytest.raises(OSError):
         log.truncate_before(infos[-1].base_offset)
     assert log.first_offset == 0 and [s.path for s in log.segments()] == [s.path for s in infos]
     assert [check_payload(r.payload)[0] for r in read_all(log)] == list(range(200)), "nothing was lost"
-    fs.disk_full = False
+    fs.open_rw = real_open_rw  # type: ignore[method-assign]
     assert log.truncate_before(infos[-1].base_offset) == len(infos) - 1
     assert [name for name in fs.listdir("/r/ns/t") if name.endswith(".seg")] == [os.path.basename(infos[-1].path)]
     log.close()
+
+
+def test_retention_frees_space_on_a_full_disk():
+    """The checkpoint is rewritten in place (wal/checkpoint.py), so recording the new first
+    offset needs no new file: retention frees a full disk instead of failing on it."""
+    fs = FaultFs()
+    log, infos = _many_segments(fs)
+    fs.disk_full = True
+    assert log.truncate_before(infos[-1].base_offset) == len(infos) - 1
+    assert [name for name in fs.listdir("/r/ns/t") if name.endswith(".seg")] == [os.path.basename(infos[-1].path)]
+    fs.disk_full = False
+    log.close()
+    reopened = WriteAheadLog.open("/r", "ns/t", fs=fs)
+    assert reopened.first_offset == infos[-1].base_offset and reopened.next_offset == 200
+    reopened.close()
 
 
 def test_retention_retries_the_unlinks_that_failed():

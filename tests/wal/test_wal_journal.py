@@ -859,10 +859,15 @@ def test_a_failed_checkpoint_write_at_close_lets_go_of_the_directory():
     wal = _open(fs, group, 0, small_config())
     wal.append(payload_for(0))
     wal.flush()
-    fs.disk_full = True
+    real_open_rw = fs.open_rw
+
+    def open_rw_fails(path: str):
+        raise OSError(5, "Input/output error (injected)", path)
+
+    fs.open_rw = open_rw_fails  # type: ignore[method-assign]
     with pytest.raises(OSError):
         wal.close()  # its checkpoint file cannot be written
-    fs.disk_full = False
+    fs.open_rw = real_open_rw  # type: ignore[method-assign]
     wal = _open(fs, group, 0, small_config())  # not stranded as "open"
     assert wal.next_offset == 1
     wal.close()
