@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import threading
 
-import threading
-
 import pytest
 
 from native import object_format
 from tests.tiered.helpers_read import (  # noqa: F401 (fixture)
     STALL_HANG_GUARD_S, TOPIC, Backends, StallingObjects, archive, backends, record)
+from tests.wal.helpers import wait_until
 from tiered.read.cloud import CloudReader
 from tiered.read.messages import Message
-from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed
+from tiered.read.errors import CorruptArchive, DataGap, ReaderClosed, ReadTimeout
 
 
 def offsets(messages) -> list[int]:
@@ -263,3 +262,49 @@ def test_close_frees_a_consumer_waiting_on_a_later_run_of_blocks(backends: Backe
         assert served == list(range(1, 1 + len(served))) and len(served) < 199
     finally:
         store.release.set()
+
+
+def test_gets_abandoned_on_a_stalled_store_are_bounded_across_retried_reads(backends: Backends,
+                                                                           monkeypatch) -> None:
+    """Each read retried while the store stalls abandons its GETs on their threads, which
+    live until the store answers (atk65 f01): without a bound a client retrying its read
+    piles up threads without limit. At most GETS_IN_FLIGHT_MAX run per store; a read that
+    finds them all taken starts none and times out (ReadTimeout) or is closed; once the
+    store answers, reads work again."""
+    from tiered.read import cloud
+
+    monkeypatch.setattr(cloud, "GETS_IN_FLIGHT_MAX", 3)
+    archive(backends, 0, 9)
+    store = StallingObjects(backends.objects)
+    store.armed = True
+
+    def running() -> int:
+        return len([t for t in threading.enumerate() if t.name.startswith(("dnb-fetch", "dnb-prefetch"))])
+
+    before = running()
+    try:
+        for _attempt in range(3):  # each retry stalls and is closed (a long poll's deadline)
+            r = CloudReader(TOPIC, backends.metadata, store, 0, 9, prefetch_objects=0)
+            thread, outcome = _consume_in_thread(r)
+            assert store.wait_stalled()
+            r.close()
+            thread.join(STALL_HANG_GUARD_S)
+            assert isinstance(outcome[0], ReaderClosed)
+        assert running() - before == 3
+        # Every slot is taken by a stalled GET: the next read starts no thread and gives up.
+        r = CloudReader(TOPIC, backends.metadata, store, 0, 9, prefetch_objects=0, fetch_timeout_s=0.2)
+        with pytest.raises(ReadTimeout):
+            next(iter(r))
+        assert running() - before == 3
+        # ... and one waiting for a slot is freed by close().
+        r = CloudReader(TOPIC, backends.metadata, store, 0, 9, prefetch_objects=0)
+        thread, outcome = _consume_in_thread(r)
+        r.close()
+        thread.join(STALL_HANG_GUARD_S)
+        assert not thread.is_alive() and isinstance(outcome[0], ReaderClosed)
+    finally:
+        store.release.set()
+    store.armed = False
+    wait_until(lambda: running() == before)
+    with CloudReader(TOPIC, backends.metadata, store, 0, 9, prefetch_objects=0) as r:
+        assert [m.offset for m in r] == list(range(10))

@@ -25,7 +25,11 @@ How a range ``[start, end]`` is read (``end`` inclusive):
    bytes are dropped. Each wait is bounded by ``fetch_timeout_s`` (:class:`ReadTimeout`).
    An abandoned GET lives as long as the store's own request timeout lets it (S3:
    ``object_store.read_timeout_s``; a local directory has none), and never holds up
-   the process's exit.
+   the process's exit. While a store stalls, every retried read would abandon more of
+   them, so at most ``GETS_IN_FLIGHT_MAX`` GETs run at once per object store, across
+   every reader of the process: a read that finds them all taken waits for one (up to
+   ``fetch_timeout_s``, then :class:`ReadTimeout`; or ``close()``), and starts no
+   thread meanwhile.
 
 Before a byte is served the object is checked against its descriptor
 (``tiered.archive.fetch``): the footer GET also returns the object's total size, which
@@ -56,6 +60,8 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -86,6 +92,38 @@ FOOTER_GUESS_BYTES_DEFAULT = 64 << 10
 #: for one later run of blocks from the fetcher.
 FETCH_TIMEOUT_S_DEFAULT = 120.0
 _DESCRIPTOR_PAGE = 256
+#: GETs running at once on one object store, across every reader of the process (see the
+#: module docstring, 5.).
+GETS_IN_FLIGHT_MAX = 128
+
+
+class _InFlight:
+    """How many of one store's GETs are running on their own threads."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = threading.Condition()
+
+    def release(self) -> None:
+        with self.changed:
+            self.count -= 1
+            self.changed.notify()
+
+
+_in_flight_by_store: "weakref.WeakKeyDictionary[object, _InFlight]" = weakref.WeakKeyDictionary()
+_in_flight_shared = _InFlight()  # for a store that cannot be weakly referenced
+_in_flight_lock = threading.Lock()
+
+
+def _in_flight(store: object) -> _InFlight:
+    with _in_flight_lock:
+        try:
+            found = _in_flight_by_store.get(store)
+            if found is None:
+                found = _in_flight_by_store[store] = _InFlight()
+            return found
+        except TypeError:
+            return _in_flight_shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,20 +293,45 @@ class CloudReader:
         is asked for once the one before it was decoded)."""
         if self._closed:
             raise ReaderClosed(f"cloud reader of {self.topic} was closed")
+        slots = self._take_get_slot()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return  # cancelled before it started
             try:
-                result = fn(*args)
-            except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
-                future.set_exception(e)
-            else:
-                future.set_result(result)
+                if not future.set_running_or_notify_cancel():
+                    return  # cancelled before it started
+                try:
+                    result = fn(*args)
+                except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+                    future.set_exception(e)
+                else:
+                    future.set_result(result)
+            finally:
+                slots.release()
 
-        threading.Thread(target=run, name=f"{name}{self.topic}", daemon=True).start()
+        try:
+            threading.Thread(target=run, name=f"{name}{self.topic}", daemon=True).start()
+        except BaseException:
+            slots.release()
+            raise
         return future
+
+    def _take_get_slot(self) -> _InFlight:
+        """One of the store's ``GETS_IN_FLIGHT_MAX`` GETs, waiting for it while all run (up
+        to ``fetch_timeout_s``: ReadTimeout; or until ``close()``: ReaderClosed)."""
+        slots = _in_flight(self.objects)
+        deadline = time.monotonic() + self.fetch_timeout_s
+        with slots.changed:
+            while slots.count >= GETS_IN_FLIGHT_MAX:
+                if self._closed:
+                    raise ReaderClosed(f"cloud reader of {self.topic} was closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ReadTimeout(f"{slots.count} GETs to the object store are still running (a stalled "
+                                      f"store?); none ended within {self.fetch_timeout_s}s for {self.topic}")
+                slots.changed.wait(min(left, 0.1))  # re-checks close() at least this often
+            slots.count += 1
+        return slots
 
     def _take(self, item: "concurrent.futures.Future[_Prepared] | _Prepared") -> _Prepared:
         if isinstance(item, _Prepared):
