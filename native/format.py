@@ -96,7 +96,10 @@ The checkpoint is the valid slot with the higher sequence. A write goes in place
 other slot (``pwrite``, ``fdatasync``), so a torn write leaves the slot before it. Creating
 the file, or replacing one of the first layout, writes both slots, as the first layout is
 written (so would a body over 4,072 bytes, which no WAL's state reaches, in the first
-layout).
+layout). A slot counts only if its CRC holds and its body is one this release reads
+(its ``version``, whole-number offsets); else the other slot is the checkpoint. A release
+from before this layout reads the file as unreadable, and opens the WAL without the
+checkpoint's checks (the checkpoint is advisory; nothing is lost).
 
 Format versions
 ===============

@@ -4,22 +4,31 @@ the old or the new checkpoint, never a mix. It carries a CRC32C so bit rot is no
 Two layouts, both read:
 
 * **whole file** (``in_place=False``; the journal's checkpoint, and every WAL checkpoint
-  before format 2): one JSON document, written as temp file -> fsync -> rename ->
-  fsync(dir).
+  written before the two-slot layout): one JSON document, written as temp file -> fsync
+  -> rename -> fsync(dir).
 * **two slots** (``in_place=True``; a WAL's ``wal.ckpt``): a file of exactly
-  ``2 * SLOT_BYTES`` bytes, each half (its own page) one slot::
+  ``2 * SLOT_BYTES`` bytes, each half one slot::
 
       magic "DNBCKPT2" (8) | sequence u64 LE | body length u32 LE | CRC32C u32 LE | body
 
   The CRC covers the sequence, the length and the body (the JSON document of the whole
-  file layout's ``body``). The checkpoint is the valid slot with the highest sequence. A
-  write puts sequence + 1 into the OTHER slot, in place (``pwrite``, then ``fdatasync``):
-  a crash that tears it leaves the slot it did not touch, which is the checkpoint before
-  the write. One write and one data sync on a file whose size never changes: no new
+  file layout's ``body``). The checkpoint is the valid slot (CRC, and a body this code
+  reads: version, offsets) with the highest sequence. A write puts sequence + 1 into the
+  OTHER slot, in place (``pwrite``, then ``fdatasync``): a crash that tears it leaves the
+  slot it did not touch, which is the checkpoint before the write. That assumes what
+  disks promise: a power loss leaves each sector (512 B or 4 KiB) it was writing either
+  old or new, and touches no other. The other slot's sectors hold the same bytes before
+  and after a write, also where a kernel with pages larger than a slot writes both back
+  together. One write and one data sync on a file whose size never changes: no new
   file, no rename, no directory sync (at 1,000 WALs opened after a crash that was about
   0.6 ms less per WAL on this project's machines: docs/WAL.md, "Recovery"). The file is
   created (and a whole-file one converted) the whole-file way, with the state in both
-  slots.
+  slots: until a WAL's first checkpoint write after the upgrade it keeps the old layout,
+  whose writes need free space for a new file.
+
+  A release from before the two-slot layout reads such a file as unreadable: it opens the
+  WAL without the checkpoint's checks (advisory, nothing lost) and writes the whole-file
+  layout again.
 
   Bit rot of the newest slot makes the one before it the checkpoint: an older
   checkpoint, which vouches for less (a lower ``next_offset`` and ``sealed_next_offset``:
@@ -52,8 +61,7 @@ CHECKPOINT_NAME = "wal.ckpt"
 _TEMP_SUFFIX = ".tmp"
 _VERSION = 1
 
-#: The two-slot layout: each slot is one page, so an in-place write of one never rewrites
-#: the page of the other.
+#: The two-slot layout (see the module docstring).
 SLOT_BYTES = 4096
 SLOT_MAGIC = b"DNBCKPT2"
 _SLOT_HEAD = struct.Struct("<QI")  # sequence, body length; the CRC32C (u32 LE) follows
@@ -64,6 +72,9 @@ _SEQUENCE_LAST = (1 << 64) - 1
 #: A checkpoint as JSON decodes it: ``topic`` (str) and offsets (int) by name; readers
 #: convert each value they use (an older or damaged file may hold anything).
 CheckpointState = dict[str, Any]
+#: The fields a reader converts with int(): each must be a whole number a WAL can hold.
+_OFFSET_FIELDS = ("first_offset", "sealed_next_offset", "next_offset", "file", "position", "round")
+_OFFSET_LAST = (1 << 63) - 1
 
 
 def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, name: str = CHECKPOINT_NAME,
@@ -83,7 +94,7 @@ def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, nam
         # out, which only a hostile file reaches): a new file.
         _replace_file(fs, final, _slot(1, body) + _slot(2, body))
         return
-    index, sequence = newest
+    index, sequence, _state = newest
     handle = fs.open_rw(final)
     try:
         for _ in range(2 if both_slots else 1):
@@ -116,8 +127,9 @@ def _slot(sequence: int, body: bytes) -> bytes:
     return raw + bytes(SLOT_BYTES - len(raw))
 
 
-def _read_slot(raw: bytes) -> tuple[int, bytes] | None:
-    """(sequence, body) of a valid slot, None for a blank, torn or rotted one."""
+def _read_slot(raw: bytes) -> tuple[int, CheckpointState] | None:
+    """(sequence, state) of a valid slot; None for a blank, torn or rotted one, or one whose
+    body this code cannot read (a later version, hostile bytes)."""
     if len(raw) != SLOT_BYTES or raw[:len(SLOT_MAGIC)] != SLOT_MAGIC:
         return None
     head = raw[len(SLOT_MAGIC):len(SLOT_MAGIC) + _SLOT_HEAD.size]
@@ -127,7 +139,32 @@ def _read_slot(raw: bytes) -> tuple[int, bytes] | None:
     body = raw[_SLOT_BODY_START:_SLOT_BODY_START + length]
     if crc32c(head + body) != int.from_bytes(raw[_SLOT_BODY_START - 4:_SLOT_BODY_START], "little"):
         return None
-    return sequence, body
+    try:
+        return sequence, _decode_body(body)
+    except _UNREADABLE as exc:
+        _log.warning("ignoring a checkpoint slot (sequence %d) that cannot be read: %s", sequence, exc)
+        return None
+
+
+def _decode_body(body: bytes) -> CheckpointState:
+    """The state a body holds; ValueError (or another of ``_UNREADABLE``) for one this code
+    cannot use: another version, or a field readers convert that is not a whole number."""
+    state = json.loads(body)
+    if not isinstance(state, dict):
+        raise ValueError("the checkpoint is not a JSON object")
+    if state.get("version") != _VERSION:
+        raise ValueError(f"unknown checkpoint version {state.get('version')!r}")
+    for name in _OFFSET_FIELDS:
+        value = state.get(name, 0)
+        if type(value) is not int or not 0 <= value <= _OFFSET_LAST:
+            raise ValueError(f"checkpoint field {name} is {value!r}, not an offset")
+    if not isinstance(state.get("topic", ""), str):
+        raise ValueError("checkpoint field topic is not a string")
+    return state
+
+
+#: What reading a damaged or hostile body raises (RecursionError: nested too deep).
+_UNREADABLE = (ValueError, KeyError, TypeError, AttributeError, RecursionError)
 
 
 def _is_slotted(data: bytes) -> bool:
@@ -136,16 +173,18 @@ def _is_slotted(data: bytes) -> bool:
     return SLOT_MAGIC in (data[:len(SLOT_MAGIC)], data[SLOT_BYTES:SLOT_BYTES + len(SLOT_MAGIC)])
 
 
-def _newest_slot(data: bytes) -> tuple[int, int] | None:
-    """(slot index, sequence) of the valid slot with the highest sequence, or None."""
+def _newest_slot(data: bytes) -> tuple[int, int, CheckpointState] | None:
+    """(slot index, sequence, state) of the valid slot with the highest sequence, or None.
+    The reader takes it, and a write goes into the other slot: the same choice, so a torn
+    write never touches the slot a reader would fall back to."""
     if not _is_slotted(data):
         return None
-    found = [(slot[0], index) for index in (0, 1)
+    found = [(slot[0], index, slot[1]) for index in (0, 1)
              if (slot := _read_slot(data[index * SLOT_BYTES:(index + 1) * SLOT_BYTES])) is not None]
     if not found:
         return None
-    sequence, index = max(found)
-    return index, sequence
+    sequence, index, state = max(found, key=lambda f: (f[0], f[1]))
+    return index, sequence, state
 
 
 def read_checkpoint(fs: FileSystem, directory: str, name: str = CHECKPOINT_NAME) -> CheckpointState | None:
@@ -158,20 +197,13 @@ def read_checkpoint(fs: FileSystem, directory: str, name: str = CHECKPOINT_NAME)
         if _is_slotted(data):
             newest = _newest_slot(data)
             if newest is None:
-                raise ValueError("no slot of the checkpoint is valid (CRC mismatch in both)")
-            index = newest[0]
-            slot = _read_slot(data[index * SLOT_BYTES:(index + 1) * SLOT_BYTES])
-            assert slot is not None
-            body = slot[1]
-        else:
-            outer = json.loads(data)
-            body = outer["body"].encode()
-            if crc32c(body) != outer["crc32c"]:
-                raise ValueError("checkpoint CRC mismatch")
-        state: CheckpointState = json.loads(body)
-        if state.get("version") != _VERSION:
-            raise ValueError(f"unknown checkpoint version {state.get('version')}")
-        return state
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # RecursionError: nested too deep
+                raise ValueError("no slot of the checkpoint is valid")
+            return newest[2]
+        outer = json.loads(data)
+        body = outer["body"].encode()
+        if crc32c(body) != outer["crc32c"]:
+            raise ValueError("checkpoint CRC mismatch")
+        return _decode_body(body)
+    except _UNREADABLE as exc:
         _log.warning("ignoring unreadable WAL checkpoint %s: %s", path, exc)
         return None

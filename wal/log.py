@@ -576,11 +576,16 @@ class WriteAheadLog:
         A loss path; its precondition is the caller's (the uploader archived everything below
         ``offset``). It removes them from the WAL, then records the new first offset in
         ``wal.ckpt``, then unlinks their files. If the checkpoint cannot be written (an I/O
-        error; a full disk does not stop it: it is rewritten in place) they are put back, untouched, and the error raised; a
+        error; or a full disk while ``wal.ckpt`` still has the whole-file layout of an older
+        release: the two-slot one is rewritten in place) they are put back, untouched, and the error raised; a
         file that fails to unlink is retried by the next call. Either way a later call can
         still free the space."""
         with self._retention_lock:
             with self._lock:
+                if self._closed:
+                    # Its files may belong to a newer instance of the WAL by now: unlinking
+                    # them from here would take segments that one still serves.
+                    raise WalClosed(f"WAL {self.topic} is closed: retention runs on an open WAL only")
                 doomed: list[Segment] = []
                 while len(self._segments) - len(doomed) > 1 and self._segments[len(doomed)].last_offset < offset:
                     doomed.append(self._segments[len(doomed)])

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from tests.wal.helpers import payload_for, small_config
-from wal import CorruptLog, WriteAheadLog
+from wal import CorruptLog, WalClosed, WriteAheadLog
 from wal.checkpoint import CHECKPOINT_NAME, SLOT_BYTES, SLOT_MAGIC, read_checkpoint, write_checkpoint
 from wal.testing import FaultFs
 
@@ -106,9 +106,12 @@ def test_a_crash_at_any_byte_of_a_write_leaves_the_old_or_the_new_checkpoint(see
             continue
         _write_cut(fs, _state(n), both, syncs_ok=rng.randrange(2) if both else 0)
         if rng.random() < 0.5:
-            # Mostly inside the slot's header and body (about 100 bytes here), else anywhere.
+            # Mostly inside the slot's header and body (about 100 bytes here), else anywhere;
+            # the garbage stays in the slot written (a power loss damages only sectors it
+            # was writing: wal/checkpoint.py).
             torn = rng.randrange(0, 160) if rng.random() < 0.8 else rng.randrange(0, SLOT_BYTES + 1)
-            crashed = fs.crash_image(torn_bytes=torn, garbage=rng.randbytes(rng.randrange(0, 64)))
+            garbage = rng.randbytes(min(rng.randrange(0, 64), SLOT_BYTES - torn))
+            crashed = fs.crash_image(torn_bytes=torn, garbage=garbage)
         else:
             crashed = fs.random_crash_image(rng)
         seen = _read(crashed)
@@ -209,3 +212,80 @@ def test_a_wal_whose_newest_checkpoint_slot_rotted_after_retention_still_opens()
     assert reopened.first_offset == segments[-1].base_offset and reopened.next_offset == 60
     reopened.close()
     wal.close()
+
+
+def _put(fs: FaultFs, data: bytes) -> None:
+    if fs.exists(PATH):
+        fs.remove(PATH)
+    handle = fs.open_append(PATH)
+    handle.write([data])
+    handle.sync()
+    handle.close()
+    fs.fsync_dir(DIRECTORY)
+
+
+def test_a_newest_slot_this_release_cannot_read_is_skipped_by_reader_and_writer_alike():
+    """A CRC-valid slot with a body of another version (a later release) or hostile values
+    is not the checkpoint: the reader takes the other slot, and the next write goes over
+    the unreadable one, never over the slot a reader falls back to (atk68 F3)."""
+    from wal.checkpoint import _slot
+
+    fs = _fs()
+    write_checkpoint(fs, DIRECTORY, _state(1), in_place=True)
+    write_checkpoint(fs, DIRECTORY, _state(2), in_place=True)
+    data = bytearray(fs.read_all(PATH))
+    newest = _newest_slot(fs)
+    data[newest * SLOT_BYTES:(newest + 1) * SLOT_BYTES] = _slot(99, json.dumps({"version": 7, **_state(5)}).encode())
+    _put(fs, bytes(data))
+    assert _read(fs) == _state(1)  # the older slot
+    _write_cut(fs, _state(3))  # torn: must not have touched the slot holding _state(1)
+    assert _read(fs.crash_image(torn_bytes=30, garbage=b"\x00" * 5)) == _state(1)
+
+
+@pytest.mark.parametrize("value", ["abc", 1e400, -1, 2**63, True, None, [1], {"a": 1}])
+@pytest.mark.parametrize("layout", ["slots", "whole file"])
+def test_hostile_offsets_read_as_no_checkpoint_and_the_wal_opens(value, layout):
+    """A CRC-valid checkpoint whose offsets are not whole numbers (hostile or a later
+    release's) is unreadable, as a garbled one: the WAL opens, nothing lost, never an
+    untyped error out of recovery's int() (atk68 F5)."""
+    from wal.checkpoint import _slot
+    from native import crc32c
+
+    fs = FaultFs()
+    wal = WriteAheadLog.open("/r", "ns/t", small_config(), fs=fs)
+    for i in range(5):
+        wal.append(payload_for(i))
+    wal.close()
+    body = json.dumps({"version": 1, "topic": "ns/t", "first_offset": 0, "sealed_next_offset": 0,
+                       "next_offset": value}).encode()
+    blob = (_slot(1, body) + _slot(2, body) if layout == "slots"
+            else json.dumps({"crc32c": crc32c(body), "body": body.decode()}).encode())
+    path = "/r/ns/t/" + CHECKPOINT_NAME
+    fs.remove(path)
+    handle = fs.open_append(path)
+    handle.write([blob])
+    handle.sync()
+    handle.close()
+    assert read_checkpoint(fs, "/r/ns/t") is None
+    reopened = WriteAheadLog.open("/r", "ns/t", small_config(), fs=fs)
+    assert reopened.next_offset == 5
+    reopened.close()
+
+
+def test_retention_on_a_closed_wal_is_refused_and_unlinks_nothing():
+    """A closed WAL's files may belong to a newer instance by now (atk68 F6): retention
+    through the old handle would unlink segments that one serves."""
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=512)
+    old = WriteAheadLog.open("/r", "ns/t", config, fs=fs)
+    for i in range(30):
+        old.append(payload_for(i))
+        old.flush()
+    segments = old.segments()
+    old.close()
+    newer = WriteAheadLog.open("/r", "ns/t", config, fs=fs)
+    with pytest.raises(WalClosed):
+        old.truncate_before(segments[-1].base_offset)
+    assert [s.path for s in newer.segments()] == [s.path for s in segments]
+    assert all(fs.exists(s.path) for s in segments)
+    newer.close()
