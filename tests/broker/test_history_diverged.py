@@ -16,6 +16,8 @@ from aiohttp.test_utils import TestServer
 
 from tiered.broker.client import BrokerClient, HistoryDiverged
 from tiered.broker.server import BrokerServer
+from tiered.lifecycle.losses import LossRecords
+from tiered.metadata import keys
 from tests.tiered.helpers_lifecycle import TOPIC, Cluster, local_cluster, produce_range  # noqa: F401
 
 
@@ -108,10 +110,29 @@ def test_an_ack_without_epoch_is_refused_where_a_failover_replaced_offsets_past_
                                     params={"subscription": "s", "max": "100"}) as answer:
                     read = await answer.json()
                 assert [m["offset"] for m in read["messages"]] == list(range(12))  # nothing was skipped
-                # With the epoch of the answer it read from (B's), the same ack is taken;
-                # past the lost range, an ack without epoch is as good as one with it.
+                # With the epoch of the answer it read from (B's), an ack is taken. One that
+                # puts the cursor AT the lost range's start proves nothing of the offsets
+                # after it: an ack without epoch past it is refused (atk69 F1: a consumer
+                # that read 0..9 from A acked 9 after another acked B's 0, and B's 1..9 were
+                # skipped).
+                async with http.post(ack_url, json={"offset": 0, "epoch": read["epoch"]}) as answer:
+                    assert (answer.status, (await answer.json())["cursor"]) == (200, 0)
+                async with http.post(ack_url, json={"offset": 9}) as answer:
+                    body = await answer.json()
+                    assert answer.status == 409 and body["error"]["resume_from"] == 1, body
                 async with http.post(ack_url, json={"offset": 9, "epoch": read["epoch"]}) as answer:
                     assert (answer.status, (await answer.json())["cursor"]) == (200, 9)
+                # A's tip is not known (it never came back to report it): the replaced
+                # range is open-ended, and so is the refusal.
+                async with http.post(ack_url, json={"offset": 11}) as answer:
+                    body = await answer.json()
+                    assert answer.status == 409 and body["error"]["resume_from"] == 10, body
+                # Once A reports that its history ended at 9, past it an ack without epoch
+                # is as good as one with it.
+                [lost] = keys.read_lost_ranges(b.metadata, TOPIC)
+                assert not lost.exact
+                LossRecords(b.metadata, "A").write_lost(TOPIC, lost.start_offset, lost.epoch, 9, "/quarantined/A")
+                assert keys.read_lost_ranges(b.metadata, TOPIC)[0].exact
                 async with http.post(ack_url, json={"offset": 11}) as answer:
                     assert (answer.status, (await answer.json())["cursor"]) == (200, 11)
         finally:

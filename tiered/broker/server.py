@@ -270,16 +270,23 @@ class BrokerServer:
 
     async def _check_unvouched_ack(self, hosted: HostedTopic, cursor: int, offset: int) -> None:
         """An ack without ``epoch`` cannot say which history its messages were read from.
-        Where a failover replaced offsets between the cursor and the ack (a LostRange
-        starting in ``cursor + 1 .. offset``), they may have been read under the old owner,
-        and acknowledging them would skip the new owner's messages there unread: 409
-        ``HistoryDiverged`` (``resume_from`` = the first such start), until the client
-        sends the epoch of the read answer its messages came from. Elsewhere no history
-        was replaced, so an ack without ``epoch`` is as good as one with it."""
+        Where a failover replaced any offset past the cursor up to the ack (a LostRange
+        overlapping ``cursor + 1 .. offset``), they may have been read under the old
+        owner, and acknowledging them would skip the new owner's messages there unread:
+        409 ``HistoryDiverged`` (``resume_from`` = the first such offset), until the
+        client sends the epoch of the read answer its messages came from. A range whose
+        end is not known yet (the dead owner has not reported its tip, ``exact`` false)
+        counts as open-ended: the cursor having passed its start (an ack of the new
+        owner's first message, say) proves nothing of the offsets after it (atk69 F1).
+        Elsewhere no history was replaced, so an ack without ``epoch`` is as good as one
+        with it."""
+        if offset <= cursor:
+            return  # moves nothing
         lost = await asyncio.to_thread(keys.read_lost_ranges, self.host.metadata, hosted.topic)
-        starts = [r.start_offset for r in lost if cursor < r.start_offset <= offset]
-        if starts:
-            resume = min(starts)
+        overlaps = [low for r in lost
+                    if (low := max(r.start_offset, cursor + 1)) <= min(offset, _replaced_through(r))]
+        if overlaps:
+            resume = min(overlaps)
             raise _history_diverged(resume, f"offset {resume} was replaced by a failover, and this ack through "
                                     f"{offset} says nothing of which history its messages were read from: send the "
                                     f"epoch of the read answer they came from (every read answer carries it), or "
@@ -302,6 +309,15 @@ class BrokerServer:
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
+def _replaced_through(lost: keys.LostRange) -> float:
+    """The last offset of the old history that ``lost`` replaced: its reported tip once
+    exact (nothing past its start when the dead owner held nothing there), unbounded while
+    only a lower bound is known."""
+    if not lost.exact:
+        return math.inf
+    return lost.start_offset if lost.end_offset is None else lost.end_offset
 
 
 def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:
