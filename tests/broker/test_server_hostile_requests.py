@@ -105,3 +105,38 @@ def test_a_fenced_topic_redirects_to_its_new_owner(local_cluster: Cluster) -> No
         return response.status, response.headers.get("Location")
 
     assert _run(BrokerServer(a), scenario) == (307, f"http://new-owner.example:8080{PATH}?from=0")
+
+
+def test_undecodable_bodies_are_typed_400s_and_an_oversized_body_a_json_413(local_cluster: Cluster,
+                                                                           monkeypatch) -> None:
+    """atk69 F6: an unknown charset and a body its Content-Encoding does not decode were
+    untyped 500s, and a body past the size limit got aiohttp's plain-text 413; an integer
+    parameter with underscores ("1_0") was taken as 10."""
+    from tiered.broker import server as server_module
+
+    monkeypatch.setattr(server_module, "BODY_BYTES_MAX", 4096)
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        answers = []
+        for headers, data in (({"Content-Type": "application/json; charset=foo"}, b'{"messages": []}'),
+                              # aiohttp drops the connection after answering this one.
+                              ({"Content-Type": "application/json", "Content-Encoding": "gzip",
+                                "Connection": "close"}, b"not gzip"),
+                              ({"Content-Type": "application/json"}, b'{"messages": [' + b'{"payload": "x"},' * 500
+                               + b'{"payload": "x"}]}')):
+            response = await client.post(PATH, data=data, headers=headers)
+            answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
+        response = await client.get(PATH, params={"from": "1_0"})
+        answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
+        response = await client.post(ACK.format("s"), json={"offset": 0, "epoch": "1_0"})
+        answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
+        return answers
+
+    answers = _run(BrokerServer(a), scenario)
+    assert answers == [(400, "application/json", "InvalidJson"), (400, "application/json", "InvalidJson"),
+                       (413, "application/json", "MessageTooLarge"),
+                       (400, "application/json", "InvalidParameter"),
+                       (400, "application/json", "InvalidParameter")], answers
+    assert a.topic(TOPIC).next_offset == 0  # nothing was appended

@@ -37,12 +37,14 @@ import binascii
 import json
 import logging
 import math
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tiered.lifecycle import BrokerHost, HostedTopic, LifecycleError, ProduceTimeout, TopicNotHosted, TopicState
@@ -69,6 +71,9 @@ READ_LINGER_S = 0.02
 #: messages that do not exist yet, and an empty answer must mean "nothing there".
 READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
+#: A request body (JSON, once decoded from its Content-Encoding) is refused past this.
+BODY_BYTES_MAX = 64 * 1024 * 1024
+_INTEGER = re.compile(r"-?[0-9]{1,40}")
 #: Reads (long polls) block a thread each, so they get their own bounded pool: idle
 #: pollers must never take the threads produce, ack, lookups and the seal at shutdown
 #: need. A read beyond this many at once gets 503 + Retry-After instead of a queue.
@@ -95,7 +100,7 @@ class BrokerServer:
         self._reads.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_typed_errors])
+        app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_typed_errors])
         app.add_routes([
             web.post("/topics/{ns}/{name}/messages", self.produce),
             web.get("/topics/{ns}/{name}/messages", self.read),
@@ -413,7 +418,13 @@ def _message_json(m: Any) -> dict[str, Any]:
 async def _json(request: web.Request) -> dict[str, Any]:
     try:
         body = await request.json()
-    except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
+    except web.HTTPRequestEntityTooLarge as e:  # aiohttp's own is plain text: the JSON error instead
+        raise web.HTTPRequestEntityTooLarge(
+            BODY_BYTES_MAX, request.content_length or 0, content_type="application/json",
+            text=_error_json("MessageTooLarge", f"the request body exceeds {BODY_BYTES_MAX} bytes")) from e
+    # RecursionError: thousands of nested brackets; LookupError: an unknown charset;
+    # RequestPayloadError: a body its Content-Encoding does not decode.
+    except (ValueError, RecursionError, LookupError, RequestPayloadError) as e:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
     if not isinstance(body, dict):
         raise _error(web.HTTPBadRequest, "InvalidJson", "body must be a JSON object")
@@ -487,6 +498,9 @@ def _seconds(raw: str, name: str, maximum: float) -> float:
 
 
 def _int(raw: str, name: str, minimum: int) -> int:
+    # Decimal digits only: int() also takes "1_0" (10), spaces and other scripts' digits.
+    if not _INTEGER.fullmatch(raw):
+        raise _error(web.HTTPBadRequest, "InvalidParameter", f"{name} must be an integer")
     try:
         value = int(raw)
     except ValueError:
