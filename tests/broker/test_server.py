@@ -402,10 +402,10 @@ def test_an_archived_wait_whose_copy_stopped_archiving_is_a_503_to_retry(local_c
     a = local_cluster.broker("A")
     hosted = a.load(TOPIC)
 
-    def stopped(*_args, **_kwargs):
+    async def stopped(*_args, **_kwargs):
         raise UploaderStopped("the uploader of this copy stopped: fenced by a newer owner")
 
-    monkeypatch.setattr(hosted, "produce_many", stopped)
+    monkeypatch.setattr(hosted, "produce_many_async", stopped)
 
     async def scenario(client):
         response = await client.post(PATH, params={"ack": "archived"}, json={"messages": [{"payload": "x"}]})
@@ -450,3 +450,93 @@ def test_dnb_consume_through_a_broker_from_earliest_starts_at_the_first_retained
     messages, below = asyncio.run(main())
     assert [(m.offset, bytes(m.payload)) for m in messages] == [(2, b"m2"), (3, b"m3")]
     assert below.type == "OffsetBelowRetention" and below.error["first_retained_offset"] == 2
+
+
+class _StallingPuts:
+    """An object store whose uploads (``put``) block until ``release`` is set."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def put(self, *args, **kwargs):
+        self.release.wait(2 * STALL_HANG_GUARD_S)
+        return self.inner.put(*args, **kwargs)
+
+
+def test_archived_produces_waiting_on_a_stalled_store_do_not_hold_up_acks_elsewhere(local_cluster: Cluster) -> None:
+    """atk69 F3: each ``archived`` produce held a thread of the loop's default executor (6
+    on a 2-core machine) for its whole wait; with the object store stalled, a few of them
+    made every ack and subscription read on every topic wait until they timed out. The
+    wait is awaited without a thread now: the ack on another topic is answered while all
+    of them still wait."""
+    from tiered.lifecycle import BrokerHost
+
+    produces = 12
+    store = _StallingPuts(local_cluster.objects)
+    a = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, store, local_cluster.config)
+    local_cluster.hosts.append(a)
+    busy = a.load(TOPIC)
+    a.load("/default/other").produce(b"o0", ack="durable")
+
+    async def scenario(client):
+        waiting = [asyncio.create_task(client.post(PATH, params={"ack": "archived"},
+                                                   json={"messages": [{"payload": f"m{i}"}]}))
+                   for i in range(produces)]
+        for _ in range(int(20 / 0.01)):  # every produce appended (and waits for the archive)
+            if busy.next_offset == produces:
+                break
+            await asyncio.sleep(0.01)
+        assert busy.next_offset == produces, "the produces did not all get appended"
+        acked = await client.post("/topics/default/other/subscriptions/s/ack", json={"offset": 0})
+        read = await client.get("/topics/default/other/messages", params={"subscription": "s", "wait_s": "0"})
+        still_waiting = sum(not task.done() for task in waiting)
+        store.release.set()
+        answers = [await (await task).json() for task in waiting]
+        return acked.status, read.status, still_waiting, answers
+
+    try:
+        acked, read, still_waiting, answers = _run(a, scenario)
+    finally:
+        store.release.set()
+    assert (acked, read) == (200, 200)
+    assert still_waiting == produces, "the ack waited for archived produces on another topic"
+    assert sorted(answer["offsets"][0] for answer in answers) == list(range(produces))
+
+
+def test_a_read_answer_stops_at_max_bytes_but_always_holds_one_message(local_cluster: Cluster) -> None:
+    """atk69 F2: a read was bounded in messages only (10,000 of up to 4 MiB each, built in
+    memory): a budget of payload bytes ends it, past the first message."""
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce_many([bytes([i]) * 1000 for i in range(5)] + [b"x" * 5000], ack="durable")
+
+    async def scenario(client):
+        answers = []
+        for params in ({"from": "0", "max_bytes": "2500"}, {"from": "3", "max_bytes": "2500"},
+                       {"from": "5", "max_bytes": "100"}, {"from": "0", "max_bytes": "0"}):
+            response = await client.get(PATH, params=params)
+            body = await response.json()
+            answers.append((response.status, [m["offset"] for m in body.get("messages", [])], body.get("next")))
+        return answers
+
+    assert _run(a, scenario) == [(200, [0, 1, 2], 3), (200, [3, 4, 5], 6), (200, [5], 6), (400, [], None)]
+
+
+def test_a_produce_of_too_many_messages_is_refused_whole(local_cluster: Cluster, monkeypatch) -> None:
+    """atk69 F4: a 57 MiB body of tiny messages was decoded, appended and answered (4
+    million offsets) on the event loop; a batch now has at most PRODUCE_MAX_MESSAGES, and
+    is decoded on a thread."""
+    monkeypatch.setattr(server_module, "PRODUCE_MAX_MESSAGES", 3)
+    a = local_cluster.broker("A")
+    hosted = a.load(TOPIC)
+
+    async def scenario(client):
+        refused = await client.post(PATH, json={"messages": [{"payload": "x"}] * 4})
+        taken = await client.post(PATH, json={"messages": [{"payload": "x"}] * 3})
+        return refused.status, (await refused.json())["error"]["type"], await taken.json()
+
+    assert _run(a, scenario) == (400, "BatchTooLarge", {"offsets": [0, 1, 2]})
+    assert hosted.next_offset == 3

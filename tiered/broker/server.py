@@ -18,11 +18,13 @@ Never a silent empty answer. Payloads travel base64-encoded in JSON (``payload_b
 Routes:
 
 * ``POST /topics/{ns}/{topic}/messages?ack=durable|archived`` body
-  ``{"messages": [{"payload_b64": ...}, ...], "key_b64": optional}`` ->
-  ``{"offsets": [first, ..., last]}`` once acknowledged.
-* ``GET /topics/{ns}/{topic}/messages?from=N|subscription=NAME&max=M&wait_s=S`` ->
-  ``{"messages": [...], "next": N, "moved": bool}``; long-polls up to ``wait_s`` for the
-  first message. ``moved: true`` means the topic left this broker: look it up again and
+  ``{"messages": [{"payload_b64": ...}, ...], "key_b64": optional}`` (at most
+  ``PRODUCE_MAX_MESSAGES``) -> ``{"offsets": [first, ..., last]}`` once acknowledged.
+* ``GET /topics/{ns}/{topic}/messages?from=N|subscription=NAME&max=M&max_bytes=B&wait_s=S``
+  -> ``{"messages": [...], "next": N, "moved": bool, "epoch": E}``; long-polls up to
+  ``wait_s`` for the first message; at most ``max`` messages (``READ_MAX_MESSAGES``) and,
+  past the first, payload and key bytes up to ``max_bytes`` (``READ_BYTES_DEFAULT``, at
+  most ``READ_BYTES_MAX``). ``moved: true`` means the topic left this broker: look it up again and
   continue at ``next``.
 * ``POST /topics/{ns}/{topic}/subscriptions/{name}/ack`` body ``{"offset": N}`` ->
   ``{"cursor": N}`` once the cursor is written.
@@ -62,6 +64,19 @@ log = logging.getLogger(__name__)
 
 #: Bounds of one read request (a long poll must not hold a connection for ever).
 READ_MAX_MESSAGES = 10_000
+#: Bytes of payloads and keys in one read answer unless ``max_bytes`` says otherwise, and
+#: the most ``max_bytes`` may ask for (base64 and JSON make the answer about 1.4 times
+#: this, built in memory; up to READ_THREADS_MAX reads run at once). A message larger
+#: than the budget is still served, alone.
+READ_BYTES_DEFAULT = 4 * 1024 * 1024
+READ_BYTES_MAX = 16 * 1024 * 1024
+#: Messages in one produce request (it is decoded, appended and answered whole).
+PRODUCE_MAX_MESSAGES = 10_000
+#: Threads that append produced batches (an append may block on WAL backpressure) and
+#: decode produce bodies: their own pool, so neither holds the threads acks, subscription
+#: reads, lookups and the seal need (the loop's default executor). Acks are awaited
+#: without a thread.
+APPEND_THREADS_MAX = 16
 READ_WAIT_MAX_S = 30.0
 #: Once a read has messages and has caught up with what existed when it came, it takes
 #: what else arrives within this window, then answers.
@@ -92,12 +107,14 @@ class BrokerServer:
         self.host = host
         self.registry = registry if registry is not None else host.metrics_registry
         self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
+        self._appends = ThreadPoolExecutor(APPEND_THREADS_MAX, thread_name_prefix="dnb-append")
         self._read_slots = threading.BoundedSemaphore(read_threads_max)
 
     def close(self) -> None:
         """Stop the read pool (reads in flight end at their deadline or when their topic
         leaves); the aiohttp runner's cleanup calls this through ``on_cleanup``."""
         self._reads.shutdown(wait=False, cancel_futures=True)
+        self._appends.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_typed_errors])
@@ -163,14 +180,16 @@ class BrokerServer:
         ack = request.query.get("ack", "durable")
         if ack not in ("durable", "archived"):
             raise _error(web.HTTPBadRequest, "InvalidAck", "ack must be durable or archived")
-        body = await _json(request)
-        payloads = [_payload(m) for m in _list(body, "messages")]
-        key = _b64(body["key_b64"], "key_b64") if body.get("key_b64") is not None else None
-        if not payloads:
-            raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")
+        raw = await _body(request)
+        # Decoded off the event loop (a 64 MiB body of tiny messages takes seconds: every
+        # route would wait), on the appends' own threads.
+        payloads, key = await asyncio.get_running_loop().run_in_executor(self._appends, _produce_body, raw)
         hosted.activity.produced_by(_connection(request))
         try:
-            first, last = await asyncio.to_thread(hosted.produce_many, payloads, key, ack=ack)
+            # The append on the appends' own threads (it may block on backpressure); the
+            # ack awaited without a thread: waits for the archive (a stalled object store)
+            # must not take the threads acks, subscription reads and lookups need.
+            first, last = await hosted.produce_many_async(payloads, key, ack=ack, executor=self._appends)
         except (OwnershipLostError, LifecycleError) as e:
             if isinstance(e, ProduceTimeout):
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
@@ -193,6 +212,7 @@ class BrokerServer:
         hosted = await self._hosted(request)
         limit = min(_int(request.query.get("max", "100"), "max", 1), READ_MAX_MESSAGES)
         wait_s = _seconds(request.query.get("wait_s", "0"), "wait_s", READ_WAIT_MAX_S)
+        max_bytes = min(_int(request.query.get("max_bytes", str(READ_BYTES_DEFAULT)), "max_bytes", 1), READ_BYTES_MAX)
         if "subscription" in request.query:
             sub = await _subscribe(hosted, request.query["subscription"])
             start = sub.cursor + 1
@@ -214,8 +234,10 @@ class BrokerServer:
             raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
         epoch = hosted.token.epoch
         try:
-            messages, moved = await asyncio.get_running_loop().run_in_executor(
-                self._reads, _read_batch, reader, start, tip, limit, wait_s)
+            # The answer is built on the read's thread too: base64 and JSON of megabytes
+            # would hold the event loop.
+            text = await asyncio.get_running_loop().run_in_executor(
+                self._reads, _read_answer, reader, start, tip, limit, max_bytes, wait_s, epoch)
         except OffsetBelowRetention as e:  # archive retention overtook the read
             raise _below_retention(e) from e
         except ReadTimeout as e:  # existing offsets not fetched in time: retry, never an empty 200
@@ -224,8 +246,7 @@ class BrokerServer:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         finally:
             self._read_slots.release()
-        return web.json_response({"messages": [_message_json(m) for m in messages],
-                                  "next": start + len(messages), "moved": moved, "epoch": epoch})
+        return web.Response(text=text, content_type="application/json")
 
     async def ack(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
@@ -325,8 +346,20 @@ def _replaced_through(lost: keys.LostRange) -> float:
     return lost.start_offset if lost.end_offset is None else lost.end_offset
 
 
-def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) -> tuple[list, bool]:
-    """Up to ``limit`` messages from ``start``. Those below ``tip`` (they existed when the
+def _read_answer(reader: Any, start: int, tip: int, limit: int, max_bytes: int, wait_s: float,
+                 epoch: int) -> str:
+    """A read route's JSON answer, built on the read's thread."""
+    messages, moved = _read_batch(reader, start, tip, limit, wait_s, max_bytes)
+    answer = {"messages": [_message_json(m) for m in messages], "next": start + len(messages), "moved": moved,
+              "epoch": epoch}
+    return json.dumps(answer)
+
+
+def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float,
+                max_bytes: int = 0) -> tuple[list, bool]:
+    """Up to ``limit`` messages from ``start``, and (``max_bytes`` > 0) no more once their
+    payloads and keys reach ``max_bytes``: always at least one, so a message larger than
+    the budget is still served, alone. Those below ``tip`` (they existed when the
     request came) are fetched within READ_FETCH_MAX_S; past them, wait up to ``wait_s``
     for a first message; once there are messages and the read caught up with ``tip``,
     take what arrives within READ_LINGER_S and answer. A watchdog closes the reader at
@@ -342,6 +375,7 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
     served is contiguous and real) and the next read, which starts at it, gets the error."""
     messages: list = []
     moved = False
+    nbytes = 0
     begun = time.monotonic()
     wait_deadline, fetch_deadline = begun + wait_s, begun + READ_FETCH_MAX_S
     caught_up_at: list[float] = []  # when the read reached the tip with messages in hand
@@ -376,6 +410,10 @@ def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float) ->
                 wake.set()
             if len(messages) >= limit:
                 break
+            if max_bytes:
+                nbytes += len(message.payload) + len(message.key or b"")
+                if nbytes >= max_bytes:
+                    break
     except TopicMoved:
         moved = True
     except ReadError:
@@ -416,19 +454,46 @@ def _message_json(m: Any) -> dict[str, Any]:
 
 
 async def _json(request: web.Request) -> dict[str, Any]:
+    return _json_object(await _body(request))
+
+
+async def _body(request: web.Request) -> str:
+    """The request body as text (decoded from its Content-Encoding and charset)."""
     try:
-        body = await request.json()
+        return await request.text()
     except web.HTTPRequestEntityTooLarge as e:  # aiohttp's own is plain text: the JSON error instead
         raise web.HTTPRequestEntityTooLarge(
             BODY_BYTES_MAX, request.content_length or 0, content_type="application/json",
             text=_error_json("MessageTooLarge", f"the request body exceeds {BODY_BYTES_MAX} bytes")) from e
-    # RecursionError: thousands of nested brackets; LookupError: an unknown charset;
-    # RequestPayloadError: a body its Content-Encoding does not decode.
-    except (ValueError, RecursionError, LookupError, RequestPayloadError) as e:
+    # LookupError: an unknown charset; RequestPayloadError: a body its Content-Encoding
+    # does not decode; ValueError: bytes the charset does not decode.
+    except (ValueError, LookupError, RequestPayloadError) as e:
+        raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
+
+
+def _json_object(raw: str) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
         raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
     if not isinstance(body, dict):
         raise _error(web.HTTPBadRequest, "InvalidJson", "body must be a JSON object")
     return body
+
+
+def _produce_body(raw: str) -> tuple[list[bytes], bytes | None]:
+    """A produce body's payloads and key; a typed 400 for anything else, or for more than
+    PRODUCE_MAX_MESSAGES messages (a batch is appended, and answered, whole)."""
+    body = _json_object(raw)
+    messages = _list(body, "messages")
+    if not messages:
+        raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")
+    if len(messages) > PRODUCE_MAX_MESSAGES:
+        raise _error(web.HTTPBadRequest, "BatchTooLarge", f"{len(messages)} messages in one request; at most "
+                     f"{PRODUCE_MAX_MESSAGES} (send several requests)")
+    payloads = [_payload(m) for m in messages]
+    key = _b64(body["key_b64"], "key_b64") if body.get("key_b64") is not None else None
+    return payloads, key
 
 
 def _list(body: dict[str, Any], name: str) -> list:

@@ -14,6 +14,7 @@ outside the lock.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import logging
 import threading
@@ -150,6 +151,24 @@ class HostedTopic:
         oversized message appends none of the batch, so a retry cannot duplicate part
         of it."""
         _check_ack(ack)
+        first, last = self._append_many(payloads, key)
+        if last is not None:
+            self._wait_ack(last, ack, self._timeout(timeout_s))
+        return first, last
+
+    async def produce_many_async(self, payloads: "Iterable[bytes]", key: bytes | None = None, *,
+                                 ack: Ack = "durable", timeout_s: float | None = None,
+                                 executor: "concurrent.futures.Executor | None" = None) -> tuple[int | None, int | None]:
+        """``produce_many`` for asyncio: the append (which may block on WAL backpressure)
+        runs on ``executor`` (the loop's default when None); the ack is awaited, holding
+        no thread, however long the store takes to archive."""
+        _check_ack(ack)
+        first, last = await asyncio.get_running_loop().run_in_executor(executor, self._append_many, payloads, key)
+        if last is not None:
+            await self._wait_ack_async(last, ack, self._timeout(timeout_s))
+        return first, last
+
+    def _append_many(self, payloads: "Iterable[bytes]", key: bytes | None) -> tuple[int | None, int | None]:
         messages = list(payloads)
         batch = messages if key is None else [(payload, key) for payload in messages]
         if not batch:
@@ -158,9 +177,7 @@ class HostedTopic:
             self._check_appendable()
             first = self.wal.append_batch(batch)
         self.activity.received(sum(map(len, messages)) + len(messages) * len(key or b""))
-        last = first + len(batch) - 1
-        self._wait_ack(last, ack, self._timeout(timeout_s))
-        return first, last
+        return first, first + len(batch) - 1
 
     async def produce_async(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                             publish_time: int | None = None, *, ack: Ack = "durable",
@@ -169,7 +186,11 @@ class HostedTopic:
         in a thread; the waits are awaited futures, not threads."""
         _check_ack(ack)
         offset = await asyncio.to_thread(self.append, payload, key, attributes, publish_time)
-        timeout_s = self._timeout(timeout_s)
+        await self._wait_ack_async(offset, ack, self._timeout(timeout_s))
+        return offset
+
+    async def _wait_ack_async(self, offset: int, ack: Ack, timeout_s: float) -> None:
+        """``_wait_ack`` for asyncio: the waits are awaited futures, not threads."""
         deadline = time.monotonic() + timeout_s
         if not await self.wal.wait_durable_async(offset, timeout_s):
             raise ProduceTimeout(self.topic, "wait durable", f"offset {offset} not fsynced within {timeout_s}s")
@@ -186,7 +207,6 @@ class HostedTopic:
                     copy = copy._reopened_copy(offset, e)
             if not archived:
                 self._raise_not_archived(offset, timeout_s)
-        return offset
 
     def append(self, payload: bytes, key: bytes | None = None, attributes: dict[str, str] | None = None,
                publish_time: int | None = None) -> int:
