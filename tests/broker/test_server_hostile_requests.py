@@ -140,3 +140,34 @@ def test_undecodable_bodies_are_typed_400s_and_an_oversized_body_a_json_413(loca
                        (400, "application/json", "InvalidParameter"),
                        (400, "application/json", "InvalidParameter")], answers
     assert a.topic(TOPIC).next_offset == 0  # nothing was appended
+
+
+def test_new_subscriptions_past_the_bound_are_refused_and_existing_ones_still_work(local_cluster: Cluster) -> None:
+    """atk69 F5: any client could name new subscriptions without end, each a cursor record
+    kept for good. Past ``broker.subscriptions_max`` a new name is a 409, counted from the
+    stored cursors (so also across moves); the existing ones still read and ack."""
+    a = local_cluster.broker("A", subscriptions_max=2)
+    a.load(TOPIC).produce(b"m0")
+
+    async def scenario(client):
+        answers = []
+        for name in ("s1", "s2", "s3", "s1"):
+            response = await client.get(PATH, params={"subscription": name})
+            body = await response.json()
+            answers.append((response.status, body["error"]["type"] if "error" in body else len(body["messages"])))
+        response = await client.post(ACK.format("s4"), json={"offset": 0})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        response = await client.post(ACK.format("s2"), json={"offset": 0})
+        answers.append((response.status, (await response.json())["cursor"]))
+        return answers
+
+    assert _run(BrokerServer(a), scenario) == [(200, 1), (200, 1), (409, "TooManySubscriptions"), (200, 1),
+                                               (409, "TooManySubscriptions"), (200, 0)]
+    a.close()
+    b = local_cluster.broker("B", subscriptions_max=2)  # the stored cursors count on a new owner too
+    b.load(TOPIC)
+    assert _run(BrokerServer(b), lambda client: _status(client, "s5")) == 409
+
+
+async def _status(client, name: str) -> int:
+    return (await client.get(PATH, params={"subscription": name})).status

@@ -55,7 +55,8 @@ from uploader.errors import UploaderStopped
 from tiered.errors import MalformedRecord, StorageUnavailable, TopicDeleted, TopicNotFound
 from tiered.lifecycle.delete import check_not_deleted, topic_exists
 from tiered.metadata import keys
-from tiered.read.errors import CorruptArchive, InvalidAck, ReadError, ReadTimeout, TopicMoved, UnknownOffset
+from tiered.read.errors import (CorruptArchive, InvalidAck, ReadError, ReadTimeout, TooManySubscriptions, TopicMoved,
+                                UnknownOffset)
 from wal.errors import OffsetBelowRetention
 from wal.errors import InvalidTopicName, MessageTooLarge, OffsetOverflow
 from wal.topics import TopicName
@@ -547,6 +548,8 @@ async def _subscribe(hosted: HostedTopic, name: str) -> Any:
         raise  # the stored cursor is damaged: the server's fault, not the name (_typed_errors)
     except ValueError as e:  # the name is not a valid key segment
         raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
+    except TooManySubscriptions as e:
+        raise _error(web.HTTPConflict, "TooManySubscriptions", str(e)) from e
     except ReadError as e:  # fenced or closed since the owner check: the topic is leaving
         raise _unavailable(str(e)) from e
 

@@ -187,6 +187,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "broker.cursor_flush_interval_s": ("... or after this long, whichever comes first.",
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "
                                        "`auto.commit.interval.ms`"),
+    "broker.subscriptions_max": ("Subscriptions a topic may have (stored cursors). Any client can name a new "
+                                 "one and each is kept for good, so a new one past this is refused "
+                                 "(`409 TooManySubscriptions`).", "Pulsar `maxSubscriptionsPerTopic`"),
     "broker.upload_workers_max": ("Threads running the background uploads of all hosted topics (one bounded "
                                   "pool per broker; seals drain on their own thread).",
                                   "Kafka `remote.log.manager.thread.pool.size`"),

@@ -54,6 +54,9 @@ class BrokerConfig:
     # Subscription cursor flush policy (passed to SubscriptionManager).
     cursor_flush_every_acks: int = 1000
     cursor_flush_interval_s: float = 5.0
+    # Subscriptions a topic may have (stored cursors): any client can name a new one, and
+    # each is kept for good, so a new one past this is refused (TooManySubscriptions).
+    subscriptions_max: int = 10_000
     # Threads that run the background uploads of ALL hosted topics (one bounded pool
     # per host, so threads do not grow with the topic count). Seals drain on the
     # unloading thread, not in the pool. Each busy worker holds about two objects in
@@ -88,6 +91,8 @@ class BrokerConfig:
             raise ValueError("ack_lease_margin_s must be in [0, session_ttl_s)")
         if self.cursor_flush_every_acks < 1:
             raise ValueError("cursor_flush_every_acks must be >= 1")
+        if self.subscriptions_max < 1:
+            raise ValueError("subscriptions_max must be >= 1")
         if self.own_history_elsewhere not in ("refuse", "take_over"):
             raise ValueError("own_history_elsewhere must be 'refuse' or 'take_over'")
         if self.upload_workers_max < 1:

@@ -771,7 +771,8 @@ class BrokerHost:
         return SubscriptionManager(token.topic, self.metadata, fencing=token.fencing, wal=wal,
                                    flush_every_acks=self.config.cursor_flush_every_acks,
                                    flush_interval_s=self.config.cursor_flush_interval_s,
-                                   metrics=self.read_metrics, scheduler=self.cursor_scheduler)
+                                   metrics=self.read_metrics, scheduler=self.cursor_scheduler,
+                                   subscriptions_max=self.config.subscriptions_max)
 
     def _report_restore(self, topic: TopicName, report: RestoreReport, token: OwnerToken) -> None:
         if report.unarchived_at_least > 0:

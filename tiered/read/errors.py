@@ -130,8 +130,14 @@ class SubscriptionClosed(CursorError):
     """Ack or flush on a closed subscription or manager."""
 
 
+class TooManySubscriptions(CursorError):
+    """A new subscription on a topic that has ``subscriptions_max`` already (each is a
+    cursor record kept for good, and an object while its topic is hosted)."""
+
+
 __all__ = [
     "CorruptArchive", "CursorError", "CursorFenced", "CursorWriteFailed", "DataGap", "HistoryDiverged", "InvalidAck",
     "OffsetOutOfOrder",
-    "ReadError", "ReadTimeout", "ReaderClosed", "SubscriptionClosed", "TopicMoved", "UnknownOffset",
+    "ReadError", "ReadTimeout", "ReaderClosed", "SubscriptionClosed", "TooManySubscriptions", "TopicMoved",
+    "UnknownOffset",
 ]  # fmt: skip

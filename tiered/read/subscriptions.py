@@ -36,7 +36,7 @@ from tiered.logs import FailureLog
 from tiered.metadata import keys
 from tiered.metadata.base import Compare, MetadataStore, Put, TxnResult, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
-from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed
+from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed, TooManySubscriptions
 from tiered.read.metrics import ReadMetrics
 from tiered.timers import Scheduler
 from wal.api import WalOffsets
@@ -209,9 +209,14 @@ class SubscriptionManager:
                  flush_every_acks: int = 1000, flush_interval_s: float = 5.0, wal: WalOffsets | None = None,
                  earliest_offset: Callable[[], int] | None = None,
                  next_offset: Callable[[], int] | None = None, metrics: ReadMetrics | None = None,
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None, subscriptions_max: int | None = None) -> None:
         if flush_every_acks < 1 or flush_interval_s <= 0:
             raise ValueError("flush_every_acks must be >= 1 and flush_interval_s > 0")
+        if subscriptions_max is not None and subscriptions_max < 1:
+            raise ValueError("subscriptions_max must be >= 1 (or None: no bound)")
+        #: Subscriptions (stored cursors) a topic may have: a new one past it is refused
+        #: with TooManySubscriptions. None: no bound.
+        self.subscriptions_max = subscriptions_max
         self.topic = TopicName.parse(topic)
         self.metrics = metrics if metrics is not None else ReadMetrics.create()
         self.metadata = metadata
@@ -326,10 +331,22 @@ class SubscriptionManager:
         if kv is not None:
             stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
             return Subscription(self, name, stored + 1, stored, OwnedRecord(self.metadata, key, kv))
+        self._check_room_for(name)
         start = self.bounds.earliest_offset() if initial == "earliest" else self.bounds.next_offset()
         # Pinned even at 0 (cursor -1): "latest" on an empty topic must still mean "from
         # here", not "whatever is latest when the consumer next connects".
         return self._create_pinned(name, key, start)
+
+    def _check_room_for(self, name: str) -> None:
+        """A new subscription only while the topic has fewer than ``subscriptions_max``
+        stored cursors (any client can name new ones; each is kept for good). Creators
+        racing past the count may exceed it by a few: a bound, not an exact quota."""
+        if self.subscriptions_max is None:
+            return
+        stored = self.metadata.range(keys.subscriptions_prefix(self.topic), limit=self.subscriptions_max)
+        if len(stored) >= self.subscriptions_max:
+            raise TooManySubscriptions(f"topic {self.topic} has {self.subscriptions_max} subscriptions already "
+                                       f"(broker.subscriptions_max): {name!r} is not created")
 
     def _create_pinned(self, name: str, key: str, start: int) -> Subscription:
         """Write ``cursor = start - 1`` if no cursor exists yet; adopt a racing creator's."""
