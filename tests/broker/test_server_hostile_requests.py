@@ -112,9 +112,6 @@ def test_undecodable_bodies_are_typed_400s_and_an_oversized_body_a_json_413(loca
     """atk69 F6: an unknown charset and a body its Content-Encoding does not decode were
     untyped 500s, and a body past the size limit got aiohttp's plain-text 413; an integer
     parameter with underscores ("1_0") was taken as 10."""
-    from tiered.broker import server as server_module
-
-    monkeypatch.setattr(server_module, "BODY_BYTES_MAX", 4096)
     a = local_cluster.broker("A")
     a.load(TOPIC)
 
@@ -134,7 +131,7 @@ def test_undecodable_bodies_are_typed_400s_and_an_oversized_body_a_json_413(loca
         answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
         return answers
 
-    answers = _run(BrokerServer(a), scenario)
+    answers = _run(BrokerServer(a, body_bytes_max=4096), scenario)
     assert answers == [(400, "application/json", "InvalidJson"), (400, "application/json", "InvalidJson"),
                        (413, "application/json", "MessageTooLarge"),
                        (400, "application/json", "InvalidParameter"),
@@ -171,3 +168,74 @@ def test_new_subscriptions_past_the_bound_are_refused_and_existing_ones_still_wo
 
 async def _status(client, name: str) -> int:
     return (await client.get(PATH, params={"subscription": name})).status
+
+
+def test_slow_codecs_value_floods_and_made_up_epochs_are_refused_up_front(local_cluster: Cluster,
+                                                                          monkeypatch) -> None:
+    """atk70: a body declaring ``charset=punycode`` was decoded (quadratic) on the event loop
+    (F1); a produce body padded with millions of empty objects held the GIL for seconds
+    in json's parser, long enough for the broker's own session lease to lapse (F2); and
+    an ``epoch`` above the owner's passed the history check unchecked (F4)."""
+    from tiered.broker import server as server_module
+
+    monkeypatch.setattr(server_module, "PRODUCE_MAX_MESSAGES", 3)
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce(b"m0")
+
+    async def scenario(client):
+        answers = []
+        response = await client.post(ACK.format("s"), data="{\"offset\": 0}".encode(),
+                                     headers={"Content-Type": "application/json; charset=punycode"})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        padded = b'{"messages": [{"payload": "x"}], "pad": [' + b",".join([b"{}"] * 40) + b"]}"
+        response = await client.post(PATH, data=padded, headers={"Content-Type": "application/json"})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        numbers = b'{"messages": [{"payload": "x"}], "pad": [' + b",".join([b"1"] * 40) + b"]}"
+        response = await client.post(PATH, data=numbers, headers={"Content-Type": "application/json"})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        for params in ({"from": "1", "epoch": "999"},):
+            response = await client.get(PATH, params=params)
+            answers.append((response.status, (await response.json())["error"]["type"]))
+        response = await client.post(ACK.format("s"), json={"offset": 0, "epoch": 999})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        return answers
+
+    assert _run(BrokerServer(a), scenario) == [(400, "InvalidJson"), (400, "BatchTooLarge"), (400, "BatchTooLarge"),
+                                               (503, "Unavailable"), (503, "Unavailable")]
+    assert a.topic(TOPIC).next_offset == 1  # nothing was appended
+    cursor = local_cluster.metadata.get(f"/topics{TOPIC}/subscriptions/s/cursor")
+    assert cursor is None or b'"last_acked_offset": 0' not in cursor.value
+
+
+def test_produce_requests_past_the_bound_in_flight_are_refused_before_their_body_is_read(
+        local_cluster: Cluster, monkeypatch) -> None:
+    """Each produce holds its body in memory until it is decoded (one at a time): past
+    PRODUCES_IN_FLIGHT_MAX the next is a 503 + Retry-After at once (atk70 F2)."""
+    from tiered.broker import server as server_module
+
+    monkeypatch.setattr(server_module, "PRODUCES_IN_FLIGHT_MAX", 1)
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+
+    async def scenario(client):
+        go_on = asyncio.Event()
+
+        async def slow_body():
+            yield b'{"messages": [{"payload": '
+            await go_on.wait()
+            yield b'"x"}]}'
+
+        first = asyncio.create_task(client.post(PATH, data=slow_body(), headers={"Content-Type": "application/json"}))
+        for _ in range(int(HANG_GUARD_S / 0.01)):  # until the first one is in flight
+            if server._produces_in_flight == 1:
+                break
+            await asyncio.sleep(0.01)
+        second = await client.post(PATH, json={"messages": [{"payload": "y"}]})
+        refused = (second.status, second.headers.get("Retry-After"), (await second.json())["error"]["type"])
+        go_on.set()
+        taken = await (await first).json()
+        third = await (await client.post(PATH, json={"messages": [{"payload": "z"}]})).json()
+        return refused, taken, third
+
+    server = BrokerServer(a)
+    assert _run(server, scenario) == ((503, "1", "Unavailable"), {"offsets": [0]}, {"offsets": [1]})

@@ -242,3 +242,36 @@ def test_a_subscribe_racing_close_is_refused_not_left_taking_acks(backends: Back
     with pytest.raises(SubscriptionClosed):
         m.subscribe("s", initial="earliest")
     assert m.subscriptions == {}
+
+
+def test_the_subscription_bound_is_counted_once_then_followed_in_memory(backends: Backends) -> None:
+    """A scan of the stored cursors for every new name let a flood of refused names slow
+    every ack of the topic (atk70 F3): one scan per manager, then a count in memory."""
+    from tiered.read.errors import TooManySubscriptions
+
+    scans = []
+    real_range = backends.metadata.range
+
+    def counting_range(prefix, *args, **kwargs):
+        if prefix == keys.subscriptions_prefix(TOPIC):
+            scans.append(prefix)
+        return real_range(prefix, *args, **kwargs)
+
+    backends.metadata.range = counting_range  # type: ignore[method-assign]
+    try:
+        m = manager(backends, subscriptions_max=3)
+        for name in ("a", "b", "c"):
+            m.subscribe(name)
+        for name in ("d", "e", "f"):
+            with pytest.raises(TooManySubscriptions):
+                m.subscribe(name)
+        assert m.subscribe("a").name == "a"  # existing ones still work
+        assert len(scans) == 1
+        m.close()
+        again = manager(backends, subscriptions_max=3)  # a new owner counts what is stored
+        with pytest.raises(TooManySubscriptions):
+            again.subscribe("g")
+        again.close()
+    finally:
+        backends.metadata.range = real_range  # type: ignore[method-assign]
+    assert [n for n in ("a", "b", "c", "d", "e", "f", "g") if stored(backends, n) is not None] == ["a", "b", "c"]

@@ -87,8 +87,17 @@ READ_LINGER_S = 0.02
 #: messages that do not exist yet, and an empty answer must mean "nothing there".
 READ_FETCH_MAX_S = 30.0
 RETRY_AFTER_S = 1
-#: A request body (JSON, once decoded from its Content-Encoding) is refused past this.
-BODY_BYTES_MAX = 64 * 1024 * 1024
+#: A produce body (JSON, once decoded from its Content-Encoding) is refused past this, or
+#: past what one message of the topics' largest size takes in base64 if that is more.
+BODY_BYTES_MAX = 16 * 1024 * 1024
+#: Any other request body (an ack's) is refused past this.
+SMALL_BODY_BYTES_MAX = 64 * 1024
+#: Produce requests between their first byte and their answer: past it, 503 + Retry-After
+#: before the body is read (each holds its body, up to ``body_bytes_max``, in memory).
+PRODUCES_IN_FLIGHT_MAX = 32
+#: Charsets a JSON body may declare (JSON is UTF-8: RFC 8259). Others are refused, never
+#: decoded: some of Python's codecs take quadratic time (punycode).
+_UTF8_CHARSETS = frozenset({None, "utf-8", "utf8", "us-ascii", "ascii"})
 _INTEGER = re.compile(r"-?[0-9]{1,40}")
 #: Reads (long polls) block a thread each, so they get their own bounded pool: idle
 #: pollers must never take the threads produce, ack, lookups and the seal at shutdown
@@ -104,11 +113,20 @@ class BrokerServer:
     """The aiohttp application around one :class:`BrokerHost`."""
 
     def __init__(self, host: BrokerHost, registry: CollectorRegistry | None = None,
-                 read_threads_max: int = READ_THREADS_MAX) -> None:
+                 read_threads_max: int = READ_THREADS_MAX, body_bytes_max: int | None = None) -> None:
         self.host = host
+        largest = host.config.wal_config.max_message_bytes
+        #: The largest produce body taken (decoded): BODY_BYTES_MAX, or one message of the
+        #: largest size in base64 with room to spare.
+        self.body_bytes_max = body_bytes_max if body_bytes_max is not None else \
+            max(BODY_BYTES_MAX, 4 * ((largest + 2) // 3) + SMALL_BODY_BYTES_MAX)
+        self._produces_in_flight = 0
         self.registry = registry if registry is not None else host.metrics_registry
         self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
         self._appends = ThreadPoolExecutor(APPEND_THREADS_MAX, thread_name_prefix="dnb-append")
+        # Decoding holds the GIL (json's parser never lets go of it), so more threads would
+        # not decode faster: bodies wait their turn here, bounded by PRODUCES_IN_FLIGHT_MAX.
+        self._decodes = ThreadPoolExecutor(1, thread_name_prefix="dnb-decode")
         self._read_slots = threading.BoundedSemaphore(read_threads_max)
 
     def close(self) -> None:
@@ -116,9 +134,11 @@ class BrokerServer:
         leaves); the aiohttp runner's cleanup calls this through ``on_cleanup``."""
         self._reads.shutdown(wait=False, cancel_futures=True)
         self._appends.shutdown(wait=False, cancel_futures=True)
+        self._decodes.shutdown(wait=False, cancel_futures=True)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=[_typed_errors])
+        # aiohttp's own bound is a backstop: each route reads its body with its own (_body).
+        app = web.Application(client_max_size=self.body_bytes_max + 1, middlewares=[_typed_errors])
         app.add_routes([
             web.post("/topics/{ns}/{name}/messages", self.produce),
             web.get("/topics/{ns}/{name}/messages", self.read),
@@ -181,10 +201,20 @@ class BrokerServer:
         ack = request.query.get("ack", "durable")
         if ack not in ("durable", "archived"):
             raise _error(web.HTTPBadRequest, "InvalidAck", "ack must be durable or archived")
-        raw = await _body(request)
-        # Decoded off the event loop (a 64 MiB body of tiny messages takes seconds: every
-        # route would wait), on the appends' own threads.
-        payloads, key = await asyncio.get_running_loop().run_in_executor(self._appends, _produce_body, raw)
+        if self._produces_in_flight >= PRODUCES_IN_FLIGHT_MAX:
+            raise _unavailable(f"this broker is taking {PRODUCES_IN_FLIGHT_MAX} produce requests already; retry")
+        self._produces_in_flight += 1  # the event loop's thread only: no lock
+        try:
+            return await self._produce(request, hosted, ack)
+        finally:
+            self._produces_in_flight -= 1
+
+    async def _produce(self, request: web.Request, hosted: HostedTopic, ack: str) -> web.Response:
+        raw = await _body(request, self.body_bytes_max)
+        # Decoded off the event loop, one body at a time, with a bound on the JSON values
+        # it may hold (_parse_json): a body of millions of tiny values takes the GIL for
+        # seconds, and every route, and the session's keep-alive, would wait.
+        payloads, key = await asyncio.get_running_loop().run_in_executor(self._decodes, _produce_body, raw)
         hosted.activity.produced_by(_connection(request))
         try:
             # The append on the appends' own threads (it may block on backpressure); the
@@ -285,7 +315,13 @@ class BrokerServer:
         if not isinstance(raw_epoch, (int, str)) or isinstance(raw_epoch, bool):
             raise _error(web.HTTPBadRequest, "InvalidParameter", "epoch must be an integer")
         epoch = _int(str(raw_epoch), "epoch", 0)
-        if epoch >= hosted.token.epoch:
+        if epoch > hosted.token.epoch:
+            # No answer of this copy carried it: a newer owner's did (this copy has not
+            # learned of the takeover yet), or the client made it up. Checked against
+            # nothing, it would pass every lost range (atk70 F4): retry, on the owner.
+            raise _unavailable(f"epoch {epoch} is newer than this broker's ({hosted.token.epoch}) for "
+                               f"{hosted.topic}: a newer owner served it; ask again")
+        if epoch == hosted.token.epoch:
             return
         lost = await asyncio.to_thread(keys.read_lost_ranges, self.host.metadata, hosted.topic)
         starts = [r.start_offset for r in lost if r.epoch >= epoch and r.start_offset < end]
@@ -455,26 +491,55 @@ def _message_json(m: Any) -> dict[str, Any]:
 
 
 async def _json(request: web.Request) -> dict[str, Any]:
-    return _json_object(await _body(request))
+    """A small JSON body (an ack's), parsed on the event loop."""
+    return _parse_json(await _body(request, SMALL_BODY_BYTES_MAX), SMALL_BODY_BYTES_MAX)
 
 
-async def _body(request: web.Request) -> str:
-    """The request body as text (decoded from its Content-Encoding and charset)."""
+async def _body(request: web.Request, limit: int) -> bytes:
+    """The request body, decoded from its Content-Encoding, refused (JSON 413) past
+    ``limit`` bytes as soon as it gets there, and (400) when it declares a charset other
+    than UTF-8's."""
+    charset = request.charset.lower() if request.charset else None
+    if charset not in _UTF8_CHARSETS:
+        raise _error(web.HTTPBadRequest, "InvalidJson", f"charset {request.charset!r}: a JSON body is UTF-8")
+    chunks: list[bytes] = []
+    size = 0
     try:
-        return await request.text()
-    except web.HTTPRequestEntityTooLarge as e:  # aiohttp's own is plain text: the JSON error instead
-        raise web.HTTPRequestEntityTooLarge(
-            BODY_BYTES_MAX, request.content_length or 0, content_type="application/json",
-            text=_error_json("MessageTooLarge", f"the request body exceeds {BODY_BYTES_MAX} bytes")) from e
-    # LookupError: an unknown charset; RequestPayloadError: a body its Content-Encoding
-    # does not decode; ValueError: bytes the charset does not decode.
-    except (ValueError, LookupError, RequestPayloadError) as e:
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise web.HTTPRequestEntityTooLarge(
+                    limit, request.content_length or size, content_type="application/json",
+                    text=_error_json("MessageTooLarge", f"the request body exceeds {limit} bytes"))
+            chunks.append(chunk)
+    # RequestPayloadError: a body its Content-Encoding does not decode.
+    except RequestPayloadError as e:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
+    return b"".join(chunks)
 
 
-def _json_object(raw: str) -> dict[str, Any]:
+class _TooManyValues(ValueError):
+    pass
+
+
+def _parse_json(raw: bytes, values_max: int) -> dict[str, Any]:
+    """``raw`` as a JSON object, with at most ``values_max`` objects and numbers in it: the
+    parser calls back for each (which also lets other threads run between them), and the
+    parse stops at the first one past the bound."""
+    count = 0
+
+    def counted(value: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count > values_max:
+            raise _TooManyValues(f"more than {values_max} JSON objects and numbers")
+        return value
+
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: counted(dict(pairs)),
+                          parse_int=lambda text: counted(int(text)), parse_float=lambda text: counted(float(text)))
+    except _TooManyValues as e:
+        raise _error(web.HTTPBadRequest, "BatchTooLarge", f"body has {e}") from e
     except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
         raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
     if not isinstance(body, dict):
@@ -482,10 +547,10 @@ def _json_object(raw: str) -> dict[str, Any]:
     return body
 
 
-def _produce_body(raw: str) -> tuple[list[bytes], bytes | None]:
+def _produce_body(raw: bytes) -> tuple[list[bytes], bytes | None]:
     """A produce body's payloads and key; a typed 400 for anything else, or for more than
     PRODUCE_MAX_MESSAGES messages (a batch is appended, and answered, whole)."""
-    body = _json_object(raw)
+    body = _parse_json(raw, 2 * PRODUCE_MAX_MESSAGES + 16)  # a message is an object, or two
     messages = _list(body, "messages")
     if not messages:
         raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")

@@ -217,6 +217,7 @@ class SubscriptionManager:
         #: Subscriptions (stored cursors) a topic may have: a new one past it is refused
         #: with TooManySubscriptions. None: no bound.
         self.subscriptions_max = subscriptions_max
+        self._stored_cursors: int | None = None  # counted at the first new name (_check_room_for)
         self.topic = TopicName.parse(topic)
         self.metrics = metrics if metrics is not None else ReadMetrics.create()
         self.metadata = metadata
@@ -339,12 +340,22 @@ class SubscriptionManager:
 
     def _check_room_for(self, name: str) -> None:
         """A new subscription only while the topic has fewer than ``subscriptions_max``
-        stored cursors (any client can name new ones; each is kept for good). Creators
-        racing past the count may exceed it by a few: a bound, not an exact quota."""
+        stored cursors (any client can name new ones; each is kept for good). They are
+        counted once per manager (a scan of up to ``subscriptions_max`` keys) and then
+        followed in memory: a scan per refused name made a flood of new names slow every
+        ack (atk70 F3). Creators racing past the count may exceed it by a few: a bound,
+        not an exact quota."""
         if self.subscriptions_max is None:
             return
-        stored = self.metadata.range(keys.subscriptions_prefix(self.topic), limit=self.subscriptions_max)
-        if len(stored) >= self.subscriptions_max:
+        with self._lock:
+            stored = self._stored_cursors
+        if stored is None:
+            stored = len(self.metadata.range(keys.subscriptions_prefix(self.topic), limit=self.subscriptions_max))
+            with self._lock:
+                if self._stored_cursors is None:
+                    self._stored_cursors = stored
+                stored = self._stored_cursors
+        if stored >= self.subscriptions_max:
             raise TooManySubscriptions(f"topic {self.topic} has {self.subscriptions_max} subscriptions already "
                                        f"(broker.subscriptions_max): {name!r} is not created")
 
@@ -353,6 +364,9 @@ class SubscriptionManager:
         value = keys.Cursor(start - 1).to_json()
         result = self._txn([absent(key)], key, value)
         if result.succeeded:
+            with self._lock:
+                if self._stored_cursors is not None:
+                    self._stored_cursors += 1
             return Subscription(self, name, start, start - 1, OwnedRecord(self.metadata, key))
         kv = self.metadata.get(key)
         if kv is None:  # The compare failed on fencing, not on the cursor key.
