@@ -207,35 +207,138 @@ def test_slow_codecs_value_floods_and_made_up_epochs_are_refused_up_front(local_
     assert cursor is None or b'"last_acked_offset": 0' not in cursor.value
 
 
-def test_produce_requests_past_the_bound_in_flight_are_refused_before_their_body_is_read(
-        local_cluster: Cluster, monkeypatch) -> None:
-    """Each produce holds its body in memory until it is decoded (one at a time): past
-    PRODUCES_IN_FLIGHT_MAX the next is a 503 + Retry-After at once (atk70 F2)."""
+def test_slow_bodies_block_no_other_producer_and_time_out(local_cluster: Cluster, monkeypatch) -> None:
+    """atk71 F2: produce slots were taken before the body was read, so 32 clients
+    trickling a byte every 20 s blocked every other producer for as long as they liked.
+    A body now takes a slot only once it arrived, and one that has not arrived within
+    BODY_READ_TIMEOUT_S is a 408."""
     from tiered.broker import server as server_module
 
     monkeypatch.setattr(server_module, "PRODUCES_IN_FLIGHT_MAX", 1)
+    monkeypatch.setattr(server_module, "BODY_READ_TIMEOUT_S", 1.0)
     a = local_cluster.broker("A")
     a.load(TOPIC)
 
     async def scenario(client):
-        go_on = asyncio.Event()
+        never = asyncio.Event()
 
-        async def slow_body():
+        async def stalled_body():
             yield b'{"messages": [{"payload": '
-            await go_on.wait()
+            await never.wait()  # never set: the body never arrives
             yield b'"x"}]}'
 
-        first = asyncio.create_task(client.post(PATH, data=slow_body(), headers={"Content-Type": "application/json"}))
-        for _ in range(int(HANG_GUARD_S / 0.01)):  # until the first one is in flight
-            if server._produces_in_flight == 1:
+        slow = [asyncio.create_task(client.post(PATH, data=stalled_body(), headers={"Content-Type": "application/json"}))
+                for _ in range(3)]
+        for _ in range(int(HANG_GUARD_S / 0.01)):  # until the slow bodies are being read
+            if server._body_bytes.held > 0:
                 break
             await asyncio.sleep(0.01)
-        second = await client.post(PATH, json={"messages": [{"payload": "y"}]})
-        refused = (second.status, second.headers.get("Retry-After"), (await second.json())["error"]["type"])
-        go_on.set()
-        taken = await (await first).json()
-        third = await (await client.post(PATH, json={"messages": [{"payload": "z"}]})).json()
-        return refused, taken, third
+        taken = await (await client.post(PATH, json={"messages": [{"payload": "y"}]})).json()
+        timed_out = [(r.status, (await r.json())["error"]["type"]) for r in await asyncio.gather(*slow)]
+        return taken, timed_out, server._body_bytes.held
 
     server = BrokerServer(a)
-    assert _run(server, scenario) == ((503, "1", "Unavailable"), {"offsets": [0]}, {"offsets": [1]})
+    assert _run(server, scenario) == ({"offsets": [0]}, [(408, "RequestTimeout")] * 3, 0)
+
+
+def test_the_bytes_of_bodies_being_read_are_bounded_together() -> None:
+    """A body that would take more than the budget waits for room (one larger than the
+    whole budget still goes alone), and what a body took is given back."""
+    from tiered.broker.server import _ByteBudget
+
+    async def scenario():
+        budget = _ByteBudget(100)
+        await budget.take(60)
+        waiting = asyncio.create_task(budget.take(50))
+        await asyncio.sleep(0)
+        assert not waiting.done() and budget.held == 60
+        await budget.give(60)
+        await asyncio.wait_for(waiting, HANG_GUARD_S)
+        assert budget.held == 50
+        await budget.give(50)
+        await asyncio.wait_for(budget.take(500), HANG_GUARD_S)  # alone: larger than the budget
+        assert budget.held == 500
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_the_client_does_not_take_is_cut_off_and_frees_its_read(local_cluster: Cluster,
+                                                                         monkeypatch) -> None:
+    """atk71 F3: a read's answer was handed to the connection after the read let go of its
+    slot: clients that never read their answers piled them up in the broker's memory
+    without bound. The read keeps its slot until the client took the answer, and a
+    client that does not within ANSWER_SEND_TIMEOUT_S is cut off."""
+    import socket
+
+    from tiered.broker import server as server_module
+
+    monkeypatch.setattr(server_module, "ANSWER_SEND_TIMEOUT_S", 1.0)
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce_many([b"x" * (1 << 20)] * 8)
+
+    async def scenario():
+        server = BrokerServer(a)
+        test_server = TestServer(server.app())
+        await test_server.start_server()
+        try:
+            sock = socket.create_connection((test_server.host, test_server.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET {PATH}?from=0&max_bytes=16777216 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            for _ in range(int(HANG_GUARD_S / 0.01)):  # the read holds its slot while the answer waits
+                if server._read_slots._value == server_module.READ_THREADS_MAX - 1:
+                    break
+                await asyncio.sleep(0.01)
+            held = server._read_slots._value == server_module.READ_THREADS_MAX - 1
+            for _ in range(int(HANG_GUARD_S / 0.01)):  # ... until it is cut off
+                if server._read_slots._value == server_module.READ_THREADS_MAX:
+                    break
+                await asyncio.sleep(0.01)
+            freed = server._read_slots._value == server_module.READ_THREADS_MAX
+            # The connection was closed on the client with most of the answer untaken (kept
+            # open, the answer would sit buffered in the broker).
+            received, sock_timeout = 0, HANG_GUARD_S
+
+            def drain() -> int:
+                total = 0
+                sock.settimeout(sock_timeout)
+                try:
+                    while chunk := sock.recv(65536):
+                        total += len(chunk)
+                except ConnectionResetError:
+                    pass
+                return total
+
+            received = await asyncio.to_thread(drain)
+            sock.close()
+            return held, freed, received < 8 << 20
+        finally:
+            await test_server.close()
+
+    assert asyncio.run(scenario()) == (True, True, True)
+
+
+def test_bodies_full_of_brackets_are_refused_before_they_are_parsed(local_cluster: Cluster) -> None:
+    """atk71 F1/F4: arrays (and true, null, strings) were not counted: a 16 MiB produce of
+    nested empty arrays, 40 KB gzip on the wire, held the GIL 3 s in json's parser and the
+    broker's session lease lapsed; ack bodies of them slowed the event loop. Brackets,
+    braces, commas and colons are counted in the raw bytes first."""
+    import gzip
+
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce(b"m0")
+
+    async def scenario(client):
+        answers = []
+        arrays = b'{"messages": [{"payload": "x"}], "pad": [' + b",".join([b"[[]]"] * 300_000) + b"]}"
+        response = await client.post(PATH, data=gzip.compress(arrays),
+                                     headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        response = await client.post(ACK.format("s"), data=b'{"offset": 0, "pad": [' + b",".join([b"[]"] * 100) + b"]}",
+                                     headers={"Content-Type": "application/json"})
+        answers.append((response.status, (await response.json())["error"]["type"]))
+        response = await client.post(ACK.format("s"), json={"offset": 0})
+        answers.append((response.status, (await response.json())["cursor"]))
+        return answers
+
+    assert _run(BrokerServer(a), scenario) == [(400, "BatchTooLarge"), (400, "BatchTooLarge"), (200, 0)]
+    assert a.topic(TOPIC).next_offset == 1

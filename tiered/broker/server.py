@@ -92,9 +92,22 @@ RETRY_AFTER_S = 1
 BODY_BYTES_MAX = 16 * 1024 * 1024
 #: Any other request body (an ack's) is refused past this.
 SMALL_BODY_BYTES_MAX = 64 * 1024
-#: Produce requests between their first byte and their answer: past it, 503 + Retry-After
-#: before the body is read (each holds its body, up to ``body_bytes_max``, in memory).
+#: Produce requests whose body arrived, between then and their answer: past it, 503 +
+#: Retry-After (their bodies wait to be decoded, one at a time).
 PRODUCES_IN_FLIGHT_MAX = 32
+#: Bytes of produce bodies held at once (being read, or waiting to be decoded): a body
+#: that would go past it waits (within BODY_READ_TIMEOUT_S) for others to be done.
+BODIES_BYTES_MAX = 256 * 1024 * 1024
+#: A request body must have arrived within this (a slow body holds a produce slot).
+BODY_READ_TIMEOUT_S = 30.0
+#: A read's answer must have been taken by the client within this; it is then cut off.
+ANSWER_SEND_TIMEOUT_S = 30.0
+#: Brackets, braces, commas and colons a produce body may hold: what json's parser builds
+#: from them (lists above all) holds the GIL, about 0.1 s per 200,000 empty lists with the
+#: garbage collector walking them; text payloads' own count too (use ``payload_b64``).
+PRODUCE_STRUCTURE_MAX = 200_000
+#: ... and an ack's (it needs about four).
+SMALL_STRUCTURE_MAX = 64
 #: Charsets a JSON body may declare (JSON is UTF-8: RFC 8259). Others are refused, never
 #: decoded: some of Python's codecs take quadratic time (punycode).
 _UTF8_CHARSETS = frozenset({None, "utf-8", "utf8", "us-ascii", "ascii"})
@@ -121,6 +134,8 @@ class BrokerServer:
         self.body_bytes_max = body_bytes_max if body_bytes_max is not None else \
             max(BODY_BYTES_MAX, 4 * ((largest + 2) // 3) + SMALL_BODY_BYTES_MAX)
         self._produces_in_flight = 0
+        #: Bytes of produce bodies being read or waiting to be decoded, all requests together.
+        self._body_bytes = _ByteBudget(max(BODIES_BYTES_MAX, self.body_bytes_max))
         self.registry = registry if registry is not None else host.metrics_registry
         self._reads = ThreadPoolExecutor(read_threads_max, thread_name_prefix="dnb-read")
         self._appends = ThreadPoolExecutor(APPEND_THREADS_MAX, thread_name_prefix="dnb-append")
@@ -201,16 +216,22 @@ class BrokerServer:
         ack = request.query.get("ack", "durable")
         if ack not in ("durable", "archived"):
             raise _error(web.HTTPBadRequest, "InvalidAck", "ack must be durable or archived")
-        if self._produces_in_flight >= PRODUCES_IN_FLIGHT_MAX:
-            raise _unavailable(f"this broker is taking {PRODUCES_IN_FLIGHT_MAX} produce requests already; retry")
-        self._produces_in_flight += 1  # the event loop's thread only: no lock
+        # The body's bytes count against what all bodies being read or decoded may hold
+        # (a slow body holds only what it sent: it never blocks the others), and only a
+        # body that arrived takes one of the produce slots (atk71 F2).
+        raw = await _body(request, self.body_bytes_max, self._body_bytes)
         try:
-            return await self._produce(request, hosted, ack)
+            if self._produces_in_flight >= PRODUCES_IN_FLIGHT_MAX:
+                raise _unavailable(f"this broker is decoding {PRODUCES_IN_FLIGHT_MAX} produce requests already; retry")
+            self._produces_in_flight += 1  # the event loop's thread only: no lock
+            try:
+                return await self._produce(request, hosted, ack, raw)
+            finally:
+                self._produces_in_flight -= 1
         finally:
-            self._produces_in_flight -= 1
+            await self._body_bytes.give(len(raw))
 
-    async def _produce(self, request: web.Request, hosted: HostedTopic, ack: str) -> web.Response:
-        raw = await _body(request, self.body_bytes_max)
+    async def _produce(self, request: web.Request, hosted: HostedTopic, ack: str, raw: bytes) -> web.Response:
         # Decoded off the event loop, one body at a time, with a bound on the JSON values
         # it may hold (_parse_json): a body of millions of tiny values takes the GIL for
         # seconds, and every route, and the session's keep-alive, would wait.
@@ -265,19 +286,23 @@ class BrokerServer:
             raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
         epoch = hosted.token.epoch
         try:
-            # The answer is built on the read's thread too: base64 and JSON of megabytes
-            # would hold the event loop.
-            text = await asyncio.get_running_loop().run_in_executor(
-                self._reads, _read_answer, reader, start, tip, limit, max_bytes, wait_s, epoch)
-        except OffsetBelowRetention as e:  # archive retention overtook the read
-            raise _below_retention(e) from e
-        except ReadTimeout as e:  # existing offsets not fetched in time: retry, never an empty 200
-            raise _unavailable(str(e), "ReadTimeout") from e
-        except ReadError as e:  # a data error met mid-read (DataGap, CorruptArchive, ...): typed, as above
-            raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
+            try:
+                # The answer is built on the read's thread too: base64 and JSON of megabytes
+                # would hold the event loop.
+                body = await asyncio.get_running_loop().run_in_executor(
+                    self._reads, _read_answer, reader, start, tip, limit, max_bytes, wait_s, epoch)
+            except OffsetBelowRetention as e:  # archive retention overtook the read
+                raise _below_retention(e) from e
+            except ReadTimeout as e:  # existing offsets not fetched in time: retry, never an empty 200
+                raise _unavailable(str(e), "ReadTimeout") from e
+            except ReadError as e:  # a data error met mid-read (DataGap, CorruptArchive, ...): typed, as above
+                raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
+            # Sent while the read still holds its slot, within a deadline: an answer the
+            # client does not read would otherwise stay buffered in this process, one per
+            # request, without bound (atk71 F3).
+            return await _send_within(request, body, ANSWER_SEND_TIMEOUT_S)
         finally:
             self._read_slots.release()
-        return web.Response(text=text, content_type="application/json")
 
     async def ack(self, request: web.Request) -> web.Response:
         hosted = await self._hosted(request)
@@ -384,12 +409,31 @@ def _replaced_through(lost: keys.LostRange) -> float:
 
 
 def _read_answer(reader: Any, start: int, tip: int, limit: int, max_bytes: int, wait_s: float,
-                 epoch: int) -> str:
-    """A read route's JSON answer, built on the read's thread."""
+                 epoch: int) -> bytes:
+    """A read route's JSON answer, built (and encoded) on the read's thread."""
     messages, moved = _read_batch(reader, start, tip, limit, wait_s, max_bytes)
     answer = {"messages": [_message_json(m) for m in messages], "next": start + len(messages), "moved": moved,
               "epoch": epoch}
-    return json.dumps(answer)
+    return json.dumps(answer).encode()
+
+
+async def _send_within(request: web.Request, body: bytes, timeout_s: float) -> web.StreamResponse:
+    """Send a JSON ``body`` and wait until the connection took it (aiohttp's writes wait
+    for the socket to drain); a client that does not take it within ``timeout_s`` is cut
+    off, and the buffered answer freed."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    response.content_length = len(body)
+    await response.prepare(request)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await response.write(body)
+            await response.write_eof()
+    except TimeoutError:
+        log.warning("%s %s: the client did not take a %d-byte answer within %g s; closing its connection",
+                    request.method, request.path, len(body), timeout_s)
+        if request.transport is not None:
+            request.transport.abort()
+    return response
 
 
 def _read_batch(reader: Any, start: int, tip: int, limit: int, wait_s: float,
@@ -492,29 +536,61 @@ def _message_json(m: Any) -> dict[str, Any]:
 
 async def _json(request: web.Request) -> dict[str, Any]:
     """A small JSON body (an ack's), parsed on the event loop."""
-    return _parse_json(await _body(request, SMALL_BODY_BYTES_MAX), SMALL_BODY_BYTES_MAX)
+    return _parse_json(await _body(request, SMALL_BODY_BYTES_MAX), SMALL_STRUCTURE_MAX, SMALL_STRUCTURE_MAX)
 
 
-async def _body(request: web.Request, limit: int) -> bytes:
+class _ByteBudget:
+    """Bytes that requests may hold at once (event loop only): ``take`` waits for room."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._room = asyncio.Condition()
+
+    async def take(self, n: int) -> None:
+        async with self._room:
+            await self._room.wait_for(lambda: self.held == 0 or self.held + n <= self.limit)
+            self.held += n
+
+    async def give(self, n: int) -> None:
+        if n:
+            async with self._room:
+                self.held -= n
+                self._room.notify_all()
+
+
+async def _body(request: web.Request, limit: int, budget: _ByteBudget | None = None) -> bytes:
     """The request body, decoded from its Content-Encoding, refused (JSON 413) past
-    ``limit`` bytes as soon as it gets there, and (400) when it declares a charset other
-    than UTF-8's."""
+    ``limit`` bytes as soon as it gets there, (400) when it declares a charset other than
+    UTF-8's, and (408) when it has not arrived within BODY_READ_TIMEOUT_S. With a
+    ``budget``, each chunk is taken from it first; the caller gives back the body's
+    length once done with it (all of it given back here if the read fails)."""
     charset = request.charset.lower() if request.charset else None
     if charset not in _UTF8_CHARSETS:
         raise _error(web.HTTPBadRequest, "InvalidJson", f"charset {request.charset!r}: a JSON body is UTF-8")
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                raise web.HTTPRequestEntityTooLarge(
-                    limit, request.content_length or size, content_type="application/json",
-                    text=_error_json("MessageTooLarge", f"the request body exceeds {limit} bytes"))
-            chunks.append(chunk)
-    # RequestPayloadError: a body its Content-Encoding does not decode.
-    except RequestPayloadError as e:
-        raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
+        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+            async for chunk in request.content.iter_any():
+                if budget is not None:
+                    await budget.take(len(chunk))
+                size += len(chunk)
+                if size > limit:
+                    raise web.HTTPRequestEntityTooLarge(
+                        limit, request.content_length or size, content_type="application/json",
+                        text=_error_json("MessageTooLarge", f"the request body exceeds {limit} bytes"))
+                chunks.append(chunk)
+    except BaseException as e:
+        if budget is not None:
+            await budget.give(size)
+        # RequestPayloadError: a body its Content-Encoding does not decode.
+        if isinstance(e, RequestPayloadError):
+            raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
+        if not isinstance(e, TimeoutError):
+            raise
+        raise _error(web.HTTPRequestTimeout, "RequestTimeout",
+                     f"the request body did not arrive within {BODY_READ_TIMEOUT_S:g} s") from e
     return b"".join(chunks)
 
 
@@ -522,10 +598,17 @@ class _TooManyValues(ValueError):
     pass
 
 
-def _parse_json(raw: bytes, values_max: int) -> dict[str, Any]:
-    """``raw`` as a JSON object, with at most ``values_max`` objects and numbers in it: the
-    parser calls back for each (which also lets other threads run between them), and the
-    parse stops at the first one past the bound."""
+def _parse_json(raw: bytes, values_max: int, structure_max: int) -> dict[str, Any]:
+    """``raw`` as a JSON object, with at most ``structure_max`` brackets, braces, commas and
+    colons (counted in the raw bytes before anything is parsed: inside strings too, which
+    only over-counts) and at most ``values_max`` objects and numbers: the parser calls back
+    for each (which also lets other threads run between them), and the parse stops at the
+    first one past the bound. json's parser holds the GIL throughout: what it may build
+    has to be bounded before it starts."""
+    structure = raw.count(b"[") + raw.count(b"{") + raw.count(b",") + raw.count(b":")
+    if structure > structure_max:
+        raise _error(web.HTTPBadRequest, "BatchTooLarge", f"body has {structure} brackets, braces, commas and colons; "
+                     f"at most {structure_max} (text payloads count theirs: send payload_b64, or smaller batches)")
     count = 0
 
     def counted(value: Any) -> Any:
@@ -550,7 +633,7 @@ def _parse_json(raw: bytes, values_max: int) -> dict[str, Any]:
 def _produce_body(raw: bytes) -> tuple[list[bytes], bytes | None]:
     """A produce body's payloads and key; a typed 400 for anything else, or for more than
     PRODUCE_MAX_MESSAGES messages (a batch is appended, and answered, whole)."""
-    body = _parse_json(raw, 2 * PRODUCE_MAX_MESSAGES + 16)  # a message is an object, or two
+    body = _parse_json(raw, 2 * PRODUCE_MAX_MESSAGES + 16, PRODUCE_STRUCTURE_MAX)  # a message is an object, or two
     messages = _list(body, "messages")
     if not messages:
         raise _error(web.HTTPBadRequest, "EmptyBatch", "messages is empty")
