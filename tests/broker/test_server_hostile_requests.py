@@ -3,6 +3,7 @@ typed 4xx, and idle long polls never take the threads produce and shutdown need.
 from __future__ import annotations
 
 import asyncio
+import gzip
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -117,13 +118,18 @@ def test_undecodable_bodies_are_typed_400s_and_an_oversized_body_a_json_413(loca
 
     async def scenario(client):
         answers = []
-        for headers, data in (({"Content-Type": "application/json; charset=foo"}, b'{"messages": []}'),
-                              # aiohttp drops the connection after answering this one.
-                              ({"Content-Type": "application/json", "Content-Encoding": "gzip",
-                                "Connection": "close"}, b"not gzip"),
-                              ({"Content-Type": "application/json"}, b'{"messages": [' + b'{"payload": "x"},' * 500
-                               + b'{"payload": "x"}]}')):
-            response = await client.post(PATH, data=data, headers=headers)
+        for url, headers, data in (
+                (PATH, {"Content-Type": "application/json; charset=foo"}, b'{"messages": []}'),
+                # aiohttp drops the connection after answering this one.
+                (ACK.format("s"), {"Content-Type": "application/json", "Content-Encoding": "gzip",
+                                   "Connection": "close"}, b"not gzip"),
+                (PATH, {"Content-Type": "application/json"}, b'{"messages": [' + b'{"payload": "x"},' * 500
+                 + b'{"payload": "x"}]}'),
+                # A produce body comes without Content-Encoding (atk72 F6: 16 KB of gzip on
+                # the wire held 16 MiB of the bodies' byte budget).
+                (PATH, {"Content-Type": "application/json", "Content-Encoding": "gzip",
+                        "Connection": "close"}, gzip.compress(b'{"messages": [{"payload": "x"}]}'))):
+            response = await client.post(url, data=data, headers=headers)
             answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
         response = await client.get(PATH, params={"from": "1_0"})
         answers.append((response.status, response.content_type, (await response.json())["error"]["type"]))
@@ -134,6 +140,7 @@ def test_undecodable_bodies_are_typed_400s_and_an_oversized_body_a_json_413(loca
     answers = _run(BrokerServer(a, body_bytes_max=4096), scenario)
     assert answers == [(400, "application/json", "InvalidJson"), (400, "application/json", "InvalidJson"),
                        (413, "application/json", "MessageTooLarge"),
+                       (415, "application/json", "UnsupportedEncoding"),
                        (400, "application/json", "InvalidParameter"),
                        (400, "application/json", "InvalidParameter")], answers
     assert a.topic(TOPIC).next_offset == 0  # nothing was appended
@@ -322,16 +329,13 @@ def test_bodies_full_of_brackets_are_refused_before_they_are_parsed(local_cluste
     nested empty arrays, 40 KB gzip on the wire, held the GIL 3 s in json's parser and the
     broker's session lease lapsed; ack bodies of them slowed the event loop. Brackets,
     braces, commas and colons are counted in the raw bytes first."""
-    import gzip
-
     a = local_cluster.broker("A")
     a.load(TOPIC).produce(b"m0")
 
     async def scenario(client):
         answers = []
         arrays = b'{"messages": [{"payload": "x"}], "pad": [' + b",".join([b"[[]]"] * 300_000) + b"]}"
-        response = await client.post(PATH, data=gzip.compress(arrays),
-                                     headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        response = await client.post(PATH, data=arrays, headers={"Content-Type": "application/json"})
         answers.append((response.status, (await response.json())["error"]["type"]))
         response = await client.post(ACK.format("s"), data=b'{"offset": 0, "pad": [' + b",".join([b"[]"] * 100) + b"]}",
                                      headers={"Content-Type": "application/json"})
@@ -342,3 +346,38 @@ def test_bodies_full_of_brackets_are_refused_before_they_are_parsed(local_cluste
 
     assert _run(BrokerServer(a), scenario) == [(400, "BatchTooLarge"), (400, "BatchTooLarge"), (200, 0)]
     assert a.topic(TOPIC).next_offset == 1
+
+
+def test_answers_waiting_for_their_clients_are_bounded_in_bytes(local_cluster: Cluster, monkeypatch) -> None:
+    """atk72 F5: each of 256 reads could hold a 22 MB answer for its client for 30 s
+    (about 11 GB): past ANSWERS_BYTES_MAX of answers not yet taken, a read is a 503
+    before it reads anything."""
+    import socket
+
+    from tiered.broker import server as server_module
+
+    monkeypatch.setattr(server_module, "ANSWERS_BYTES_MAX", 1)
+    monkeypatch.setattr(server_module, "ANSWER_SEND_TIMEOUT_S", HANG_GUARD_S)
+    a = local_cluster.broker("A")
+    a.load(TOPIC).produce_many([b"x" * (1 << 20)] * 4)
+
+    async def scenario():
+        server = BrokerServer(a)
+        test_server = TestServer(server.app())
+        await test_server.start_server()
+        sock = socket.create_connection((test_server.host, test_server.port))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET {PATH}?from=0&max_bytes=4194304 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            for _ in range(int(HANG_GUARD_S / 0.01)):  # its answer waits for it
+                if server._answer_bytes > 0:
+                    break
+                await asyncio.sleep(0.01)
+            async with TestClient(test_server) as client:
+                refused = await client.get(PATH, params={"from": "0"})
+                return server._answer_bytes > 0, refused.status, (await refused.json())["error"]["type"]
+        finally:
+            sock.close()
+            await test_server.close()
+
+    assert asyncio.run(scenario()) == (True, 503, "Unavailable")

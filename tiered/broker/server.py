@@ -69,8 +69,14 @@ READ_MAX_MESSAGES = 10_000
 #: the most ``max_bytes`` may ask for (base64 and JSON make the answer about 1.4 times
 #: this, built in memory; up to READ_THREADS_MAX reads run at once). A message larger
 #: than the budget is still served, alone.
-READ_BYTES_DEFAULT = 4 * 1024 * 1024
-READ_BYTES_MAX = 16 * 1024 * 1024
+READ_BYTES_DEFAULT = 1024 * 1024
+READ_BYTES_MAX = 4 * 1024 * 1024
+#: Bytes of read answers built and not yet taken by their clients, all reads together: a
+#: read that finds more is a 503 + Retry-After before it reads anything (atk72 F5).
+ANSWERS_BYTES_MAX = 256 * 1024 * 1024
+#: Answers built at once: building one (base64, JSON) holds the GIL, and many at once
+#: starved the event loop for seconds (atk72 F5).
+_ANSWER_BUILDS = threading.BoundedSemaphore(2)
 #: Messages in one produce request (it is decoded, appended and answered whole).
 PRODUCE_MAX_MESSAGES = 10_000
 #: Threads that append produced batches (an append may block on WAL backpressure) and
@@ -134,6 +140,7 @@ class BrokerServer:
         self.body_bytes_max = body_bytes_max if body_bytes_max is not None else \
             max(BODY_BYTES_MAX, 4 * ((largest + 2) // 3) + SMALL_BODY_BYTES_MAX)
         self._produces_in_flight = 0
+        self._answer_bytes = 0  # read answers built and not yet taken (ANSWERS_BYTES_MAX)
         #: Bytes of produce bodies being read or waiting to be decoded, all requests together.
         self._body_bytes = _ByteBudget(max(BODIES_BYTES_MAX, self.body_bytes_max))
         self.registry = registry if registry is not None else host.metrics_registry
@@ -216,6 +223,11 @@ class BrokerServer:
         ack = request.query.get("ack", "durable")
         if ack not in ("durable", "archived"):
             raise _error(web.HTTPBadRequest, "InvalidAck", "ack must be durable or archived")
+        if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+            # Decompressed, 16 KB on the wire held 16 MiB of the bodies' byte budget: 16
+            # such connections held all of it, and every producer waited (atk72 F6).
+            raise _error(web.HTTPUnsupportedMediaType, "UnsupportedEncoding",
+                         "a produce body is sent without Content-Encoding")
         # The body's bytes count against what all bodies being read or decoded may hold
         # (a slow body holds only what it sent: it never blocks the others), and only a
         # body that arrived takes one of the produce slots (atk71 F2).
@@ -281,6 +293,9 @@ class BrokerServer:
             raise _error(web.HTTPUnprocessableEntity, type(e).__name__, str(e)) from e
         hosted.activity.read_by(_connection(request))
         tip = hosted.next_offset  # what exists now (or is being fsynced): served whatever wait_s says
+        if self._answer_bytes >= ANSWERS_BYTES_MAX:
+            reader.close()
+            raise _unavailable(f"{self._answer_bytes} bytes of answers wait for their clients to take them; retry")
         if not self._read_slots.acquire(blocking=False):
             reader.close()
             raise _unavailable(f"this broker is serving {READ_THREADS_MAX} reads already; retry")
@@ -300,7 +315,11 @@ class BrokerServer:
             # Sent while the read still holds its slot, within a deadline: an answer the
             # client does not read would otherwise stay buffered in this process, one per
             # request, without bound (atk71 F3).
-            return await _send_within(request, body, ANSWER_SEND_TIMEOUT_S)
+            self._answer_bytes += len(body)  # the event loop's thread only: no lock
+            try:
+                return await _send_within(request, body, ANSWER_SEND_TIMEOUT_S)
+            finally:
+                self._answer_bytes -= len(body)
         finally:
             self._read_slots.release()
 
@@ -412,9 +431,10 @@ def _read_answer(reader: Any, start: int, tip: int, limit: int, max_bytes: int, 
                  epoch: int) -> bytes:
     """A read route's JSON answer, built (and encoded) on the read's thread."""
     messages, moved = _read_batch(reader, start, tip, limit, wait_s, max_bytes)
-    answer = {"messages": [_message_json(m) for m in messages], "next": start + len(messages), "moved": moved,
-              "epoch": epoch}
-    return json.dumps(answer).encode()
+    with _ANSWER_BUILDS:
+        answer = {"messages": [_message_json(m) for m in messages], "next": start + len(messages), "moved": moved,
+                  "epoch": epoch}
+        return json.dumps(answer).encode()
 
 
 async def _send_within(request: web.Request, body: bytes, timeout_s: float) -> web.StreamResponse:
@@ -433,6 +453,8 @@ async def _send_within(request: web.Request, body: bytes, timeout_s: float) -> w
                     request.method, request.path, len(body), timeout_s)
         if request.transport is not None:
             request.transport.abort()
+    except ConnectionError:
+        log.debug("%s %s: the client went away during its answer", request.method, request.path)
     return response
 
 
