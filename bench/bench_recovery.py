@@ -6,14 +6,15 @@ journal``, the broker default), appends 4 KiB messages round-robin until the seg
 holds the rounds since its last checkpoint, the segments everything. Then, in a fresh
 process, recovery is timed as a broker host does it: the group's construction (journal
 replay into the segments) and the open of every WAL (each validates every frame of its
-segments: CRC, offsets, round markers). Reported: seconds, MB/s over the bytes on disk,
-and the split between replay and the WAL opens. With ``--drop-caches`` (root, and a kernel
+segments: CRC, offsets, round markers), ``--openers`` at a time (4 by default, as a
+broker's assignment watcher loads topics; 1 opens them one after the other). Reported:
+seconds, MB/s over the bytes on disk, and the split between replay and the WAL opens. With ``--drop-caches`` (root, and a kernel
 that allows it) the page cache is dropped before recovery, so the files are read from the
 device; otherwise they are mostly in memory (warm), which is what a process restart sees.
 
 Never a pass/fail test. Run (about a minute per GiB on a quiet machine):
 
-    .venv/bin/python bench/bench_recovery.py [--topics 1000] [--gib 1] [--dir DIR] [--drop-caches]
+    .venv/bin/python bench/bench_recovery.py [--topics 1000] [--gib 1] [--dir DIR] [--openers 4] [--drop-caches]
 """
 from __future__ import annotations
 
