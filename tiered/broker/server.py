@@ -616,10 +616,6 @@ async def _body(request: web.Request, limit: int, budget: _ByteBudget | None = N
     return b"".join(chunks)
 
 
-class _TooManyValues(ValueError):
-    pass
-
-
 def _parse_json(raw: bytes, values_max: int, structure_max: int) -> dict[str, Any]:
     """``raw`` as a JSON object, with at most ``structure_max`` brackets, braces, commas and
     colons (counted in the raw bytes before anything is parsed: inside strings too, which
@@ -636,15 +632,14 @@ def _parse_json(raw: bytes, values_max: int, structure_max: int) -> dict[str, An
     def counted(value: Any) -> Any:
         nonlocal count
         count += 1
-        if count > values_max:
-            raise _TooManyValues(f"more than {values_max} JSON objects and numbers")
+        if count > values_max:  # out through json.loads, as any exception of a hook
+            raise _error(web.HTTPBadRequest, "BatchTooLarge", f"body has more than {values_max} JSON objects and "
+                         "numbers")
         return value
 
     try:
         body = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: counted(dict(pairs)),
                           parse_int=lambda text: counted(int(text)), parse_float=lambda text: counted(float(text)))
-    except _TooManyValues as e:
-        raise _error(web.HTTPBadRequest, "BatchTooLarge", f"body has {e}") from e
     except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
         raise _error(web.HTTPBadRequest, "InvalidJson", f"body is not JSON: {type(e).__name__}") from e
     if not isinstance(body, dict):
