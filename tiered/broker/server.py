@@ -79,10 +79,10 @@ ANSWERS_BYTES_MAX = 256 * 1024 * 1024
 _ANSWER_BUILDS = threading.BoundedSemaphore(2)
 #: Messages in one produce request (it is decoded, appended and answered whole).
 PRODUCE_MAX_MESSAGES = 10_000
-#: Threads that append produced batches (an append may block on WAL backpressure) and
-#: decode produce bodies: their own pool, so neither holds the threads acks, subscription
-#: reads, lookups and the seal need (the loop's default executor). Acks are awaited
-#: without a thread.
+#: Threads that append produced batches (an append may block on WAL backpressure): their
+#: own pool, so appends never hold the threads acks, subscription reads, lookups and the
+#: seal need (the loop's default executor). Bodies are decoded on a thread of their own;
+#: acks are awaited without a thread.
 APPEND_THREADS_MAX = 16
 READ_WAIT_MAX_S = 30.0
 #: Once a read has messages and has caught up with what existed when it came, it takes
