@@ -26,8 +26,8 @@ class Recovered:
 
 def recover(fs: FileSystem, directory: str, checkpoint: CheckpointState | None, initial_offset: int | None,
             index_interval_bytes: int) -> Recovered:
-    _remove_temp_files(fs, directory)
-    scanned, found_next = validate(fs, directory, checkpoint, index_interval_bytes)
+    names = _remove_temp_files(fs, directory)
+    scanned, found_next = validate(fs, directory, checkpoint, index_interval_bytes, names)
     segments = [s.segment for s in scanned]
     next_offset = found_next if segments else checkpoint_next(checkpoint)
     segments, next_offset = _apply_initial_offset(fs, directory, segments, next_offset, checkpoint,
@@ -40,14 +40,16 @@ def recover(fs: FileSystem, directory: str, checkpoint: CheckpointState | None, 
 
 
 def validate(fs: FileSystem, directory: str, checkpoint: CheckpointState | None,
-             index_interval_bytes: int = 4096) -> tuple[list[ScannedSegment], int | None]:
+             index_interval_bytes: int = 4096,
+             listing: list[str] | None = None) -> tuple[list[ScannedSegment], int | None]:
     """Recovery's checks, reading only: every segment recovery knows (20-digit names; temp
     files are never durable), its header, frames and tail rule, contiguity across segments,
     and the checkpoint's rules. Returns the scanned segments (a torn tail is reported in
     ``truncate_to``, not cut) and the next offset they reach (None without segments);
     raises CorruptLog where recovery would refuse. Read-only checkers (``dnb verify``) call
-    it so they can never disagree with a recovery."""
-    names = _segment_names(fs, directory)
+    it so they can never disagree with a recovery. ``listing``: the directory's names, if
+    the caller just listed it."""
+    names = _segment_names(fs.listdir(directory) if listing is None else listing)
     scanned = [
         scan_segment(fs, os.path.join(directory, name), base, i == len(names) - 1, index_interval_bytes)
         for i, (base, name) in enumerate(names)
@@ -59,17 +61,22 @@ def validate(fs: FileSystem, directory: str, checkpoint: CheckpointState | None,
     return scanned, found_next
 
 
-def _remove_temp_files(fs: FileSystem, directory: str) -> None:
-    # Temp files were never renamed into place, so nothing durable refers to them.
+def _remove_temp_files(fs: FileSystem, directory: str) -> list[str]:
+    """Temp files were never renamed into place, so nothing durable refers to them.
+    Returns the directory's other names."""
+    kept = []
     for name in fs.listdir(directory):
         if is_temp_name(name):
             _log.info("removing leftover temp file %s", name)
             fs.remove(os.path.join(directory, name))
+        else:
+            kept.append(name)
+    return kept
 
 
-def _segment_names(fs: FileSystem, directory: str) -> list[tuple[int, str]]:
+def _segment_names(listing: list[str]) -> list[tuple[int, str]]:
     found = []
-    for name in fs.listdir(directory):
+    for name in listing:
         base = parse_segment_name(name)
         if base is not None:
             found.append((base, name))
