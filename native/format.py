@@ -93,7 +93,9 @@ fsync dir. A WAL writes the two-slot layout: exactly 8,192 bytes, two 4,096-byte
     24  L  body             the JSON document; zeros after it to the slot's end
 
 The checkpoint is the valid slot with the higher sequence. A write goes in place into the
-other slot (``pwrite``, ``fdatasync``), so a torn write leaves the slot before it. Creating
+other slot (``pwrite``, ``fdatasync``), so a torn write leaves the slot before it. A write
+may skip its ``fdatasync`` only while the slot it keeps is durable; the next write then
+syncs the file before writing, so both slots are never unsynced at once. Creating
 the file, or replacing one of the first layout, writes both slots, as the first layout is
 written (so would a body over 4,072 bytes, which no WAL's state reaches, in the first
 layout). A slot counts only if its CRC holds and its body is one this release reads

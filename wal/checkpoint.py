@@ -30,6 +30,13 @@ Two layouts, both read:
   WAL without the checkpoint's checks (advisory, nothing lost) and writes the whole-file
   layout again.
 
+  **Unsynced writes.** A write may skip its ``fdatasync`` (``sync=False``) only where the
+  slot it keeps (the newest before it) is durable: a power loss then leaves that one
+  whatever happens to the new slot. So the write after an unsynced one first syncs the
+  file (``presync``), making the unsynced slot durable before the other one is written
+  over. A WAL writes unsynced only at its open in a journaled group whose start made the
+  whole root durable (``wal.journal._settle_segments``); see ``WriteAheadLog.open``.
+
   Bit rot of the newest slot makes the one before it the checkpoint: an older
   checkpoint, which vouches for less (a lower ``next_offset`` and ``sealed_next_offset``:
   both only grow), except ``first_offset``, which retention raises before it unlinks the
@@ -78,11 +85,17 @@ _OFFSET_LAST = (1 << 63) - 1
 
 
 def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, name: str = CHECKPOINT_NAME,
-                     in_place: bool = False, both_slots: bool = False) -> None:
+                     in_place: bool = False, both_slots: bool = False, presync: bool = False,
+                     sync: bool = True) -> None:
     """Replace the checkpoint ``name`` in ``directory`` with ``state``, durably; raises (and
     the old checkpoint stays) if it cannot. ``in_place``: the two-slot layout (see the
     module docstring), written in place when the file already has it; ``both_slots``: and
-    every slot says ``state`` once it returns (a write that raises ``first_offset``)."""
+    every slot says ``state`` once it returns (a write that raises ``first_offset``).
+    In place only (see "Unsynced writes" above): ``presync`` syncs the file before writing
+    (its newest slot may be unsynced); ``sync=False`` leaves the new slot unsynced (a new
+    file is always synced)."""
+    if both_slots and not sync:
+        raise ValueError("a write into both slots is synced: each slot must be durable before the other is")
     body = json.dumps({"version": _VERSION, **state}, sort_keys=True).encode()
     final = os.path.join(directory, name)
     if not in_place or len(body) > _SLOT_BODY_MAX:
@@ -97,10 +110,13 @@ def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, nam
     index, sequence, _state = newest
     handle = fs.open_rw(final)
     try:
+        if presync:
+            handle.sync()
         for _ in range(2 if both_slots else 1):
             index, sequence = 1 - index, sequence + 1
             handle.pwrite([_slot(sequence, body)], index * SLOT_BYTES)
-            handle.sync()
+            if sync:
+                handle.sync()
     finally:
         handle.close()
 

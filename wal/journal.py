@@ -60,7 +60,7 @@ from native.journal_format import (
 )
 from wal.checkpoint import read_checkpoint, write_checkpoint
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key
+from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key, syncfs_reports_errors
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
 from wal.metrics import GroupMetrics
@@ -232,7 +232,9 @@ class Journal:
         lock = _lock_journal(fs, root, directory)
         try:
             report = replay(fs, root)
+            settled = _settle_segments(fs, root)
             journal = cls(root, fs, config, lock, report, on_failure, metrics or GroupMetrics())
+            journal._settled = settled
         except BaseException:
             lock.release()
             raise
@@ -247,6 +249,7 @@ class Journal:
         self.config = config
         self.directory = os.path.join(root, JOURNAL_DIR)
         self.replayed = report
+        self._settled: dict[str, dict[str, int]] = {}  # see take_settled
         self._lock_file = lock
         self._on_failure = on_failure
         # The round lock: held by the group's thread from a round's first segment write to
@@ -474,6 +477,13 @@ class Journal:
                 self._request_checkpoint()
                 self._checkpointed_cond.wait(0.1)
 
+    def take_settled(self, directory: str) -> dict[str, int] | None:
+        """What the journal's open made durable in the WAL directory ``directory``
+        (``_settle_segments``), once: a later call gets None, as does a directory it did
+        not settle. A dict of segment path (normalised) to the size made durable; the
+        directory's ``wal.ckpt`` was made durable too."""
+        return self._settled.pop(os.path.normpath(directory), None)
+
     def wait_replay_past(self, wal_id: bytes, timeout_s: float = 60.0) -> None:
         """Before a WAL joins the group again (reopened): wait until no replay would apply
         the rounds its earlier instance journaled, asking for a checkpoint if needed.
@@ -675,6 +685,60 @@ def journal_running(root: str) -> bool:
     finally:
         os.close(fd)  # drops the shared lock if it was taken
     return False
+
+
+#: Segment files per WAL whose size ``_settle_segments`` records: the last ones, which are
+#: the ones a WAL's checkpoint may lag behind (a rotation writes a checkpoint).
+_SETTLED_PER_WAL = 2
+
+
+def _settle_segments(fs: FileSystem, root: str) -> dict[str, dict[str, int]]:
+    """After the replay, under the journal's lock: make every file of the root durable
+    with one ``syncfs``. Returns, by WAL directory (normalised), the size its last segment
+    files had before it (by normalised path): every byte below those sizes was written
+    before the syncfs began, so it is durable once it returns. So is every WAL's
+    ``wal.ckpt``.
+
+    Why: after a crash a WAL's open must sync the segments past its own checkpoint before
+    recording the recovered tip (``WriteAheadLog._sync_recovered_tail``): they may hold the
+    crashing round, written but never synced. Each fdatasync is a device cache flush even
+    on a clean file, so a broker reopening 1,000 topics paid 1,000 flushes for it, and
+    1,000 more for the checkpoint recording the tip. One syncfs (one flush, plus whatever
+    the file system has dirty, once per start) replaces the first ones, and lets the
+    checkpoint at open go unsynced (``WriteAheadLog.open``).
+
+    A file still that size at its WAL's open was not written since: from here on the
+    journal's lock keeps every other opener of the root out, and a WAL running from
+    before (holding its directory's lock, refused by the group's ``claim``) only appends,
+    which changes the size. A WAL's record is taken once (``Journal.take_settled``): a
+    reopen in this group syncs as usual. If the syncfs fails, or the kernel's syncfs does
+    not report write-back errors, nothing is recorded: every WAL syncs its own files at
+    its open, as without a journal, and meets the error itself."""
+    if not syncfs_reports_errors():
+        return {}
+    settled: dict[str, dict[str, int]] = {}
+    for paths in _wal_directories(fs, root).by_id.values():
+        for directory in paths:
+            try:
+                names = sorted(n for n in fs.listdir(directory) if parse_segment_name(n) is not None)
+                sizes = {os.path.normpath(os.path.join(directory, name)): fs.file_size(os.path.join(directory, name))
+                         for name in names[-_SETTLED_PER_WAL:]}
+            except FileNotFoundError:
+                continue
+            settled[os.path.normpath(directory)] = sizes
+    if not settled:
+        return settled
+    try:
+        handle = fs.open_syncfs(root)
+        try:
+            handle.sync()
+        finally:
+            handle.close()
+    except OSError as exc:
+        _log.warning("journal of %s: syncfs after replay failed, each WAL syncs its own segments at its "
+                     "open: %r", root, exc)
+        return {}
+    return settled
 
 
 def _checkpoint_state(snapshot: _Snapshot) -> dict[str, int]:

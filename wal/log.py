@@ -118,8 +118,17 @@ class WriteAheadLog:
             wal._dir_lock = lock
             if wal._member is not None:
                 wal._member.dir_lock = lock  # the group releases it if close() gives up waiting
-            wal._sync_recovered_tail(checkpoint)
-            wal._write_checkpoint(unless_equal=checkpoint)
+            # In a journaled group whose start made this directory durable (one syncfs,
+            # wal.journal._settle_segments), the tail needs no sync of its own, and the
+            # checkpoint recording it may stay unsynced: the slot it keeps is durable, and
+            # a power loss that drops the new one leaves that older one, which vouches for
+            # less (wal/checkpoint.py, "Unsynced writes"). Not a write that raises
+            # first_offset: an older slot would then ask for segments no longer there.
+            settled = group.journal.take_settled(directory) if group is not None and group.journal else None
+            wal._sync_recovered_tail(checkpoint, settled)
+            wal._checkpoint_durable = settled is not None
+            same_first = checkpoint is not None and checkpoint.get("first_offset") == wal.first_offset
+            wal._write_checkpoint(unless_equal=checkpoint, sync=not (settled is not None and same_first))
             wal._writer.start()
         except BaseException:
             if wal is not None:
@@ -158,6 +167,8 @@ class WriteAheadLog:
         self._retention_lock = Lock()  # one truncate_before at a time
         self._unlink_pending: list[str] = []  # retention's files whose unlink failed: retried
         self._checkpoint_lock = Lock()
+        #: Whether the newest slot of ``wal.ckpt`` is known durable (``_write_checkpoint``).
+        self._checkpoint_durable = False
         self._pending_bytes_max = config.pending_bytes_max
         self._member: GroupMember | None = None  # set below when the WAL is in a commit group
         # The append core owns next_offset and the frames not yet taken by the writer. It
@@ -534,7 +545,7 @@ class WriteAheadLog:
         self.metrics.on_failed()
         _resolve_all(waiters, error)
 
-    def _sync_recovered_tail(self, checkpoint: CheckpointState | None) -> None:
+    def _sync_recovered_tail(self, checkpoint: CheckpointState | None, settled: dict[str, int] | None) -> None:
         """At open, before the checkpoint records the recovered tip: sync the segments
         holding offsets past what ``checkpoint`` (the one read) already vouched for.
 
@@ -543,31 +554,43 @@ class WriteAheadLog:
         acknowledged). The checkpoint then written says those offsets are durable; had a
         power loss dropped them after it, the next open would find the log ending below
         the checkpoint and refuse (CorruptLog) because of a write never acknowledged. Synced
-        first, the checkpoint says only what is true. Nothing to do after a clean close."""
+        first, the checkpoint says only what is true. Nothing to do after a clean close,
+        nor for a file ``settled`` says its group's journal made durable at this size
+        (``Journal.take_settled``): one syncfs there instead of a device flush per topic
+        when a broker restarts after a crash."""
         reached = checkpoint_next(checkpoint) or 0
         with self._lock:
             if self._durable_next <= reached:
                 return
             paths = [s.path for s in self._segments if s.last_offset >= max(reached, s.base_offset)]
         for path in paths:
+            if settled is not None and settled.get(os.path.normpath(path)) == self._fs.file_size(path):
+                continue
             handle = self._fs.open_append(path)
             try:
                 handle.sync()
             finally:
                 handle.close()
 
-    def _write_checkpoint(self, unless_equal: dict[str, object] | None = None, both_slots: bool = False) -> None:
+    def _write_checkpoint(self, unless_equal: dict[str, object] | None = None, both_slots: bool = False,
+                          sync: bool = True) -> None:
         """Rewrite ``wal.ckpt`` (in place: wal/checkpoint.py); not when it already says
         exactly this (``unless_equal``: what was read at open; a broker reopening 1,000
         unchanged WALs then writes none). ``both_slots``: no older state is left in it
-        (a write that raises ``first_offset``)."""
+        (a write that raises ``first_offset``). ``sync=False``: only where its newest slot
+        is durable (``open``). Unless this instance knows that slot durable
+        (``_checkpoint_durable``: its own last write was synced, or its group made it
+        durable), the file is synced first: another instance may have left it unsynced."""
         with self._checkpoint_lock:
             with self._lock:
                 state = {"topic": str(self.topic), "first_offset": self._segment_bases[0],
                          "sealed_next_offset": self._segment_bases[-1], "next_offset": self._durable_next}
             if unless_equal is not None and {k: unless_equal.get(k) for k in state} == state:
                 return
-            write_checkpoint(self._fs, self.directory, state, in_place=True, both_slots=both_slots)
+            assert sync or self._checkpoint_durable, "an unsynced write must keep a durable slot"
+            write_checkpoint(self._fs, self.directory, state, in_place=True, both_slots=both_slots,
+                             presync=not self._checkpoint_durable, sync=sync)
+            self._checkpoint_durable = sync
 
     # ------------------------------------------------------------------ retention
     def truncate_before(self, offset: int) -> int:
