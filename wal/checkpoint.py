@@ -84,30 +84,39 @@ _OFFSET_FIELDS = ("first_offset", "sealed_next_offset", "next_offset", "file", "
 _OFFSET_LAST = (1 << 63) - 1
 
 
+#: Where the newest slot of a two-slot file is: (slot index, sequence).
+SlotHint = tuple[int, int]
+
+
 def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, name: str = CHECKPOINT_NAME,
                      in_place: bool = False, both_slots: bool = False, presync: bool = False,
-                     sync: bool = True) -> None:
+                     sync: bool = True, hint: SlotHint | None = None) -> SlotHint | None:
     """Replace the checkpoint ``name`` in ``directory`` with ``state``, durably; raises (and
     the old checkpoint stays) if it cannot. ``in_place``: the two-slot layout (see the
     module docstring), written in place when the file already has it; ``both_slots``: and
     every slot says ``state`` once it returns (a write that raises ``first_offset``).
     In place only (see "Unsynced writes" above): ``presync`` syncs the file before writing
     (its newest slot may be unsynced); ``sync=False`` leaves the new slot unsynced (a new
-    file is always synced)."""
+    file is always synced). ``hint``: the newest slot as the caller last read or wrote it
+    (``read_checkpoint_and_hint``), when nothing else wrote the file since (the WAL holding
+    the directory): the file is then not read again. Returns the newest slot once written
+    (None for the whole-file layout); after an exception the file's state is unknown: pass
+    no hint to the next write."""
     if both_slots and not sync:
         raise ValueError("a write into both slots is synced: each slot must be durable before the other is")
     body = json.dumps({"version": _VERSION, **state}, sort_keys=True).encode()
     final = os.path.join(directory, name)
     if not in_place or len(body) > _SLOT_BODY_MAX:
         _replace_file(fs, final, json.dumps({"crc32c": crc32c(body), "body": body.decode()}).encode())
-        return
-    newest = _newest_slot(fs.read_all(final)) if fs.exists(final) and fs.file_size(final) == 2 * SLOT_BYTES else None
-    if newest is None or newest[1] >= _SEQUENCE_LAST - 2:
+        return None
+    if hint is None:
+        hint = _hint(fs.read_all(final)) if fs.exists(final) else None
+    if hint is None or hint[1] >= _SEQUENCE_LAST - 2:
         # None yet, the whole-file layout, no slot readable (or a sequence about to run
         # out, which only a hostile file reaches): a new file.
         _replace_file(fs, final, _slot(1, body) + _slot(2, body))
-        return
-    index, sequence, _state = newest
+        return 1, 2
+    index, sequence = hint
     handle = fs.open_rw(final)
     try:
         if presync:
@@ -119,6 +128,7 @@ def write_checkpoint(fs: FileSystem, directory: str, state: CheckpointState, nam
                 handle.sync()
     finally:
         handle.close()
+    return index, sequence
 
 
 def _replace_file(fs: FileSystem, final: str, blob: bytes) -> None:
@@ -203,23 +213,37 @@ def _newest_slot(data: bytes) -> tuple[int, int, CheckpointState] | None:
     return index, sequence, state
 
 
+def _hint(data: bytes) -> SlotHint | None:
+    """Where an in-place write of ``data`` (a whole file) goes from: its newest slot, if it
+    is a whole two-slot file with a valid one."""
+    newest = _newest_slot(data) if len(data) == 2 * SLOT_BYTES else None
+    return None if newest is None else (newest[0], newest[1])
+
+
 def read_checkpoint(fs: FileSystem, directory: str, name: str = CHECKPOINT_NAME) -> CheckpointState | None:
     """The last checkpoint, or None when there is none or it is unreadable (it is advisory)."""
+    return read_checkpoint_and_hint(fs, directory, name)[0]
+
+
+def read_checkpoint_and_hint(fs: FileSystem, directory: str,
+                             name: str = CHECKPOINT_NAME) -> tuple[CheckpointState | None, SlotHint | None]:
+    """``read_checkpoint``, and the hint a write of the same file may be given next
+    (``write_checkpoint``): None where that write has to read the file itself."""
     path = os.path.join(directory, name)
     if not fs.exists(path):
-        return None
+        return None, None
     try:
         data = fs.read_all(path)
         if _is_slotted(data):
             newest = _newest_slot(data)
             if newest is None:
                 raise ValueError("no slot of the checkpoint is valid")
-            return newest[2]
+            return newest[2], _hint(data)
         outer = json.loads(data)
         body = outer["body"].encode()
         if crc32c(body) != outer["crc32c"]:
             raise ValueError("checkpoint CRC mismatch")
-        return _decode_body(body)
+        return _decode_body(body), None
     except _UNREADABLE as exc:
         _log.warning("ignoring unreadable WAL checkpoint %s: %s", path, exc)
-        return None
+        return None, None

@@ -30,7 +30,7 @@ from native._protocols import AppendCore
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record, ScanResult
 from wal.api import DurableListener
 from wal.cache import CacheChunk, FrameCache
-from wal.checkpoint import CheckpointState, read_checkpoint, write_checkpoint
+from wal.checkpoint import CheckpointState, SlotHint, read_checkpoint_and_hint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
                         WalLocked, WalTimeout)
@@ -111,7 +111,7 @@ class WriteAheadLog:
             # its embedder can tell this instance from another at the same path.
             identity = ensure_wal_id(fs, directory)
             wal_id = identity if journaled else None
-            checkpoint = read_checkpoint(fs, directory)
+            checkpoint, hint = read_checkpoint_and_hint(fs, directory)
             recovered = recover(fs, directory, checkpoint, initial_offset, config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
                       group, wal_id)
@@ -127,6 +127,7 @@ class WriteAheadLog:
             settled = group.journal.take_settled(directory) if group is not None and group.journal else None
             wal._sync_recovered_tail(checkpoint, settled)
             wal._checkpoint_durable = settled is not None
+            wal._checkpoint_hint = hint
             same_first = checkpoint is not None and checkpoint.get("first_offset") == wal.first_offset
             wal._write_checkpoint(unless_equal=checkpoint, sync=not (settled is not None and same_first))
             wal._writer.start()
@@ -169,6 +170,9 @@ class WriteAheadLog:
         self._checkpoint_lock = Lock()
         #: Whether the newest slot of ``wal.ckpt`` is known durable (``_write_checkpoint``).
         self._checkpoint_durable = False
+        #: Its newest slot as this instance last read or wrote it (``write_checkpoint``'s
+        #: hint; only this instance writes the file while it holds the directory).
+        self._checkpoint_hint: SlotHint | None = None
         self._pending_bytes_max = config.pending_bytes_max
         self._member: GroupMember | None = None  # set below when the WAL is in a commit group
         # The append core owns next_offset and the frames not yet taken by the writer. It
@@ -588,8 +592,13 @@ class WriteAheadLog:
             if unless_equal is not None and {k: unless_equal.get(k) for k in state} == state:
                 return
             assert sync or self._checkpoint_durable, "an unsynced write must keep a durable slot"
-            write_checkpoint(self._fs, self.directory, state, in_place=True, both_slots=both_slots,
-                             presync=not self._checkpoint_durable, sync=sync)
+            # If the write raises, the file's state is unknown (a slot may be half written,
+            # or written and unsynced): the next write reads the file and syncs it first.
+            hint, self._checkpoint_hint = self._checkpoint_hint, None
+            durable, self._checkpoint_durable = self._checkpoint_durable, False
+            self._checkpoint_hint = write_checkpoint(
+                self._fs, self.directory, state, in_place=True, both_slots=both_slots,
+                presync=not durable, sync=sync, hint=hint)
             self._checkpoint_durable = sync
 
     # ------------------------------------------------------------------ retention

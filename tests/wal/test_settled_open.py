@@ -217,3 +217,24 @@ def test_a_failed_settle_leaves_every_open_to_sync_its_own_files(monkeypatch):
             wal.close()
     finally:
         after.close()
+
+
+def test_a_checkpoint_write_that_failed_leaves_the_next_one_to_sync_first(checkpoint_writes):
+    """A slot written whose sync failed may still be what the file's readers see: the next
+    write (retention tried again) must not write over the other slot until it is synced."""
+    fs = FaultFs()
+    wal = WriteAheadLog.open(GROUP_ROOT, group_topic(0), small_config(segment_bytes_max=4096), fs=fs)
+    try:
+        while len(wal.segments()) < 4:
+            wal.append(payload_for(wal.next_offset, size=1024))
+        wal.flush(30.0)
+        cut = wal.segments()[2].base_offset
+        fs.fail_sync_after = fs.sync_calls  # the checkpoint's sync, after its first slot's write
+        with pytest.raises(OSError):
+            wal.truncate_before(cut)
+        fs.fail_sync_after = None
+        assert wal.truncate_before(cut) == 2
+    finally:
+        wal.close()
+    assert checkpoint_writes["writes"] >= 3
+    assert not checkpoint_writes["over_unsynced"], "a checkpoint slot was written while the other was unsynced"
