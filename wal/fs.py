@@ -74,6 +74,7 @@ class FileSystem(Protocol):
     def rmdir(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
     def open_syncfs(self, path: str) -> "SyncHandle": ...
+    def syncfs_covers(self, root: str, paths: Sequence[str]) -> bool: ...
     def lock(self, path: str) -> "Lock": ...
 
 
@@ -245,6 +246,25 @@ class RealFs:
         """
         return _RealSyncHandle(path)
 
+    def syncfs_covers(self, root: str, paths: Sequence[str]) -> bool:
+        """Whether one ``syncfs`` through ``open_syncfs(root)`` makes every one of ``paths``
+        durable (data and names): each lies on the file system holding ``root`` (the same
+        device, symlinks followed), that file system is one whose ``syncfs`` flushes to
+        stable storage (``SYNCFS_FLUSHES``), and this kernel's ``syncfs`` reports write-back
+        errors. Not, for instance, a WAL directory on another volume mounted under the
+        root (a ``syncfs`` of the root never touches it), or FUSE, whose ``syncfs`` only
+        writes dirty pages to the daemon, never asking it to persist them (``fdatasync``
+        does). False when a path cannot be examined."""
+        if not syncfs_reports_errors():
+            return False
+        try:
+            device = os.stat(root).st_dev
+            if statfs_type(root) not in SYNCFS_FLUSHES:
+                return False
+            return all(os.stat(path).st_dev == device for path in paths)
+        except OSError:
+            return False
+
     def lock(self, path: str) -> "Lock":
         """Take an exclusive ``flock`` on ``path`` (created if absent), without waiting.
 
@@ -287,6 +307,26 @@ def syncfs(fd: int) -> None:
     if _libc.syncfs(ctypes.c_int(fd)) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
+
+
+#: File systems (``statfs`` magic numbers, linux/magic.h) whose ``syncfs`` writes every
+#: dirty file back and flushes the device's cache (their ``sync_fs``): ext2/3/4, XFS,
+#: Btrfs, F2FS. tmpfs too: nothing on it survives a power loss, synced or not, so a
+#: ``syncfs`` there loses nothing an ``fdatasync`` would keep. Anything else (FUSE, NFS,
+#: overlayfs, ...) is not relied on: each file is synced on its own.
+SYNCFS_FLUSHES = frozenset({0xEF53, 0x58465342, 0x9123683E, 0xF2F52010, 0x01021994})
+
+
+def statfs_type(path: str) -> int:
+    """``statfs(2)``'s ``f_type`` of the file system holding ``path``; OSError if it fails."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
+    if _libc.statfs(os.fsencode(path), buffer) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
 
 
 def syncfs_reports_errors() -> bool:

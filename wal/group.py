@@ -43,7 +43,7 @@ from typing import NamedTuple
 from native import write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
-from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
+from wal.errors import CorruptLog, SyncNotCovered, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, Lock, LockHeld, SyncHandle, directory_key
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
 from wal.metrics import GroupMetrics
@@ -180,6 +180,8 @@ class CommitGroup:
         if journal is not None:
             self.journal = Journal.open(root, fs, journal, on_failure=self.fail, metrics=self.metrics)
         else:
+            if not fs.syncfs_covers(root, [root]):
+                raise SyncNotCovered(root, root)
             if journal_exists(fs, root):
                 # A journal an earlier run left (in journal mode): replay it before any WAL opens.
                 replay_standalone(fs, root)

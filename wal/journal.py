@@ -58,9 +58,9 @@ from native.journal_format import (
     new_nonce,
     parse_journal_file_name,
 )
-from wal.checkpoint import read_checkpoint, write_checkpoint
+from wal.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key, syncfs_reports_errors
+from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
 from wal.metrics import GroupMetrics
@@ -693,11 +693,13 @@ _SETTLED_PER_WAL = 2
 
 
 def _settle_segments(fs: FileSystem, root: str) -> dict[str, dict[str, int]]:
-    """After the replay, under the journal's lock: make every file of the root durable
-    with one ``syncfs``. Returns, by WAL directory (normalised), the size its last segment
-    files had before it (by normalised path): every byte below those sizes was written
-    before the syncfs began, so it is durable once it returns. So is every WAL's
-    ``wal.ckpt``.
+    """After the replay, under the journal's lock: make the file system holding the root
+    durable with one ``syncfs``. Returns, by WAL directory (normalised), the size its last
+    segment files had before it (by normalised path): every byte below those sizes was
+    written before the syncfs began, so it is durable once it returns. So is the
+    directory's ``wal.ckpt``. Only directories whose files that syncfs reaches are
+    recorded (``FileSystem.syncfs_covers``: the root's own device, a file system whose
+    syncfs flushes; not a volume mounted under the root, not FUSE).
 
     Why: after a crash a WAL's open must sync the segments past its own checkpoint before
     recording the recovered tip (``WriteAheadLog._sync_recovered_tail``): they may hold the
@@ -711,21 +713,27 @@ def _settle_segments(fs: FileSystem, root: str) -> dict[str, dict[str, int]]:
     journal's lock keeps every other opener of the root out, and a WAL running from
     before (holding its directory's lock, refused by the group's ``claim``) only appends,
     which changes the size. A WAL's record is taken once (``Journal.take_settled``): a
-    reopen in this group syncs as usual. If the syncfs fails, or the kernel's syncfs does
-    not report write-back errors, nothing is recorded: every WAL syncs its own files at
-    its open, as without a journal, and meets the error itself."""
-    if not syncfs_reports_errors():
-        return {}
+    reopen in this group syncs as usual. If the syncfs fails, or cannot stand for an
+    fdatasync of each file there (``syncfs_covers``), nothing is recorded: every WAL syncs
+    its own files at its open, as without a journal, and meets any error itself."""
+    if not fs.syncfs_covers(root, [root]):
+        return {}  # not a file system whose syncfs can stand for an fdatasync of each file
     settled: dict[str, dict[str, int]] = {}
     for paths in _wal_directories(fs, root).by_id.values():
         for directory in paths:
             try:
-                names = sorted(n for n in fs.listdir(directory) if parse_segment_name(n) is not None)
-                sizes = {os.path.normpath(os.path.join(directory, name)): fs.file_size(os.path.join(directory, name))
-                         for name in names[-_SETTLED_PER_WAL:]}
+                listing = fs.listdir(directory)
+                names = sorted(n for n in listing if parse_segment_name(n) is not None)[-_SETTLED_PER_WAL:]
+                files = [os.path.join(directory, name) for name in names]
+                sizes = {os.path.normpath(path): fs.file_size(path) for path in files}
             except FileNotFoundError:
                 continue
-            settled[os.path.normpath(directory)] = sizes
+            if CHECKPOINT_NAME in listing:
+                files.append(os.path.join(directory, CHECKPOINT_NAME))
+            # Each file on the root's own file system (a volume mounted under the root, or
+            # a symlinked file, is out of reach of its syncfs): its WAL then syncs its own.
+            if fs.syncfs_covers(root, [directory, *files]):
+                settled[os.path.normpath(directory)] = sizes
     if not settled:
         return settled
     try:

@@ -32,8 +32,8 @@ from wal.api import DurableListener
 from wal.cache import CacheChunk, FrameCache
 from wal.checkpoint import CheckpointState, SlotHint, read_checkpoint_and_hint, write_checkpoint
 from wal.config import WalConfig
-from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, WalClosed, WalError, WalFailed,
-                        WalLocked, WalTimeout)
+from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, SyncNotCovered, WalClosed, WalError,
+                        WalFailed, WalLocked, WalTimeout)
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, ReadFile, RealFs, crash_safe_order
 from wal.fs import Lock as DirLock
 from wal.message import as_tuple
@@ -103,6 +103,10 @@ class WriteAheadLog:
         # (In a journaled group the group claims the directory instead, holding no descriptor:
         # the journal's lock, held for the group's life, keeps every other opener out of the
         # whole root, so a topic costs one open file, its segment, not two.)
+        if group is not None and not journaled and not fs.syncfs_covers(root_dir, [directory]):
+            # The group's syncfs would not reach this directory's files (another volume
+            # mounted under the root): its rounds would be acknowledged undurable.
+            raise SyncNotCovered(directory, root_dir)
         lock = group.claim(directory) if group is not None and journaled else _lock_and_replay(fs, directory, root_dir)
         wal = None
         try:

@@ -238,3 +238,63 @@ def test_a_checkpoint_write_that_failed_leaves_the_next_one_to_sync_first(checkp
         wal.close()
     assert checkpoint_writes["writes"] >= 3
     assert not checkpoint_writes["over_unsynced"], "a checkpoint slot was written while the other was unsynced"
+
+
+def _reopen_after_power_loss(fs: FaultFs, config, recovered: list) -> None:
+    image = fs.crash_image()
+    after = CommitGroup(GROUP_ROOT, image, journal=NO_CHECKPOINTS)
+    try:
+        for index in range(TOPICS):
+            wal = WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=image, group=after)
+            assert [(r.offset, r.payload) for r in read_all(wal)] == recovered[index], (
+                "an offset the restart recovered (and could have served) was lost or changed")
+            wal.close()
+    finally:
+        after.close()
+
+
+@pytest.mark.parametrize("case", ["topic on another volume", "namespace on another volume",
+                                  "syncfs is no flush"])
+def test_what_the_settle_syncfs_cannot_reach_is_synced_by_each_open(case):
+    """atk73 F1: a syncfs of the root does not reach a WAL directory on another volume
+    mounted under the root, and on FUSE it flushes nothing: those WALs sync their own
+    recovered tail and checkpoint at their open, and keep what they recovered."""
+    config = small_config()
+    fs, _acked = _crashed_with_unsynced_tails(config, seed=4)
+    if case == "syncfs is no flush":
+        fs.syncfs_flushes = False
+        elsewhere = list(range(TOPICS))
+    elif case == "topic on another volume":
+        fs.other_volumes.add(_directory(1))
+        elsewhere = [1]
+    else:
+        fs.other_volumes.add(os.path.dirname(_directory(0)))  # every topic shares the namespace
+        elsewhere = list(range(TOPICS))
+    group = CommitGroup(GROUP_ROOT, fs, journal=NO_CHECKPOINTS)
+    wals = [WriteAheadLog.open(GROUP_ROOT, group_topic(i), config, fs=fs, group=group) for i in range(TOPICS)]
+    recovered = [[(r.offset, r.payload) for r in read_all(wal)] for wal in wals]
+    for index in range(TOPICS):
+        ckpt = os.path.join(_directory(index), CHECKPOINT_NAME)
+        assert _unsynced(fs, ckpt) == (index not in elsewhere), "only a settled directory's checkpoint is left unsynced"
+    fs.other_volumes.clear()  # the power loss below drops every unsynced byte, on any volume
+    _reopen_after_power_loss(fs, config, recovered)
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_a_syncfs_group_refuses_what_its_syncfs_cannot_reach():
+    from wal.errors import SyncNotCovered
+    fs = FaultFs()
+    fs.makedirs(os.path.join(GROUP_ROOT, "other"))
+    fs.other_volumes.add(os.path.join(GROUP_ROOT, "other"))
+    group = CommitGroup(GROUP_ROOT, fs)
+    try:
+        with pytest.raises(SyncNotCovered):
+            WriteAheadLog.open(GROUP_ROOT, "/other/t", small_config(), fs=fs, group=group)
+        WriteAheadLog.open(GROUP_ROOT, "/ns/t", small_config(), fs=fs, group=group).close()
+    finally:
+        group.close()
+    fs.syncfs_flushes = False
+    with pytest.raises(SyncNotCovered):
+        CommitGroup(GROUP_ROOT, fs)

@@ -31,7 +31,7 @@ from wal.api import WalOffsets
 from wal.config import GroupSync, WalConfig
 from native.errors import CodecError
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs, syncfs_reports_errors
+from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs
 from wal.group import CommitGroup
 from wal.identity import read_wal_id
 from wal.journal import JournalConfig
@@ -95,11 +95,13 @@ class WalRoot:
                 file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
                 checkpoint_interval_s=config.journal_checkpoint_interval_s, files_max=config.journal_files_max),
                 metrics_registry=self.metrics_registry)
-        if isinstance(self.fs, RealFs) and not syncfs_reports_errors():
-            # Before Linux 5.8 syncfs returned success even when write-back failed: a group
-            # could acknowledge lost data. Per-topic fdatasync reports its file's errors.
-            _log.warning("WAL root %s: this kernel's syncfs does not report write-back errors; "
-                         "using one writer and fdatasync per topic instead of a commit group", self.wal_root)
+        if not self.fs.syncfs_covers(self.wal_root, [self.wal_root]):
+            # Before Linux 5.8 syncfs returned success even when write-back failed, and on
+            # some file systems (FUSE) it is no flush at all: a group could acknowledge lost
+            # data. Per-topic fdatasync reports its file's errors and reaches any file system.
+            _log.warning("WAL root %s: a syncfs here does not make every file durable (a kernel before 5.8, "
+                         "or a file system whose syncfs is no flush); using one writer and fdatasync per "
+                         "topic instead of a commit group", self.wal_root)
             return None
         return CommitGroup(self.wal_root, self.fs, metrics_registry=self.metrics_registry)
 

@@ -85,12 +85,13 @@ class _FaultReadFile:
 
 
 class _FaultSyncHandle:
-    def __init__(self, fs: "FaultFs") -> None:
+    def __init__(self, fs: "FaultFs", volume: str) -> None:
         self._fs = fs
+        self._volume = volume
         self._closed = False
 
     def sync(self) -> None:
-        self._fs._sync(None, self._closed)
+        self._fs._sync(None, self._closed, self._volume)
 
     def close(self) -> None:
         self._closed = True
@@ -135,6 +136,12 @@ class FaultFs:
         #: While True every call that would allocate space (create, write, rename into
         #: a new name, makedirs) fails with ENOSPC, as on a full disk; reads still work.
         self.disk_full = False
+        #: Directories standing for other volumes mounted there: a ``syncfs`` of one volume
+        #: syncs nothing of another (``open_syncfs``, ``syncfs_covers``).
+        self.other_volumes: set[str] = set()
+        #: False models a file system whose ``syncfs`` is no flush (FUSE): ``syncfs_covers``
+        #: then says no (the ``syncfs`` itself still syncs, as the model has no daemon).
+        self.syncfs_flushes = True
 
     # ---- fault controls
     def hold_syncs(self) -> None:
@@ -181,6 +188,8 @@ class FaultFs:
         synced, as a power loss after the restart would."""
         with self._lock:
             image = FaultFs(strict_dirs=self.strict_dirs)
+            image.other_volumes = set(self.other_volumes)
+            image.syncfs_flushes = self.syncfs_flushes
             copies: dict[int, _Inode] = {}
 
             def copy(inode: _Inode) -> _Inode:
@@ -225,6 +234,8 @@ class FaultFs:
     def _image(self, crashed: Callable[[str, _Inode], _Inode]) -> "FaultFs":
         with self._lock:
             image = FaultFs(strict_dirs=self.strict_dirs)
+            image.other_volumes = set(self.other_volumes)
+            image.syncfs_flushes = self.syncfs_flushes
             inodes: dict[int, _Inode] = {}
             for path, entries in self._durable_dirs.items():
                 if self._dir_lost(path):
@@ -401,13 +412,27 @@ class FaultFs:
 
     def open_syncfs(self, path: str) -> SyncHandle:
         """The twin of ``RealFs.open_syncfs``: the handle's ``sync()`` makes every file's
-        data and every directory's names of this whole (one-device) file system durable,
-        as ``syncfs(2)`` does. It is a file sync like any other for ``fail_sync_after``,
+        data and every directory's names of the volume holding ``path`` durable (the whole
+        file system but ``other_volumes``), as ``syncfs(2)`` does. It is a file sync like any other for ``fail_sync_after``,
         ``hold_syncs`` and ``sync_calls``."""
         with self._lock:
             if os.path.normpath(path) not in self._dirs:
                 raise FileNotFoundError(errno.ENOENT, "no such directory", path)
-            return _FaultSyncHandle(self)
+            return _FaultSyncHandle(self, self._volume(path))
+
+    def syncfs_covers(self, root: str, paths: Sequence[str]) -> bool:
+        """The twin of ``RealFs.syncfs_covers``: every path exists and lies on ``root``'s
+        volume (``other_volumes``), and ``syncfs_flushes`` (False models a file system
+        whose syncfs is no flush, as FUSE's)."""
+        with self._lock:
+            volume = self._volume(root)
+            return self.syncfs_flushes and all(self.exists(p) and self._volume(p) == volume for p in [root, *paths])
+
+    def _volume(self, path: str) -> str:
+        """The volume ``path`` lies on: the deepest of ``other_volumes`` holding it, else ""."""
+        path = os.path.normpath(path)
+        held = [v for v in self.other_volumes if path == v or path.startswith(v.rstrip("/") + "/")]
+        return max(held, key=len) if held else ""
 
     def lock(self, path: str) -> "Lock":
         """The in-memory twin of ``RealFs.lock``: an empty lock file plus a table of held
@@ -448,8 +473,8 @@ class FaultFs:
             inode.dirty_from = min(inode.dirty_from, position)
             self._last_write = inode
 
-    def _sync(self, inode: _Inode | None, closed: bool) -> None:
-        """Sync one file, or (``inode`` None) the whole file system (``syncfs``)."""
+    def _sync(self, inode: _Inode | None, closed: bool, volume: str = "") -> None:
+        """Sync one file, or (``inode`` None) every file and name of ``volume`` (``syncfs``)."""
         if closed:
             raise ValueError("sync of a closed file")
         if not self._sync_gate.is_set():
@@ -468,10 +493,12 @@ class FaultFs:
                 return
             self.syncfs_calls += 1
             for path, entries in self._dirs.items():
+                if self._volume(path) != volume:
+                    continue  # another volume: a syncfs of this one never reaches it
                 for entry in entries.values():
                     self._sync_locked(entry)
                 self._durable_dirs[path] = dict(entries)
-            self._volatile_dirs.clear()
+            self._volatile_dirs = {d for d in self._volatile_dirs if self._volume(os.path.dirname(d)) != volume}
 
     def _sync_locked(self, inode: _Inode) -> None:
         inode.durable = bytes(inode.durable[:inode.dirty_from]) + bytes(inode.data[inode.dirty_from:])
