@@ -97,6 +97,19 @@ def _crashed_with_unsynced_tails(config, seed: int) -> tuple[FaultFs, list[int]]
     return image, acked
 
 
+def _check_after_power_loss(image: FaultFs, config, recovered: list) -> None:
+    """Every WAL opens again on ``image`` (a power loss) holding what the restart recovered."""
+    after = CommitGroup(GROUP_ROOT, image, journal=NO_CHECKPOINTS)
+    try:
+        for index in range(TOPICS):
+            wal = WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=image, group=after)
+            assert [(r.offset, r.payload) for r in read_all(wal)] == recovered[index], (
+                "an offset the restart recovered (and could have served) was lost or changed")
+            wal.close()
+    finally:
+        after.close()
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_offsets_recovered_at_a_restart_survive_a_later_power_loss(seed, checkpoint_writes):
     config = small_config(segment_bytes_max=random.Random(seed).choice((4096, 1 << 20)))
@@ -118,15 +131,7 @@ def test_offsets_recovered_at_a_restart_survive_a_later_power_loss(seed, checkpo
         wal.close()
     group.close()
     for image in images:
-        after = CommitGroup(GROUP_ROOT, image, journal=NO_CHECKPOINTS)
-        try:
-            for index in range(TOPICS):
-                wal = WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=image, group=after)
-                assert [(r.offset, r.payload) for r in read_all(wal)] == recovered[index], (
-                    "an offset the restart recovered (and could have served) was lost or changed")
-                wal.close()
-        finally:
-            after.close()
+        _check_after_power_loss(image, config, recovered)
     assert not checkpoint_writes["over_unsynced"], "a checkpoint slot was written while the other was unsynced"
 
 
@@ -240,19 +245,6 @@ def test_a_checkpoint_write_that_failed_leaves_the_next_one_to_sync_first(checkp
     assert not checkpoint_writes["over_unsynced"], "a checkpoint slot was written while the other was unsynced"
 
 
-def _reopen_after_power_loss(fs: FaultFs, config, recovered: list) -> None:
-    image = fs.crash_image()
-    after = CommitGroup(GROUP_ROOT, image, journal=NO_CHECKPOINTS)
-    try:
-        for index in range(TOPICS):
-            wal = WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=image, group=after)
-            assert [(r.offset, r.payload) for r in read_all(wal)] == recovered[index], (
-                "an offset the restart recovered (and could have served) was lost or changed")
-            wal.close()
-    finally:
-        after.close()
-
-
 @pytest.mark.parametrize("case", ["topic on another volume", "namespace on another volume",
                                   "syncfs is no flush"])
 def test_what_the_settle_syncfs_cannot_reach_is_synced_by_each_open(case):
@@ -277,7 +269,7 @@ def test_what_the_settle_syncfs_cannot_reach_is_synced_by_each_open(case):
         ckpt = os.path.join(_directory(index), CHECKPOINT_NAME)
         assert _unsynced(fs, ckpt) == (index not in elsewhere), "only a settled directory's checkpoint is left unsynced"
     fs.other_volumes.clear()  # the power loss below drops every unsynced byte, on any volume
-    _reopen_after_power_loss(fs, config, recovered)
+    _check_after_power_loss(fs.crash_image(), config, recovered)
     for wal in wals:
         wal.close()
     group.close()
