@@ -540,3 +540,26 @@ def test_a_produce_of_too_many_messages_is_refused_whole(local_cluster: Cluster,
 
     assert _run(a, scenario) == (400, "BatchTooLarge", {"offsets": [0, 1, 2]})
     assert hosted.next_offset == 3
+
+
+def test_deleting_a_subscription_on_the_owner(local_cluster: Cluster) -> None:
+    a = local_cluster.broker("A")
+    a.load(TOPIC)
+    subscription = "/topics/default/reliable_topic/subscriptions/s"
+
+    async def scenario(client):
+        await client.post(PATH, json={"messages": [{"payload": "a"}, {"payload": "b"}, {"payload": "c"}]})
+        await client.post(subscription + "/ack", json={"offset": 1})
+        before = await (await client.get(PATH, params={"subscription": "s"})).json()
+        deleted = await (await client.delete(subscription)).json()
+        again = await (await client.delete(subscription)).json()
+        after = await (await client.get(PATH, params={"subscription": "s"})).json()
+        bad = await client.delete("/topics/default/reliable_topic/subscriptions/a%20b")
+        return before, deleted, again, after, (bad.status, (await bad.json())["error"]["type"])
+
+    before, deleted, again, after, bad = _run(a, scenario)
+    assert [m["offset"] for m in before["messages"]] == [2]
+    assert (deleted, again) == ({"deleted": True}, {"deleted": False})
+    # Read again under the name: a new subscription, from the earliest offset.
+    assert [m["offset"] for m in after["messages"]] == [0, 1, 2]
+    assert bad == (400, "InvalidSubscription")

@@ -400,3 +400,21 @@ def test_out_of_range_options_are_usage_errors_before_anything_happens(tmp_path,
     assert run.rc == 2, (command, run.out, run.err)
     assert "Traceback" not in run.err
     assert dnb(*broker(tmp_path, "1"), "--json", "topic", "list").json() == {"topics": []}
+
+
+def test_unsubscribe_on_the_owner_and_on_a_sealed_topic(tmp_path):
+    a, b = broker(tmp_path, "1"), broker(tmp_path, "2")
+    dnb(*a, "produce", TOPIC, "--count", "3")
+    dnb(*a, "consume", TOPIC, "--subscription", "s", "--max", "2", "--ack")
+    dnb(*a, "consume", TOPIC, "--subscription", "t", "--max", "1", "--ack")
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["cursors"] == {"s": 1, "t": 0}
+    refused = dnb(*b, "unsubscribe", TOPIC, "--subscription", "s")
+    assert refused.rc == 3 and "owned by broker 1" in refused.err  # only through the owner
+    assert dnb(*a, "--json", "unsubscribe", TOPIC, "--subscription", "s").json() == \
+        {"subscription": "s", "deleted": True}
+    assert dnb(*a, "--json", "inspect", TOPIC).json()["cursors"] == {"t": 0}
+    assert dnb(*a, "seal", TOPIC).rc == 0  # nobody owns it now: fenced on it staying unowned
+    assert dnb(*b, "--json", "unsubscribe", TOPIC, "--subscription", "t").json()["deleted"] is True
+    run = dnb(*b, "unsubscribe", TOPIC, "--subscription", "t")
+    assert run.rc == 0 and "deleted       no" in run.out
+    assert dnb(*b, "--json", "inspect", TOPIC).json()["cursors"] == {}

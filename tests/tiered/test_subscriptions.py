@@ -275,3 +275,120 @@ def test_the_subscription_bound_is_counted_once_then_followed_in_memory(backends
     finally:
         backends.metadata.range = real_range  # type: ignore[method-assign]
     assert [n for n in ("a", "b", "c", "d", "e", "f", "g") if stored(backends, n) is not None] == ["a", "b", "c"]
+
+
+def test_unsubscribe_deletes_the_cursor_refuses_the_old_object_and_frees_room(backends: Backends) -> None:
+    """A loss path by design: the position is gone and the name starts afresh; the
+    object a consumer still holds takes no more acks (they would write it back)."""
+    with manager(backends, subscriptions_max=2) as m:
+        a = m.subscribe("a", initial="earliest")
+        a.ack(7)
+        a.flush()
+        m.subscribe("b")
+        from tiered.read.errors import TooManySubscriptions
+        with pytest.raises(TooManySubscriptions):
+            m.subscribe("c")
+        assert m.unsubscribe("a") is True
+        assert stored(backends, "a") is None
+        with pytest.raises(SubscriptionClosed):
+            a.ack(9)
+        with pytest.raises(SubscriptionClosed):
+            a.flush()
+        assert m.flush_all() == 0 and stored(backends, "a") is None
+        m.subscribe("c")  # the room the delete freed
+        assert m.unsubscribe("a") is False  # a repeat (after an unknown outcome) answers false
+        assert m.unsubscribe("never") is False
+        with pytest.raises(ValueError):
+            m.unsubscribe("../x")
+    with manager(backends) as m:  # another owner: a stored cursor of a name never loaded there
+        assert m.unsubscribe("b") is True and stored(backends, "b") is None
+        fresh = m.subscribe("a")  # "latest" afresh, not the deleted position
+        assert fresh.start_offset == Topic().next_offset
+
+
+def _blocking_txns(backends: Backends, key: str):
+    """Make the next transaction that writes ``key`` wait until released: (entered, release)."""
+    import threading
+    entered, release = threading.Event(), threading.Event()
+    real_txn = backends.metadata.txn
+
+    def txn(compare, success, failure=()):
+        if any(getattr(op, "key", None) == key and hasattr(op, "value") for op in success) and not entered.is_set():
+            entered.set()
+            assert release.wait(30)
+        return real_txn(compare, success, failure)
+    backends.metadata.txn = txn  # type: ignore[method-assign]
+    return entered, release
+
+
+def test_a_flush_in_flight_ends_before_the_delete_and_none_writes_it_back(backends: Backends) -> None:
+    import threading
+    key = keys.cursor_key(TOPIC, "s")
+    with manager(backends) as m:
+        sub = m.subscribe("s", initial="earliest")
+        sub.ack(3)
+        sub.flush()
+        sub.ack(5)
+        entered, release = _blocking_txns(backends, key)
+        flusher = threading.Thread(target=sub._flush)
+        flusher.start()
+        assert entered.wait(30)  # the flush's write is in flight
+        done = threading.Event()
+        unsubscriber = threading.Thread(target=lambda: (m.unsubscribe("s"), done.set()))
+        unsubscriber.start()
+        assert not done.wait(0.2), "the delete went ahead of the flush in flight"
+        release.set()
+        flusher.join(30)
+        unsubscriber.join(30)
+        assert done.is_set()
+        m._flush_due()  # the background flusher's turn: nothing of a deleted one is written
+        assert m.flush_all() == 0
+    assert stored(backends, "s") is None
+
+
+def test_a_load_of_the_name_waits_for_its_delete(backends: Backends) -> None:
+    """A subscribe of a name not in memory must not adopt the record a delete is removing
+    (it would resume at the deleted position, and its first flush would write it back)."""
+    import threading
+    with manager(backends) as m:
+        sub = m.subscribe("s", initial="earliest")
+        sub.ack(20)
+        sub.flush()
+    with manager(backends) as m:  # a manager that has not loaded "s"
+        real_txn = backends.metadata.txn
+        deleting, release = threading.Event(), threading.Event()
+
+        def txn(compare, success, failure=()):
+            if any(type(op).__name__ == "Delete" for op in success):
+                deleting.set()
+                assert release.wait(30)
+            return real_txn(compare, success, failure)
+        backends.metadata.txn = txn  # type: ignore[method-assign]
+        try:
+            unsubscriber = threading.Thread(target=m.unsubscribe, args=("s",))
+            unsubscriber.start()
+            assert deleting.wait(30)
+            loaded: list = []
+            subscriber = threading.Thread(target=lambda: loaded.append(m.subscribe("s")))
+            subscriber.start()
+            subscriber.join(0.2)
+            assert not loaded, "the load went ahead of the delete"
+            release.set()
+            unsubscriber.join(30)
+            subscriber.join(30)
+        finally:
+            backends.metadata.txn = real_txn  # type: ignore[method-assign]
+        assert loaded[0].start_offset == Topic().next_offset, "it resumed at the deleted position"
+    assert stored(backends, "s") == Topic().next_offset - 1  # pinned afresh
+
+
+def test_a_fenced_unsubscribe_deletes_nothing(backends: Backends) -> None:
+    owner = keys.owner_key(TOPIC)
+    backends.metadata.put(owner, b"broker-a epoch 1")
+    with manager(backends, fencing=[value_is(owner, b"broker-a epoch 1")]) as m:
+        m.subscribe("s", initial="earliest").ack(4)
+        m.flush_all()
+        backends.metadata.put(owner, b"broker-b epoch 2")  # broker B took over
+        with pytest.raises(CursorFenced):
+            m.unsubscribe("s")
+    assert stored(backends, "s") == 4

@@ -159,6 +159,13 @@ class BrokerClient:
             batches.extend(kept)
         return int(answer["cursor"])
 
+    async def unsubscribe(self, topic: str, subscription: str) -> bool:
+        """Delete the subscription (its cursor is gone; a read or ack naming it later
+        creates it again, from the earliest offset). True if it existed; retried on 503
+        (an unknown outcome included: a repeated delete answers false)."""
+        answer = await self._call("DELETE", topic, f"subscriptions/{subscription}")
+        return bool(answer["deleted"])
+
     def _epoch_of(self, name: str, offset: int) -> int | None:
         """The epoch of the oldest remembered batch that delivered ``offset``."""
         for first, last, epoch in self._batches.get(name, ()):
@@ -247,6 +254,9 @@ class SyncBrokerClient:
 
     def ack(self, topic: str, subscription: str, offset: int) -> int:
         return self._run(self._client.ack(topic, subscription, offset))
+
+    def unsubscribe(self, topic: str, subscription: str) -> bool:
+        return self._run(self._client.unsubscribe(topic, subscription))
 
     def close(self) -> None:
         self._run(self._client.close())

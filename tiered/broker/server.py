@@ -28,6 +28,8 @@ Routes:
   continue at ``next``.
 * ``POST /topics/{ns}/{topic}/subscriptions/{name}/ack`` body ``{"offset": N}`` ->
   ``{"cursor": N}`` once the cursor is written.
+* ``DELETE /topics/{ns}/{topic}/subscriptions/{name}`` -> ``{"deleted": bool}`` once the
+  subscription's cursor is gone (false: there was none).
 * ``GET /topics``, ``GET /healthz``, ``GET /metrics`` (Prometheus text). ``/healthz`` is a
   503 once the WAL root's commit group failed (a restart replays its journal).
 """
@@ -165,6 +167,7 @@ class BrokerServer:
             web.post("/topics/{ns}/{name}/messages", self.produce),
             web.get("/topics/{ns}/{name}/messages", self.read),
             web.post("/topics/{ns}/{name}/subscriptions/{sub}/ack", self.ack),
+            web.delete("/topics/{ns}/{name}/subscriptions/{sub}", self.unsubscribe),
             web.get("/topics", self.topics),
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics),
@@ -342,6 +345,18 @@ class BrokerServer:
         except ReadError as e:  # fenced or closed: the topic is leaving
             raise _unavailable(str(e)) from e
         return web.json_response({"cursor": sub.cursor})
+
+    async def unsubscribe(self, request: web.Request) -> web.Response:
+        """Delete a subscription on the topic's owner (a loss path: its cursor is gone; a
+        consumer still using the name creates it again, from the earliest offset)."""
+        hosted = await self._hosted(request)
+        try:
+            deleted = await asyncio.to_thread(hosted.unsubscribe, request.match_info["sub"])
+        except ValueError as e:  # the name is not a valid key segment
+            raise _error(web.HTTPBadRequest, "InvalidSubscription", str(e)) from e
+        except ReadError as e:  # fenced, closed, or the delete's outcome unknown: retry
+            raise _unavailable(str(e)) from e
+        return web.json_response({"deleted": deleted})
 
     async def _check_history(self, hosted: HostedTopic, raw_epoch: Any, end: int, what: str) -> None:
         """Refuse a read or ack that continues a history a failover replaced.

@@ -188,7 +188,8 @@ KEYS: dict[str, tuple[str, str]] = {
                                        "Pulsar `managedLedgerCursorPositionFlushSeconds`; Kafka "
                                        "`auto.commit.interval.ms`"),
     "broker.subscriptions_max": ("Subscriptions a topic may have (stored cursors). Any client can name a new "
-                                 "one and each is kept for good, so a new one past this is refused "
+                                 "one and each is kept until it is deleted (`DELETE .../subscriptions/NAME`, "
+                                 "`dnb unsubscribe`), so a new one past this is refused "
                                  "(`409 TooManySubscriptions`).", "Pulsar `maxSubscriptionsPerTopic`"),
     "broker.upload_workers_max": ("Threads running the background uploads of all hosted topics (one bounded "
                                   "pool per broker; seals drain on their own thread).",

@@ -460,6 +460,11 @@ class HostedTopic:
         """``subscribe`` for asyncio (it may read and write a cursor in the metadata store)."""
         return await asyncio.to_thread(self.subscribe, name, initial)
 
+    def unsubscribe(self, name: str) -> bool:
+        """Delete the subscription ``name`` (``SubscriptionManager.unsubscribe``: a loss
+        path by design, fenced on this copy's ownership); True if it existed."""
+        return self.subscriptions.unsubscribe(name)
+
     @property
     def next_offset(self) -> int:
         return self.wal.next_offset

@@ -132,7 +132,7 @@ class SubscriptionClosed(CursorError):
 
 class TooManySubscriptions(CursorError):
     """A new subscription on a topic that has ``subscriptions_max`` already (each is a
-    cursor record kept for good, and an object while its topic is hosted)."""
+    cursor record kept until it is deleted, and an object while its topic is hosted)."""
 
 
 __all__ = [

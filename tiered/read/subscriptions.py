@@ -21,6 +21,11 @@ A cursor is the last acknowledged offset of a subscription, stored at
 * Every cursor write is one transaction carrying the manager's fencing compares (the
   topic owner's ``value_is(owner_key, held)``): a fenced or stale owner's write fails
   with :class:`CursorFenced` and the subscription refuses further acks.
+* ``unsubscribe(name)`` deletes a subscription: its cursor record (fenced like a write)
+  and its in-memory cursor, whose later acks and flushes are refused. A loss path by
+  design: the position is gone, and the name subscribed again starts afresh. No flush
+  of the deleted subscription runs after it (one in flight is waited for), and no load
+  of the same name interleaves with it, so nothing writes the record back.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from tiered.read.reader import earliest_offset, topic_next_offset
 from tiered.errors import MalformedRecord, StorageError
 from tiered.logs import FailureLog
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, MetadataStore, Put, TxnResult, absent, value_is
+from tiered.metadata.base import Compare, Delete, MetadataStore, Put, TxnResult, absent, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed, TooManySubscriptions
 from tiered.read.metrics import ReadMetrics
@@ -101,6 +106,7 @@ class Subscription:
         self._known_next = 0  # a next offset of the topic seen earlier (a lower bound)
         self._fenced = False
         self._closed = False
+        self._deleted = False  # unsubscribed: nothing of it is written again
 
     @property
     def start_offset(self) -> int:
@@ -167,7 +173,7 @@ class Subscription:
     def _flush_locked(self) -> bool:
         with self._lock:
             cursor = self._cursor
-            if cursor < 0 or cursor == self._flushed:
+            if self._deleted or cursor < 0 or cursor == self._flushed:
                 return False
             acks = self._acks_since_flush
             self._acks_since_flush = 0
@@ -188,6 +194,8 @@ class Subscription:
     def _check_usable(self) -> None:
         if self._fenced:
             raise CursorFenced(self.name, self._cursor)
+        if self._deleted:
+            raise SubscriptionClosed(f"subscription {self.name!r} was deleted (subscribe again to start afresh)")
         if self._closed:
             raise SubscriptionClosed(f"subscription {self.name!r} is closed")
 
@@ -230,6 +238,9 @@ class SubscriptionManager:
         self.on_fenced: Callable[[], None] | None = None
         self._subs: dict[str, Subscription] = {}
         self._lock = threading.Lock()
+        #: Held by a load of a subscription not in memory and by ``unsubscribe``: a load
+        #: must not adopt a record a delete is removing (its first flush would write it back).
+        self._names_lock = threading.Lock()
         self._stop = threading.Event()
         self._close_lock = threading.Lock()  # one close() at a time stops the flusher
         #: Per subscription: the first flush failure and the recovery logged, repeats rate-limited.
@@ -249,12 +260,58 @@ class SubscriptionManager:
             existing = self._subs.get(name)
             if existing is not None:
                 return existing
-        sub = self._load(name, initial)
-        with self._lock:
-            # Checked again where close() looks: a subscription added after close() took
-            # its list would take acks that its final flush never writes (atk30 F2).
-            self._check_open()
-            return self._subs.setdefault(name, sub)
+        with self._names_lock:
+            with self._lock:
+                existing = self._subs.get(name)
+                if existing is not None:
+                    return existing
+            sub = self._load(name, initial)
+            with self._lock:
+                # Checked again where close() looks: a subscription added after close() took
+                # its list would take acks that its final flush never writes (atk30 F2).
+                self._check_open()
+                return self._subs.setdefault(name, sub)
+
+    def unsubscribe(self, name: str) -> bool:
+        """Delete the subscription ``name``; True if it existed (in memory or stored).
+
+        A loss path, by design: its acknowledged position is gone, and the name, if
+        subscribed again (a consumer still reading or acking it does so), starts afresh at
+        the topic's latest or earliest offset. Precondition: this manager is the topic's
+        owner's. The delete carries the owner's fencing compares, so a stale owner's fails
+        (:class:`CursorFenced`) and changes nothing. The in-memory subscription is retired
+        first, under its flush lock: its acks and flushes are refused from then on
+        (:class:`SubscriptionClosed`), and a flush in flight ends before the delete, so
+        none writes the record back after it. If the delete's outcome is unknown
+        (``CursorWriteFailed``) the subscription stays retired; calling again completes it."""
+        self._check_open()
+        key = keys.cursor_key(self.topic, name)  # validates the name
+        with self._names_lock:
+            with self._lock:
+                sub = self._subs.get(name)
+            if sub is not None:
+                with sub._flush_lock:  # a flush in flight ends first; later ones see _deleted
+                    with sub._lock:
+                        sub._deleted = True
+                with self._lock:
+                    self._subs.pop(name, None)
+            try:
+                stored = self.metadata.get(key) is not None
+                if sub is None and not stored:
+                    return False
+                fencing = self._fencing() if callable(self._fencing) else self._fencing
+                result = self.metadata.txn(list(fencing), [Delete(key)], [])
+            except StorageError as e:
+                raise CursorWriteFailed(f"deleting {key!r} failed (its outcome is unknown; delete again): {e}") from e
+            if not result.succeeded:
+                self._notify_fenced()
+                raise CursorFenced(name, sub.cursor if sub is not None else -1)
+            if stored:
+                with self._lock:
+                    if self._stored_cursors is not None:
+                        self._stored_cursors = max(self._stored_cursors - 1, 0)
+        log.info("subscription %s of %s deleted", name, self.topic)
+        return True
 
     def get(self, name: str) -> Subscription | None:
         return self._subs.get(name)
@@ -340,7 +397,7 @@ class SubscriptionManager:
 
     def _check_room_for(self, name: str) -> None:
         """A new subscription only while the topic has fewer than ``subscriptions_max``
-        stored cursors (any client can name new ones; each is kept for good). They are
+        stored cursors (any client can name new ones; each is kept until deleted). They are
         counted once per manager (a scan of up to ``subscriptions_max`` keys) and then
         followed in memory: a scan per refused name made a flood of new names slow every
         ack (atk70 F3). Creators racing past the count may exceed it by a few: a bound,
@@ -357,7 +414,8 @@ class SubscriptionManager:
                 stored = self._stored_cursors
         if stored >= self.subscriptions_max:
             raise TooManySubscriptions(f"topic {self.topic} has {self.subscriptions_max} subscriptions already "
-                                       f"(broker.subscriptions_max): {name!r} is not created")
+                                       f"(broker.subscriptions_max): {name!r} is not created; delete unused ones "
+                                       "(dnb unsubscribe)")
 
     def _create_pinned(self, name: str, key: str, start: int) -> Subscription:
         """Write ``cursor = start - 1`` if no cursor exists yet; adopt a racing creator's."""

@@ -182,6 +182,21 @@ def consume(inv: Invocation, topic: str, subscription: str, start: str | None, m
     inv.out.emit({"messages": [message_json(m) for m in messages]}, render=_render_messages)
 
 
+@cli.command("unsubscribe", help="delete a subscription: its cursor is gone (the name, used again, starts afresh)")
+@topic_argument
+@click.option("--subscription", required=True, help="subscription name")
+@broker_url_option
+@pass_invocation
+def unsubscribe(inv: Invocation, topic: str, subscription: str, broker_url: str | None) -> None:
+    from tiered.tools.cli import ops  # deferred: keeps `dnb --help` light
+
+    if broker_url:
+        deleted = ops.unsubscribe_remote(broker_url, topic, subscription)
+    else:
+        deleted = ops.unsubscribe(inv.settings(), topic, subscription)
+    inv.out.emit({"subscription": subscription, "deleted": deleted})
+
+
 # -- seal / restore ---------------------------------------------------------------------
 
 @cli.command("seal", help="unload the topic from this broker: drain, seal, release, delete the local WAL")

@@ -175,6 +175,27 @@ def consume(settings: Settings, topic: str, subscription: str, start: str | int 
         return messages
 
 
+def unsubscribe(settings: Settings, topic: str, subscription: str) -> bool:
+    """Delete a subscription's cursor (a loss path by design: the name, used again, starts
+    afresh). On the owning broker the topic is loaded and its manager deletes it; on a
+    topic nobody holds, the delete is fenced on the topic staying unowned."""
+    name = TopicName.parse(topic)
+    with hosting(settings) as host:
+        holder, _epoch = owner_of(host.metadata, name)
+        if holder is None:
+            with SubscriptionManager(name, host.metadata, fencing=unowned_fencing(host.metadata, name)) as subs:
+                return subs.unsubscribe(subscription)
+        return load_here(host, name, "delete a subscription of").unsubscribe(subscription)
+
+
+def unsubscribe_remote(broker_url: str, topic: str, subscription: str) -> bool:
+    """``dnb unsubscribe --broker URL``: the delete through the topic's owner."""
+    from tiered.broker.client import SyncBrokerClient  # deferred: aiohttp
+
+    with SyncBrokerClient([broker_url], timeout_s=CLI_STEP_TIMEOUT_S) as client:
+        return client.unsubscribe(str(TopicName.parse(topic)), subscription)
+
+
 def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str | int | None,
                      max_messages: int | None, ack: bool) -> list[Any]:
     fencing = unowned_fencing(host.metadata, topic)
