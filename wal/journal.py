@@ -720,6 +720,12 @@ def _settle_segments(fs: FileSystem, root: str) -> dict[str, dict[str, int]]:
         return {}  # not a file system whose syncfs can stand for an fdatasync of each file
     settled: dict[str, dict[str, int]] = {}
     for paths in _wal_directories(fs, root).by_id.values():
+        if len(paths) != 1:
+            # One WAL id under two names: a copy, or one directory reached twice (a
+            # symlinked namespace). A record taken through one name would outlive the
+            # open under the other, and a reopen there would trust a slot the first open
+            # left unsynced (atk74 F1): neither is recorded; each syncs its own.
+            continue
         for directory in paths:
             try:
                 listing = fs.listdir(directory)

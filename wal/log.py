@@ -245,17 +245,22 @@ class WriteAheadLog:
             self._durable.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
         _resolve_all(waiters, WalClosed(f"WAL {self.topic} closed"))
-        try:
-            if not already and self._failure is None:
-                self._write_checkpoint()
-        finally:
-            # A writer that did not stop may still write: keep the directory locked rather
-            # than let a new opener in. In a commit group, the group releases it once it has
-            # let this WAL go and closed its files; the per-topic writer's lock goes with the
-            # process (the kernel drops it).
-            if drained and self._dir_lock is not None:
-                self._dir_lock.release()
-            self.metrics.close()
+        # A retention in progress (it checked _closed before this) ends before the
+        # directory is let go: else a new instance could open in between, recover the
+        # segments it is unlinking, record them in its checkpoint, and then refuse its next
+        # open (CorruptLog) once they are gone (atk74 F2). Later ones raise WalClosed.
+        with self._retention_lock:
+            try:
+                if not already and self._failure is None:
+                    self._write_checkpoint()
+            finally:
+                # A writer that did not stop may still write: keep the directory locked
+                # rather than let a new opener in. In a commit group, the group releases it
+                # once it has let this WAL go and closed its files; the per-topic writer's
+                # lock goes with the process (the kernel drops it).
+                if drained and self._dir_lock is not None:
+                    self._dir_lock.release()
+                self.metrics.close()
         if not drained and not already:
             # Its last rounds may not be synced on their own (journaled: the group syncs
             # and closes its files once it lets it go): no caller may move or delete the

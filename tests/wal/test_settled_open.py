@@ -290,3 +290,25 @@ def test_a_syncfs_group_refuses_what_its_syncfs_cannot_reach():
     fs.syncfs_flushes = False
     with pytest.raises(SyncNotCovered):
         CommitGroup(GROUP_ROOT, fs)
+
+
+def test_a_wal_id_found_under_two_names_is_not_settled():
+    """atk74 F1: one directory reached under two names (a symlinked namespace; on FaultFs,
+    a copy) got a record per name; a reopen through the second name trusted a checkpoint
+    slot the first open left unsynced. Neither name is recorded now."""
+    config = small_config()
+    fs, _acked = _crashed_with_unsynced_tails(config, seed=5)
+    source = _directory(0)
+    alias = os.path.join(GROUP_ROOT, "alias", os.path.basename(source))
+    fs.makedirs(alias)
+    for name in fs.listdir(source):
+        handle = fs.open_append(os.path.join(alias, name))
+        handle.write([fs.read_all(os.path.join(source, name))])
+        handle.close()
+    group = CommitGroup(GROUP_ROOT, fs, journal=NO_CHECKPOINTS)
+    try:
+        assert group.journal is not None
+        assert group.journal.take_settled(source) is None and group.journal.take_settled(alias) is None
+        assert group.journal.take_settled(_directory(1)) is not None  # the others are
+    finally:
+        group.close()

@@ -328,6 +328,46 @@ def test_retention_retries_the_unlinks_that_failed():
     log.close()
 
 
+def test_a_close_waits_for_a_retention_in_progress_before_letting_the_directory_go():
+    """atk74 F2: a close that let the directory go while retention was still unlinking let
+    a new instance open in between, recover the doomed segments and record them in its
+    checkpoint; once they were gone its next open refused (CorruptLog)."""
+    from wal.errors import WalLocked
+    fs = FaultFs()
+    log, infos = _many_segments(fs)
+    entered, release = threading.Event(), threading.Event()
+    real_remove = fs.remove
+
+    def remove_waits(path: str) -> None:
+        if path.endswith(".seg"):
+            entered.set()
+            assert release.wait(30)
+        real_remove(path)
+
+    fs.remove = remove_waits  # type: ignore[method-assign]
+    retention = threading.Thread(target=log.truncate_before, args=(infos[-1].base_offset,))
+    retention.start()
+    assert entered.wait(30)  # unlinking, its checkpoint already written
+    closing = threading.Thread(target=log.close)
+    closing.start()
+    closing.join(1.0)  # a close that does not wait for the retention has let go by now
+    try:
+        with pytest.raises(WalLocked):  # the directory is still held: nobody opens in between
+            WriteAheadLog.open("/r", "/ns/t", small_config(segment_bytes_max=2048), fs=fs).close()
+    finally:
+        release.set()
+        retention.join(30)
+        closing.join(30)
+    fs.remove = real_remove  # type: ignore[method-assign]
+    with pytest.raises(WalClosed):
+        log.truncate_before(infos[-1].base_offset)  # after the close: refused, nothing unlinked
+    for _ in range(2):  # opens, and opens again
+        reopened = WriteAheadLog.open("/r", "/ns/t", small_config(segment_bytes_max=2048), fs=fs)
+        assert reopened.first_offset == infos[-1].base_offset
+        assert [r.offset for r in read_all(reopened, reopened.first_offset)][-1] == 199
+        reopened.close()
+
+
 def test_rotation_by_age(tmp_path):
     log = WriteAheadLog.open(str(tmp_path), "/ns/t", small_config(segment_age_max_s=0.05))
     log.append(b"a")
