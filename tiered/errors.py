@@ -117,6 +117,17 @@ class OwnershipLost(OwnershipError):
         return self.step
 
 
+class TopicHeld(OwnershipError):
+    """A write fenced on a topic staying unowned found it held: a broker took it between
+    the caller's look and the fence (go through that owner instead)."""
+
+    def __init__(self, topic: object, holder: str, epoch: int) -> None:
+        super().__init__(f"topic {topic} is held by broker {holder} (epoch {epoch})")
+        self.topic = topic
+        self.holder = holder
+        self.epoch = epoch
+
+
 class UnknownScheme(StorageError, ValueError):
     """A store URL whose scheme no backend handles."""
 

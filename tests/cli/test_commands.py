@@ -418,3 +418,30 @@ def test_unsubscribe_on_the_owner_and_on_a_sealed_topic(tmp_path):
     run = dnb(*b, "unsubscribe", TOPIC, "--subscription", "t")
     assert run.rc == 0 and "deleted       no" in run.out
     assert dnb(*b, "--json", "inspect", TOPIC).json()["cursors"] == {}
+
+
+def test_fencing_on_an_unowned_topic_is_built_from_the_read_that_found_it_unowned(tmp_path):
+    """atk75 F1: the CLI read the owner record to find the topic unowned, then read it again
+    to fence: a broker taking the topic in between had its cursor deleted under its own
+    record's fence. The one read now refuses a held record (TopicHeld)."""
+    from tiered.errors import TopicHeld
+    from tiered.lifecycle.ownership import acquire, unowned_fencing
+    from tiered.metadata import open_metadata
+    from wal.topics import TopicName
+
+    metadata = open_metadata(f"sqlite://{tmp_path}/metadata.db")
+    topic = TopicName.parse(TOPIC)
+    assert unowned_fencing(metadata, topic)  # never owned: fenced on staying so
+    acquire(metadata, topic, "2")
+    with pytest.raises(TopicHeld) as held:
+        unowned_fencing(metadata, topic)
+    assert held.value.holder == "2"
+    metadata.close()
+
+
+def test_no_broker_answering_is_an_unavailable_exit_naming_the_way_out():
+    from tiered.broker.client import BrokerUnavailable
+    from tiered.tools.cli.output import EXIT_UNAVAILABLE, classify
+
+    code, message = classify(BrokerUnavailable("no broker served /default/t within 60s"))
+    assert code == EXIT_UNAVAILABLE and "without --broker" in message

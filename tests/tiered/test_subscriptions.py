@@ -392,3 +392,138 @@ def test_a_fenced_unsubscribe_deletes_nothing(backends: Backends) -> None:
         with pytest.raises(CursorFenced):
             m.unsubscribe("s")
     assert stored(backends, "s") == 4
+
+
+def _delete_txns(backends: Backends, on_delete):
+    """Route every transaction that deletes a key through ``on_delete(real_txn, args)``."""
+    real_txn = backends.metadata.txn
+
+    def txn(compare, success, failure=()):
+        if any(type(op).__name__ == "Delete" for op in success):
+            return on_delete(real_txn, (compare, success, failure))
+        return real_txn(compare, success, failure)
+    backends.metadata.txn = txn  # type: ignore[method-assign]
+    return real_txn
+
+
+def test_a_delete_applied_late_never_removes_a_cursor_written_after_it(backends: Backends) -> None:
+    """atk75 F2: a delete whose answer was lost (a metadata timeout) may still be applied
+    later; compared on the revision it read, it then fails instead of removing the cursor a
+    consumer acknowledged meanwhile."""
+    from tiered.errors import OperationTimeout
+    from tiered.read.errors import CursorWriteFailed
+    sent = []
+
+    def times_out(real_txn, args):
+        sent.append(args)
+        raise OperationTimeout("injected: the answer was lost")
+    with manager(backends) as m:
+        m.subscribe("s", initial="earliest").ack(3)
+        m.flush_all()
+        real_txn = _delete_txns(backends, times_out)
+        with pytest.raises(CursorWriteFailed):
+            m.unsubscribe("s")
+        backends.metadata.txn = real_txn  # type: ignore[method-assign]
+        again = m.subscribe("s")  # the record is still there: the consumer goes on
+        assert again.start_offset == 4
+        again.ack(9)
+        again.flush()
+        assert not real_txn(*sent[0]).succeeded  # the lost delete lands now: nothing to do
+        assert stored(backends, "s") == 9
+
+
+def test_a_delete_whose_outcome_was_unknown_leaves_the_bound_counted_again(backends: Backends) -> None:
+    """atk75 F3: a delete applied but answered with an error, then repeated (answering
+    false), left the count of subscriptions one too high for good."""
+    from tiered.errors import OperationTimeout
+    from tiered.read.errors import CursorWriteFailed, TooManySubscriptions
+
+    def applies_then_times_out(real_txn, args):
+        real_txn(*args)
+        raise OperationTimeout("injected: applied, answer lost")
+    with manager(backends, subscriptions_max=2) as m:
+        m.subscribe("a")
+        m.subscribe("b")
+        with pytest.raises(TooManySubscriptions):
+            m.subscribe("c")
+        real_txn = _delete_txns(backends, applies_then_times_out)
+        with pytest.raises(CursorWriteFailed):
+            m.unsubscribe("a")
+        backends.metadata.txn = real_txn  # type: ignore[method-assign]
+        assert m.unsubscribe("a") is False and stored(backends, "a") is None
+        m.subscribe("c")  # counted again: one stored, room for it
+
+
+def test_a_delete_forgets_the_names_flush_failure_log(backends: Backends, monkeypatch) -> None:
+    """atk75 F4: each name created and deleted left its failure log behind for good."""
+    with manager(backends) as m:
+        for index in range(20):
+            name = f"n{index}"
+            m.subscribe(name).ack(index)
+            monkeypatch.setattr(m, "_write_cursor", lambda sub, cursor: (_ for _ in ()).throw(OSError("down")))
+            m._flush_due()  # fails: logged under the name
+            monkeypatch.undo()
+            assert m.unsubscribe(name) is True
+        assert m._flush_failures == {}
+
+
+def test_a_slow_load_of_one_name_does_not_hold_up_loads_of_others(backends: Backends) -> None:
+    """atk75 F5: one lock per manager made every first load of any name wait for a slow one."""
+    import threading
+    with manager(backends) as m:
+        stripe = m._name_lock("slow")
+        other = next(n for n in (f"o{i}" for i in range(1000)) if m._name_lock(n) is not stripe)
+        real_get = backends.metadata.get
+        entered, release = threading.Event(), threading.Event()
+
+        def get(key):
+            if key == keys.cursor_key(TOPIC, "slow"):
+                entered.set()
+                assert release.wait(30)
+            return real_get(key)
+        backends.metadata.get = get  # type: ignore[method-assign]
+        try:
+            slow = threading.Thread(target=m.subscribe, args=("slow",))
+            slow.start()
+            assert entered.wait(30)
+            assert m.subscribe(other).name == other  # not behind the slow one
+        finally:
+            release.set()
+            slow.join(30)
+            backends.metadata.get = real_get  # type: ignore[method-assign]
+
+
+def test_a_delete_racing_close_is_never_taken_for_a_fence(backends: Backends) -> None:
+    """atk75 F6: a delete that raced a seal (close, then the owner record released) failed
+    its fencing and reported the topic fenced. close() waits for a delete in flight; a
+    delete after it is SubscriptionClosed."""
+    import threading
+    owner = keys.owner_key(TOPIC)
+    backends.metadata.put(owner, b"broker-a epoch 1")
+    fenced = []
+    entered, release = threading.Event(), threading.Event()
+
+    def waits(real_txn, args):
+        entered.set()
+        assert release.wait(30)
+        return real_txn(*args)
+    m = manager(backends, fencing=[value_is(owner, b"broker-a epoch 1")])
+    m.on_fenced = lambda: fenced.append(True)
+    m.subscribe("s")
+    m.subscribe("t")
+    real_txn = _delete_txns(backends, waits)
+    deleting = threading.Thread(target=m.unsubscribe, args=("s",))
+    deleting.start()
+    assert entered.wait(30)
+    closing = threading.Thread(target=m.close)
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive(), "close went ahead of the delete in flight"
+    release.set()
+    deleting.join(30)
+    closing.join(30)
+    backends.metadata.txn = real_txn  # type: ignore[method-assign]
+    backends.metadata.put(owner, b"released")  # the seal lets go
+    with pytest.raises(SubscriptionClosed):
+        m.unsubscribe("t")
+    assert not fenced and stored(backends, "s") is None and stored(backends, "t") is not None

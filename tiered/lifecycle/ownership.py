@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tiered.errors import (  # noqa: F401 - OwnershipError re-exported: callers import it from here
-    LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError, TopicDeleted,
+    LeaseNotFound, MalformedRecord, OwnershipError, OwnershipLost, StorageError, TopicDeleted, TopicHeld,
 )
 from tiered.backoff import Backoff
 from tiered.logs import FailureLog
@@ -63,13 +63,20 @@ def owner_key(topic: TopicName | str) -> str:
 def unowned_fencing(metadata: MetadataStore, topic: TopicName) -> list[Compare]:
     """Compares that hold while ``topic``'s owner record stays as it is now (absent, or
     released): a writer that does not own the topic fences its writes on them, so they
-    fail once any broker takes the topic. They also hold only while the topic is not
+    fail once any broker takes the topic; :class:`~tiered.errors.TopicHeld` if one holds
+    it already (the compares are built from the record they check, in one read). They also hold only while the topic is not
     deleted: a deleted topic raises :class:`~tiered.errors.TopicDeleted` here, and a delete
     that begins later rewrites the owner record, so the fenced write fails."""
     tomb, raw = keys.read_tombstone(metadata, topic)
     if tomb is not None and tomb.blocks:
         raise TopicDeleted(topic, tomb.phase, tomb.next_offset)
     kv = metadata.get(owner_key(topic))
+    if kv is not None:
+        record = OwnerRecord.decode(kv.key, kv.value)
+        if record.holder is not None:
+            # Taken since the caller looked: fencing on this record would fence on the
+            # new owner's hold, and a write under it would pass as that owner's (atk75 F1).
+            raise TopicHeld(topic, record.holder, record.epoch)
     tombstone = [absent(keys.tombstone_key(topic))] if raw is None else [value_is(keys.tombstone_key(topic), raw)]
     return [absent(owner_key(topic)) if kv is None else value_is(kv.key, kv.value), *tombstone]
 

@@ -39,7 +39,7 @@ from tiered.read.reader import earliest_offset, topic_next_offset
 from tiered.errors import MalformedRecord, StorageError
 from tiered.logs import FailureLog
 from tiered.metadata import keys
-from tiered.metadata.base import Compare, Delete, MetadataStore, Put, TxnResult, absent, value_is
+from tiered.metadata.base import Compare, Delete, MetadataStore, Put, TxnResult, absent, mod_revision_is, value_is
 from tiered.metadata.owned import OwnedRecord, RecordFenced
 from tiered.read.errors import CursorFenced, CursorWriteFailed, InvalidAck, SubscriptionClosed, TooManySubscriptions
 from tiered.read.metrics import ReadMetrics
@@ -54,6 +54,10 @@ Initial = Literal["latest", "earliest"]
 
 #: Bound on how long close() waits for a background flush in flight to finish.
 FLUSHER_JOIN_TIMEOUT_S = 10.0
+#: Locks that loads and deletes of subscription names take by a hash of the name.
+_NAME_LOCK_STRIPES = 64
+#: Reads and deletes of a cursor key that a late write kept changing before giving up.
+_DELETE_ATTEMPTS = 3
 
 
 class TopicBounds:
@@ -238,9 +242,10 @@ class SubscriptionManager:
         self.on_fenced: Callable[[], None] | None = None
         self._subs: dict[str, Subscription] = {}
         self._lock = threading.Lock()
-        #: Held by a load of a subscription not in memory and by ``unsubscribe``: a load
-        #: must not adopt a record a delete is removing (its first flush would write it back).
-        self._names_lock = threading.Lock()
+        #: Held (the one of a name's stripe) by a load of a subscription not in memory and
+        #: by ``unsubscribe``: a load must not adopt a record a delete is removing. Striped,
+        #: so loads of other names do not wait for a slow one (atk75 F5).
+        self._name_locks = [threading.Lock() for _ in range(_NAME_LOCK_STRIPES)]
         self._stop = threading.Event()
         self._close_lock = threading.Lock()  # one close() at a time stops the flusher
         #: Per subscription: the first flush failure and the recovery logged, repeats rate-limited.
@@ -260,7 +265,7 @@ class SubscriptionManager:
             existing = self._subs.get(name)
             if existing is not None:
                 return existing
-        with self._names_lock:
+        with self._name_lock(name):
             with self._lock:
                 existing = self._subs.get(name)
                 if existing is not None:
@@ -278,15 +283,19 @@ class SubscriptionManager:
         A loss path, by design: its acknowledged position is gone, and the name, if
         subscribed again (a consumer still reading or acking it does so), starts afresh at
         the topic's latest or earliest offset. Precondition: this manager is the topic's
-        owner's. The delete carries the owner's fencing compares, so a stale owner's fails
-        (:class:`CursorFenced`) and changes nothing. The in-memory subscription is retired
-        first, under its flush lock: its acks and flushes are refused from then on
-        (:class:`SubscriptionClosed`), and a flush in flight ends before the delete, so
-        none writes the record back after it. If the delete's outcome is unknown
+        owner's (or fenced on the topic staying unowned). The delete is one transaction
+        carrying the fencing compares and the cursor key's revision as read here, so a
+        stale owner's changes nothing (:class:`CursorFenced`), and a delete applied late
+        (its answer lost) never removes a cursor written after it was sent. The in-memory
+        subscription is retired first, under its flush lock: its acks and flushes are
+        refused from then on (:class:`SubscriptionClosed`), and a flush in flight ends
+        before the delete. A load of the same name waits for it, and ``close()`` (before a
+        seal releases the topic) waits for a delete in flight: one after it is
+        ``SubscriptionClosed``, never mistaken for a fence. If the outcome is unknown
         (``CursorWriteFailed``) the subscription stays retired; calling again completes it."""
-        self._check_open()
         key = keys.cursor_key(self.topic, name)  # validates the name
-        with self._names_lock:
+        with self._name_lock(name), self._close_lock:
+            self._check_open()
             with self._lock:
                 sub = self._subs.get(name)
             if sub is not None:
@@ -295,23 +304,43 @@ class SubscriptionManager:
                         sub._deleted = True
                 with self._lock:
                     self._subs.pop(name, None)
+            self._flush_failures.pop(name, None)
             try:
-                stored = self.metadata.get(key) is not None
-                if sub is None and not stored:
+                deleted = self._delete_cursor(name, key, sub)
+            except CursorWriteFailed:
+                with self._lock:
+                    self._stored_cursors = None  # it may be gone: count again at the next new name
+                raise
+        if deleted or sub is not None:
+            log.info("subscription %s of %s deleted", name, self.topic)
+        return deleted or sub is not None
+
+    def _delete_cursor(self, name: str, key: str, sub: Subscription | None) -> bool:
+        """Delete the cursor key as read here (fenced, compared on its revision); True if
+        there was one. A key written meanwhile (a flush sent before the subscription was
+        retired, applied late) is read again and deleted in its new state."""
+        fencing = self._fencing() if callable(self._fencing) else self._fencing
+        for _ in range(_DELETE_ATTEMPTS):
+            try:
+                kv = self.metadata.get(key)
+                if kv is None:
                     return False
-                fencing = self._fencing() if callable(self._fencing) else self._fencing
-                result = self.metadata.txn(list(fencing), [Delete(key)], [])
+                result = self.metadata.txn([*fencing, mod_revision_is(key, kv.mod_revision)], [Delete(key)], [])
+                if result.succeeded:
+                    with self._lock:
+                        if self._stored_cursors is not None:
+                            self._stored_cursors = max(self._stored_cursors - 1, 0)
+                    return True
+                fenced = not self.metadata.txn(list(fencing), []).succeeded
             except StorageError as e:
                 raise CursorWriteFailed(f"deleting {key!r} failed (its outcome is unknown; delete again): {e}") from e
-            if not result.succeeded:
+            if fenced:
                 self._notify_fenced()
                 raise CursorFenced(name, sub.cursor if sub is not None else -1)
-            if stored:
-                with self._lock:
-                    if self._stored_cursors is not None:
-                        self._stored_cursors = max(self._stored_cursors - 1, 0)
-        log.info("subscription %s of %s deleted", name, self.topic)
-        return True
+        raise CursorWriteFailed(f"{key!r} kept changing under {_DELETE_ATTEMPTS} deletes in a row")
+
+    def _name_lock(self, name: str) -> threading.Lock:
+        return self._name_locks[hash(name) % _NAME_LOCK_STRIPES]
 
     def get(self, name: str) -> Subscription | None:
         return self._subs.get(name)

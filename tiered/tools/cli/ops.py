@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from tiered.cluster.runtime import RuntimeConfig, load_manager_settings
 from tiered.config import DnbConfig
 from tiered.lifecycle import BrokerHost
-from tiered.errors import TopicNotFound
+from tiered.errors import TopicHeld, TopicNotFound
 from tiered.lifecycle.delete import check_not_deleted, delete_topic, list_topics, topic_exists
 from tiered.lifecycle.ownership import read_owner, unowned_fencing
 from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
@@ -160,9 +160,9 @@ def consume(settings: Settings, topic: str, subscription: str, start: str | int 
         if not host.config.auto_create and not topic_exists(host.metadata, name):
             check_not_deleted(host.metadata, name)
             raise TopicNotFound(name, "auto_create is off; create it first (dnb topic create)")
-        holder, _epoch = owner_of(host.metadata, name)
-        if holder is None:
-            return _consume_unowned(host, name, subscription, start, max_messages, ack)
+        fencing = _fencing_while_unowned(host, name)
+        if fencing is not None:
+            return _consume_unowned(host, name, fencing, subscription, start, max_messages, ack)
         hosted = load_here(host, name, "consume from")
         sub = hosted.subscribe(subscription, "earliest")
         reader = hosted.create_reader(sub.start_offset if start is None else start, live=follow)
@@ -181,11 +181,20 @@ def unsubscribe(settings: Settings, topic: str, subscription: str) -> bool:
     topic nobody holds, the delete is fenced on the topic staying unowned."""
     name = TopicName.parse(topic)
     with hosting(settings) as host:
-        holder, _epoch = owner_of(host.metadata, name)
-        if holder is None:
-            with SubscriptionManager(name, host.metadata, fencing=unowned_fencing(host.metadata, name)) as subs:
+        fencing = _fencing_while_unowned(host, name)
+        if fencing is not None:
+            with SubscriptionManager(name, host.metadata, fencing=fencing) as subs:
                 return subs.unsubscribe(subscription)
         return load_here(host, name, "delete a subscription of").unsubscribe(subscription)
+
+
+def _fencing_while_unowned(host: Any, topic: TopicName) -> list[Any] | None:
+    """Compares that hold while nobody holds ``topic``, built from the one read that found
+    it unowned; None when a broker holds it (then only through that owner)."""
+    try:
+        return unowned_fencing(host.metadata, topic)
+    except TopicHeld:
+        return None
 
 
 def unsubscribe_remote(broker_url: str, topic: str, subscription: str) -> bool:
@@ -196,9 +205,8 @@ def unsubscribe_remote(broker_url: str, topic: str, subscription: str) -> bool:
         return client.unsubscribe(str(TopicName.parse(topic)), subscription)
 
 
-def _consume_unowned(host: Any, topic: TopicName, subscription: str, start: str | int | None,
+def _consume_unowned(host: Any, topic: TopicName, fencing: list[Any], subscription: str, start: str | int | None,
                      max_messages: int | None, ack: bool) -> list[Any]:
-    fencing = unowned_fencing(host.metadata, topic)
     with SubscriptionManager(topic, host.metadata, fencing=fencing) as subs:
         sub = subs.subscribe(subscription, "earliest")
         reader = create_reader(topic, None, host.metadata, host.objects,

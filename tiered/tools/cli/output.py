@@ -248,6 +248,9 @@ def classify(error: BaseException) -> tuple[int, str]:
         return EXIT_DATA, f"data error ({name}): {message}"
     if isinstance(error, StorageUnavailable):
         return EXIT_UNAVAILABLE, f"storage unavailable: {message}"
+    if name == "BrokerUnavailable":  # tiered.broker.client (imported only with --broker)
+        return EXIT_UNAVAILABLE, (f"broker unavailable: {message} (a topic no broker hosts, sealed and "
+                                  "unassigned, answers nowhere: run the command without --broker)")
     # A lifecycle step wraps what failed it (LoadError from a MalformedRecord, ...): the
     # cause says what kind of failure it is.
     data = _cause(error, (*_data_errors(), ObjectNotFound))
