@@ -294,23 +294,27 @@ class SubscriptionManager:
         ``SubscriptionClosed``, never mistaken for a fence. If the outcome is unknown
         (``CursorWriteFailed``) the subscription stays retired; calling again completes it."""
         key = keys.cursor_key(self.topic, name)  # validates the name
-        with self._name_lock(name), self._close_lock:
-            self._check_open()
-            with self._lock:
-                sub = self._subs.get(name)
-            if sub is not None:
-                with sub._flush_lock:  # a flush in flight ends first; later ones see _deleted
-                    with sub._lock:
-                        sub._deleted = True
+        try:
+            with self._name_lock(name), self._close_lock:
+                self._check_open()
                 with self._lock:
-                    self._subs.pop(name, None)
-            self._flush_failures.pop(name, None)
-            try:
-                deleted = self._delete_cursor(name, key, sub)
-            except CursorWriteFailed:
-                with self._lock:
-                    self._stored_cursors = None  # it may be gone: count again at the next new name
-                raise
+                    sub = self._subs.get(name)
+                if sub is not None:
+                    with sub._flush_lock:  # a flush in flight ends first; later ones see _deleted
+                        with sub._lock:
+                            sub._deleted = True
+                    with self._lock:
+                        self._subs.pop(name, None)
+                self._flush_failures.pop(name, None)
+                try:
+                    deleted = self._delete_cursor(name, key, sub)
+                except CursorWriteFailed:
+                    with self._lock:
+                        self._stored_cursors = None  # it may be gone: count again at the next new name
+                    raise
+        except CursorFenced:
+            self._notify_fenced()  # with no lock of ours held: the listener may close us
+            raise
         if deleted or sub is not None:
             log.info("subscription %s of %s deleted", name, self.topic)
         return deleted or sub is not None
@@ -335,7 +339,6 @@ class SubscriptionManager:
             except StorageError as e:
                 raise CursorWriteFailed(f"deleting {key!r} failed (its outcome is unknown; delete again): {e}") from e
             if fenced:
-                self._notify_fenced()
                 raise CursorFenced(name, sub.cursor if sub is not None else -1)
         raise CursorWriteFailed(f"{key!r} kept changing under {_DELETE_ATTEMPTS} deletes in a row")
 
