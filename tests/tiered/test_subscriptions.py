@@ -495,12 +495,13 @@ def test_a_slow_load_of_one_name_does_not_hold_up_loads_of_others(backends: Back
 
 def test_a_delete_racing_close_is_never_taken_for_a_fence(backends: Backends) -> None:
     """atk75 F6: a delete that raced a seal (close, then the owner record released) failed
-    its fencing and reported the topic fenced. close() waits for a delete in flight; a
-    delete after it is SubscriptionClosed."""
+    its fencing and reported the topic fenced. A delete refused while the manager closes
+    is SubscriptionClosed: nothing deleted, no fence reported (close does not wait for it:
+    atk76 E1)."""
     import threading
     owner = keys.owner_key(TOPIC)
     backends.metadata.put(owner, b"broker-a epoch 1")
-    fenced = []
+    fenced, outcome = [], []
     entered, release = threading.Event(), threading.Event()
 
     def waits(real_txn, args):
@@ -510,20 +511,91 @@ def test_a_delete_racing_close_is_never_taken_for_a_fence(backends: Backends) ->
     m = manager(backends, fencing=[value_is(owner, b"broker-a epoch 1")])
     m.on_fenced = lambda: fenced.append(True)
     m.subscribe("s")
-    m.subscribe("t")
     real_txn = _delete_txns(backends, waits)
-    deleting = threading.Thread(target=m.unsubscribe, args=("s",))
+
+    def delete() -> None:
+        try:
+            outcome.append(m.unsubscribe("s"))
+        except Exception as e:  # noqa: BLE001 - the outcome is what is checked
+            outcome.append(e)
+    deleting = threading.Thread(target=delete)
     deleting.start()
     assert entered.wait(30)
-    closing = threading.Thread(target=m.close)
-    closing.start()
-    closing.join(0.3)
-    assert closing.is_alive(), "close went ahead of the delete in flight"
+    m.close()
+    backends.metadata.put(owner, b"released")  # the seal lets go
     release.set()
     deleting.join(30)
-    closing.join(30)
     backends.metadata.txn = real_txn  # type: ignore[method-assign]
-    backends.metadata.put(owner, b"released")  # the seal lets go
-    with pytest.raises(SubscriptionClosed):
-        m.unsubscribe("t")
-    assert not fenced and stored(backends, "s") is None and stored(backends, "t") is not None
+    assert isinstance(outcome[0], SubscriptionClosed)
+    assert not fenced and stored(backends, "s") is not None
+
+
+def test_a_create_racing_close_is_never_taken_for_a_fence(backends: Backends) -> None:
+    """atk76 E6: a consumer's first read creating a name while the topic was sealed failed
+    its fencing after the release and reported a fence."""
+    owner = keys.owner_key(TOPIC)
+    backends.metadata.put(owner, b"broker-a epoch 1")
+    fenced: list = []
+    m = manager(backends, fencing=[value_is(owner, b"broker-a epoch 1")])
+    m.on_fenced = lambda: fenced.append(True)
+    real_txn = backends.metadata.txn
+
+    def seal_first(compare, success, failure=()):  # the seal lands just before the create
+        m.close()
+        backends.metadata.put(owner, b"released")
+        return real_txn(compare, success, failure)
+    backends.metadata.txn = seal_first  # type: ignore[method-assign]
+    try:
+        with pytest.raises(SubscriptionClosed):
+            m._load("new", "latest")
+    finally:
+        backends.metadata.txn = real_txn  # type: ignore[method-assign]
+    assert not fenced and stored(backends, "new") is None
+
+
+def test_creates_racing_at_once_never_pass_the_bound(backends: Backends) -> None:
+    """atk76 E4: creators racing past the count overshot the bound by as many as ran at
+    once; a place is now taken before each create."""
+    import threading
+    from tiered.read.errors import TooManySubscriptions
+    with manager(backends, subscriptions_max=5) as m:
+        m.subscribe("first")  # counted
+        barrier = threading.Barrier(16)
+        results: list = []
+
+        def create(index: int) -> None:
+            barrier.wait()
+            try:
+                results.append(m.subscribe(f"n{index}"))
+            except TooManySubscriptions as e:
+                results.append(e)
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    created = len(backends.metadata.range(keys.subscriptions_prefix(TOPIC)))
+    assert created == 5 and sum(isinstance(r, TooManySubscriptions) for r in results) == 12
+
+
+def test_a_create_whose_outcome_was_unknown_is_counted_again(backends: Backends, monkeypatch) -> None:
+    """atk76 E2: a create that landed but answered an error was never counted, and its retry
+    adopted the record: the bound could be passed without limit."""
+    from tiered.errors import OperationTimeout
+    from tiered.read.errors import CursorWriteFailed, TooManySubscriptions
+    with manager(backends, subscriptions_max=3) as m:
+        real_txn = backends.metadata.txn
+
+        def applies_then_times_out(compare, success, failure=()):
+            real_txn(compare, success, failure)
+            raise OperationTimeout("injected: applied, answer lost")
+        for name in ("a", "b", "c", "d"):
+            backends.metadata.txn = applies_then_times_out  # type: ignore[method-assign]
+            try:
+                with pytest.raises((CursorWriteFailed, TooManySubscriptions)):
+                    m.subscribe(name)
+            finally:
+                backends.metadata.txn = real_txn  # type: ignore[method-assign]
+        assert len(backends.metadata.range(keys.subscriptions_prefix(TOPIC))) == 3
+        with pytest.raises(TooManySubscriptions):
+            m.subscribe("e")

@@ -195,6 +195,10 @@ class Subscription:
             self._flushed = max(cursor, self._flushed if self._flushed is not None else -1)
         return True
 
+    def was_deleted(self) -> bool:
+        """Whether ``unsubscribe`` deleted it (its acks and flushes are refused)."""
+        return self._deleted
+
     def _check_usable(self) -> None:
         if self._fenced:
             raise CursorFenced(self.name, self._cursor)
@@ -229,7 +233,7 @@ class SubscriptionManager:
         #: Subscriptions (stored cursors) a topic may have: a new one past it is refused
         #: with TooManySubscriptions. None: no bound.
         self.subscriptions_max = subscriptions_max
-        self._stored_cursors: int | None = None  # counted at the first new name (_check_room_for)
+        self._stored_cursors: int | None = None  # counted at the first new name (_reserve_room_for)
         self.topic = TopicName.parse(topic)
         self.metrics = metrics if metrics is not None else ReadMetrics.create()
         self.metadata = metadata
@@ -289,13 +293,14 @@ class SubscriptionManager:
         (its answer lost) never removes a cursor written after it was sent. The in-memory
         subscription is retired first, under its flush lock: its acks and flushes are
         refused from then on (:class:`SubscriptionClosed`), and a flush in flight ends
-        before the delete. A load of the same name waits for it, and ``close()`` (before a
-        seal releases the topic) waits for a delete in flight: one after it is
-        ``SubscriptionClosed``, never mistaken for a fence. If the outcome is unknown
-        (``CursorWriteFailed``) the subscription stays retired; calling again completes it."""
+        before the delete. A load of the same name waits for it (loads and deletes of
+        names in other stripes of ``_name_locks`` do not). A delete refused because the
+        topic was released while the manager closes (a seal) is ``SubscriptionClosed``,
+        never mistaken for a fence. If the outcome is unknown (``CursorWriteFailed``) the
+        subscription stays retired; calling again completes it."""
         key = keys.cursor_key(self.topic, name)  # validates the name
         try:
-            with self._name_lock(name), self._close_lock:
+            with self._name_lock(name):
                 self._check_open()
                 with self._lock:
                     sub = self._subs.get(name)
@@ -309,10 +314,14 @@ class SubscriptionManager:
                 try:
                     deleted = self._delete_cursor(name, key, sub)
                 except CursorWriteFailed:
-                    with self._lock:
-                        self._stored_cursors = None  # it may be gone: count again at the next new name
+                    self._count_again()  # it may be gone
                     raise
         except CursorFenced:
+            if self._stop.is_set():
+                # Closing: the seal that follows close() released the topic meanwhile (the
+                # delete did not happen). Not a newer owner's doing: no fence (atk75 F6).
+                raise SubscriptionClosed(f"subscription manager of {self.topic} is closed: {name!r} was not "
+                                         "deleted") from None
             self._notify_fenced()  # with no lock of ours held: the listener may close us
             raise
         if deleted or sub is not None:
@@ -421,47 +430,66 @@ class SubscriptionManager:
         if kv is not None:
             stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
             return Subscription(self, name, stored + 1, stored, OwnedRecord(self.metadata, key, kv))
-        self._check_room_for(name)
-        start = self.bounds.earliest_offset() if initial == "earliest" else self.bounds.next_offset()
-        # Pinned even at 0 (cursor -1): "latest" on an empty topic must still mean "from
-        # here", not "whatever is latest when the consumer next connects".
-        return self._create_pinned(name, key, start)
+        reserved = self._reserve_room_for(name)
+        try:
+            start = self.bounds.earliest_offset() if initial == "earliest" else self.bounds.next_offset()
+            # Pinned even at 0 (cursor -1): "latest" on an empty topic must still mean "from
+            # here", not "whatever is latest when the consumer next connects".
+            return self._create_pinned(name, key, start, reserved)
+        except BaseException:
+            if reserved:
+                self._count_again()  # it may or may not have been created
+            raise
 
-    def _check_room_for(self, name: str) -> None:
+    def _reserve_room_for(self, name: str) -> bool:
         """A new subscription only while the topic has fewer than ``subscriptions_max``
         stored cursors (any client can name new ones; each is kept until deleted). They are
         counted once per manager (a scan of up to ``subscriptions_max`` keys) and then
         followed in memory: a scan per refused name made a flood of new names slow every
-        ack (atk70 F3). Creators racing past the count may exceed it by a few: a bound,
-        not an exact quota."""
+        ack (atk70 F3). The place is taken here, before the create, so creators racing at
+        once never pass the bound (atk76 E4); True when one was taken (False: no bound)."""
         if self.subscriptions_max is None:
-            return
+            return False
         with self._lock:
             stored = self._stored_cursors
         if stored is None:
-            stored = len(self.metadata.range(keys.subscriptions_prefix(self.topic), limit=self.subscriptions_max))
+            counted = len(self.metadata.range(keys.subscriptions_prefix(self.topic), limit=self.subscriptions_max))
             with self._lock:
                 if self._stored_cursors is None:
-                    self._stored_cursors = stored
-                stored = self._stored_cursors
-        if stored >= self.subscriptions_max:
-            raise TooManySubscriptions(f"topic {self.topic} has {self.subscriptions_max} subscriptions already "
-                                       f"(broker.subscriptions_max): {name!r} is not created; delete unused ones "
-                                       "(dnb unsubscribe)")
+                    self._stored_cursors = counted
+        with self._lock:
+            assert self._stored_cursors is not None
+            if self._stored_cursors >= self.subscriptions_max:
+                raise TooManySubscriptions(f"topic {self.topic} has {self.subscriptions_max} subscriptions already "
+                                           f"(broker.subscriptions_max): {name!r} is not created; delete unused "
+                                           "ones (dnb unsubscribe)")
+            self._stored_cursors += 1
+        return True
 
-    def _create_pinned(self, name: str, key: str, start: int) -> Subscription:
-        """Write ``cursor = start - 1`` if no cursor exists yet; adopt a racing creator's."""
+    def _count_again(self) -> None:
+        """The count of stored cursors is unsure (a create or delete whose outcome is
+        unknown, or a place taken for a create that did not happen): scan again at the
+        next new name."""
+        with self._lock:
+            self._stored_cursors = None
+
+    def _create_pinned(self, name: str, key: str, start: int, reserved: bool) -> Subscription:
+        """Write ``cursor = start - 1`` if no cursor exists yet; adopt a racing creator's.
+        ``reserved``: a place under the bound was taken for it (given back on adoption)."""
         value = keys.Cursor(start - 1).to_json()
         result = self._txn([absent(key)], key, value)
         if result.succeeded:
-            with self._lock:
-                if self._stored_cursors is not None:
-                    self._stored_cursors += 1
             return Subscription(self, name, start, start - 1, OwnedRecord(self.metadata, key))
         kv = self.metadata.get(key)
         if kv is None:  # The compare failed on fencing, not on the cursor key.
+            if self._stop.is_set():
+                # Closing: the seal that follows close() released the topic meanwhile. Not a
+                # newer owner's doing: no fence to report (atk76 E6).
+                raise SubscriptionClosed(f"subscription manager of {self.topic} is closed")
             self._notify_fenced()
             raise CursorFenced(name, start - 1)
+        if reserved:
+            self._count_again()  # another creator's record: ours was not needed
         stored = keys.Cursor.from_json(key, kv.value).last_acked_offset
         return Subscription(self, name, stored + 1, stored, OwnedRecord(self.metadata, key, kv))
 
@@ -512,12 +540,17 @@ class SubscriptionManager:
 
     def _flush_due(self) -> None:
         for sub in self.subscriptions.values():
-            if sub._fenced or not sub.dirty:
+            if sub._fenced or sub._deleted or not sub.dirty:
                 continue
             failure_log = self._flush_failures.get(sub.name)
             if failure_log is None:
                 failure_log = self._flush_failures[sub.name] = FailureLog(
                     log, f"subscription {sub.name} of {self.topic}: cursor flush")
+                if sub.was_deleted():
+                    # Deleted since the check above: unsubscribe sets _deleted before it
+                    # drops the entry, so one made after that drop is dropped here (atk76 E5).
+                    self._flush_failures.pop(sub.name, None)
+                    continue
             try:
                 sub._flush()
                 failure_log.succeeded()

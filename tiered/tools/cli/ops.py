@@ -34,7 +34,7 @@ from tiered.lifecycle.delete import check_not_deleted, delete_topic, list_topics
 from tiered.lifecycle.ownership import read_owner, unowned_fencing
 from tiered.lifecycle.watcher import assign, request_unload, wait_sealed
 from tiered.metadata import keys
-from tiered.read.errors import ReaderClosed
+from tiered.read.errors import CursorFenced, ReaderClosed
 from tiered.read.messages import Message
 from tiered.read.reader import create_reader
 from tiered.read.subscriptions import SubscriptionManager
@@ -183,8 +183,13 @@ def unsubscribe(settings: Settings, topic: str, subscription: str) -> bool:
     with hosting(settings) as host:
         fencing = _fencing_while_unowned(host, name)
         if fencing is not None:
-            with SubscriptionManager(name, host.metadata, fencing=fencing) as subs:
-                return subs.unsubscribe(subscription)
+            try:
+                with SubscriptionManager(name, host.metadata, fencing=fencing) as subs:
+                    return subs.unsubscribe(subscription)
+            except CursorFenced as e:
+                raise CliError(f"delete subscription {subscription!r} of {name}: a broker took the topic while "
+                               "the delete ran, and nothing was deleted; run it again (it then goes through that "
+                               "owner)", EXIT_REFUSED) from e
         return load_here(host, name, "delete a subscription of").unsubscribe(subscription)
 
 
