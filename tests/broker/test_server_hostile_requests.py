@@ -303,23 +303,11 @@ def test_an_answer_the_client_does_not_take_is_cut_off_and_frees_its_read(local_
                     break
                 await asyncio.sleep(0.01)
             freed = server._read_slots._value == server_module.READ_THREADS_MAX
-            # The connection was closed on the client with most of the answer untaken (kept
-            # open, the answer would sit buffered in the broker).
-            received, sock_timeout = 0, HANG_GUARD_S
-
-            def drain() -> int:
-                total = 0
-                sock.settimeout(sock_timeout)
-                try:
-                    while chunk := sock.recv(65536):
-                        total += len(chunk)
-                except ConnectionResetError:
-                    pass
-                return total
-
-            received = await asyncio.to_thread(drain)
+            # The answer's bytes were let go with the connection (the kernel's socket buffer
+            # may still hold what it had taken: bounded per socket, not by this process).
+            unheld = server._answer_bytes == 0
             sock.close()
-            return held, freed, received < 8 << 20
+            return held, freed, unheld
         finally:
             await test_server.close()
 
@@ -359,7 +347,9 @@ def test_answers_waiting_for_their_clients_are_bounded_in_bytes(local_cluster: C
     from tiered.broker import server as server_module
 
     monkeypatch.setattr(server_module, "ANSWERS_BYTES_MAX", 1)
-    monkeypatch.setattr(server_module, "ANSWER_SEND_TIMEOUT_S", HANG_GUARD_S)
+    # Long enough for the refused read below to come while the answer waits (it follows at
+    # once); the server's close waits this long for the untaken answer.
+    monkeypatch.setattr(server_module, "ANSWER_SEND_TIMEOUT_S", 10.0)
     a = local_cluster.broker("A")
     a.load(TOPIC).produce_many([b"x" * (1 << 20)] * 4)
 
