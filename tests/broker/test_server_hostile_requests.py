@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -269,14 +270,21 @@ def test_the_bytes_of_bodies_being_read_are_bounded_together() -> None:
     asyncio.run(scenario())
 
 
+def _reader_not_taking_its_answer(test_server: TestServer, max_bytes: int) -> socket.socket:
+    """A raw connection that asks for a read of up to ``max_bytes`` and, with a 4 KB receive
+    window, does not take the answer."""
+    sock = socket.create_connection((test_server.host, test_server.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(f"GET {PATH}?from=0&max_bytes={max_bytes} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return sock
+
+
 def test_an_answer_the_client_does_not_take_is_cut_off_and_frees_its_read(local_cluster: Cluster,
                                                                          monkeypatch) -> None:
     """atk71 F3: a read's answer was handed to the connection after the read let go of its
     slot: clients that never read their answers piled them up in the broker's memory
     without bound. The read keeps its slot until the client took the answer, and a
     client that does not within ANSWER_SEND_TIMEOUT_S is cut off."""
-    import socket
-
     from tiered.broker import server as server_module
 
     # Long enough that the polls below see the slot held on a loaded machine (they run
@@ -290,9 +298,7 @@ def test_an_answer_the_client_does_not_take_is_cut_off_and_frees_its_read(local_
         test_server = TestServer(server.app())
         await test_server.start_server()
         try:
-            sock = socket.create_connection((test_server.host, test_server.port))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(f"GET {PATH}?from=0&max_bytes=16777216 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            sock = _reader_not_taking_its_answer(test_server, 16777216)
             for _ in range(int(HANG_GUARD_S / 0.01)):  # the read holds its slot while the answer waits
                 if server._read_slots._value == server_module.READ_THREADS_MAX - 1:
                     break
@@ -342,8 +348,6 @@ def test_answers_waiting_for_their_clients_are_bounded_in_bytes(local_cluster: C
     """atk72 F5: each of 256 reads could hold a 22 MB answer for its client for 30 s
     (about 11 GB): past ANSWERS_BYTES_MAX of answers not yet taken, a read is a 503
     before it reads anything."""
-    import socket
-
     from tiered.broker import server as server_module
 
     monkeypatch.setattr(server_module, "ANSWERS_BYTES_MAX", 1)
@@ -357,10 +361,8 @@ def test_answers_waiting_for_their_clients_are_bounded_in_bytes(local_cluster: C
         server = BrokerServer(a)
         test_server = TestServer(server.app())
         await test_server.start_server()
-        sock = socket.create_connection((test_server.host, test_server.port))
+        sock = _reader_not_taking_its_answer(test_server, 4194304)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(f"GET {PATH}?from=0&max_bytes=4194304 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             for _ in range(int(HANG_GUARD_S / 0.01)):  # its answer waits for it
                 if server._answer_bytes > 0:
                     break
