@@ -719,7 +719,8 @@ def _settle_segments(fs: FileSystem, root: str) -> dict[str, dict[str, int]]:
     if not fs.syncfs_covers(root, [root]):
         return {}  # not a file system whose syncfs can stand for an fdatasync of each file
     settled: dict[str, dict[str, int]] = {}
-    for paths in _wal_directories(fs, root).by_id.values():
+    directories = _wal_directories(fs, root)
+    for paths in directories.by_id.values():
         if len(paths) != 1:
             # One WAL id under two names: a copy, or one directory reached twice (a
             # symlinked namespace). A record taken through one name would outlive the
@@ -728,7 +729,7 @@ def _settle_segments(fs: FileSystem, root: str) -> dict[str, dict[str, int]]:
             continue
         for directory in paths:
             try:
-                listing = fs.listdir(directory)
+                listing = directories.listings[directory]
                 names = sorted(n for n in listing if parse_segment_name(n) is not None)[-_SETTLED_PER_WAL:]
                 files = [os.path.join(directory, name) for name in names]
                 sizes = {os.path.normpath(path): fs.file_size(path) for path in files}
@@ -1038,6 +1039,8 @@ class _Directories:
     by_id: dict[bytes, list[str]] = field(default_factory=dict)  # id -> directories (two: a copy)
     #: Directories (relative to the root) holding segments but no readable ``.walid``.
     unidentified: dict[str, str] = field(default_factory=dict)
+    #: What each directory of ``by_id`` held when it was listed.
+    listings: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _wal_directories(fs: FileSystem, root: str) -> _Directories:
@@ -1061,6 +1064,7 @@ def _wal_directories(fs: FileSystem, root: str) -> _Directories:
             wal_id = read_wal_id(fs, path) if WAL_ID_NAME in listing else None
             if wal_id is not None:
                 found.by_id.setdefault(wal_id, []).append(path)
+                found.listings[path] = listing
             elif any(parse_segment_name(n) is not None for n in listing):
                 why = "damaged" if WAL_ID_NAME in listing else "missing"
                 found.unidentified[f"{namespace}/{name}"] = why
