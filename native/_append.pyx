@@ -332,12 +332,13 @@ cdef class AppendBuffer:
 
     # -------------------------------------------------------------- the writer's side
     def take(self):
-        """Everything pending, in one call: ``(chunks, first_offset, last_offset, count,
-        tail_position, tail_count)``. ``b"".join(chunks)`` is the frames, back to back; each
+        """Everything pending, in one call: ``(chunks, first_offset, last_offset, nbytes,
+        tail_position, tail_count)`` (the fields of ``wal.writer.Batch``, in its order;
+        ``nbytes`` is the chunks' total length). ``b"".join(chunks)`` is the frames, back to back; each
         chunk holds whole frames (how they are split is not part of the contract).
         ``tail_position`` is a byte position in that join: from there on lie the newest
         ``tail_count`` frames, the most that fit tail_messages_max and tail_bytes_max
-        (``tail_count`` 0 when not even one does). Nothing pending: ``count`` is 0."""
+        (``tail_count`` 0 when not even one does). Nothing pending: ``nbytes`` is 0."""
         cdef Py_ssize_t lo, hi, mid, k
         cdef list chunks
         self._enter()
@@ -356,7 +357,7 @@ cdef class AppendBuffer:
                     hi = mid - 1
             k = lo
             tail_position = self.used if k == 0 else self.ring[(self.count - k) % self.tail_cap]
-            result = (chunks, self.first_off, <object>self.next_off - 1, self.count,
+            result = (chunks, self.first_off, <object>self.next_off - 1, self.used,
                       tail_position, k)
             if self.used:
                 # The next round starts with a chunk that would have held this one.

@@ -164,7 +164,7 @@ class AppendBuffer:
 
     # -------------------------------------------------------------- the writer's side
     def take(self) -> tuple[list[bytes], int, int, int, int, int]:
-        """``(chunks, first_offset, last_offset, count, tail_position, tail_count)``."""
+        """``(chunks, first_offset, last_offset, nbytes, tail_position, tail_count)``."""
         with self._lock:
             pieces, sizes, first, last = self._pieces, self._sizes, self._first, self._next - 1
             data = b"".join(pieces)  # the one copy of every payload
@@ -181,7 +181,7 @@ class AppendBuffer:
             self._bytes = 0
             self._first = self._next
         # One chunk: how frames are split into chunks is not part of the contract.
-        return [data] if data else [], first, last, len(sizes), len(data) - tail_bytes, tail_count
+        return [data] if data else [], first, last, len(data), len(data) - tail_bytes, tail_count
 
     def park(self) -> bool:
         with self._lock:

@@ -71,7 +71,7 @@ class FrameCache:
         if chunks_now and first_offset != chunks_now[-1].last_offset + 1:
             # Only the tail of a big batch was cached: the window restarts so it stays contiguous.
             self.clear()
-        chunks_now.append(CacheChunk(first_offset, last_offset, kept, nbytes))
+        chunks_now.append(tuple.__new__(CacheChunk, (first_offset, last_offset, kept, nbytes)))
         self._firsts.append(first_offset)
         self._messages += count
         self._bytes += nbytes

@@ -397,21 +397,24 @@ class CommitGroup:
         rounds: list[list[bytes]] = []
         round_bytes = 0
         errors: list[int] = []
+        round_bytes_max = self.round_bytes_max
+        entry_bytes_max = ENTRY_BYTES_MAX - ROUND_MARKER_BYTES if journal is not None else -1
+        now_ms = time.time_ns() // 1_000_000  # the segment-age check's clock, once per round
         try:
             for index, member in enumerate(members):
-                if round_bytes >= self.round_bytes_max:
+                if round_bytes >= round_bytes_max:
                     self._requeue(members[index:])
                     break
                 batch = None if member.failed else member.take_ready()
                 if batch is None:
                     self._settle(member)
                     continue
+                nbytes = batch.nbytes
                 try:
-                    if journal is not None and ROUND_MARKER_BYTES + batch.nbytes > ENTRY_BYTES_MAX:
-                        raise WalFailed(f"a round of {batch.nbytes} bytes exceeds a journal entry's limit "
+                    if nbytes > entry_bytes_max >= 0:
+                        raise WalFailed(f"a round of {nbytes} bytes exceeds a journal entry's limit "
                                         f"({ENTRY_BYTES_MAX})")
-                    parts = member.appender.begin_round(batch)
-                    fd = member.appender.hold()
+                    parts, fd = member.appender.lay_out(batch, now_ms)
                 except BaseException as exc:  # noqa: BLE001 - one file's error fails its topic only
                     self._fail_member(member, exc)
                     continue
@@ -421,11 +424,12 @@ class CommitGroup:
                     except BaseException as exc:  # noqa: BLE001 - one file's error fails its topic only
                         self._fail_write(member, exc)
                         continue
-                round_bytes += batch.nbytes
-                laid_out.append((member, batch, parts, fd >= 0))
-                if fd >= 0:
+                    laid_out.append((member, batch, parts, False))
+                else:
+                    laid_out.append((member, batch, parts, True))
                     fds.append(fd)
                     rounds.append(parts)
+                round_bytes += nbytes
             if fds:
                 errors = write_rounds(fds, rounds)
         finally:
@@ -490,9 +494,12 @@ class CommitGroup:
         if not member.failed and not member.park():
             self._ready(member)
             return
+        if not member.leaving:
+            # Read without the group's lock (this runs for every topic of every round):
+            # ``_leave`` sets it under the lock and then queues the member again, so a
+            # leave this read misses is seen at the member's next turn.
+            return
         with self._lock:
-            if not member.leaving:
-                return
             self._remove_locked(member)
             member.released = True
             closer_gave_up = member.gave_up

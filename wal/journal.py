@@ -121,9 +121,15 @@ class SegmentFile:
 
     def __init__(self, inner: AppendFile) -> None:
         self._inner = inner
-        self._inner_hold: Callable[[], int] | None = getattr(inner, "hold", None)
+        inner_hold: Callable[[], int] | None = getattr(inner, "hold", None)
+        # The descriptor does not change while the file is open (and ``hold`` checks that
+        # it is): read once, not for every round.
+        self._fd = -1 if inner_hold is None else inner_hold()
         self._lock = threading.Lock()  # sync, close, abandon
         self._io_lock = threading.Lock()  # write against close/abandon
+        #: After ``hold`` returned a descriptor: the file may be closed again. The lock's
+        #: own release, not a method calling it: a commit round calls it for every topic.
+        self.let_go: Callable[[], None] = self._io_lock.release
         self._state = "open"  # open | closed (synced first) | failed | abandoned
 
     def write(self, chunks: Sequence[Chunk]) -> None:
@@ -141,18 +147,14 @@ class SegmentFile:
         """The descriptor, held open (a close or abandon waits) until ``let_go``, for a
         write by descriptor (``native.write_rounds``); -1 if the file has none (a test file
         layer: write through ``write``). WalFailed if the file is no longer open."""
-        hold = self._inner_hold
-        if hold is None:
+        if self._fd < 0:
             return -1
         self._io_lock.acquire()
         if self._state != "open":
             self._io_lock.release()
             raise WalFailed(f"write to a segment file that is {self._state}")
-        return hold()
+        return self._fd
 
-    def let_go(self) -> None:
-        """After ``hold`` returned a descriptor: the file may be closed again."""
-        self._io_lock.release()
 
     def sync(self) -> None:
         """fdatasync; nothing to do once closed (a close syncs first)."""

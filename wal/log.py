@@ -494,13 +494,14 @@ class WriteAheadLog:
             return self._detach_pending()
 
     def _detach_pending(self) -> Batch:
-        chunks, first, last, count, tail_position, tail_count = self._core.take()
-        nbytes = sum(map(len, chunks))
-        assert count > 0 and last - first + 1 == count and nbytes > 0, "take() found nothing"
-        assert first == self._durable_next, "pending frames must continue the durable offsets"
+        # take() gives a Batch's fields in its order; built without Batch's Python-level
+        # __new__ (this runs for every topic of every commit round: docs/WAL.md).
+        batch = tuple.__new__(Batch, self._core.take())
+        assert batch.last_offset >= batch.first_offset and batch.nbytes > 0, "take() found nothing"
+        assert batch.first_offset == self._durable_next, "pending frames must continue the durable offsets"
         if self._room_waiters:
             self._room.notify_all()
-        return Batch(chunks, first, last, nbytes, tail_position, tail_count)
+        return batch
 
     def _on_durable(self, batch: Batch, segment: Segment, position: int, size_bytes: int,
                     fsync_s: float) -> None:

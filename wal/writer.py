@@ -80,11 +80,13 @@ class SegmentAppender:
         self._directory = directory
         self._config = config
         self._age_max_ms = config.segment_age_max_s * 1000
-        self._active = active
+        self._bytes_max = config.segment_bytes_max
+        self._set_active(active)
         # Recovery truncated any torn tail, so the file ends exactly at the last valid frame.
         actual = fs.file_size(active.path)
         assert actual == active.size_bytes, f"{active.path}: {actual} bytes on disk, {active.size_bytes} known"
-        self._file: AppendFile = fs.open_append(active.path)
+        self._file: AppendFile
+        self._set_file(fs.open_append(active.path))
         self._file_bytes = active.size_bytes
         # Journaled (set by ``journaled``): files are SegmentFiles, synced lazily by the
         # journal's checkpoints; a rotated-away file goes to ``_retire`` instead of closing.
@@ -101,7 +103,7 @@ class SegmentAppender:
         checkpoints (``retire`` takes the files rotation leaves behind) and by ``close``."""
         with self._lock:
             if not isinstance(self._file, SegmentFile):
-                self._file = SegmentFile(self._file)
+                self._set_file(SegmentFile(self._file))
             self._retire = retire
 
     def write_round(self, batch: Batch) -> Written:
@@ -110,23 +112,41 @@ class SegmentAppender:
         self.write_parts(parts)
         return self.end_round(batch, parts)
 
-    def begin_round(self, batch: Batch) -> list[bytes]:
+    def begin_round(self, batch: Batch, now_ms: int | None = None) -> list[bytes]:
         """What ``write_round`` writes, laid out but not written: a new segment is cut
-        first if the active one is full or old. Write the parts to the active file (its
-        ``hold()`` descriptor or ``write``), then ``end_round``; nothing else in between."""
-        if self._should_rotate():
+        first if the active one is full or old (``now_ms``: the wall clock in ms, read once
+        per round by a commit group; read here when None). Write the parts to the active
+        file (by the descriptor ``lay_out`` holds, or ``write_parts``), then ``end_round``; nothing else in
+        between."""
+        active = self._active
+        # Rotate when the active segment is full, or old (against the wall clock, as its
+        # created_ms, its name's time, is), or of an older format that takes no commit
+        # rounds (from before an upgrade); never leave an empty sealed segment behind.
+        # Inline, with what it needs of the segment kept by _set_active: this runs for
+        # every topic of every commit round.
+        if active.last_offset >= active.base_offset and (
+                not self._takes_rounds or self._file_bytes >= self._bytes_max
+                or (time.time_ns() // 1_000_000 if now_ms is None else now_ms) >= self._rotate_at_ms):
             self._rotate(batch.first_offset)
-        assert batch.first_offset == self._active.last_offset + 1, "batch must continue the segment"
-        assert self._active.has_rounds, "the writer appends only to segments with commit rounds"
+            active = self._active
+        assert batch.first_offset == active.last_offset + 1, "batch must continue the segment"
+        assert self._takes_rounds, "the writer appends only to segments with commit rounds"
         # Every round starts with its marker: recovery takes a later round's marker as proof
         # that this round was synced (native/format.py, "Commit rounds").
         return [encode_round_marker(batch.first_offset), *batch.chunks]
+
+    def lay_out(self, batch: Batch, now_ms: int) -> tuple[list[bytes], int]:
+        """A commit group's ``begin_round`` and the active file's descriptor in one call:
+        (the parts, the descriptor held open until ``let_go``, or -1 if the file layer has
+        none: then ``write_parts``, and no ``let_go``). See ``_set_file``."""
+        parts = self.begin_round(batch, now_ms)
+        return parts, self._hold()
 
     def end_round(self, batch: Batch, parts: list[bytes]) -> Written:
         """After ``begin_round``'s parts were written whole to the active file."""
         position = self._file_bytes + ROUND_MARKER_BYTES  # where the round's first frame landed
         self._file_bytes += ROUND_MARKER_BYTES + batch.nbytes
-        return Written(batch, self._active, position, self._file_bytes, parts, self._file)
+        return tuple.__new__(Written, (batch, self._active, position, self._file_bytes, parts, self._file))
 
     def write_parts(self, parts: list[bytes]) -> None:
         """Write ``begin_round``'s parts through the active file (no descriptor to hold)."""
@@ -147,15 +167,19 @@ class SegmentAppender:
         truncation fails; the caller then fails the group (nothing else can vouch)."""
         self._fs.truncate(self._active.path, self._file_bytes)
 
-    def hold(self) -> int:
-        """The active file's descriptor, held open until ``let_go``, for a commit group
-        writing many topics' rounds in one call (``native.write_rounds``); -1 if its file
-        layer has no descriptors (then ``write_parts``, and no ``let_go``)."""
-        hold = getattr(self._file, "hold", None)
-        return -1 if hold is None else hold()
+    def _set_file(self, file: AppendFile) -> None:
+        """The active file, and its ``hold`` and ``let_go`` looked up once (a commit group
+        calls them for every topic of every round). ``hold``: the file's descriptor, held
+        open (a close waits) until ``let_go``, for a group writing many topics' rounds in
+        one call (``native.write_rounds``); -1 if its file layer has no descriptors (then
+        ``write_parts``, and no ``let_go``)."""
+        self._file = file
+        hold = getattr(file, "hold", None)
+        self._hold: Callable[[], int] = _no_descriptor if hold is None else hold
+        #: After ``hold`` gave a descriptor (never called otherwise): the file's own
+        #: ``let_go``, looked up once, as ``hold``.
+        self.let_go: Callable[[], None] = getattr(file, "let_go", _nothing_held)
 
-    def let_go(self) -> None:
-        self._file.let_go()  # type: ignore[attr-defined]  # only after hold() gave a descriptor
 
     def sync(self) -> None:
         """fdatasync of the active segment (the per-topic writer's sync)."""
@@ -185,16 +209,11 @@ class SegmentAppender:
         else:
             file.close()
 
-    def _should_rotate(self) -> bool:
-        active = self._active
-        if active.last_offset < active.base_offset:
-            return False  # never leave an empty sealed segment behind
-        if not active.has_rounds:
-            return True  # an older-format segment (from before an upgrade) takes no new rounds
-        if self._file_bytes >= self._config.segment_bytes_max:
-            return True
-        # Against the wall clock, as the segment's created_ms (its name's time) is.
-        return time.time_ns() // 1_000_000 >= active.created_ms + self._age_max_ms
+    def _set_active(self, active: Segment) -> None:
+        """The active segment, and what ``begin_round``'s rotation check needs of it."""
+        self._active = active
+        self._takes_rounds = active.has_rounds
+        self._rotate_at_ms = active.created_ms + self._age_max_ms
 
     def _rotate(self, base_offset: int) -> None:
         """Cut a new segment. Every byte of the old one was synced by the previous round
@@ -207,7 +226,7 @@ class SegmentAppender:
                 opened.close()  # the WAL failed meanwhile: nothing more is written
                 raise WalFailed(f"{self._directory}: abandoned while cutting segment {new.path}")
             old_file = self._file
-            self._file = SegmentFile(opened) if self._retire is not None else opened
+            self._set_file(SegmentFile(opened) if self._retire is not None else opened)
             if self._retire is not None:
                 assert isinstance(old_file, SegmentFile)
                 # Recorded with the swap, so an abandon sees the old file in one place or
@@ -221,9 +240,19 @@ class SegmentAppender:
         else:
             old_file.close()
         self._file_bytes = new.size_bytes
-        old, self._active = self._active, new
+        old = self._active
+        self._set_active(new)
         self._hooks.on_rotate(old, new)
         _log.debug("rotated %s -> %s", old.path, new.path)
+
+
+def _no_descriptor() -> int:
+    """``hold`` of a file layer without descriptors (the tests' FaultFs)."""
+    return -1
+
+
+def _nothing_held() -> None:
+    """``let_go`` of a file layer without descriptors (never called: ``hold`` gave none)."""
 
 
 class GroupCommitWriter:

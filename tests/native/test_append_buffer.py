@@ -73,10 +73,10 @@ def expected_frames(first: int) -> bytes:
 def test_twins_take_identical_bytes_and_tails(codec):
     core, calls = make(codec, next_offset=7)
     feed(core)
-    chunks, first, last, count, tail_position, tail_count = core.take()
+    chunks, first, last, nbytes, tail_position, tail_count = core.take()
     data = b"".join(chunks)
-    assert data == expected_frames(7)
-    assert (first, last, count) == (7, 36, 30) and core.next_offset == 37
+    assert data == expected_frames(7) and nbytes == len(data)
+    assert (first, last) == (7, 36) and core.next_offset == 37
     assert core.pending_count == 0 and core.pending_bytes == 0 and core.pending_first == 37
     # The tail is the newest frames within 4 messages and 200 bytes.
     scan = codec.scan_frames(data, expected_offset=7, positions=True)
@@ -114,9 +114,9 @@ def joined(taken: tuple) -> tuple:
 def test_tail_count_zero_when_last_frame_exceeds_the_byte_bound(codec):
     core, _ = make(codec, tail_bytes_max=50)
     core.append(b"z" * 100, publish_time=1)
-    chunks, first, last, count, tail_position, tail_count = core.take()
+    chunks, first, last, nbytes, tail_position, tail_count = core.take()
     data = b"".join(chunks)
-    assert (count, tail_position, tail_count) == (1, len(data), 0)
+    assert (last - first + 1, nbytes, tail_position, tail_count) == (1, len(data), len(data), 0)
 
 
 def test_default_publish_time_is_the_wall_clock_in_ms(codec):
@@ -232,8 +232,9 @@ def test_many_threads_get_unique_contiguous_offsets_in_buffer_order(codec):
     taken.append(core.take())
     expected_first = 0
     payloads = []
-    for chunks, first, last, count, _pos, _k in taken:
-        assert first == expected_first and last == first + count - 1
+    for chunks, first, last, nbytes, _pos, _k in taken:
+        count = last - first + 1
+        assert first == expected_first and nbytes == sum(map(len, chunks))
         scan = codec.scan_frames(b"".join(chunks), expected_offset=first)
         assert scan.error is None and scan.count == count
         payloads += [r.payload for r in scan.records]
@@ -263,9 +264,10 @@ def test_a_dict_grown_between_measuring_and_writing_never_corrupts_the_buffer(co
         core.append_batch([(b"first", None, attributes), Sneaky()], publish_time=1)
     except AssertionError:
         assert core.next_offset == 1, "a refused batch must leave nothing behind"
-    chunks, first, last, count, _pos, _k = core.take()
+    chunks, first, last, nbytes, _pos, _k = core.take()
     scan = codec.scan_frames(b"".join(chunks), expected_offset=0)
-    assert scan.error is None and scan.count == count == core.next_offset
+    assert scan.error is None and scan.count == last - first + 1 == core.next_offset
+    assert nbytes == sum(map(len, chunks))
     assert core.busy is False
 
 
@@ -277,8 +279,8 @@ def test_chunks_hold_whole_frames_across_chunk_boundaries(codec):
         core.append(bytes([i % 256]) * (i * 97 % 9000 + 1), publish_time=1)
     core.append_batch([b"B" * 90_000] * 15, publish_time=2)  # 1.35 MB in one batch
     core.append(b"end", publish_time=3)
-    chunks, first, last, count, tail_position, tail_count = core.take()
-    assert all(chunks) and (first, last, count) == (0, 315, 316)
+    chunks, first, last, nbytes, tail_position, tail_count = core.take()
+    assert all(chunks) and (first, last, nbytes) == (0, 315, sum(map(len, chunks)))
     start = 0
     for chunk in chunks:  # each chunk scans on its own: no frame is split
         scan = codec.scan_frames(chunk, expected_offset=start)

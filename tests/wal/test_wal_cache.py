@@ -95,8 +95,7 @@ def test_caching_a_round_copies_none_of_it(codec, tail_messages):
                               too_large=ValueError, normalize=tuple)
     for i in range(3):  # 1.8 MB: more than one chunk of the compiled core
         core.append(payload_for(i, size=600_000), publish_time=1)
-    chunks, first, last, count, tail_position, tail_count = core.take()
-    batch = Batch(chunks, first, last, sum(map(len, chunks)), tail_position, tail_count)
+    batch = Batch(*core.take())
     cache = FrameCache(1000, 8 << 20)
     tracemalloc.start()
     try:
