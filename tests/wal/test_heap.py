@@ -36,8 +36,10 @@ def _unfrozen() -> Iterator[None]:
     open would otherwise keep the heap frozen), and must close every freezer it opens."""
     gc.unfreeze()
     others, heap._open = heap._open, 0
+    thresholds, heap._thresholds_before = heap._thresholds_before, None
     yield
     leaked, heap._open = heap._open, others
+    heap._thresholds_before = thresholds
     gc.unfreeze()
     assert leaked == 0, "a freezer of this test was never closed"
 
@@ -105,6 +107,25 @@ def test_the_last_freezer_to_close_unfreezes_and_not_before() -> None:
     assert heap._open == 0
     first.freeze()  # closed: does nothing
     assert gc.get_freeze_count() == 0
+
+
+def test_young_collections_are_rarer_while_a_freezer_is_open_and_as_before_after() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        first, second = HeapFreezer(), HeapFreezer()
+        assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 10, 10)
+        first.close()
+        assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 10, 10), "another freezer is still open"
+        second.close()
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0, 10, 10)  # a process that turned automatic collection off
+        third = HeapFreezer()
+        assert gc.get_threshold() == (0, 10, 10), "a freezer must not turn collection back on"
+        third.close()
+        assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_interval_must_be_positive() -> None:
