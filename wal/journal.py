@@ -155,7 +155,6 @@ class SegmentFile:
             raise WalFailed(f"write to a segment file that is {self._state}")
         return self._fd
 
-
     def sync(self) -> None:
         """fdatasync; nothing to do once closed (a close syncs first)."""
         with self._lock:
