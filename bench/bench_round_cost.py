@@ -21,9 +21,19 @@ alone, the one call the group makes for every topic's segment write, with no boo
 system time is what one ``pwritev`` per topic costs the kernel, whatever code drives it: a
 compiled round cannot go below it on the group's thread.
 
-Not a test and never pass/fail. One command:
+**Instructions** (``--instructions``): CPU time per topic-round moves by 10-20 % between
+runs on a shared machine, so a change of a few per cent does not show in it. This mode runs
+the same loop twice under valgrind's callgrind (R and 2R passes; each thread counted
+separately) and prints the difference per topic-round: the instructions the group's thread
+executes for one topic's turn, and those the producer's thread executes for one append
+(the wake of a parked topic included). It is deterministic to within a fraction of a per
+cent, so it shows small changes; it counts instructions, not time (cache misses with many
+topics are not in it). Needs ``valgrind``; about a minute at the defaults below.
+
+Not a test and never pass/fail. Commands:
 
     .venv/bin/python bench/bench_round_cost.py --topics 1000 --rounds 100 --repeat 3 --freeze
+    .venv/bin/python bench/bench_round_cost.py --instructions --topics 200 --rounds 20
 """
 from __future__ import annotations
 
@@ -31,6 +41,7 @@ import argparse
 import gc
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -141,6 +152,41 @@ def measure_floor(topics: int, rounds: int, payload_bytes: int, directory: str) 
         shutil.rmtree(root, ignore_errors=True)
 
 
+def count_instructions(topics: int, rounds: int, payload_bytes: int, directory: str) -> dict[str, float]:
+    """Instructions per topic-round on the group's thread and per append on the producer's
+    (the main) thread: callgrind's totals for R and 2R passes, differenced, so opening the
+    WALs and starting up cancel out. The group's thread is the one whose count grew most."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt install valgrind)")
+    totals: dict[int, dict[str, int]] = {}
+    for passes in (rounds, 2 * rounds):
+        out = tempfile.mkdtemp(prefix="round-cost-callgrind-", dir=directory)
+        try:
+            subprocess.run([valgrind, "--tool=callgrind", "--separate-threads=yes",
+                            f"--callgrind-out-file={out}/cg", sys.executable, os.path.abspath(__file__),
+                            "--measure-once", "--freeze", "--topics", str(topics), "--rounds", str(passes),
+                            "--payload-bytes", str(payload_bytes), "--dir", directory],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            totals[passes] = {name.rsplit("-", 1)[1]: _callgrind_total(os.path.join(out, name))
+                              for name in os.listdir(out) if name.startswith("cg-")}
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+    grown = {thread: totals[2 * rounds].get(thread, 0) - count for thread, count in totals[rounds].items()}
+    main_thread = "01"
+    group_thread = max((t for t in grown if t != main_thread), key=lambda t: grown[t])
+    turns = topics * rounds
+    return {"group_per_topic_round": grown[group_thread] / turns, "producer_per_append": grown[main_thread] / turns}
+
+
+def _callgrind_total(path: str) -> int:
+    with open(path) as f:
+        for line in f:
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+    raise ValueError(f"{path}: no summary line")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=1000)
@@ -149,11 +195,24 @@ def main() -> None:
     parser.add_argument("--payload-bytes", type=int, default=100)
     parser.add_argument("--freeze", action="store_true", help="the broker host's gc.freeze policy (wal.heap)")
     parser.add_argument("--dir", default=None, help="where the WAL root goes (default: a temp dir)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under callgrind instead of timing (see the module docstring)")
+    parser.add_argument("--measure-once", action="store_true", help=argparse.SUPPRESS)  # --instructions' child
     args = parser.parse_args()
+    directory = args.dir or tempfile.gettempdir()
+    if args.measure_once:
+        measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory)
+        return
+    if args.instructions:
+        print(f"instructions (callgrind): {args.topics} topics, {args.rounds} and {2 * args.rounds} passes of one "
+              f"{args.payload_bytes} B message each, gc frozen")
+        counts = count_instructions(args.topics, args.rounds, args.payload_bytes, directory)
+        print(f"  group's thread, per topic-round: {counts['group_per_topic_round']:>9,.0f}")
+        print(f"  producer's thread, per append:   {counts['producer_per_append']:>9,.0f}")
+        return
     print(f"commit group's thread CPU per topic-round: {args.topics} topics, {args.rounds} passes of one "
           f"{args.payload_bytes} B message each, gc {'frozen' if args.freeze else 'stock'}")
     print(f"{'run':>3} {'user us':>8} {'system us':>10} {'total us':>9} {'ms/pass':>8} {'rounds':>7} {'gc runs':>8}")
-    directory = args.dir or tempfile.gettempdir()
     for run in range(args.repeat):
         r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory)
         print(f"{run + 1:>3} {r['user_us']:>8.1f} {r['system_us']:>10.1f} {r['user_us'] + r['system_us']:>9.1f} "
