@@ -58,8 +58,11 @@ _open = 0
 #: objects still alive, so it stays short (well under a millisecond); garbage cycles wait
 #: for at most 5,000 allocations instead of 700.
 YOUNG_THRESHOLD = 5000
-#: The thresholds the first freezer found (guarded by _lock), put back by the last close.
+#: The thresholds the first freezer found, and those it left (guarded by _lock): the last
+#: close puts the first back only if the second are still in force (a process that set its
+#: own meanwhile keeps them).
 _thresholds_before: tuple[int, int, int] | None = None
+_thresholds_set: tuple[int, int, int] | None = None
 _lock = threading.Lock()
 
 
@@ -162,15 +165,17 @@ def _raise_young_threshold() -> None:
     """The first freezer opens (under _lock): young collections every YOUNG_THRESHOLD
     allocations, unless the process set a higher threshold, or 0 (no automatic
     collection), itself."""
-    global _thresholds_before
+    global _thresholds_before, _thresholds_set
     _thresholds_before = before = gc.get_threshold()
     if 0 < before[0] < YOUNG_THRESHOLD:
         gc.set_threshold(YOUNG_THRESHOLD, before[1], before[2])
+    _thresholds_set = gc.get_threshold()
 
 
 def _restore_thresholds() -> None:
-    """The last freezer closed (under _lock): the thresholds the first one found."""
-    global _thresholds_before
-    if _thresholds_before is not None:
+    """The last freezer closed (under _lock): the thresholds the first one found, unless the
+    process changed them since (its own setting stands)."""
+    global _thresholds_before, _thresholds_set
+    if _thresholds_before is not None and gc.get_threshold() == _thresholds_set:
         gc.set_threshold(*_thresholds_before)
-        _thresholds_before = None
+    _thresholds_before = _thresholds_set = None

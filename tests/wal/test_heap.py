@@ -36,10 +36,11 @@ def _unfrozen() -> Iterator[None]:
     open would otherwise keep the heap frozen), and must close every freezer it opens."""
     gc.unfreeze()
     others, heap._open = heap._open, 0
-    thresholds, heap._thresholds_before = heap._thresholds_before, None
+    thresholds = heap._thresholds_before, heap._thresholds_set
+    heap._thresholds_before = heap._thresholds_set = None
     yield
     leaked, heap._open = heap._open, others
-    heap._thresholds_before = thresholds
+    heap._thresholds_before, heap._thresholds_set = thresholds
     gc.unfreeze()
     assert leaked == 0, "a freezer of this test was never closed"
 
@@ -124,6 +125,19 @@ def test_young_collections_are_rarer_while_a_freezer_is_open_and_as_before_after
         assert gc.get_threshold() == (0, 10, 10), "a freezer must not turn collection back on"
         third.close()
         assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize("own", [(0, 10, 10), (2000, 20, 20)])
+def test_thresholds_the_process_sets_while_a_freezer_is_open_stand_after_it_closes(own: tuple[int, int, int]) -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        freezer = HeapFreezer()
+        gc.set_threshold(*own)  # e.g. collection turned off, or tuned, by the embedding process
+        freezer.close()
+        assert gc.get_threshold() == own
     finally:
         gc.set_threshold(*before)
 
