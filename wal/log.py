@@ -151,6 +151,7 @@ class WriteAheadLog:
         self.topic = topic
         self.directory = directory
         self.config = config
+        self._index_interval_bytes = config.index_interval_bytes  # read by every commit round
         self._fs = fs
         self._lock = Lock()
         self._work = Condition(self._lock)
@@ -506,34 +507,38 @@ class WriteAheadLog:
     def _on_durable(self, batch: Batch, segment: Segment, position: int, size_bytes: int,
                     fsync_s: float) -> None:
         """Writer thread, after a successful fsync: publish the new durable watermark."""
-        tail = _cache_tail(batch)
+        # Kept lean (unpacked once, _cache_tail's common case inline, no list made when no
+        # async waiter waits): this runs for every topic of every commit round (docs/WAL.md).
+        chunks, first, last, nbytes, tail_position, tail_count = batch
+        if tail_count and tail_position < len(chunks[0]):
+            tail: tuple[int, int, list[bytes], int, int] | None = (
+                last - tail_count + 1, last, chunks, tail_position, nbytes)  # _cache_tail's common case
+        else:
+            tail = _cache_tail(batch)
         with self._lock:
             if self._failure is not None:
                 return  # failed closed meanwhile: its waiters were told WalFailed; publish nothing
-            assert batch.first_offset == self._durable_next, "durable offsets must stay contiguous"
-            segment.last_offset = batch.last_offset
+            assert first == self._durable_next, "durable offsets must stay contiguous"
+            segment.last_offset = last
             segment.size_bytes = size_bytes
-            segment.add_index(batch.first_offset, position, self.config.index_interval_bytes)
-            self._durable_next = batch.last_offset + 1
+            segment.add_index(first, position, self._index_interval_bytes)
+            self._durable_next = last + 1
             if tail is None:
                 self._cache.clear()
             else:
                 self._cache.add(*tail)
             if self._durable_waiters:
                 self._durable.notify_all()
+            ready = None
             if self._async_waiters:
-                ready, self._async_waiters = _split_ready(self._async_waiters, self._durable_next)
-            else:
-                ready = []
+                ready, self._async_waiters = _split_ready(self._async_waiters, last + 1)
             listeners = self._listeners
-        assert self._durable_next == batch.last_offset + 1
-        records = batch.last_offset - batch.first_offset + 1
-        self.metrics.on_fsync(records, batch.nbytes, fsync_s, batch.last_offset)
+        self.metrics.on_fsync(last - first + 1, nbytes, fsync_s, last)
         if ready:
             _resolve_all(ready, None)
         for callback in listeners:
             try:
-                callback(batch.last_offset)
+                callback(last)
             except Exception:  # a listener must not take the writer down
                 _log.exception("durable listener %r failed", callback)
 
