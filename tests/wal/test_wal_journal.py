@@ -262,7 +262,11 @@ def test_checkpoints_keep_the_journal_bounded_and_idle_topics_pin_nothing():
             busy.flush()
             most = max(most, len(_journal_files(fs)))
     busy.flush()
-    assert group.journal.checkpoints >= 20, group.journal.checkpoints
+    # About 650 KiB went through 32 KiB journal files, at most 4 of them kept: at least 16
+    # files were recycled, and one checkpoint frees at most 3, so at least 6 checkpoints
+    # ran. (More are asked for, one per 16 KiB, but requests made while one runs are
+    # answered by the next: how many depends on the machine's speed.)
+    assert group.journal.checkpoints >= 6, group.journal.checkpoints
     assert most <= 4, f"the journal kept {most} files: something pins it"
     image = fs.random_crash_image(random.Random(1))
     for wal in [busy, *idle]:
