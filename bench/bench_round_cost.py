@@ -26,9 +26,11 @@ runs on a shared machine, so a change of a few per cent does not show in it. Thi
 the same loop twice under valgrind's callgrind (R and 2R passes; each thread counted
 separately) and prints the difference per topic-round: the instructions the group's thread
 executes for one topic's turn, and those the producer's thread executes for one append
-(the wake of a parked topic included). It is deterministic to within a fraction of a per
-cent, so it shows small changes; it counts instructions, not time (cache misses with many
-topics are not in it). Needs ``valgrind``; about a minute at the defaults below.
+(the wake of a parked topic included). The group's count is deterministic to within
+about 1 %, so it shows small changes; the producer's includes its waits for durability,
+so it moves with scheduling (by up to 20 % between runs). It counts instructions, not time
+(cache misses with many topics are not in it). Needs ``valgrind``; about a minute at the
+defaults below.
 
 Not a test and never pass/fail. Commands:
 
