@@ -409,7 +409,6 @@ class CommitGroup:
         round_bytes = 0
         errors: list[int] = []
         round_bytes_max = self.round_bytes_max
-        entry_bytes_max = ENTRY_BYTES_MAX - ROUND_MARKER_BYTES if journal is not None else -1
         now_ms = time.time_ns() // 1_000_000  # the segment-age check's clock, once per round
         try:
             for index, member in enumerate(members):
@@ -422,7 +421,7 @@ class CommitGroup:
                     continue
                 nbytes = batch.nbytes
                 try:
-                    if nbytes > entry_bytes_max >= 0:
+                    if journal is not None and ROUND_MARKER_BYTES + nbytes > ENTRY_BYTES_MAX:
                         raise WalFailed(f"a round of {nbytes} bytes exceeds a journal entry's limit "
                                         f"({ENTRY_BYTES_MAX})")
                     parts, fd = member.appender.lay_out(batch, now_ms)
@@ -435,12 +434,11 @@ class CommitGroup:
                     except BaseException as exc:  # noqa: BLE001 - one file's error fails its topic only
                         self._fail_write(member, exc)
                         continue
-                    laid_out.append((member, batch, parts, False))
-                else:
-                    laid_out.append((member, batch, parts, True))
+                round_bytes += nbytes
+                laid_out.append((member, batch, parts, fd >= 0))
+                if fd >= 0:
                     fds.append(fd)
                     rounds.append(parts)
-                round_bytes += nbytes
             if fds:
                 errors = write_rounds(fds, rounds)
         finally:

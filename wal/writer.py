@@ -180,7 +180,6 @@ class SegmentAppender:
         #: ``let_go``, looked up once, as ``hold``.
         self.let_go: Callable[[], None] = getattr(file, "let_go", _nothing_held)
 
-
     def sync(self) -> None:
         """fdatasync of the active segment (the per-topic writer's sync)."""
         self._file.sync()
