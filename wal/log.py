@@ -507,12 +507,13 @@ class WriteAheadLog:
     def _on_durable(self, batch: Batch, segment: Segment, position: int, size_bytes: int,
                     fsync_s: float) -> None:
         """Writer thread, after a successful fsync: publish the new durable watermark."""
-        # Kept lean (unpacked once, _cache_tail's common case inline, no list made when no
-        # async waiter waits): this runs for every topic of every commit round (docs/WAL.md).
+        # Kept lean (unpacked once, no list made when no async waiter waits, and the cache
+        # tail's common case, a tail inside the round's first chunk, without a call to
+        # _cache_tail): this runs for every topic of every commit round (docs/WAL.md).
         chunks, first, last, nbytes, tail_position, tail_count = batch
         if tail_count and tail_position < len(chunks[0]):
             tail: tuple[int, int, list[bytes], int, int] | None = (
-                last - tail_count + 1, last, chunks, tail_position, nbytes)  # _cache_tail's common case
+                last - tail_count + 1, last, chunks, tail_position, nbytes)
         else:
             tail = _cache_tail(batch)
         with self._lock:
@@ -822,20 +823,17 @@ def _cache_tail(batch: Batch) -> tuple[int, int, list[bytes], int, int] | None:
     they start in, where in it, the bytes of those chunks); None if not even the last one
     fits. Copies nothing: the cache keeps the chunks the writer has just written (see
     wal/cache.py)."""
-    if batch.tail_count == 0:
+    chunks, _first, last, nbytes, tail_position, tail_count = batch
+    if tail_count == 0:
         return None
-    tail_position = batch.tail_position
-    assert 0 <= tail_position < batch.nbytes
-    chunks = batch.chunks
-    first = batch.last_offset - batch.tail_count + 1
-    if tail_position < len(chunks[0]):  # the common case: a round of one chunk
-        return first, batch.last_offset, chunks, tail_position, batch.nbytes
+    assert 0 <= tail_position < nbytes
+    first = last - tail_count + 1
     start = 0  # byte position of chunks[index] in the batch
     for index, chunk in enumerate(chunks):
         if tail_position < start + len(chunk):
             break
         start += len(chunk)
-    return first, batch.last_offset, chunks[index:], tail_position - start, batch.nbytes - start
+    return first, last, chunks[index:], tail_position - start, nbytes - start
 
 
 def _split_ready(waiters: list[_AsyncWaiter], durable_next: int) -> tuple[list[_AsyncWaiter], list[_AsyncWaiter]]:
