@@ -743,9 +743,16 @@ class WriteAheadLog:
                 raise OffsetBelowRetention(position, self.first_offset) from None
             raise
         try:
-            return _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds) + (limit,)
+            data, result, start = _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds)
         finally:
             handle.close()
+        if result.count > 1 and start + result.positions[-1] - pos >= self._index_interval_bytes:
+            # The scan went far past the index point it started from (inside a big commit
+            # round): index the last frame it found, where a reader's next read begins
+            # (Segment.learn_index; without it a catch-up through the round is quadratic).
+            with self._lock:
+                segment.learn_index(result.last_offset, start + result.positions[-1], self._index_interval_bytes)
+        return data, result, limit
 
     def _reader_lag(self) -> int:
         with self._lock:
@@ -759,8 +766,9 @@ class WriteAheadLog:
 
 
 def _scan_until(handle: ReadFile, path: str, position: int, offset: int, pos: int, end_pos: int,
-                max_bytes: int, decode: bool, rounds: bool) -> tuple[bytes, ScanResult]:
-    """Scans forward from an index point until a chunk holds ``position``; (data, result)."""
+                max_bytes: int, decode: bool, rounds: bool) -> tuple[bytes, ScanResult, int]:
+    """Scans forward from an index point until a chunk holds ``position``; (data, result,
+    the file position ``data`` was read from)."""
     want_bytes = max_bytes
     while pos < end_pos:
         want = min(end_pos - pos, max(want_bytes, FRAME_HEADER_BYTES))
@@ -778,7 +786,7 @@ def _scan_until(handle: ReadFile, path: str, position: int, offset: int, pos: in
             continue
         if result.last_offset >= position:
             assert result.first_offset == offset and result.first_offset <= position
-            return data, result
+            return data, result, pos
         offset, pos, want_bytes = result.last_offset + 1, pos + result.end, max_bytes
     raise CorruptLog(path, end_pos, f"offset {position} not found before the durable end of the segment")
 

@@ -70,6 +70,31 @@ class Segment:
         self.index_offsets.append(offset)
         self.index_positions.append(position)
 
+    def learn_index(self, offset: int, position: int, interval_bytes: int) -> None:
+        """Index a frame a read found (``offset`` starts at byte ``position``), unless an
+        indexed frame is within ``interval_bytes`` of it on either side.
+
+        Rounds written by this process are indexed at their first frame only
+        (``add_index``: the writer knows no other frame's position), so one big round has
+        one index point, and a reader catching up through it would scan again from that
+        point on every read: quadratic in the round's size. Reads index what they found
+        instead, so the next read starts next to where the last one stopped. Bounded as
+        ``add_index`` is: points are at least ``interval_bytes`` apart. Precondition, so
+        a seek never lands off a frame: ``position`` is where a validated scan found the
+        frame ``offset``, in durable data (which is never rewritten while the segment
+        exists: only a failed, never durable round is ever cut off a segment's end)."""
+        offsets, positions = self.index_offsets, self.index_positions
+        at = bisect.bisect_right(offsets, offset)
+        if at and offsets[at - 1] == offset:
+            return
+        if position - (positions[at - 1] if at else SEGMENT_HEADER_BYTES) < interval_bytes:
+            return
+        if at < len(positions) and positions[at] - position < interval_bytes:
+            return
+        assert (not at or positions[at - 1] < position) and (at == len(positions) or position < positions[at])
+        offsets.insert(at, offset)
+        positions.insert(at, position)
+
     def seek(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last indexed frame at or before ``offset``."""
         at = bisect.bisect_right(self.index_offsets, offset) - 1
