@@ -442,3 +442,32 @@ def test_a_payload_is_copied_once_on_its_way_through_the_core(codec, batch):
         tracemalloc.stop()
     assert sum(map(len, chunks)) == 2 * (16 + 10 + 1_000_000)
     assert peak < 1.3 * 2_000_000, f"{peak} bytes allocated for 2 MB of payload"
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_small_rounds_kept_by_the_cache_cost_their_size_not_a_chunk_each(codec) -> None:
+    """What a topic with one small message per commit round hands the cache must not pin a
+    whole allocation chunk (4 KiB) per message. The compiled core shrank the chunk in place,
+    and the freed rest of each block could never hold the next chunk: 1,000 topics at
+    20,000 msg/s grew the heap by 80 MB/s. Here: 40,000 rounds of one 100 B message, every
+    take kept (as the cache keeps them), over two topics whose rounds interleave as in a
+    commit group; a chunk each grows it by about 80 MB."""
+    cores = [make(codec)[0], make(codec)[0]]
+    kept = []
+    before = _rss_kib()
+    for _ in range(20_000):
+        for core in cores:
+            core.append(b"m" * 100, publish_time=1)
+        for core in cores:
+            kept.append(core.take()[0])
+    grown_mib = (_rss_kib() - before) / 1024
+    assert all(len(chunks) == 1 and len(chunks[0]) < 200 for chunks in kept)
+    # Kept: 40,000 lists, bytes and tuples of about 300 B in all, ~12 MiB.
+    assert grown_mib < 40, f"the heap grew {grown_mib:.0f} MiB for 5 MB of frames"
