@@ -5,6 +5,7 @@ import asyncio
 import os
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -377,6 +378,20 @@ def test_rotation_by_age(tmp_path):
     log.flush()
     assert [s.base_offset for s in log.segments()] == [0, 1]
     log.close()
+
+
+def test_topics_opened_together_reach_their_age_limit_spread_out():
+    """A segment is cut by age up to a tenth early, by an amount that differs per segment:
+    1,000 topics opened together must not all cut their segments in one commit round (each
+    cut takes three syncs), and none may be cut later than the limit."""
+    from wal.writer import AGE_JITTER, _age_jitter_ms
+    age_ms = 3_600_000.0
+    paths = [f"/wal/ns/t{i}/{0:020d}.seg" for i in range(1000)]
+    jitters = [_age_jitter_ms(path, age_ms) for path in paths]
+    assert all(0 <= j < AGE_JITTER * age_ms for j in jitters)
+    buckets = Counter(int(j / (AGE_JITTER * age_ms) * 100) for j in jitters)  # 100 slices of the tenth
+    assert len(buckets) > 90 and max(buckets.values()) < 30, buckets.most_common(3)
+    assert _age_jitter_ms(paths[0], age_ms) == jitters[0], "the same segment, the same limit"
 
 
 def test_read_frames_returns_whole_validated_durable_frames(wal):

@@ -62,7 +62,9 @@ KEYS: dict[str, tuple[str, str]] = {
                               "write batch, so a segment may exceed it by one batch).",
                               "Kafka `log.segment.bytes` (`segment.bytes`); Pulsar "
                               "`managedLedgerMaxSizePerLedgerMbytes`"),
-    "wal.segment_age_max_s": ("Cut a new segment once the active one is this old.",
+    "wal.segment_age_max_s": ("Cut a new segment once the active one is this old, less up to 10 % that differs "
+                              "from segment to segment (so topics opened together do not all cut theirs in "
+                              "one commit round).",
                               "Kafka `log.roll.ms` (`segment.ms`); Pulsar "
                               "`managedLedgerMaxLedgerRolloverTimeMinutes`"),
     "wal.cache_messages_max": ("Recent durable messages kept in memory for tail readers.",
