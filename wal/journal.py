@@ -60,7 +60,8 @@ from native.journal_format import (
 )
 from wal.checkpoint import CHECKPOINT_NAME, read_checkpoint, write_checkpoint
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
-from wal.fs import LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, directory_key
+from wal.fs import (LOCK_NAME, AppendFile, Chunk, FileSystem, LockHeld, RandomWriteFile, RealFs, SyncHandle,
+                    directory_key)
 from wal.fs import Lock as DirLock
 from wal.identity import WAL_ID_NAME, read_wal_id
 from wal.metrics import GroupMetrics
@@ -119,8 +120,10 @@ class SegmentFile:
     syncs a descriptor that was closed (and maybe reused) under it; ``write`` and the
     closing calls are serialised too (a separate lock, so a write never waits for a sync)."""
 
-    def __init__(self, inner: AppendFile) -> None:
+    def __init__(self, inner: AppendFile, path: str | None = None) -> None:
         self._inner = inner
+        #: Where the file is (a checkpoint asks whether one ``syncfs`` reaches it), or None.
+        self.path = path
         inner_hold: Callable[[], int] | None = getattr(inner, "hold", None)
         # The descriptor does not change while the file is open (and ``hold`` checks that
         # it is): read once, not for every round.
@@ -163,12 +166,21 @@ class SegmentFile:
             elif self._state in ("failed", "abandoned"):
                 raise WalFailed(f"segment file {self._state}: its unsynced bytes live only in the journal")
 
-    def close(self) -> None:
-        """Sync, then close: what it holds is durable without the journal from now on.
-        Nothing to do if it was closed or abandoned already."""
+    def check(self) -> None:
+        """What ``sync`` raises, without syncing: for a checkpoint that makes the file
+        durable by other means (one ``syncfs`` of its file system)."""
+        with self._lock:
+            if self._state in ("failed", "abandoned"):
+                raise WalFailed(f"segment file {self._state}: its unsynced bytes live only in the journal")
+
+    def close(self, synced: bool = False) -> None:
+        """Sync (unless ``synced``: a ``syncfs`` that began after its last write returned),
+        then close: what it holds is durable without the journal from now on. Nothing to
+        do if it was closed or abandoned already."""
         with self._lock:
             if self._state == "open":
-                self._sync_locked()
+                if not synced:
+                    self._sync_locked()
                 with self._io_lock:
                     self._inner.close()
                     self._state = "closed"
@@ -181,6 +193,13 @@ class SegmentFile:
             if self._state == "open":
                 self._inner.close()
                 self._state = "abandoned"
+
+    def mark_failed(self) -> None:
+        """A sync that covered this file failed (a checkpoint's ``syncfs``, which cannot say
+        which file failed): as if its own had. Its unsynced bytes live only in the journal."""
+        with self._lock, self._io_lock:
+            if self._state == "open":
+                self._state = "failed"
 
     def _sync_locked(self) -> None:
         try:
@@ -293,6 +312,8 @@ class Journal:
         self.rounds = 0
         self._checkpoint_record_failing = False  # logged once per run of failures
         self._checkpoint_attempts = 0  # checkpoints that ended, written or not (wait_replay_past)
+        # Before any round is written: it reports every write-back error after this point.
+        self._syncfs: SyncHandle | None = _open_syncfs(fs, root)
         self._thread = threading.Thread(target=self._checkpointer, name=f"wal-journal-checkpoint:{root}", daemon=True)
         self._thread.start()
         # Last: from here on every round the journal holds is this process's own.
@@ -367,6 +388,8 @@ class Journal:
             self._wake.notify()
         self._thread.join()
         self._writer.handle.close()
+        if self._syncfs is not None:
+            self._syncfs.close()
         self._let_go_of_running()
         self._lock_file.release()
 
@@ -565,10 +588,12 @@ class Journal:
                 and not files and not retired:
             return False
         started = time.perf_counter()
-        for file in files:
-            file.sync()  # raises: the checkpointer fails the group (the journal is the only copy)
+        by_syncfs = self._sync_by_syncfs(files, retired)
+        if not by_syncfs:
+            for file in files:
+                file.sync()  # raises: the checkpointer fails the group (the journal is the only copy)
         for file in retired:
-            file.close()
+            file.close(synced=by_syncfs)
         try:
             write_checkpoint(self.fs, self.directory, _checkpoint_state(snapshot), name=_CHECKPOINT)
         except OSError as exc:
@@ -596,6 +621,49 @@ class Journal:
         _log.debug("journal %s: checkpoint at file %d byte %d (round %d): %d segment files synced in %.3f s",
                    self.directory, snapshot.file, snapshot.position, snapshot.round, len(files) + len(retired),
                    time.perf_counter() - started)
+        return True
+
+    def _sync_by_syncfs(self, files: list[SegmentFile], retired: list[SegmentFile]) -> bool:
+        """A checkpoint's segment files made durable with ONE ``syncfs`` of the root's file
+        system, where it reaches every one of them (``FileSystem.syncfs_covers``); False
+        (nothing done) where it does not: the caller syncs each file.
+
+        Why: the checkpoint synced every file a round wrote since the last one, one
+        ``fdatasync`` (one device flush) each. At 1,000 topics that took about 1.9 s of
+        every 10, during which the journal's own sync, which every acknowledgement waits
+        for, was twice as slow (p50 0.82 against 0.47 ms, p99 6.1 against 2.7 ms).
+
+        Why it is as safe: every byte the checkpoint vouches for was written (its
+        ``pwritev`` returned) before the snapshot, so before this ``syncfs`` began, and
+        ``syncfs`` returns only once every dirty page of the file system is on stable
+        storage. A write-back error of any of those pages fails it: the handle was opened
+        before this journal's first round (``_open_syncfs``), and the kernel reports to a
+        ``syncfs`` every error since its descriptor was opened (``syncfs_covers`` checks
+        the kernel does). It cannot say which file failed, so the group fails (as a
+        failed ``fdatasync`` of one file fails it), also for an error of a file that is
+        not a WAL's: on a shared file system another program's write-back error costs the
+        group its availability, never an acknowledged message. A file already failed or
+        abandoned raises as its ``sync`` would."""
+        handle = self._syncfs
+        if handle is None or not (files or retired):
+            return False
+        paths: list[str] = []
+        for file in (*files, *retired):
+            if file.path is None:
+                return False
+            paths.append(file.path)
+        if not self.fs.syncfs_covers(self.root, paths):
+            return False
+        for file in (*files, *retired):
+            file.check()
+        try:
+            handle.sync()
+        except BaseException:
+            # The checkpointer fails the group (the journal is the only copy). Which file
+            # lost pages is unknown: none of them may close as durable on its own.
+            for file in (*files, *retired):
+                file.mark_failed()
+            raise
         return True
 
     def _try_prepare_spare(self) -> None:
@@ -637,6 +705,19 @@ class Journal:
 
 
 _CHECKPOINT = "wal.ckpt"
+
+
+def _open_syncfs(fs: FileSystem, root: str) -> SyncHandle | None:
+    """A ``syncfs`` handle for the checkpoints (``Journal._sync_by_syncfs``), or None where
+    one ``syncfs`` of the root cannot stand for an ``fdatasync`` of each file
+    (``syncfs_covers``) or cannot be opened: then checkpoints sync file by file."""
+    if not fs.syncfs_covers(root, [root]):
+        return None
+    try:
+        return fs.open_syncfs(root)
+    except OSError as exc:
+        _log.warning("journal of %s: no syncfs handle (checkpoints sync each segment file): %r", root, exc)
+        return None
 
 #: Held locked (``flock``, exclusive) by a journal whose group runs healthy: taken once the
 #: last run's rounds were replayed and this run's first checkpoint is durable, let go when

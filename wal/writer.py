@@ -113,7 +113,7 @@ class SegmentAppender:
         checkpoints (``retire`` takes the files rotation leaves behind) and by ``close``."""
         with self._lock:
             if not isinstance(self._file, SegmentFile):
-                self._set_file(SegmentFile(self._file))
+                self._set_file(SegmentFile(self._file, self._active.path))
             self._retire = retire
 
     def write_round(self, batch: Batch) -> Written:
@@ -235,7 +235,7 @@ class SegmentAppender:
                 opened.close()  # the WAL failed meanwhile: nothing more is written
                 raise WalFailed(f"{self._directory}: abandoned while cutting segment {new.path}")
             old_file = self._file
-            self._set_file(SegmentFile(opened) if self._retire is not None else opened)
+            self._set_file(SegmentFile(opened, new.path) if self._retire is not None else opened)
             if self._retire is not None:
                 assert isinstance(old_file, SegmentFile)
                 # Recorded with the swap, so an abandon sees the old file in one place or

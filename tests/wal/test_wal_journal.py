@@ -51,6 +51,13 @@ def test_many_topics_sharing_a_journal_survive_power_loss_at_random_points():
         journal = rng.choice((SMALL_JOURNAL, NO_CHECKPOINTS,
                               JournalConfig(file_bytes=4096 * 16, checkpoint_bytes=2048, checkpoint_interval_s=0.001)))
         fs = FaultFs()
+        # How checkpoints sync the segment files: one syncfs of the root's file system, or
+        # each file's fdatasync where that syncfs would not reach them all (a file system
+        # whose syncfs does not flush; a topic on another volume mounted under the root).
+        checkpoints_by = rng.choice(("syncfs", "fdatasync", "a topic elsewhere"))
+        fs.syncfs_flushes = checkpoints_by != "fdatasync"
+        if checkpoints_by == "a topic elsewhere":
+            fs.other_volumes.add(os.path.join(ROOT, "ns", "t0"))
         appended: list[dict[int, bytes]] = [{} for _ in range(topics)]
         acked = [-1] * topics
         for incarnation in range(3):
@@ -284,8 +291,15 @@ def test_checkpoints_keep_the_journal_bounded_and_idle_topics_pin_nothing():
     group.close()
 
 
-def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing():
+@pytest.mark.parametrize("by_syncfs", [False, True], ids=["fdatasync-each", "one-syncfs"])
+def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing(by_syncfs: bool):
+    """A checkpoint syncs its segment files one by one, or, where one syncfs of the root's
+    file system reaches them all, with that syncfs (``Journal._sync_by_syncfs``). Either
+    failing fails the group; a topic whose file may have lost pages must not close as if
+    its files were durable without the journal: the one whose fdatasync failed, or every
+    one the failed syncfs covered (it cannot say which)."""
     fs = FaultFs()
+    fs.syncfs_flushes = by_syncfs
     config = small_config(segment_bytes_max=1 << 20)
     group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
     wals = [_open(fs, group, i, config) for i in range(3)]
@@ -294,7 +308,7 @@ def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing():
             wal.append(payload_for(n))
         for wal in wals:
             wal.flush()
-    fs.fail_sync_after = fs.sync_calls  # the checkpoint's first segment sync fails
+    fs.fail_sync_after = fs.sync_calls  # the checkpoint's first segment sync (or its syncfs) fails
     with pytest.raises(OSError):
         group.journal.checkpoint()
     group.journal._fail(OSError("injected"))  # what the checkpointer thread does with it
@@ -309,7 +323,7 @@ def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing():
             wal.close()
         except WalFailed:
             refused.append(wal)  # its segment file failed to sync: it still needs the journal
-    assert len(refused) == 1, "exactly the topic whose checkpoint sync failed is not closed cleanly"
+    assert len(refused) == (3 if by_syncfs else 1), "the topics whose files may have lost pages close unclean"
     group.close()
     fs.fail_sync_after = None
     image = fs.random_crash_image(random.Random(5))
