@@ -746,10 +746,12 @@ class WriteAheadLog:
             data, result, start = _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds)
         finally:
             handle.close()
-        if result.count > 1 and start + result.positions[-1] - pos >= self._index_interval_bytes:
+        if start + result.positions[-1] - pos >= self._index_interval_bytes:
             # The scan went far past the index point it started from (inside a big commit
-            # round): index the last frame it found, where a reader's next read begins
-            # (Segment.learn_index; without it a catch-up through the round is quadratic).
+            # round): index the last frame it found, next to where a reader's next read
+            # begins (Segment.learn_index; without it a catch-up through the round is
+            # quadratic). Also when that frame is the only one found: frames larger than
+            # half a read (atk79).
             with self._lock:
                 segment.learn_index(result.last_offset, start + result.positions[-1], self._index_interval_bytes)
         return data, result, limit

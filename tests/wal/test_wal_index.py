@@ -78,16 +78,18 @@ def test_random_learning_keeps_offsets_and_positions_in_the_same_order() -> None
 
 
 @pytest.mark.parametrize("live_wal", [False, True], ids=["reopened", "written-here"])
+@pytest.mark.parametrize("count,size", [(3000, 100), (300, 3000)], ids=["small-frames", "a-frame-per-read"])
 def test_a_catch_up_read_through_one_big_round_reads_each_byte_a_bounded_number_of_times(
-        tmp_path, live_wal: bool) -> None:
+        tmp_path, live_wal: bool, count: int, size: int) -> None:
+    """Small frames: many per read. Frames of 3,000 B with reads of 4,096: one per read, so
+    the only frame a read finds is the one to index (atk79)."""
     fs = _CountingFs()
     # No cache to speak of: every read goes to the file. One append_batch is one round.
     config = small_config(segment_bytes_max=64 << 20, cache_messages_max=1, cache_bytes_max=1,
-                          read_chunk_bytes=4096, index_interval_bytes=1024)
-    count = 3000
+                          read_chunk_bytes=4096, index_interval_bytes=1024, max_message_bytes=16 * 1024)
     wal = WriteAheadLog.open(str(tmp_path), "/ns/big", config, fs=fs)
     try:
-        wal.append_batch([payload_for(offset, size=100) for offset in range(count)])
+        wal.append_batch([payload_for(offset, size=size) for offset in range(count)])
         wal.flush()
         if not live_wal:
             wal.close()
@@ -98,8 +100,9 @@ def test_a_catch_up_read_through_one_big_round_reads_each_byte_a_bounded_number_
             offsets = [check_payload(record.payload)[0] for record in reader]
         assert offsets == list(range(count))
         # Each read starts within one index interval (plus a frame) of where the last one
-        # stopped. Rescanning from the round's start every time read 50x the segment.
-        assert fs.read_bytes[0] <= 2 * segment.size_bytes, (fs.read_bytes[0], segment.size_bytes)
+        # stopped: at most the frame before it is read again. Rescanning from the round's
+        # start every time read 50-150x the segment.
+        assert fs.read_bytes[0] <= 3 * segment.size_bytes, (fs.read_bytes[0], segment.size_bytes)
     finally:
         wal.close()
 
