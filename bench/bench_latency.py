@@ -317,7 +317,8 @@ def open_peer_target(name: str, setup: Setup) -> Target:
 _DEFAULT_JOURNAL = JournalConfig(file_bytes=WalConfig().journal_file_bytes,
                                  checkpoint_bytes=WalConfig().journal_checkpoint_bytes,
                                  checkpoint_interval_s=WalConfig().journal_checkpoint_interval_s,
-                                 files_max=WalConfig().journal_files_max)
+                                 files_max=WalConfig().journal_files_max,
+                                 syncfs_min_files=WalConfig().journal_checkpoint_syncfs_min_files)
 
 MODES: dict[str, Mode] = {
     "wal": Mode(open_wal, files_per_topic=2),  # segment + directory lock

@@ -68,6 +68,9 @@ class WalConfig:
     journal_file_bytes: int = 64 * 1024 * 1024
     journal_checkpoint_bytes: int = 32 * 1024 * 1024
     journal_checkpoint_interval_s: float = 10.0
+    # A checkpoint with at least this many segment files to sync does it with one syncfs of
+    # the root's file system (where that reaches them all) instead of one fdatasync each.
+    journal_checkpoint_syncfs_min_files: int = 32
     # At most this many journal files past the checkpoint (a round waits for a checkpoint
     # first): the journal's disk use and the replay after a crash stay near
     # journal_files_max * journal_file_bytes.
@@ -83,7 +86,7 @@ class WalConfig:
         # setting, a larger one would fail a thread that waits on it, not this check.
         for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
                      "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
-                     "journal_file_bytes"):
+                     "journal_file_bytes", "journal_checkpoint_syncfs_min_files"):
             if not 0 < getattr(self, name) <= SIZE_MAX:
                 raise ValueError(f"{name} must be positive and at most 2**53")
         for name in ("segment_age_max_s", "append_timeout_s", "close_timeout_s", "journal_checkpoint_interval_s"):

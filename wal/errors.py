@@ -77,7 +77,7 @@ class SyncNotCovered(WalError, ValueError):
     """A commit group that makes rounds durable with ``syncfs`` (``wal.group_sync =
     syncfs``) was given a root, or a WAL directory, that such a ``syncfs`` does not make
     durable (``FileSystem.syncfs_covers``: another volume mounted under the root, FUSE, a
-    kernel before 5.8): it would acknowledge rounds that a power loss may drop."""
+    kernel before 5.17): it would acknowledge rounds that a power loss may drop."""
 
     def __init__(self, path: str, root: str) -> None:
         super().__init__(f"{path}: a syncfs of {root} does not make it durable (another volume, "

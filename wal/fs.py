@@ -241,7 +241,8 @@ class RealFs:
 
         Keep the handle open for as long as its syncs vouch for writes: the kernel reports
         a write-back error to a ``syncfs`` only if it happened after the descriptor was
-        opened (Linux >= 5.8, ``errseq``), so a descriptor opened per call could miss an
+        opened (Linux >= 5.8, ``errseq``; >= 5.17 for the file system's own errors:
+        ``syncfs_reports_errors``), so a descriptor opened per call could miss an
         error of a background write-back that came before it.
         """
         return _RealSyncHandle(path)
@@ -330,13 +331,21 @@ def statfs_type(path: str) -> int:
 
 
 def syncfs_reports_errors() -> bool:
-    """Whether this kernel's ``syncfs(2)`` returns write-back errors (Linux 5.8 and later;
-    before, it returned 0 even when writing a file back failed, so a commit group could
-    acknowledge data that never reached the disk)."""
+    """Whether this kernel's ``syncfs(2)`` returns every error a sync of each file would
+    (Linux 5.17 and later). Before 5.8 it returned 0 even when writing a file back failed;
+    from 5.8 it reports write-back errors (``errseq``), but until 5.17 it dropped the file
+    system's own ``sync_fs`` errors (a failed cache flush, a failed log write), which an
+    ``fdatasync`` reports (atk80 F2). Either way a commit group, or a checkpoint, could
+    have vouched for data that never reached stable storage."""
     if sys.platform != "linux":
         return False
     match = re.match(r"(\d+)\.(\d+)", platform.release())
-    return match is not None and (int(match.group(1)), int(match.group(2))) >= (5, 8)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= SYNCFS_KERNEL_MIN
+
+
+#: The first Linux release whose ``syncfs`` reports what an ``fdatasync`` of each file would
+#: (``syncfs_reports_errors``).
+SYNCFS_KERNEL_MIN = (5, 17)
 
 
 class LockHeld(WalError, OSError):

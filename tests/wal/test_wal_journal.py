@@ -11,6 +11,7 @@ a closed WAL never needs the journal; one journal per root, one opener at a time
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import threading
@@ -58,6 +59,7 @@ def test_many_topics_sharing_a_journal_survive_power_loss_at_random_points():
         fs.syncfs_flushes = checkpoints_by != "fdatasync"
         if checkpoints_by == "a topic elsewhere":
             fs.other_volumes.add(os.path.join(ROOT, "ns", "t0"))
+        journal = dataclasses.replace(journal, syncfs_min_files=1)  # 10 topics: below the default
         appended: list[dict[int, bytes]] = [{} for _ in range(topics)]
         acked = [-1] * topics
         for incarnation in range(3):
@@ -301,7 +303,7 @@ def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing(by
     fs = FaultFs()
     fs.syncfs_flushes = by_syncfs
     config = small_config(segment_bytes_max=1 << 20)
-    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    group = CommitGroup(ROOT, fs, journal=dataclasses.replace(NO_CHECKPOINTS, syncfs_min_files=1))
     wals = [_open(fs, group, i, config) for i in range(3)]
     for n in range(10):
         for wal in wals:
@@ -333,6 +335,77 @@ def test_a_checkpoint_sync_failure_fails_every_topic_closed_and_loses_nothing(by
         assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(10))
         wal.close()
     group.close()
+
+
+class _CountingSyncfs:
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, 0
+
+    def sync(self) -> None:
+        self.calls += 1
+        self.inner.sync()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _checkpoint_with_spy(group: CommitGroup) -> int:
+    """Run a checkpoint; how many syncfs calls it made."""
+    spy = group.journal._syncfs = _CountingSyncfs(group.journal._syncfs)
+    assert group.journal.checkpoint()
+    return spy.calls
+
+
+@pytest.mark.parametrize("topics,min_files,expected", [(5, 1, 1), (5, 5, 1), (5, 6, 0)])
+def test_a_checkpoint_uses_one_syncfs_from_its_file_threshold_on(topics: int, min_files: int, expected: int):
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=dataclasses.replace(NO_CHECKPOINTS, syncfs_min_files=min_files))
+    wals = [_open(fs, group, i, small_config()) for i in range(topics)]
+    for wal in wals:
+        wal.append(payload_for(0))
+        wal.flush()
+    assert _checkpoint_with_spy(group) == expected
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_a_topic_deleted_since_the_last_checkpoint_leaves_the_others_on_one_syncfs():
+    """A closed topic's file is synced already, and its path may be gone: it must not send
+    every other topic's file back to its own fdatasync (atk80 F3). Nor may a file whose
+    path retention removed since its first round."""
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=dataclasses.replace(NO_CHECKPOINTS, syncfs_min_files=1))
+    wals = [_open(fs, group, i, small_config()) for i in range(4)]
+    for wal in wals:
+        wal.append(payload_for(0))
+        wal.flush()
+    wals[0].close()
+    wals[0].delete()
+    assert _checkpoint_with_spy(group) == 1
+    for wal in wals[1:]:
+        wal.append(payload_for(1))
+        wal.flush()
+    [segment] = wals[1].segments()
+    fs.rename(segment.path, segment.path + ".moved")  # as if removed: where its pages go is unchanged
+    assert _checkpoint_with_spy(group) == 1
+    fs.rename(segment.path + ".moved", segment.path)
+    for wal in wals[1:]:
+        wal.close()
+    group.close()
+
+
+@pytest.mark.parametrize("release,reports", [("5.4.0-150-generic", False), ("5.8.0", False), ("5.16.20", False),
+                                             ("5.17.0", True), ("6.1.0-28-amd64", True), ("6.18.2", True)])
+def test_syncfs_is_trusted_only_on_kernels_that_report_every_error(monkeypatch, release: str, reports: bool):
+    """From Linux 5.8 syncfs reports write-back errors, but until 5.17 it dropped the file
+    system's own sync errors (a failed cache flush) that an fdatasync reports (atk80 F2):
+    no commit group or checkpoint may stand on it there."""
+    import platform
+
+    from wal.fs import syncfs_reports_errors
+    monkeypatch.setattr(platform, "release", lambda: release)
+    assert syncfs_reports_errors() is reports
 
 
 def test_a_journal_sync_failure_fails_every_topic_closed():

@@ -58,6 +58,13 @@ KEYS: dict[str, tuple[str, str]] = {
     "wal.journal_checkpoint_interval_s": ("... or after this long, whichever comes first, if anything was "
                                           "written since the last checkpoint.",
                                           "BookKeeper `flushInterval`"),
+    "wal.journal_checkpoint_syncfs_min_files": ("A checkpoint syncing at least this many segment files does it "
+                                                "with one syncfs of the root's file system (where that reaches "
+                                                "them all, on Linux 5.17 and later) instead of one fdatasync, one "
+                                                "device flush, each. A syncfs also writes back other programs' "
+                                                "dirty data on that file system: on one shared with a heavy "
+                                                "writer, set this above the topic count.",
+                                                "none (BookKeeper syncs each entry log file)"),
     "wal.segment_bytes_max": ("Cut a new segment once the active one passes this size (checked before each "
                               "write batch, so a segment may exceed it by one batch).",
                               "Kafka `log.segment.bytes` (`segment.bytes`); Pulsar "

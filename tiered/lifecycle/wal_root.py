@@ -93,13 +93,15 @@ class WalRoot:
             # Replays what the last run left in the journal before any WAL of the root opens.
             return CommitGroup(self.wal_root, self.fs, journal=JournalConfig(
                 file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
-                checkpoint_interval_s=config.journal_checkpoint_interval_s, files_max=config.journal_files_max),
+                checkpoint_interval_s=config.journal_checkpoint_interval_s, files_max=config.journal_files_max,
+                syncfs_min_files=config.journal_checkpoint_syncfs_min_files),
                 metrics_registry=self.metrics_registry)
         if not self.fs.syncfs_covers(self.wal_root, [self.wal_root]):
-            # Before Linux 5.8 syncfs returned success even when write-back failed, and on
+            # Before Linux 5.17 syncfs could return success when write-back or the file
+            # system's own flush failed (wal.fs.syncfs_reports_errors), and on
             # some file systems (FUSE) it is no flush at all: a group could acknowledge lost
             # data. Per-topic fdatasync reports its file's errors and reaches any file system.
-            _log.warning("WAL root %s: a syncfs here does not make every file durable (a kernel before 5.8, "
+            _log.warning("WAL root %s: a syncfs here does not make every file durable (a kernel before 5.17, "
                          "or a file system whose syncfs is no flush); using one writer and fdatasync per "
                          "topic instead of a commit group", self.wal_root)
             return None
