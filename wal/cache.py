@@ -8,40 +8,33 @@ reader that misses the cache falls back to files and never loses a message.
 An entry holds the append core's chunks themselves (immutable bytes the writer has just
 written), not a copy: joining the tail of every commit round into one fresh bytes object
 copied up to ``bytes_max`` per round (8 MiB by default, so for large messages about one
-extra copy of everything written). The tail may start inside a chunk: that chunk is then
-kept as a ``memoryview`` from the tail's first frame on, which keeps the whole chunk alive,
-so the cache counts the whole chunk: ``bytes_max`` bounds the memory the cache keeps
-alive, not only the frames it can serve. Only when a view would pass ``bytes_max`` is that
-first piece copied (at most one chunk, never the whole tail).
+extra copy of everything written). The tail may start inside a chunk: the entry then keeps
+that whole chunk and the byte its frames start at, so the cache counts the whole chunk:
+``bytes_max`` bounds the memory the cache keeps alive, not only the frames it can serve.
+Only when keeping the whole chunk would pass ``bytes_max`` is the tail's piece of it copied
+(at most one chunk, never the whole tail).
+
+Entries are plain tuples of ints and bytes (``CacheEntry``), which the cyclic collector
+stops tracking at the first young collection they survive. It tracks a named tuple, or a
+``memoryview`` (which an entry once held for a tail starting inside a chunk, atk79 S2), for
+as long as it lives. An entry lives long: one per topic per commit round, up to
+``messages_max`` per topic. Kept as named tuples, 1,000 topics' caches held up to a million
+tracked objects, and every full collection walked them all with the GIL held: 33 ms stalls
+after 15 s at 20,000 msg/s, growing as the caches filled (``tests/wal/test_wal_cache.py``).
 """
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from collections.abc import Sequence
-from typing import NamedTuple
 
-from native.format import Buffer
-
-
-class CacheChunk(NamedTuple):
-    first_offset: int
-    last_offset: int
-    #: Whole frames for first_offset..last_offset, back to back across the parts; each part
-    #: holds whole frames (so each decodes on its own, continuing the previous one's offsets).
-    parts: tuple[Buffer, ...]
-    nbytes: int  # bytes this entry keeps alive (a view keeps all of its chunk alive)
-
-
-#: How an entry is kept: a CacheChunk's fields in a plain tuple. The cyclic collector stops
-#: tracking a plain tuple of untracked items (ints, a tuple of bytes) at the first young
-#: collection it survives; it tracks a named tuple for as long as it lives. A cache entry
-#: lives long (one per topic per commit round, up to ``messages_max`` per topic), so kept as
-#: CacheChunk, 1,000 topics' caches held up to a million tracked objects, and every full
-#: collection walked them all with the GIL held: 33 ms stalls after 15 s at 20,000 msg/s,
-#: growing as the caches filled (``tests/wal/test_wal_cache.py``). ``find`` hands out
-#: CacheChunks.
-_Entry = tuple[int, int, tuple[Buffer, ...], int]
+#: One cache entry: ``(first_offset, last_offset, parts, skip, nbytes)``. The frames for
+#: first_offset..last_offset lie back to back across ``parts`` (immutable bytes), from byte
+#: ``skip`` of the first part on; each part holds whole frames (so each decodes on its own,
+#: continuing the previous one's offsets). ``nbytes``: the bytes the entry keeps alive (all
+#: of its parts).
+CacheEntry = tuple[int, int, tuple[bytes, ...], int, int]
 
 
 class FrameCache:
@@ -50,7 +43,7 @@ class FrameCache:
     def __init__(self, messages_max: int, bytes_max: int) -> None:
         self._messages_max = messages_max
         self._bytes_max = bytes_max
-        self._chunks: deque[_Entry] = deque()
+        self._chunks: deque[CacheEntry] = deque()
         self._firsts: deque[int] = deque()
         self._messages = 0
         self._bytes = 0
@@ -64,16 +57,13 @@ class FrameCache:
         assert chunks and 0 <= skip < len(chunks[0])
         if nbytes < 0:
             nbytes = sum(map(len, chunks))
-        if skip:
-            parts: list[Buffer] = list(chunks)
-            if nbytes <= self._bytes_max:
-                parts[0] = memoryview(chunks[0])[skip:]  # no copy; keeps chunks[0] alive (counted)
-            else:
-                parts[0] = chunks[0][skip:]  # a view would pass the bound: copy this piece only
-                nbytes -= skip
-            kept = tuple(parts)
+        if skip and nbytes > self._bytes_max:
+            # Keeping all of chunks[0] would pass the bound: copy the tail's piece of it only.
+            kept = (chunks[0][skip:], *chunks[1:])
+            nbytes -= skip
+            skip = 0
         else:
-            kept = tuple(chunks)
+            kept = tuple(chunks)  # no copy; a skip keeps chunks[0] alive whole (counted)
         count = last_offset - first_offset + 1
         if count > self._messages_max or nbytes > self._bytes_max:
             self.clear()  # too big to cache; keeping older chunks would leave a hole
@@ -82,7 +72,7 @@ class FrameCache:
         if chunks_now and first_offset != chunks_now[-1][1] + 1:
             # Only the tail of a big batch was cached: the window restarts so it stays contiguous.
             self.clear()
-        chunks_now.append((first_offset, last_offset, kept, nbytes))
+        chunks_now.append((first_offset, last_offset, kept, skip, nbytes))
         self._firsts.append(first_offset)
         self._messages += count
         self._bytes += nbytes
@@ -91,7 +81,7 @@ class FrameCache:
 
     def _evict(self) -> None:
         while self._messages > self._messages_max or self._bytes > self._bytes_max:
-            first_offset, last_offset, _parts, nbytes = self._chunks.popleft()
+            first_offset, last_offset, _parts, _skip, nbytes = self._chunks.popleft()
             self._firsts.popleft()
             self._messages -= last_offset - first_offset + 1
             self._bytes -= nbytes
@@ -103,13 +93,17 @@ class FrameCache:
         self._messages = 0
         self._bytes = 0
 
-    def find(self, offset: int) -> list[CacheChunk]:
-        """Chunks from the one holding ``offset`` to the newest; [] if not cached."""
-        if not self._chunks or offset < self._firsts[0] or offset > self._chunks[-1][1]:
+    def covers(self, offset: int) -> bool:
+        """Whether ``offset`` is cached (a reader at it would read no file)."""
+        return bool(self._chunks) and self._firsts[0] <= offset <= self._chunks[-1][1]
+
+    def find(self, offset: int) -> list[CacheEntry]:
+        """Entries from the one holding ``offset`` to the newest; [] if not cached. The
+        entries themselves: the WAL calls this under its lock, so it only copies references."""
+        if not self.covers(offset):
             return []
         at = bisect.bisect_right(self._firsts, offset) - 1
-        chunks = self._chunks
-        return [tuple.__new__(CacheChunk, chunks[i]) for i in range(at, len(chunks))]
+        return list(itertools.islice(self._chunks, at, None))
 
     @property
     def messages(self) -> int:

@@ -29,7 +29,7 @@ from native.errors import OffsetOverflow
 from native._protocols import AppendCore
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record, ScanResult
 from wal.api import DurableListener
-from wal.cache import CacheChunk, FrameCache
+from wal.cache import CacheEntry, FrameCache
 from wal.checkpoint import CheckpointState, SlotHint, read_checkpoint_and_hint, write_checkpoint
 from wal.config import WalConfig
 from wal.errors import (CorruptLog, MessageTooLarge, OffsetBelowRetention, SyncNotCovered, WalClosed, WalError,
@@ -722,7 +722,7 @@ class WriteAheadLog:
 
     def _cache_covers(self, position: int) -> bool:
         with self._lock:
-            return bool(self._cache.find(position))
+            return self._cache.covers(position)
 
     def _read_segment(self, position: int, limit: int, max_bytes: int,
                       decode: bool) -> tuple[bytes, ScanResult, int] | None:
@@ -808,22 +808,23 @@ def _without_markers(data: bytes, start: int, end: int, markers: list[int]) -> b
     return b"".join(parts)
 
 
-def _decode_chunks(chunks: list[CacheChunk], position: int, limit: int, max_bytes: int) -> list[Record]:
+def _decode_chunks(chunks: list[CacheEntry], position: int, limit: int, max_bytes: int) -> list[Record]:
     records: list[Record] = []
     budget = max_bytes
-    for chunk in chunks:
-        expected = chunk.first_offset
-        for part in chunk.parts:  # each part holds whole frames, continuing the previous one
+    for expected, last, parts, start, _nbytes in chunks:
+        for part in parts:  # each part holds whole frames, continuing the previous one
             # The budget stops only a read that has records: the first parts may all lie
             # before ``position`` (an empty answer would look like nothing durable there).
             if expected > limit or (budget <= 0 and records):
                 return records
-            result = scan_frames(part, expected_offset=expected, decode=True)
+            # The entry's frames start at byte ``start`` of its first part (wal/cache.py).
+            result = scan_frames(part, pos=start, expected_offset=expected, decode=True)
             assert result.error is None and result.count > 0, "cache chunk corrupt"
             records.extend(r for r in result.records if position <= r.offset <= limit)
-            budget -= len(part)
+            budget -= len(part) - start
             expected = result.last_offset + 1
-        assert expected == chunk.last_offset + 1, "cache chunk corrupt"
+            start = 0
+        assert expected == last + 1, "cache chunk corrupt"
     return records
 
 
