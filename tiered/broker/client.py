@@ -217,7 +217,9 @@ class BrokerClient:
                             raise BrokerRequestError(response.status, payload.get("error", {}))
                         self._owner.pop(str(name), None)
                         break
-                except aiohttp.ClientConnectionError as e:
+                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+                    # ClientPayloadError: the answer was cut short (a broker killed while
+                    # sending it), which aiohttp does not count as a connection error.
                     self._owner.pop(str(name), None)
                     if retry_unsent_only and not isinstance(e, aiohttp.ClientConnectorError):
                         raise  # the request may have reached the broker: not ours to repeat
