@@ -15,7 +15,10 @@ Only when keeping the whole chunk would pass ``bytes_max`` is the tail's piece o
 (at most one chunk, never the whole tail).
 
 Entries are plain tuples of ints and bytes (``CacheEntry``), which the cyclic collector
-stops tracking at the first young collection they survive. It tracks a named tuple, or a
+stops tracking once it finds all their items untracked: the entry's ``parts`` at the first
+collection it survives, the entry itself at the next (the collector checks the entry before
+its parts; about one entry in eleven thus reaches the oldest generation still tracked and
+is walked once by a full collection, atk81 F1). It tracks a named tuple, or a
 ``memoryview`` (which an entry once held for a tail starting inside a chunk, atk79 S2), for
 as long as it lives. An entry lives long: one per topic per commit round, up to
 ``messages_max`` per topic. Kept as named tuples, 1,000 topics' caches held up to a million
