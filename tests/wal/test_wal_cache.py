@@ -128,8 +128,8 @@ def _tracked() -> int:
 def test_cached_rounds_leave_the_collector_nothing_to_walk(tmp_path):
     """Entries live as long as the cache keeps them (one per topic per commit round, up to
     ``cache_messages_max``): each one the cyclic collector kept tracking, every full
-    collection walked with the GIL held. 1,000 topics' caches held up to a million: 33 ms
-    stalls after 15 s at 20,000 msg/s, longer as the caches filled. Here 400 cached rounds
+    collection walked with the GIL held. 1,000 topics' caches held up to a million (119,646
+    after 6 s at 20,000 msg/s), each full collection longer as they filled. Here 400 cached rounds
     must leave (about) no more tracked objects than 10 do."""
     config = small_config(cache_messages_max=10_000, cache_bytes_max=8 << 20, segment_bytes_max=64 << 20)
     with WriteAheadLog.open(str(tmp_path), "/ns/gc", config) as wal:
