@@ -123,6 +123,7 @@ def test_caching_a_round_copies_none_of_it(codec, tail_messages):
 
 def _tracked() -> int:
     gc.collect()
+    gc.collect()  # an entry is untracked by the second collection it survives (atk81 F1)
     return len(gc.get_objects())
 
 
