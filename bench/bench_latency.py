@@ -324,10 +324,11 @@ MODES: dict[str, Mode] = {
     "wal": Mode(open_wal, files_per_topic=2),  # segment + directory lock
     "group": Mode(open_group, files_per_topic=2),
     "journal-pattern": Mode(open_journal_pattern, files_per_topic=2),
-    # The project's shared journal (wal/journal.py), with WalConfig's journal defaults: what
-    # a broker host runs.
+    # The project's shared journal (wal/journal.py), with WalConfig's journal and cache
+    # budget defaults: what a broker host runs.
     "journal": Mode(lambda setup: WalTarget(setup, lambda root, registry: CommitGroup(
-        root, RealFs(), journal=_DEFAULT_JOURNAL, metrics_registry=registry)),
+        root, RealFs(), journal=_DEFAULT_JOURNAL, metrics_registry=registry,
+        cache_bytes_max=WalConfig().cache_group_bytes_max)),
         files_per_topic=1),  # the segment; the journal's lock keeps other openers out of the root
     **{name: Mode(functools.partial(open_peer_target, name), files_per_topic=0) for name in PEERS},
 }

@@ -24,13 +24,23 @@ as long as it lives. An entry lives long: one per topic per commit round, up to
 ``messages_max`` per topic. Kept as named tuples, 1,000 topics' caches held up to a million
 tracked objects (119,646 after 6 s at 20,000 msg/s), and every full collection walked them
 all with the GIL held, longer as the caches filled (``tests/wal/test_wal_cache.py``).
+
+Many topics: each cache is bounded on its own (``cache_bytes_max``, 8 MiB by default), so a
+broker with thousands of busy topics could keep gigabytes alive in them (10,000 topics
+x 8 MiB = 80 GB). A :class:`CacheBudget` bounds them together: every WAL of one commit group
+(one broker's WAL root) shares its group's budget (``cache_group_bytes_max``). Past it, the
+largest caches give up their oldest entries first, down to one common level, until the
+total is back under nine tenths of the budget. Losing an entry loses nothing: it is still in
+the segment files, and a reader that finds its position no longer cached reads them.
 """
 from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 #: One cache entry: ``(first_offset, last_offset, parts, skip, nbytes)``. The frames for
 #: first_offset..last_offset lie back to back across ``parts`` (immutable bytes), from byte
@@ -40,23 +50,48 @@ from collections.abc import Sequence
 CacheEntry = tuple[int, int, tuple[bytes, ...], int, int]
 
 
-class FrameCache:
-    """Not thread-safe on its own: the WAL calls it under its lock."""
+class _OwnerLock(Protocol):
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
 
-    def __init__(self, messages_max: int, bytes_max: int) -> None:
+    def release(self) -> None: ...
+
+
+class FrameCache:
+    """Not thread-safe on its own: the WAL calls it under its lock (``owner_lock``, which a
+    shared :class:`CacheBudget` takes too before it trims this cache)."""
+
+    def __init__(self, messages_max: int, bytes_max: int, budget: "CacheBudget | None" = None,
+                 owner_lock: _OwnerLock | None = None) -> None:
+        if budget is not None and owner_lock is None:
+            raise ValueError("a cache under a shared budget needs the lock it is used under")
         self._messages_max = messages_max
         self._bytes_max = bytes_max
         self._chunks: deque[CacheEntry] = deque()
         self._firsts: deque[int] = deque()
         self._messages = 0
         self._bytes = 0
+        self._budget = budget
+        self.owner_lock = owner_lock
+        self._detached = False
 
     def add(self, first_offset: int, last_offset: int, chunks: Sequence[bytes], skip: int = 0,
-            nbytes: int = -1) -> None:
+            nbytes: int = -1) -> bool:
         """Caches frames first_offset..last_offset: ``chunks`` joined, from byte ``skip`` of
         the first chunk on (a frame start). The chunks must be immutable and hold whole frames.
         ``nbytes``: their total length when the caller knows it (the commit round's hot path
-        does), else -1 to count them here."""
+        does), else -1 to count them here.
+
+        Returns True when the shared budget is now exceeded: the caller then calls
+        ``CacheBudget.enforce`` once it no longer holds the cache's lock (it trims other
+        caches under their own locks, and two WAL locks are never held at once)."""
+        before = self._bytes
+        self._add(first_offset, last_offset, chunks, skip, nbytes)
+        budget = self._budget
+        if budget is None or self._detached:
+            return False
+        return budget.adjust(self, self._bytes - before)
+
+    def _add(self, first_offset: int, last_offset: int, chunks: Sequence[bytes], skip: int, nbytes: int) -> None:
         assert chunks and 0 <= skip < len(chunks[0])
         if nbytes < 0:
             nbytes = sum(map(len, chunks))
@@ -69,12 +104,12 @@ class FrameCache:
             kept = tuple(chunks)  # no copy; a skip keeps chunks[0] alive whole (counted)
         count = last_offset - first_offset + 1
         if count > self._messages_max or nbytes > self._bytes_max:
-            self.clear()  # too big to cache; keeping older chunks would leave a hole
+            self._clear()  # too big to cache; keeping older chunks would leave a hole
             return
         chunks_now = self._chunks
         if chunks_now and first_offset != chunks_now[-1][1] + 1:
             # Only the tail of a big batch was cached: the window restarts so it stays contiguous.
-            self.clear()
+            self._clear()
         chunks_now.append((first_offset, last_offset, kept, skip, nbytes))
         self._firsts.append(first_offset)
         self._messages += count
@@ -91,10 +126,35 @@ class FrameCache:
         assert self._messages >= 0 and self._bytes >= 0
 
     def clear(self) -> None:
+        if self._budget is not None and self._bytes and not self._detached:
+            self._budget.adjust(self, -self._bytes)
+        self._clear()
+
+    def _clear(self) -> None:
         self._chunks.clear()
         self._firsts.clear()
         self._messages = 0
         self._bytes = 0
+
+    def detach(self) -> None:
+        """Empty the cache and leave its budget for good (its WAL closed): later adds
+        cache nothing the budget would have to count. Called under the owner lock."""
+        self.clear()
+        if self._budget is not None and not self._detached:
+            self._detached = True
+            self._budget.leave(self)
+
+    def trim(self, bytes_level: int) -> int:
+        """Evict the oldest entries until at most ``bytes_level`` bytes are kept (the
+        budget's call, under the owner lock); returns the bytes freed."""
+        freed = 0
+        while self._bytes > bytes_level and self._chunks:
+            first_offset, last_offset, _parts, _skip, nbytes = self._chunks.popleft()
+            self._firsts.popleft()
+            self._messages -= last_offset - first_offset + 1
+            self._bytes -= nbytes
+            freed += nbytes
+        return freed
 
     def covers(self, offset: int) -> bool:
         """Whether ``offset`` is cached (a reader at it would read no file)."""
@@ -116,3 +176,106 @@ class FrameCache:
     def bytes(self) -> int:
         """Bytes the cache keeps alive (at most ``bytes_max``)."""
         return self._bytes
+
+
+class CacheBudget:
+    """A bound on the bytes that many :class:`FrameCache` objects keep alive together (see
+    the module docstring). Thread-safe. Costs the commit round one short lock per topic;
+    its trimming runs only when the budget is exceeded, at most once per tenth of it."""
+
+    def __init__(self, bytes_max: int, on_trimmed: Callable[[int], object] | None = None) -> None:
+        """``on_trimmed(nbytes)``: called after each trim (a metric's ``inc``)."""
+        if bytes_max <= 0:
+            raise ValueError("a cache budget must be positive")
+        self.bytes_max = bytes_max
+        #: Trimming goes down to this (nine tenths): it runs once per tenth of the budget
+        #: added, not once per round.
+        self.bytes_low = bytes_max - bytes_max // 10
+        self._lock = threading.Lock()
+        self._enforcing = threading.Lock()  # one trimmer at a time; others leave it to that one
+        self._bytes = 0
+        self._caches: dict[FrameCache, None] = {}
+        #: Bytes trimmed off caches so far (each still in its WAL's segment files).
+        self.trimmed_bytes = 0
+        self._on_trimmed = on_trimmed
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the caches under this budget keep alive now."""
+        return self._bytes
+
+    @property
+    def caches(self) -> int:
+        """How many caches hold anything counted by this budget."""
+        with self._lock:
+            return len(self._caches)
+
+    def adjust(self, cache: FrameCache, delta: int) -> bool:
+        """``cache`` now keeps ``delta`` bytes more (or fewer); True if the budget is exceeded."""
+        with self._lock:
+            self._bytes += delta
+            self._caches[cache] = None
+            return self._bytes > self.bytes_max
+
+    def leave(self, cache: FrameCache) -> None:
+        """A detached (empty) cache: no longer a candidate for trimming."""
+        with self._lock:
+            self._caches.pop(cache, None)
+
+    def enforce(self) -> None:
+        """Trim the largest caches, oldest entries first, down to one common level, until
+        the total is at most ``bytes_low``. Never waits: a cache whose lock is held (its WAL
+        is busy) is passed over (a later call gets it), and a call made while another is
+        trimming returns at once. The caller holds no cache's lock."""
+        if not self._enforcing.acquire(blocking=False):
+            return
+        try:
+            with self._lock:
+                excess = self._bytes - self.bytes_low
+                caches = list(self._caches)
+            freed = 0
+            if excess <= 0:
+                return
+            # Sizes read without the caches' locks: a hint for the level, re-checked by
+            # trim() under each one's lock.
+            sizes = sorted(((cache._bytes, id(cache), cache) for cache in caches), reverse=True)
+            level = _water_level([size for size, _id, _cache in sizes], excess)
+            for size, _id, cache in sizes:
+                if size <= level:
+                    break
+                lock = cache.owner_lock
+                assert lock is not None
+                if not lock.acquire(blocking=False):
+                    continue
+                try:
+                    if cache._detached:
+                        continue
+                    got = cache.trim(level)
+                finally:
+                    lock.release()
+                freed += got
+                with self._lock:
+                    self._bytes -= got
+                    self.trimmed_bytes += got
+                    if not cache._bytes:
+                        self._caches.pop(cache, None)
+                if freed >= excess:
+                    break
+        finally:
+            self._enforcing.release()
+        if freed and self._on_trimmed is not None:
+            self._on_trimmed(freed)
+
+
+def _water_level(sizes: list[int], excess: int) -> int:
+    """The level L such that cutting every size in ``sizes`` (sorted, largest first) down
+    to L frees at least ``excess`` (the most L that does): the largest caches pay first,
+    and those that pay end up equal."""
+    total = 0
+    for count, size in enumerate(sizes, start=1):
+        total += size
+        following = sizes[count] if count < len(sizes) else 0
+        # Cutting the first ``count`` down to ``following`` frees total - count * following.
+        if total - count * following >= excess:
+            return max(following, (total - excess) // count)
+    return 0

@@ -41,6 +41,9 @@ class WalConfig:
     # Cache of recent durable frames that tail readers are served from before files.
     cache_messages_max: int = 1024
     cache_bytes_max: int = 8 * 1024 * 1024
+    # All WALs of one commit group (a broker host's WAL root) cache at most this many bytes
+    # together; past it the largest caches give up their oldest frames first (wal/cache.py).
+    cache_group_bytes_max: int = 1024 * 1024 * 1024
     # Largest encoded record (key + attributes + payload + record header) accepted.
     max_message_bytes: int = 4 * 1024 * 1024
     # Backpressure: appended-but-unwritten bytes above this block appenders, for at most
@@ -85,7 +88,7 @@ class WalConfig:
         # thread waits and clocks (threading.TIMEOUT_MAX, time_t): far past any real
         # setting, a larger one would fail a thread that waits on it, not this check.
         for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
-                     "cache_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
+                     "cache_bytes_max", "cache_group_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
                      "journal_file_bytes", "journal_checkpoint_syncfs_min_files"):
             if not 0 < getattr(self, name) <= SIZE_MAX:
                 raise ValueError(f"{name} must be positive and at most 2**53")

@@ -43,6 +43,7 @@ from typing import NamedTuple
 from native import write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
+from wal.cache import CacheBudget
 from wal.errors import CorruptLog, SyncNotCovered, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, Lock, LockHeld, SyncHandle, directory_key
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
@@ -152,19 +153,26 @@ class CommitGroup:
     """The commit group of one WAL root (see the module docstring). Thread-safe."""
 
     def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None,
-                 metrics_registry: CollectorRegistry | None = None, round_bytes_max: int = 16 * 1024 * 1024) -> None:
+                 metrics_registry: CollectorRegistry | None = None, round_bytes_max: int = 16 * 1024 * 1024,
+                 cache_bytes_max: int | None = None) -> None:
         """``journal``: make rounds durable through the root's shared journal (replayed
         here first, before any WAL of the root opens); None: one ``syncfs`` per round.
         ``metrics_registry``: where the group's metrics go (a private one when None).
         ``round_bytes_max``: a round takes topics until it holds this much (each topic's
-        pending frames whole, so one topic's round may exceed it alone)."""
+        pending frames whole, so one topic's round may exceed it alone).
+        ``cache_bytes_max``: the bytes every member's cache of recent frames may keep alive
+        together (``wal.cache.CacheBudget``; WalConfig's ``cache_group_bytes_max``); None:
+        each cache is bounded only on its own."""
         if round_bytes_max <= 0:
             raise ValueError("round_bytes_max must be positive")
         self.round_bytes_max = round_bytes_max
+        self.metrics = GroupMetrics(metrics_registry)
+        #: The budget every member's cache counts against (None: none).
+        self.cache_budget = CacheBudget(cache_bytes_max, self.metrics.cache_trimmed_bytes.inc) \
+            if cache_bytes_max is not None else None
         self.root = root
         self.fs = fs
         fs.makedirs(root)
-        self.metrics = GroupMetrics(metrics_registry)
         self.journal: Journal | None = None
         self._sync: SyncHandle | None = None
         # The state first: the journal's checkpointer may fail the group (``fail``) as soon
@@ -386,6 +394,8 @@ class CommitGroup:
             return
         self.rounds += 1
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
+        if self.cache_budget is not None:
+            self.metrics.cache_bytes.set(self.cache_budget.bytes)
         for member, (batch, segment, position, size_bytes, _parts, _file) in written:
             member.on_durable(batch, segment, position, size_bytes, seconds)
         for member, _done in written:

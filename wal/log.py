@@ -169,7 +169,10 @@ class WriteAheadLog:
         self._listeners: list[DurableListener] = []
         self._async_waiters: list[_AsyncWaiter] = []
         self._readers: "weakref.WeakSet[WalReader]" = weakref.WeakSet()
-        self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max)
+        # In a commit group, every topic's cache counts against the group's one budget
+        # (wal/cache.py, CacheBudget): thousands of busy topics cannot keep gigabytes alive.
+        self._cache_budget = group.cache_budget if group is not None else None
+        self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max, self._cache_budget, self._lock)
         self._retention_lock = Lock()  # one truncate_before at a time
         self._unlink_pending: list[str] = []  # retention's files whose unlink failed: retried
         self._checkpoint_lock = Lock()
@@ -244,6 +247,10 @@ class WriteAheadLog:
         with self._lock:
             self._closed = True
             self._durable.notify_all()
+            if drained:
+                # Its share of the group's cache budget goes back (readers of a closed WAL
+                # read its files); a writer that did not stop may still add, uncounted.
+                self._cache.detach()
             waiters, self._async_waiters = self._async_waiters, []
         _resolve_all(waiters, WalClosed(f"WAL {self.topic} closed"))
         # A retention in progress (it checked _closed before this) ends before the
@@ -524,10 +531,11 @@ class WriteAheadLog:
             segment.size_bytes = size_bytes
             segment.add_index(first, position, self._index_interval_bytes)
             self._durable_next = last + 1
+            over_budget = False
             if tail is None:
                 self._cache.clear()
             else:
-                self._cache.add(*tail)
+                over_budget = self._cache.add(*tail)
             if self._durable_waiters:
                 self._durable.notify_all()
             ready = None
@@ -535,6 +543,9 @@ class WriteAheadLog:
                 ready, self._async_waiters = _split_ready(self._async_waiters, last + 1)
             listeners = self._listeners
         self.metrics.on_fsync(last - first + 1, nbytes, fsync_s, last)
+        if over_budget:
+            assert self._cache_budget is not None
+            self._cache_budget.enforce()  # with no WAL's lock held: it takes other caches' locks
         if ready:
             _resolve_all(ready, None)
         for callback in listeners:

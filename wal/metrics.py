@@ -291,6 +291,8 @@ class _GroupFamilies:
     checkpoint_files: Counter
     replayed_rounds: Counter
     replay_seconds: Gauge
+    cache_bytes: Gauge
+    cache_trimmed_bytes: Counter
 
 
 def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
@@ -315,6 +317,12 @@ def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
                                 "Journal rounds replayed into segments when the root opened", registry=registry),
         replay_seconds=Gauge("dnb_wal_journal_replay_seconds", "Duration of the last journal replay",
                              registry=registry),
+        cache_bytes=Gauge("dnb_wal_group_cache_bytes",
+                          "Bytes the caches of the group's topics keep alive together (its cache budget)",
+                          registry=registry),
+        cache_trimmed_bytes=Counter("dnb_wal_group_cache_trimmed_bytes",
+                                    "Bytes trimmed off topics' caches to keep the group's cache budget "
+                                    "(still in the segment files)", registry=registry),
     )
 
 
@@ -334,6 +342,8 @@ class GroupMetrics:
         self.checkpoint_files = families.checkpoint_files
         self.replayed_rounds = families.replayed_rounds
         self.replay_seconds = families.replay_seconds
+        self.cache_bytes = families.cache_bytes
+        self.cache_trimmed_bytes = families.cache_trimmed_bytes
 
     def on_round(self, topics: int, sync_s: float, journal_bytes: int) -> None:
         self.rounds.inc()

@@ -74,9 +74,14 @@ KEYS: dict[str, tuple[str, str]] = {
                               "one commit round).",
                               "Kafka `log.roll.ms` (`segment.ms`); Pulsar "
                               "`managedLedgerMaxLedgerRolloverTimeMinutes`"),
-    "wal.cache_messages_max": ("Recent durable messages kept in memory for tail readers.",
-                               "Pulsar `managedLedgerCacheSizeMB` (by size)"),
-    "wal.cache_bytes_max": ("Byte bound of that cache.", "Pulsar `managedLedgerCacheSizeMB`"),
+    "wal.cache_messages_max": ("Recent durable messages of one topic kept in memory for tail readers.",
+                               "none (Pulsar bounds its cache by size only)"),
+    "wal.cache_bytes_max": ("Byte bound of one topic's cache.",
+                            "none (Pulsar's is broker-wide: `managedLedgerCacheSizeMB`)"),
+    "wal.cache_group_bytes_max": ("Byte bound of all topics' caches in one WAL root together (a broker "
+                                  "host's commit group); past it the largest caches give up their oldest "
+                                  "frames first, and readers read those from the segment files.",
+                                  "Pulsar `managedLedgerCacheSizeMB`"),
     "wal.max_message_bytes": ("Largest encoded record (key + attributes + payload + record header) "
                               "accepted; larger appends fail without using an offset.",
                               "Kafka `message.max.bytes` (`max.message.bytes`); Pulsar `maxMessageSize`"),
