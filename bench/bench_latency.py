@@ -328,7 +328,7 @@ MODES: dict[str, Mode] = {
     # budget defaults: what a broker host runs.
     "journal": Mode(lambda setup: WalTarget(setup, lambda root, registry: CommitGroup(
         root, RealFs(), journal=_DEFAULT_JOURNAL, metrics_registry=registry,
-        cache_bytes_max=WalConfig().cache_group_bytes_max)),
+        cache_bytes_max=WalConfig().cache_group_bytes_max, pending_bytes_max=WalConfig().pending_group_bytes_max)),
         files_per_topic=1),  # the segment; the journal's lock keeps other openers out of the root
     **{name: Mode(functools.partial(open_peer_target, name), files_per_topic=0) for name in PEERS},
 }

@@ -60,6 +60,8 @@ encode_round_marker = codec.encode_round_marker
 write_rounds = codec.write_rounds
 # The WAL's append core (offsets + encoding + pending frames in one atomic step).
 AppendBuffer = codec.AppendBuffer
+# Pending bytes counted together by many append cores (a commit group's bound).
+PendingBudget = codec.PendingBudget
 
 # The dnb1 archive object API (spec in native/object_format.py). These functions dispatch to
 # the codec selected above at call time; pass codec= to pick a twin explicitly (tests do).
@@ -91,7 +93,7 @@ def available_codecs() -> list[TwinSet]:
 __all__ = [
     "IMPLEMENTATION", "codec", "available_codecs", "crc32c", "encode_record", "encode_frame",
     "encode_batch", "decode_record", "scan_frames", "encode_segment_header", "encode_round_marker",
-    "decode_segment_header", "AppendBuffer", "Record", "ScanResult", "ScanStop", "CodecError",
+    "decode_segment_header", "AppendBuffer", "PendingBudget", "Record", "ScanResult", "ScanStop", "CodecError",
     "CorruptObject", "CorruptSegmentHeader", "object_format", "Block", "Footer", "ObjectHeader",
     "write_object", "footer_bytes_needed", "parse_footer", "read_footer", "select_blocks",
     "decode_block", "block_frames", "parse_header", "iter_records", "read_records",

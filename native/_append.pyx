@@ -28,7 +28,7 @@ from native.format import MAX_OFFSET as _PY_MAX_OFFSET
 
 IMPLEMENTATION = "cython"
 
-__all__ = ["AppendBuffer"]
+__all__ = ["AppendBuffer", "PendingBudget"]
 
 cdef uint64_t MAX_OFFSET = _PY_MAX_OFFSET  # 2**63 - 1, see native/format.py
 
@@ -50,6 +50,30 @@ cdef enum:
     # A chunk at most half full, up to this many bytes, is copied out at its size when
     # sealed instead of shrunk in place (see _seal_chunk).
     SEAL_COPY_MAX = 64 * 1024
+
+
+cdef class PendingBudget:
+    """Pending bytes that many append cores count together (a commit group's bound on what
+    all its topics hold appended but not yet taken by the writer: ``wal.group``).
+
+    Each core constructed with ``shared=`` this budget adds every frame it counts and
+    subtracts what ``take()`` hands over or ``leave_shared()`` gives back, in the same atomic
+    step as its own count; an append finding ``used >= bytes_max`` calls its
+    ``wait_for_room`` first, as for the core's own bound (so ``used`` passes ``bytes_max`` by
+    at most what the appends already past that check add). Only the cores of this twin can
+    share it; the Python twin has its own (native/_append_py.py)."""
+    cdef readonly Py_ssize_t used, bytes_max
+
+    def __init__(self, bytes_max):
+        if bytes_max <= 0:
+            raise ValueError("bytes_max must be positive")
+        self.bytes_max = bytes_max
+        self.used = 0
+
+    @property
+    def full(self):
+        """Whether an append would wait for room now."""
+        return self.used >= self.bytes_max
 
 
 cdef class AppendBuffer:
@@ -100,6 +124,7 @@ cdef class AppendBuffer:
     cdef readonly Py_ssize_t max_message_bytes, pending_bytes_max, batch_bytes
     cdef bint idle, in_step
     cdef object refusal_factory, wake_cb, wait_for_room_cb, too_large_cb, normalize_cb
+    cdef PendingBudget shared     # counted together with other cores' pending bytes, or None
 
     def __cinit__(self):
         self.buf = NULL
@@ -111,7 +136,7 @@ cdef class AppendBuffer:
 
     def __init__(self, next_offset, *, max_message_bytes, pending_bytes_max, batch_bytes,
                  tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
-                 normalize):
+                 normalize, shared=None):
         self.next_off = self.first_off = as_u64(next_offset, "next_offset")
         if self.next_off > MAX_OFFSET + 1:
             raise OffsetOverflow(f"next_offset {self.next_off} is past MAX_OFFSET {MAX_OFFSET} + 1")
@@ -137,6 +162,7 @@ cdef class AppendBuffer:
         self.wait_for_room_cb = wait_for_room
         self.too_large_cb = too_large
         self.normalize_cb = normalize
+        self.shared = shared  # a TypeError unless None or this twin's PendingBudget
 
     def __dealloc__(self):
         free(self.ring)
@@ -230,6 +256,8 @@ cdef class AppendBuffer:
                 pos += FRAME_HDR + infos[i].record_len
             self.cur_used += total
             self.used += total
+            if self.shared is not None:
+                self.shared.used += total
             self.count += n
             self.next_off += <uint64_t>n
         finally:
@@ -259,7 +287,7 @@ cdef class AppendBuffer:
         cdef MsgInfo m
         cdef list keep
         cdef uint64_t offset
-        if self.used >= self.pending_bytes_max:
+        if self.used >= self.pending_bytes_max or (self.shared is not None and self.shared.used >= self.shared.bytes_max):
             self.wait_for_room_cb()
         m.publish_time = _clock_ms() if publish_time is None else as_u64(publish_time, "publish_time")
         if type(payload) is bytes and key is None and attributes is None:
@@ -297,7 +325,7 @@ cdef class AppendBuffer:
         if n == 0:
             raise ValueError("append_batch needs at least one message")
         default_time = _clock_ms() if publish_time is None else as_u64(publish_time, "publish_time")
-        if self.used >= self.pending_bytes_max:
+        if self.used >= self.pending_bytes_max or (self.shared is not None and self.shared.used >= self.shared.bytes_max):
             self.wait_for_room_cb()
         infos = <MsgInfo *>malloc(n * sizeof(MsgInfo))
         if infos == NULL:
@@ -381,10 +409,19 @@ cdef class AppendBuffer:
                     self.chunk_next *= 2
             self.first_off = self.next_off
             self.count = 0
+            if self.shared is not None:
+                self.shared.used -= self.used
             self.used = 0
         finally:
             self._leave()
         return result
+
+    def leave_shared(self):
+        """Stop counting into the shared budget, giving back what is pending (its WAL closed
+        or failed: nothing will take it). Idempotent."""
+        if self.shared is not None:
+            self.shared.used -= self.used
+            self.shared = None
 
     def park(self):
         """Writer, under the WAL lock: mark itself idle iff nothing is pending (atomically
@@ -424,6 +461,11 @@ cdef class AppendBuffer:
     @property
     def pending_bytes(self):
         return self.used
+
+    @property
+    def shared_budget(self):
+        """The PendingBudget this core counts into, or None."""
+        return self.shared
 
     @property
     def writer_idle(self):

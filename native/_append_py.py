@@ -27,7 +27,29 @@ assert _CRC.size + _LENGTH_OFFSET.size == _FRAME_HEADER_BYTES
 
 IMPLEMENTATION = "python"
 
-__all__ = ["AppendBuffer"]
+__all__ = ["AppendBuffer", "PendingBudget"]
+
+
+class PendingBudget:
+    """Reference twin of the compiled ``PendingBudget`` (see its docstring in _append.pyx):
+    pending bytes counted together by many cores of this twin. Cores update it under its own
+    lock (each core's lock guards only that core)."""
+
+    def __init__(self, bytes_max: int) -> None:
+        if bytes_max <= 0:
+            raise ValueError("bytes_max must be positive")
+        self.bytes_max = bytes_max
+        self.used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def full(self) -> bool:
+        """Whether an append would wait for room now."""
+        return self.used >= self.bytes_max
+
+    def _add(self, delta: int) -> None:
+        with self._lock:
+            self.used += delta
 
 
 class AppendBuffer:
@@ -52,7 +74,10 @@ class AppendBuffer:
                  batch_bytes: int, tail_messages_max: int, tail_bytes_max: int,
                  wake: Callable[[], None], wait_for_room: Callable[[], None],
                  too_large: Callable[[str], BaseException],
-                 normalize: Callable[[object], tuple[object, ...]]) -> None:
+                 normalize: Callable[[object], tuple[object, ...]],
+                 shared: PendingBudget | None = None) -> None:
+        if shared is not None and type(shared) is not PendingBudget:
+            raise TypeError(f"shared must be None or this twin's PendingBudget, not {type(shared).__name__}")
         self._next = self._first = as_u64(next_offset, "next_offset")
         if self._next > MAX_OFFSET + 1:
             raise OffsetOverflow(f"next_offset {self._next} is past MAX_OFFSET {MAX_OFFSET} + 1")
@@ -78,12 +103,13 @@ class AppendBuffer:
         self._bytes = 0
         self._idle = False
         self._refusal: Callable[[], BaseException] | None = None
+        self._shared = shared
 
     # -------------------------------------------------------------- appends
     def append(self, payload: bytes, key: bytes | None = None, attributes: Mapping[str, str] | None = None,
                publish_time: int | None = None) -> int:
         """Appends one message; returns its offset."""
-        if self._bytes >= self.pending_bytes_max:
+        if self._bytes >= self.pending_bytes_max or (self._shared is not None and self._shared.full):
             self._wait_for_room()
         publish_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
         record = self._record(publish_time, key, attributes, payload)
@@ -95,7 +121,7 @@ class AppendBuffer:
         if not items:
             raise ValueError("append_batch needs at least one message")
         default_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
-        if self._bytes >= self.pending_bytes_max:
+        if self._bytes >= self.pending_bytes_max or (self._shared is not None and self._shared.full):
             self._wait_for_room()
         records = []
         for message in items:
@@ -153,6 +179,8 @@ class AppendBuffer:
                 added += _FRAME_HEADER_BYTES + size
                 offset += 1
             self._bytes += added
+            if self._shared is not None:
+                self._shared._add(added)
             self._next = first + len(records)
             assert self._first + len(self._sizes) == self._next
             wake = self._idle or self._bytes - added < self.batch_bytes <= self._bytes
@@ -178,10 +206,19 @@ class AppendBuffer:
                 tail_bytes += size
             self._pieces = []
             self._sizes = []
+            if self._shared is not None:
+                self._shared._add(-self._bytes)
             self._bytes = 0
             self._first = self._next
         # One chunk: how frames are split into chunks is not part of the contract.
         return [data] if data else [], first, last, len(data), len(data) - tail_bytes, tail_count
+
+    def leave_shared(self) -> None:
+        """Stop counting into the shared budget, giving back what is pending. Idempotent."""
+        with self._lock:
+            shared, self._shared = self._shared, None
+            if shared is not None:
+                shared._add(-self._bytes)
 
     def park(self) -> bool:
         with self._lock:
@@ -221,6 +258,10 @@ class AppendBuffer:
     @property
     def pending_bytes(self) -> int:
         return self._bytes
+
+    @property
+    def shared_budget(self) -> PendingBudget | None:
+        return self._shared
 
     @property
     def writer_idle(self) -> bool:

@@ -22,12 +22,24 @@ from native.object_format import Block, Footer, ObjectHeader, ObjectsTwin
 Message = tuple[int, "bytes | None", "Mapping[str, str] | None", bytes]
 
 
+class SharedPending(Protocol):
+    """Pending bytes many append cores of one twin count together (``PendingBudget`` in each
+    twin; see its docstring in _append.pyx). Construct with ``PendingBudget(bytes_max)``."""
+
+    @property
+    def used(self) -> int: ...
+    @property
+    def bytes_max(self) -> int: ...
+    @property
+    def full(self) -> bool: ...
+
+
 class AppendCore(Protocol):
     """The WAL append core (``AppendBuffer`` in each twin); see its docstring in _append.pyx.
 
     Construct with ``AppendBuffer(next_offset, *, max_message_bytes, pending_bytes_max,
     batch_bytes, tail_messages_max, tail_bytes_max, wake, wait_for_room, too_large,
-    normalize)``.
+    normalize, shared=None)`` (``shared``: that twin's ``PendingBudget``).
     """
 
     max_message_bytes: int
@@ -40,8 +52,11 @@ class AppendCore(Protocol):
     def append_batch(self, messages: Sequence[object], publish_time: int | None = None) -> int: ...
     #: (chunks, first_offset, last_offset, nbytes, tail_position, tail_count): a Batch's fields.
     def take(self) -> tuple[list[bytes], int, int, int, int, int]: ...
+    def leave_shared(self) -> None: ...
     def park(self) -> bool: ...
     def unpark(self) -> None: ...
+    @property
+    def shared_budget(self) -> SharedPending | None: ...
     @property
     def next_offset(self) -> int: ...
     @property
@@ -86,6 +101,11 @@ class AppendTwin(Protocol):
         """Builds the append core (a class in each twin)."""
         ...
 
+    @property
+    def PendingBudget(self) -> Callable[[int], SharedPending]:  # noqa: N802 - the class each twin exports
+        """Builds a budget of pending bytes its cores share (a class in each twin)."""
+        ...
+
 
 @runtime_checkable
 class CodecTwin(FramesTwin, AppendTwin, ObjectsTwin, Protocol):
@@ -100,7 +120,7 @@ PART_NAMES = {
     "frames": ("CRC32C_HARDWARE", "crc32c", "encode_record", "encode_frame", "encode_batch",
                "decode_record", "scan_frames", "encode_round_marker", "encode_segment_header",
                "decode_segment_header", "write_rounds"),
-    "append": ("AppendBuffer",),
+    "append": ("AppendBuffer", "PendingBudget"),
     "objects": ("object_encode", "object_footer_bytes_needed", "object_parse_footer",
                 "object_parse_header", "object_decode_block"),
 }

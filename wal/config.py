@@ -49,6 +49,9 @@ class WalConfig:
     # Backpressure: appended-but-unwritten bytes above this block appenders, for at most
     # append_timeout_s, so a stalled disk cannot eat all memory.
     pending_bytes_max: int = 64 * 1024 * 1024
+    # The same bound for all WALs of one commit group together (a broker host's WAL root):
+    # without it, 1,000 topics could hold 64 GB appended but unwritten behind a stalled disk.
+    pending_group_bytes_max: int = 1024 * 1024 * 1024
     append_timeout_s: float = 30.0
     # Readers pull this much from a segment file per read.
     read_chunk_bytes: int = 1024 * 1024
@@ -84,11 +87,13 @@ class WalConfig:
             raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
         if self.pending_bytes_max < self.max_message_bytes:
             raise ValueError("pending_bytes_max must hold at least one maximal message")
+        if self.pending_group_bytes_max < self.max_message_bytes:
+            raise ValueError("pending_group_bytes_max must hold at least one maximal message")
         # Sizes go to native code as Py_ssize_t and into sums of byte counts, time limits to
         # thread waits and clocks (threading.TIMEOUT_MAX, time_t): far past any real
         # setting, a larger one would fail a thread that waits on it, not this check.
         for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
-                     "cache_bytes_max", "cache_group_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
+                     "cache_bytes_max", "cache_group_bytes_max", "pending_group_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
                      "journal_file_bytes", "journal_checkpoint_syncfs_min_files"):
             if not 0 < getattr(self, name) <= SIZE_MAX:
                 raise ValueError(f"{name} must be positive and at most 2**53")

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from native import write_rounds
+from native import PendingBudget, write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
 from wal.cache import CacheBudget
@@ -51,6 +51,10 @@ from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
 
 _log = logging.getLogger(__name__)
+
+#: How often an append waiting for the group's pending budget looks again without being
+#: notified (its own WAL closing or failing does not notify the group's waiters).
+_ROOM_RECHECK_S = 0.1
 
 
 class MemberHooks(NamedTuple):
@@ -96,6 +100,10 @@ class GroupMember:
         #: set by the WAL once open. The WAL releases it when it closed in time; when its
         #: closer gave up, the group does, once it closed the files (``_settle``).
         self.dir_lock: "_Claim | Lock | None" = None
+
+    @property
+    def group(self) -> "CommitGroup":
+        return self._group
 
     def wake(self) -> None:
         """The append core's callback (via the WAL): frames are pending for this topic."""
@@ -154,7 +162,7 @@ class CommitGroup:
 
     def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None,
                  metrics_registry: CollectorRegistry | None = None, round_bytes_max: int = 16 * 1024 * 1024,
-                 cache_bytes_max: int | None = None) -> None:
+                 cache_bytes_max: int | None = None, pending_bytes_max: int | None = None) -> None:
         """``journal``: make rounds durable through the root's shared journal (replayed
         here first, before any WAL of the root opens); None: one ``syncfs`` per round.
         ``metrics_registry``: where the group's metrics go (a private one when None).
@@ -162,7 +170,10 @@ class CommitGroup:
         pending frames whole, so one topic's round may exceed it alone).
         ``cache_bytes_max``: the bytes every member's cache of recent frames may keep alive
         together (``wal.cache.CacheBudget``; WalConfig's ``cache_group_bytes_max``); None:
-        each cache is bounded only on its own."""
+        each cache is bounded only on its own. ``pending_bytes_max``: the bytes all members
+        together may hold appended but not yet taken by a round (``native.PendingBudget``;
+        WalConfig's ``pending_group_bytes_max``): an append past it waits for room, as for its
+        WAL's own ``pending_bytes_max``; None: each WAL is bounded only on its own."""
         if round_bytes_max <= 0:
             raise ValueError("round_bytes_max must be positive")
         self.round_bytes_max = round_bytes_max
@@ -170,6 +181,11 @@ class CommitGroup:
         #: The budget every member's cache counts against (None: none).
         self.cache_budget = CacheBudget(cache_bytes_max, self.metrics.cache_trimmed_bytes.inc) \
             if cache_bytes_max is not None else None
+        #: The pending bytes every member's append core counts into (None: none); appends
+        #: that find it full wait in ``wait_for_room`` until a round takes some.
+        self.pending_budget = PendingBudget(pending_bytes_max) if pending_bytes_max is not None else None
+        self._room = threading.Condition(threading.Lock())
+        self._room_waiters = 0  # threads in wait_for_room (changed under _room's lock)
         self.root = root
         self.fs = fs
         fs.makedirs(root)
@@ -289,6 +305,37 @@ class CommitGroup:
         if self._stopping:
             raise WalFailed(f"commit group of {self.root} is closed")
 
+    def wait_for_room(self, deadline: float, refused: Callable[[], bool], timeout_s: float) -> None:
+        """An append found the group's pending budget full (its core called back): wait
+        until a round took enough, the append is refused (``refused()``: its WAL closed or
+        failed) or the group failed, for at most until ``deadline`` (monotonic), then
+        WalTimeout. Called without any WAL's lock: the round this waits for takes them."""
+        budget = self.pending_budget
+        assert budget is not None
+        with self._room:
+            self._room_waiters += 1
+            try:
+                while budget.full and not refused() and self._failure is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise WalTimeout(f"append blocked {timeout_s} s: the commit group of {self.root} holds "
+                                         f"{budget.used} bytes appended but not written (pending_group_bytes_max "
+                                         f"{budget.bytes_max})")
+                    # Rounds notify after taking; a close or failure of the appender's own WAL
+                    # does not, so the wait looks again now and then.
+                    self._room.wait(min(remaining, _ROOM_RECHECK_S))
+            finally:
+                self._room_waiters -= 1
+
+    @property
+    def room_waiters(self) -> int:
+        """Appends waiting now for the group's pending budget (``wait_for_room``)."""
+        return self._room_waiters
+
+    def _wake_room(self) -> None:
+        with self._room:
+            self._room.notify_all()
+
     def _ready(self, member: GroupMember) -> None:
         with self._lock:
             self._ready_members[member] = None
@@ -396,6 +443,8 @@ class CommitGroup:
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
         if self.cache_budget is not None:
             self.metrics.cache_bytes.set(self.cache_budget.bytes)
+        if self.pending_budget is not None:
+            self.metrics.pending_bytes.set(self.pending_budget.used)
         for member, (batch, segment, position, size_bytes, _parts, _file) in written:
             member.on_durable(batch, segment, position, size_bytes, seconds)
         for member, _done in written:
@@ -449,6 +498,8 @@ class CommitGroup:
                 if fd >= 0:
                     fds.append(fd)
                     rounds.append(parts)
+            if self._room_waiters:
+                self._wake_room()  # this round took pending frames: appends waiting for room go on
             if fds:
                 errors = write_rounds(fds, rounds)
         finally:
@@ -554,6 +605,7 @@ class CommitGroup:
             self.journal.mark_failed(exc)
         with self._lock:
             self._work.notify()  # the writer thread stops
+        self._wake_room()  # appends waiting for room are refused now
         for member in members:
             member.failed = True
             try:

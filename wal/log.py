@@ -191,7 +191,7 @@ class WriteAheadLog:
             pending_bytes_max=config.pending_bytes_max, batch_bytes=config.fsync_batch_bytes,
             tail_messages_max=config.cache_messages_max, tail_bytes_max=config.cache_bytes_max,
             wake=self._wake_writer, wait_for_room=self._wait_for_room, too_large=MessageTooLarge,
-            normalize=as_tuple)
+            normalize=as_tuple, shared=group.pending_budget if group is not None else None)
         # wal.append / wal.append_batch resolve straight to the core's bound methods (C in the
         # compiled twin): a Python wrapper would cost more than the append itself. The class
         # methods below document the signatures and delegate for calls through the class.
@@ -251,6 +251,7 @@ class WriteAheadLog:
                 # Its share of the group's cache budget goes back (readers of a closed WAL
                 # read its files); a writer that did not stop may still add, uncounted.
                 self._cache.detach()
+                self._core.leave_shared()  # nothing is pending after a drain; just stop counting
             waiters, self._async_waiters = self._async_waiters, []
         _resolve_all(waiters, WalClosed(f"WAL {self.topic} closed"))
         # A retention in progress (it checked _closed before this) ends before the
@@ -356,8 +357,9 @@ class WriteAheadLog:
             self._work.notify()
 
     def _wait_for_room(self) -> None:
-        """Core callback, before an append while pending bytes are at the bound: backpressure,
-        for at most append_timeout_s. Returns once there is room or appends are refused."""
+        """Core callback, before an append while pending bytes are at the bound (this WAL's,
+        or its commit group's for all its topics): backpressure, for at most
+        append_timeout_s. Returns once there is room or appends are refused."""
         deadline = time.monotonic() + self.config.append_timeout_s
         with self._lock:
             self._room_waiters += 1
@@ -371,6 +373,12 @@ class WriteAheadLog:
                     self._room.wait(remaining)
             finally:
                 self._room_waiters -= 1
+        shared = self._core.shared_budget
+        if shared is not None and shared.full and self._member is not None:
+            # Without this WAL's lock: the round that makes room takes it.
+            core = self._core
+            self._member.group.wait_for_room(deadline, lambda: core.refusal is not None,
+                                             self.config.append_timeout_s)
 
     def _refusal_error(self) -> WalError:
         if self._failure is not None:
@@ -573,6 +581,9 @@ class WriteAheadLog:
             self._durable.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
             error = self._refusal_error()
+        # What is pending will never be written: its share of the group's pending budget
+        # goes back (else the other topics' appends would wait for it forever).
+        self._core.leave_shared()
         self.metrics.on_failed()
         _resolve_all(waiters, error)
 

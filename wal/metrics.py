@@ -293,6 +293,7 @@ class _GroupFamilies:
     replay_seconds: Gauge
     cache_bytes: Gauge
     cache_trimmed_bytes: Counter
+    pending_bytes: Gauge
 
 
 def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
@@ -323,6 +324,9 @@ def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
         cache_trimmed_bytes=Counter("dnb_wal_group_cache_trimmed_bytes",
                                     "Bytes trimmed off topics' caches to keep the group's cache budget "
                                     "(still in the segment files)", registry=registry),
+        pending_bytes=Gauge("dnb_wal_group_pending_bytes",
+                            "Bytes the group's topics hold appended but not yet taken by a round (its "
+                            "pending budget), set each round", registry=registry),
     )
 
 
@@ -344,6 +348,7 @@ class GroupMetrics:
         self.replay_seconds = families.replay_seconds
         self.cache_bytes = families.cache_bytes
         self.cache_trimmed_bytes = families.cache_trimmed_bytes
+        self.pending_bytes = families.pending_bytes
 
     def on_round(self, topics: int, sync_s: float, journal_bytes: int) -> None:
         self.rounds.inc()

@@ -202,6 +202,62 @@ def test_backpressure_calls_wait_for_room_before_appending(codec):
     assert calls.room_waits == 2
 
 
+def test_a_shared_budget_counts_every_core_and_backpressures_all_of_them(codec):
+    """Cores sharing a PendingBudget count into it exactly what they hold pending; an
+    append to any of them finds it full and calls wait_for_room first, although its own
+    core is far from its own bound; take() and leave_shared() give their bytes back."""
+    budget = codec.PendingBudget(300)
+    calls = [Calls(), Calls()]
+    cores = [make(codec, calls=c, max_message_bytes=100, pending_bytes_max=1 << 20, shared=budget)[0]
+             for c in calls]
+    assert budget.used == 0 and not budget.full and cores[0].shared_budget is budget
+    cores[0].append(b"x" * 80, publish_time=1)
+    cores[1].append_batch([b"x" * 80, b"y"], publish_time=1)
+    assert budget.used == cores[0].pending_bytes + cores[1].pending_bytes > 200
+    assert [c.room_waits for c in calls] == [0, 0]
+    cores[0].append(b"x" * 80, publish_time=1)  # passes 300: the check comes before the append
+    assert budget.full
+    cores[1].append(b"z", publish_time=1)
+    cores[1].append_batch([b"z"], publish_time=1)
+    assert [c.room_waits for c in calls] == [0, 2], "core 1 is far below its own bound"
+    taken = cores[0].take()[3]
+    assert budget.used == cores[1].pending_bytes and taken > 0
+    cores[1].leave_shared()
+    cores[1].leave_shared()  # idempotent
+    assert budget.used == 0 and cores[1].shared_budget is None
+    cores[1].append(b"w", publish_time=1)
+    cores[1].take()
+    assert budget.used == 0, "a core that left counts nothing more"
+
+
+def test_a_shared_budget_of_the_other_twin_is_refused():
+    twins = native.available_codecs()
+    if len(twins) < 2:
+        pytest.skip("only one twin here")
+    python, compiled = twins[0], twins[1]
+    for core_twin, budget_twin in ((python, compiled), (compiled, python)):
+        with pytest.raises(TypeError):
+            make(core_twin, shared=budget_twin.PendingBudget(100))
+    for twin in twins:
+        with pytest.raises(ValueError):
+            twin.PendingBudget(0)
+
+
+def test_twins_count_a_shared_budget_identically():
+    used = []
+    for twin in native.available_codecs():
+        budget = twin.PendingBudget(1 << 20)
+        core, _ = make(twin, shared=budget)
+        feed(core)
+        seen = [budget.used]
+        core.take()
+        seen.append(budget.used)
+        core.append(b"again", publish_time=7)
+        seen.append(budget.used)
+        used.append(seen)
+    assert all(seen == used[0] for seen in used) and used[0][0] > 0 and used[0][1] == 0
+
+
 def test_many_threads_get_unique_contiguous_offsets_in_buffer_order(codec):
     core, _ = make(codec, pending_bytes_max=1 << 30, tail_messages_max=1024, tail_bytes_max=1 << 20)
     threads_n, per_thread = 4, 2000

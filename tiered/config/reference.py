@@ -85,9 +85,12 @@ KEYS: dict[str, tuple[str, str]] = {
     "wal.max_message_bytes": ("Largest encoded record (key + attributes + payload + record header) "
                               "accepted; larger appends fail without using an offset.",
                               "Kafka `message.max.bytes` (`max.message.bytes`); Pulsar `maxMessageSize`"),
-    "wal.pending_bytes_max": ("Appended-but-unwritten bytes above which appends block (backpressure, so a "
+    "wal.pending_bytes_max": ("Appended-but-unwritten bytes of one topic above which appends block (backpressure, so a "
                               "stalled disk cannot eat all memory).",
-                              "Pulsar `maxMessagePublishBufferSizeInMB`; Kafka producer `buffer.memory`"),
+                              "Kafka producer `buffer.memory` (per producer); Pulsar's is broker-wide"),
+    "wal.pending_group_bytes_max": ("The same bound for all topics of one WAL root together (a broker host's "
+                                    "commit group): an append to any of them waits while they hold this much.",
+                                    "Pulsar `maxMessagePublishBufferSizeInMB` (broker-wide)"),
     "wal.append_timeout_s": ("How long a blocked append waits for room before it fails.",
                              "Kafka producer `max.block.ms`"),
     "wal.read_chunk_bytes": ("Bytes a reader pulls from a segment file per read.",

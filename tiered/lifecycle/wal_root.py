@@ -95,7 +95,8 @@ class WalRoot:
                 file_bytes=config.journal_file_bytes, checkpoint_bytes=config.journal_checkpoint_bytes,
                 checkpoint_interval_s=config.journal_checkpoint_interval_s, files_max=config.journal_files_max,
                 syncfs_min_files=config.journal_checkpoint_syncfs_min_files),
-                metrics_registry=self.metrics_registry, cache_bytes_max=config.cache_group_bytes_max)
+                metrics_registry=self.metrics_registry, cache_bytes_max=config.cache_group_bytes_max,
+                pending_bytes_max=config.pending_group_bytes_max)
         if not self.fs.syncfs_covers(self.wal_root, [self.wal_root]):
             # Before Linux 5.17 syncfs could return success when write-back or the file
             # system's own flush failed (wal.fs.syncfs_reports_errors), and on
@@ -106,7 +107,8 @@ class WalRoot:
                          "topic instead of a commit group", self.wal_root)
             return None
         return CommitGroup(self.wal_root, self.fs, metrics_registry=self.metrics_registry,
-                           cache_bytes_max=config.cache_group_bytes_max)
+                           cache_bytes_max=config.cache_group_bytes_max,
+                           pending_bytes_max=config.pending_group_bytes_max)
 
     def release(self) -> None:
         """Stop the commit group (every WAL of the root must be closed by now) and let go

@@ -1,0 +1,150 @@
+"""A commit group's pending budget bounds the bytes all its topics hold appended but not
+yet taken by a round (WalConfig.pending_group_bytes_max; native.PendingBudget): behind a
+stalled disk, appends to every topic wait instead of growing memory without bound, go on
+once rounds take frames again, time out with nothing appended, and are refused when the
+group fails. Nothing acknowledged is lost on the way."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.wal.helpers import check_payload, open_in_group, payload_for, read_all, small_config, wait_until
+from tests.wal.helpers import GROUP_ROOT
+from wal import WalFailed, WalTimeout
+from wal.group import CommitGroup
+from wal.testing import FaultFs
+
+BUDGET = 32 * 1024
+MESSAGE = 1000  # payload bytes; a frame is a little more
+
+
+def _group(journaled: bool, fs: FaultFs) -> CommitGroup:
+    from wal.journal import JournalConfig
+
+    journal = JournalConfig(file_bytes=1 << 20, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0) \
+        if journaled else None
+    return CommitGroup(GROUP_ROOT, fs, journal=journal, pending_bytes_max=BUDGET)
+
+
+@pytest.mark.parametrize("journaled", [False, True])
+def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on(journaled):
+    fs = FaultFs()
+    group = _group(journaled, fs)
+    budget = group.pending_budget
+    assert budget is not None
+    # Each topic may hold 1 MiB on its own: only the group's budget can stop them.
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20, append_timeout_s=600.0)
+    wals = [open_in_group(fs, group, i, config) for i in range(8)]
+    fs.hold_syncs()
+    wals[0].append(payload_for(0, size=MESSAGE))  # a round in flight, its sync held
+    wait_until(lambda: fs.syncs_waiting == 1)
+    per_topic = 40  # 8 x 40 x ~1 KB: ten times the budget, more than any one topic gets in
+    errors: list[BaseException] = []
+
+    def produce(index: int) -> None:
+        try:
+            wal = wals[index]
+            for _ in range(per_topic if index else per_topic - 1):
+                wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    producers = [threading.Thread(target=produce, args=(i,)) for i in range(len(wals))]
+    for thread in producers:
+        thread.start()
+    try:
+        # Every producer ends up waiting for room: the budget holds them all.
+        wait_until(lambda: group.room_waiters == len(wals))
+        held = sum(wal.next_offset for wal in wals)
+        assert held < len(wals) * per_topic, "some appends must still be waiting"
+        # Each producer passed the check at most once with the budget nearly full.
+        assert budget.used <= BUDGET + len(wals) * (MESSAGE + 100), budget.used
+    finally:
+        fs.release_syncs()
+    for thread in producers:
+        thread.join(120)
+        assert not thread.is_alive()
+    assert not errors, errors
+    for wal in wals:
+        wal.flush()
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(per_topic))
+    assert budget.used == 0
+    for wal in wals:
+        wal.close()
+    group.close()
+
+
+def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
+    fs = FaultFs()
+    group = _group(False, fs)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20, append_timeout_s=0.2)
+    wal, other = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
+    fs.hold_syncs()
+    try:
+        wal.append(payload_for(0, size=MESSAGE))
+        wait_until(lambda: fs.syncs_waiting == 1)
+        while not group.pending_budget.full:  # type: ignore[union-attr]
+            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        before = other.next_offset
+        with pytest.raises(WalTimeout, match="pending_group_bytes_max"):
+            other.append(payload_for(0, size=MESSAGE))
+        assert other.next_offset == before, "a timed-out append used no offset"
+    finally:
+        fs.release_syncs()
+    wal.flush()
+    other.append(payload_for(0, size=MESSAGE))  # room again once the rounds went on
+    other.flush()
+    assert [check_payload(r.payload)[0] for r in read_all(other)] == [0]
+    for each in (wal, other):
+        each.close()
+    group.close()
+
+
+def test_appends_waiting_for_room_are_refused_when_the_group_fails():
+    fs = FaultFs()
+    group = _group(False, fs)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20, append_timeout_s=600.0)
+    wal, other = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
+    fs.hold_syncs()
+    wal.append(payload_for(0, size=MESSAGE))
+    wait_until(lambda: fs.syncs_waiting == 1)
+    while not group.pending_budget.full:  # type: ignore[union-attr]
+        wal.append(payload_for(wal.next_offset, size=MESSAGE))
+    outcome: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            other.append(payload_for(0, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    wait_until(lambda: group.room_waiters == 1)
+    fs.fail_sync_after = fs.sync_calls  # the held sync fails: the group fails every topic
+    fs.release_syncs()
+    thread.join(120)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], WalFailed), outcome
+    assert group.failed and wal.durable_offset is None and other.durable_offset is None
+    assert group.pending_budget.used == 0, "failed topics gave their pending bytes back"  # type: ignore[union-attr]
+    for each in (wal, other):
+        each.close()
+    group.close()
+
+
+def test_a_closed_topic_gives_its_share_back():
+    fs = FaultFs()
+    group = _group(True, fs)
+    config = small_config(segment_bytes_max=1 << 20)
+    wals = [open_in_group(fs, group, i, config) for i in range(3)]
+    for wal in wals:
+        wal.append(payload_for(0, size=MESSAGE))
+    wals[1].close()
+    for wal in (wals[0], wals[2]):
+        wal.flush()
+    assert group.pending_budget.used == 0  # type: ignore[union-attr]
+    for wal in (wals[0], wals[2]):
+        wal.close()
+    group.close()
