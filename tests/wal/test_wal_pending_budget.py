@@ -148,3 +148,30 @@ def test_a_closed_topic_gives_its_share_back():
     for wal in (wals[0], wals[2]):
         wal.close()
     group.close()
+
+
+def test_a_durable_listener_appending_on_the_groups_thread_never_waits_for_itself():
+    """A listener runs on the group's thread; were it to wait for room, it would wait for
+    the round only its own thread can run."""
+    fs = FaultFs()
+    group = _group(True, fs)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+                          append_timeout_s=600.0)
+    source, mirror = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
+    mirrored: list[int] = []
+
+    def copy(offset: int) -> None:
+        while len(mirrored) <= offset:
+            mirror.append(payload_for(len(mirrored), size=4000))  # several times the budget in all
+            mirrored.append(len(mirrored))
+
+    source.add_durable_listener(copy)
+    for n in range(40):
+        source.append(payload_for(n, size=10))
+    source.flush()
+    wait_until(lambda: len(mirrored) == 40)
+    mirror.flush()
+    assert [check_payload(r.payload)[0] for r in read_all(mirror)] == list(range(40))
+    for wal in (source, mirror):
+        wal.close()
+    group.close()
