@@ -168,6 +168,11 @@ def _config(hook: CrashHook) -> Any:
     uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
                               retry_backoff_max_s=0.005, drain_timeout_s=WAIT_BOUND_S, poll_interval_s=5.0,
                               compression="none", fault_hook=hook)
-    return BrokerConfig(wal_config=WalConfig(close_timeout_s=WAIT_BOUND_S), uploader=uploader,
+    # Group budgets far below the defaults: every scenario trims caches (readers fall back
+    # to segment files) and may hold appends back on the pending budget (wal/cache.py,
+    # native.PendingBudget), under every move, crash and fault it draws.
+    wal_config = WalConfig(close_timeout_s=WAIT_BOUND_S, cache_group_bytes_max=16 * 1024,
+                           max_message_bytes=64 * 1024, pending_group_bytes_max=64 * 1024)
+    return BrokerConfig(wal_config=wal_config, uploader=uploader,
                         register_session=False, progress_interval_s=0.05, produce_timeout_s=WAIT_BOUND_S,
                         flush_timeout_s=WAIT_BOUND_S, close_timeout_s=WAIT_BOUND_S)
