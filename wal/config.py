@@ -25,6 +25,11 @@ SIZE_MAX = 1 << 53
 SECONDS_MAX = 1e9
 
 
+#: Defaults of a commit group's budgets (WalConfig below; wal.group.CommitGroup's own).
+CACHE_GROUP_BYTES_MAX = 1024 * 1024 * 1024
+PENDING_GROUP_BYTES_MAX = 1024 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class WalConfig:
     # Group commit without a timer: the writer takes whatever is pending as soon as the
@@ -43,7 +48,10 @@ class WalConfig:
     cache_bytes_max: int = 8 * 1024 * 1024
     # All WALs of one commit group (a broker host's WAL root) cache at most this many bytes
     # together; past it the largest caches give up their oldest frames first (wal/cache.py).
-    cache_group_bytes_max: int = 1024 * 1024 * 1024
+    # A group setting: the broker host's WalRoot passes it (and pending_group_bytes_max) to
+    # the CommitGroup it makes; WriteAheadLog.open(..., group=) uses the group's. Per-topic
+    # writers (commit_group = False, or WalRoot's fallback) have only the per-topic bounds.
+    cache_group_bytes_max: int = CACHE_GROUP_BYTES_MAX
     # Largest encoded record (key + attributes + payload + record header) accepted.
     max_message_bytes: int = 4 * 1024 * 1024
     # Backpressure: appended-but-unwritten bytes above this block appenders, for at most
@@ -51,7 +59,7 @@ class WalConfig:
     pending_bytes_max: int = 64 * 1024 * 1024
     # The same bound for all WALs of one commit group together (a broker host's WAL root):
     # without it, 1,000 topics could hold 64 GB appended but unwritten behind a stalled disk.
-    pending_group_bytes_max: int = 1024 * 1024 * 1024
+    pending_group_bytes_max: int = PENDING_GROUP_BYTES_MAX
     append_timeout_s: float = 30.0
     # Readers pull this much from a segment file per read.
     read_chunk_bytes: int = 1024 * 1024
@@ -87,16 +95,18 @@ class WalConfig:
             raise ValueError(f"max_message_bytes must be in [1, {MAX_RECORD_BYTES}]")
         if self.pending_bytes_max < self.max_message_bytes:
             raise ValueError("pending_bytes_max must hold at least one maximal message")
-        if self.pending_group_bytes_max < self.max_message_bytes:
-            raise ValueError("pending_group_bytes_max must hold at least one maximal message")
         # Sizes go to native code as Py_ssize_t and into sums of byte counts, time limits to
         # thread waits and clocks (threading.TIMEOUT_MAX, time_t): far past any real
         # setting, a larger one would fail a thread that waits on it, not this check.
-        for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max",
-                     "cache_bytes_max", "cache_group_bytes_max", "pending_group_bytes_max", "read_chunk_bytes", "index_interval_bytes", "journal_checkpoint_bytes",
-                     "journal_file_bytes", "journal_checkpoint_syncfs_min_files"):
-            if not 0 < getattr(self, name) <= SIZE_MAX:
-                raise ValueError(f"{name} must be positive and at most 2**53")
+        for name in ("fsync_batch_bytes", "segment_bytes_max", "cache_messages_max", "cache_bytes_max",
+                     "cache_group_bytes_max", "pending_group_bytes_max", "read_chunk_bytes",
+                     "index_interval_bytes", "journal_checkpoint_bytes", "journal_file_bytes",
+                     "journal_checkpoint_syncfs_min_files"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= SIZE_MAX:
+                raise ValueError(f"{name} must be a positive integer, at most 2**53, not {value!r}")
+        if self.pending_group_bytes_max < self.max_message_bytes:
+            raise ValueError("pending_group_bytes_max must hold at least one maximal message")
         for name in ("segment_age_max_s", "append_timeout_s", "close_timeout_s", "journal_checkpoint_interval_s"):
             if not 0 < getattr(self, name) <= SECONDS_MAX:
                 raise ValueError(f"{name} must be positive and at most {SECONDS_MAX:.0e} s")

@@ -44,6 +44,7 @@ from native import PendingBudget, write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
 from wal.cache import CacheBudget
+from wal.config import CACHE_GROUP_BYTES_MAX, PENDING_GROUP_BYTES_MAX
 from wal.errors import CorruptLog, SyncNotCovered, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, Lock, LockHeld, SyncHandle, directory_key
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
@@ -162,24 +163,29 @@ class CommitGroup:
 
     def __init__(self, root: str, fs: FileSystem, journal: JournalConfig | None = None,
                  metrics_registry: CollectorRegistry | None = None, round_bytes_max: int = 16 * 1024 * 1024,
-                 cache_bytes_max: int | None = None, pending_bytes_max: int | None = None) -> None:
+                 cache_bytes_max: int | None = CACHE_GROUP_BYTES_MAX,
+                 pending_bytes_max: int | None = PENDING_GROUP_BYTES_MAX) -> None:
         """``journal``: make rounds durable through the root's shared journal (replayed
         here first, before any WAL of the root opens); None: one ``syncfs`` per round.
         ``metrics_registry``: where the group's metrics go (a private one when None).
         ``round_bytes_max``: a round takes topics until it holds this much (each topic's
         pending frames whole, so one topic's round may exceed it alone).
         ``cache_bytes_max``: the bytes every member's cache of recent frames may keep alive
-        together (``wal.cache.CacheBudget``; WalConfig's ``cache_group_bytes_max``); None:
-        each cache is bounded only on its own. ``pending_bytes_max``: the bytes all members
+        together (``wal.cache.CacheBudget``; by default WalConfig's ``cache_group_bytes_max``);
+        None: each cache is bounded only on its own. ``pending_bytes_max``: the bytes all members
         together may hold appended but not yet taken by a round (``native.PendingBudget``;
         WalConfig's ``pending_group_bytes_max``): an append past it waits for room, as for its
-        WAL's own ``pending_bytes_max``; None: each WAL is bounded only on its own."""
+        WAL's own ``pending_bytes_max`` (by default WalConfig's ``pending_group_bytes_max``);
+        None: each WAL is bounded only on its own."""
         if round_bytes_max <= 0:
             raise ValueError("round_bytes_max must be positive")
         self.round_bytes_max = round_bytes_max
         self.metrics = GroupMetrics(metrics_registry)
         #: The budget every member's cache counts against (None: none).
-        self.cache_budget = CacheBudget(cache_bytes_max, self.metrics.cache_trimmed_bytes.inc) \
+        for name, value in (("cache_bytes_max", cache_bytes_max), ("pending_bytes_max", pending_bytes_max)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be None or a positive number of bytes, not {value!r}")
+        self.cache_budget = CacheBudget(cache_bytes_max, self.metrics.cache_trimmed_bytes.inc, root) \
             if cache_bytes_max is not None else None
         #: The pending bytes every member's append core counts into (None: none); appends
         #: that find it full wait in ``wait_for_room`` until a round takes some.
@@ -391,6 +397,8 @@ class CommitGroup:
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             raise WalTimeout(f"commit group of {self.root} did not stop within {timeout_s} s")
+        if self.cache_budget is not None:
+            self.cache_budget.close()
         if self.journal is not None:
             self.journal.close()  # a last checkpoint: a clean stop leaves nothing to replay
         if self._sync is not None:
@@ -445,12 +453,12 @@ class CommitGroup:
             return
         self.rounds += 1
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
-        if self.cache_budget is not None:
-            self.metrics.cache_bytes.set(self.cache_budget.bytes)
-        if self.pending_budget is not None:
-            self.metrics.pending_bytes.set(self.pending_budget.used)
         for member, (batch, segment, position, size_bytes, _parts, _file) in written:
             member.on_durable(batch, segment, position, size_bytes, seconds)
+        if self.cache_budget is not None:
+            self.metrics.cache_bytes.set(self.cache_budget.bytes)  # after the round's adds
+        if self.pending_budget is not None:
+            self.metrics.pending_bytes.set(self.pending_budget.used)
         for member, _done in written:
             self._settle(member)
 

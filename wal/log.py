@@ -247,11 +247,12 @@ class WriteAheadLog:
         with self._lock:
             self._closed = True
             self._durable.notify_all()
-            if drained:
-                # Its share of the group's cache budget goes back (readers of a closed WAL
-                # read its files); a writer that did not stop may still add, uncounted.
-                self._cache.detach()
-                self._core.leave_shared()  # nothing is pending after a drain; just stop counting
+            # Its share of the group's budgets goes back, drained or not (atk82 F2): readers
+            # of a closed WAL read its files, and a writer that did not stop in time adds
+            # to a detached cache, which counts nothing (it is bounded on its own and goes
+            # with this WAL). Pending bytes: none after a drain; else never taken now.
+            self._cache.detach()
+            self._core.leave_shared()
             waiters, self._async_waiters = self._async_waiters, []
         _resolve_all(waiters, WalClosed(f"WAL {self.topic} closed"))
         # A retention in progress (it checked _closed before this) ends before the

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import native
-from tests.wal.helpers import check_payload, open_in_group, payload_for, read_all, small_config
+from tests.wal.helpers import check_payload, open_in_group, payload_for, read_all, small_config, wait_until
 from wal.cache import CacheBudget, FrameCache, _water_level
 from wal.group import CommitGroup
 from wal.testing import FaultFs
@@ -64,7 +64,7 @@ def test_the_total_stays_under_the_budget_and_the_largest_caches_pay_first():
         for cache in big:
             over = _fill(cache, round_ * 5, 5, 100) or over
             if over:
-                budget.enforce()
+                budget.trim()
                 over = False
             assert budget.bytes <= budget.bytes_max + 5 * 200, "at most one add past the bound"
     assert budget.bytes <= budget.bytes_max
@@ -76,7 +76,7 @@ def test_the_total_stays_under_the_budget_and_the_largest_caches_pay_first():
         assert offsets[-1] == cache._chunks[-1][1], "trimming keeps the newest entries"
 
 
-def test_trimming_passes_over_a_busy_cache_without_waiting():
+def test_trimming_passes_over_a_busy_cache():
     budget = CacheBudget(20_000)
     busy, free = _cache(budget), _cache(budget)
     _fill(busy, 0, 100, 100)
@@ -84,14 +84,14 @@ def test_trimming_passes_over_a_busy_cache_without_waiting():
     busy_bytes = busy.bytes
     assert budget.bytes > budget.bytes_max
     assert busy.owner_lock is not None
-    busy.owner_lock.acquire()  # its WAL holds its lock: enforce must not wait for it
+    busy.owner_lock.acquire()  # its WAL holds its lock: the trim must not wait for it for long
     try:
-        budget.enforce()
+        budget.trim()
     finally:
         busy.owner_lock.release()
     assert busy.bytes == busy_bytes, "a cache whose lock is held is left alone"
     assert free.bytes < busy_bytes, "the other caches still paid"
-    budget.enforce()
+    budget.trim()
     assert budget.bytes <= budget.bytes_max
 
 
@@ -140,16 +140,14 @@ def test_a_group_keeps_its_topics_caches_under_its_budget_and_loses_nothing(jour
     readers = [wal.reader(0) for wal in wals]
     seen: list[list[int]] = [[] for _ in wals]
     per_topic = 150
-    highest = 0
     for n in range(per_topic):
         for wal in wals:
             wal.append(payload_for(n, size=300))
         if n % 10 == 9:
             for wal in wals:
                 wal.flush()
-            highest = max(highest, budget.bytes)
-            # Each round adds at most one message per topic past the last check.
-            assert budget.bytes <= budget.bytes_max + len(wals) * 400, budget.bytes
+            # The budget's thread trims (the rounds only ask it to).
+            wait_until(lambda: budget.bytes <= budget.bytes_max)
             for index, reader in enumerate(readers):
                 for record in itertools.islice(reader, 10):
                     seen[index].append(check_payload(record.payload)[0])
@@ -165,3 +163,40 @@ def test_a_group_keeps_its_topics_caches_under_its_budget_and_loses_nothing(jour
         wal.close()
     assert budget.bytes == 0 and budget.caches == 0, "closed WALs gave their share back"
     group.close()
+
+
+def test_an_empty_cache_is_no_candidate_and_bad_bounds_are_refused():
+    """Only caches that hold anything are sorted by a trim (atk82 F1: every cache that
+    ever cached stayed a candidate, and each over-budget add sorted them all)."""
+    budget = CacheBudget(1 << 20)
+    caches = [_cache(budget) for _ in range(5)]
+    for cache in caches:
+        _fill(cache, 0, 3, 50)
+    assert budget.caches == 5
+    big = native.encode_frame(10, 1, None, None, b"x" * 5000)
+    caches[0].add(10, 10 + 2000, [big])  # more messages than it may keep: cleared
+    caches[1].clear()
+    assert budget.caches == 3 and budget.bytes == sum(c.bytes for c in caches)
+    for bad in (0, -1, 1.5, True, float("nan"), float("inf"), "1", None):
+        with pytest.raises(ValueError):
+            CacheBudget(bad)  # type: ignore[arg-type]
+
+
+def test_a_trim_runs_on_the_budgets_thread_not_the_callers():
+    """enforce() only asks: the sort and the trimming (hundreds of milliseconds for a tenth
+    of a large budget, atk82 F1) happen on the budget's own thread."""
+    budget = CacheBudget(10_000)
+    caches = [_cache(budget) for _ in range(4)]
+    for cache in caches:
+        _fill(cache, 0, 30, 100)
+    assert budget.bytes > budget.bytes_max and budget.trimmed_bytes == 0
+    trimmer = threading.current_thread()
+    caches[0].owner_lock.acquire()  # type: ignore[union-attr]
+    try:
+        budget.enforce()  # returns although a cache's lock is held by this very thread
+    finally:
+        caches[0].owner_lock.release()  # type: ignore[union-attr]
+    wait_until(lambda: budget.bytes <= budget.bytes_max)
+    assert budget._thread is not None and budget._thread is not trimmer
+    budget.close()
+    assert not budget._thread.is_alive()

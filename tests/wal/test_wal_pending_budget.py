@@ -175,3 +175,16 @@ def test_a_durable_listener_appending_on_the_groups_thread_never_waits_for_itsel
     for wal in (source, mirror):
         wal.close()
     group.close()
+
+
+def test_bad_group_bounds_are_refused():
+    from wal import WalConfig
+
+    for bad in (0, -1, 1.5, True, "1", None):
+        for name in ("pending_group_bytes_max", "cache_group_bytes_max"):
+            with pytest.raises(ValueError):
+                WalConfig(**{name: bad})
+    for bad in (0, -1, 1.5, True, "1"):
+        for name in ("pending_bytes_max", "cache_bytes_max"):
+            with pytest.raises(ValueError):
+                CommitGroup(GROUP_ROOT, FaultFs(), **{name: bad})
