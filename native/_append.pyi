@@ -5,6 +5,7 @@ IMPLEMENTATION: str
 __all__ = ["AppendBuffer", "PendingBudget"]  # as in _append.pyx
 
 class PendingBudget:
+    waiting: int
     @property
     def used(self) -> int: ...
     @property

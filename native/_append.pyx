@@ -58,17 +58,22 @@ cdef class PendingBudget:
 
     Each core constructed with ``shared=`` this budget adds every frame it counts and
     subtracts what ``take()`` hands over or ``leave_shared()`` gives back, in the same atomic
-    step as its own count; an append finding ``used >= bytes_max`` calls its
-    ``wait_for_room`` first, as for the core's own bound (so ``used`` passes ``bytes_max`` by
-    at most what the appends already past that check add). Only the cores of this twin can
-    share it; the Python twin has its own (native/_append_py.py)."""
+    step as its own count; an append finding ``used >= bytes_max``, or ``waiting`` appends,
+    calls its ``wait_for_room`` first, as for the core's own bound (so ``used`` passes
+    ``bytes_max`` by at most what the appends already past that check add). Only the cores of
+    this twin can share it; the Python twin has its own (native/_append_py.py)."""
     cdef readonly Py_ssize_t used, bytes_max
+    #: Appends waiting for room (set by their waiting side, ``wal.group``): while any wait,
+    #: every append calls ``wait_for_room`` first and queues behind them, so appends that
+    #: never waited cannot take the room from those that do.
+    cdef public Py_ssize_t waiting
 
     def __init__(self, bytes_max):
         if bytes_max <= 0:
             raise ValueError("bytes_max must be positive")
         self.bytes_max = bytes_max
         self.used = 0
+        self.waiting = 0
 
     @property
     def full(self):
@@ -287,7 +292,8 @@ cdef class AppendBuffer:
         cdef MsgInfo m
         cdef list keep
         cdef uint64_t offset
-        if self.used >= self.pending_bytes_max or (self.shared is not None and self.shared.used >= self.shared.bytes_max):
+        if self.used >= self.pending_bytes_max or (self.shared is not None and (
+                self.shared.used >= self.shared.bytes_max or self.shared.waiting)):
             self.wait_for_room_cb()
         m.publish_time = _clock_ms() if publish_time is None else as_u64(publish_time, "publish_time")
         if type(payload) is bytes and key is None and attributes is None:
@@ -325,7 +331,8 @@ cdef class AppendBuffer:
         if n == 0:
             raise ValueError("append_batch needs at least one message")
         default_time = _clock_ms() if publish_time is None else as_u64(publish_time, "publish_time")
-        if self.used >= self.pending_bytes_max or (self.shared is not None and self.shared.used >= self.shared.bytes_max):
+        if self.used >= self.pending_bytes_max or (self.shared is not None and (
+                self.shared.used >= self.shared.bytes_max or self.shared.waiting)):
             self.wait_for_room_cb()
         infos = <MsgInfo *>malloc(n * sizeof(MsgInfo))
         if infos == NULL:

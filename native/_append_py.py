@@ -40,6 +40,9 @@ class PendingBudget:
             raise ValueError("bytes_max must be positive")
         self.bytes_max = bytes_max
         self.used = 0
+        #: Appends waiting for room (see the compiled twin): while any wait, every append
+        #: queues behind them.
+        self.waiting = 0
         self._lock = threading.Lock()
 
     @property
@@ -109,7 +112,8 @@ class AppendBuffer:
     def append(self, payload: bytes, key: bytes | None = None, attributes: Mapping[str, str] | None = None,
                publish_time: int | None = None) -> int:
         """Appends one message; returns its offset."""
-        if self._bytes >= self.pending_bytes_max or (self._shared is not None and self._shared.full):
+        shared = self._shared  # read once: leave_shared() may set it to None meanwhile
+        if self._bytes >= self.pending_bytes_max or (shared is not None and (shared.full or shared.waiting)):
             self._wait_for_room()
         publish_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
         record = self._record(publish_time, key, attributes, payload)
@@ -121,7 +125,8 @@ class AppendBuffer:
         if not items:
             raise ValueError("append_batch needs at least one message")
         default_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
-        if self._bytes >= self.pending_bytes_max or (self._shared is not None and self._shared.full):
+        shared = self._shared  # read once: leave_shared() may set it to None meanwhile
+        if self._bytes >= self.pending_bytes_max or (shared is not None and (shared.full or shared.waiting)):
             self._wait_for_room()
         records = []
         for message in items:

@@ -26,6 +26,8 @@ class SharedPending(Protocol):
     """Pending bytes many append cores of one twin count together (``PendingBudget`` in each
     twin; see its docstring in _append.pyx). Construct with ``PendingBudget(bytes_max)``."""
 
+    waiting: int
+
     @property
     def used(self) -> int: ...
     @property

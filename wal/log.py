@@ -241,6 +241,8 @@ class WriteAheadLog:
             self._closing = True
             self._work.notify_all()
             self._room.notify_all()
+        if self._member is not None:
+            self._member.group.wake_room(everyone=True)  # its appends waiting there are refused now
         drained = self._writer.join(self.config.close_timeout_s)
         if not drained:
             self._fail(WalTimeout(f"writer did not drain within {self.config.close_timeout_s} s"))
@@ -375,7 +377,7 @@ class WriteAheadLog:
             finally:
                 self._room_waiters -= 1
         shared = self._core.shared_budget
-        if shared is not None and shared.full and self._member is not None:
+        if shared is not None and (shared.full or shared.waiting) and self._member is not None:
             # Without this WAL's lock: the round that makes room takes it.
             core = self._core
             self._member.group.wait_for_room(deadline, lambda: core.refusal is not None,
@@ -583,8 +585,11 @@ class WriteAheadLog:
             waiters, self._async_waiters = self._async_waiters, []
             error = self._refusal_error()
         # What is pending will never be written: its share of the group's pending budget
-        # goes back (else the other topics' appends would wait for it forever).
+        # goes back (else the other topics' appends would wait for it forever), and its
+        # appends waiting for room there are refused now.
         self._core.leave_shared()
+        if self._member is not None:
+            self._member.group.wake_room(everyone=True)
         self.metrics.on_failed()
         _resolve_all(waiters, error)
 

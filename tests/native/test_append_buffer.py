@@ -230,6 +230,23 @@ def test_a_shared_budget_counts_every_core_and_backpressures_all_of_them(codec):
     assert budget.used == 0, "a core that left counts nothing more"
 
 
+def test_while_appends_wait_for_the_shared_budget_every_append_queues_behind_them(codec):
+    """No barging (atk83 F3): with room in the budget but appends waiting for it, an append
+    to any core calls wait_for_room first (where it queues behind them)."""
+    budget = codec.PendingBudget(1 << 20)
+    calls = Calls()
+    core, _ = make(codec, calls=calls, shared=budget)
+    core.append(b"x", publish_time=1)
+    assert calls.room_waits == 0 and not budget.full
+    budget.waiting = 1
+    core.append(b"x", publish_time=1)
+    core.append_batch([b"x"], publish_time=1)
+    assert calls.room_waits == 2
+    budget.waiting = 0
+    core.append(b"x", publish_time=1)
+    assert calls.room_waits == 2
+
+
 def test_a_shared_budget_of_the_other_twin_is_refused():
     twins = native.available_codecs()
     if len(twins) < 2:

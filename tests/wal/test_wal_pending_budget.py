@@ -188,3 +188,36 @@ def test_bad_group_bounds_are_refused():
         for name in ("pending_bytes_max", "cache_bytes_max"):
             with pytest.raises(ValueError):
                 CommitGroup(GROUP_ROOT, FaultFs(), **{name: bad})
+
+
+def test_many_topics_on_a_small_budget_all_get_in_and_lose_nothing():
+    """50 producers, one per topic, on a budget of a few messages, the disk healthy: every
+    append gets in (first come, first served, no timeouts with a long timeout) and every
+    message is there once, in order."""
+    fs = FaultFs()
+    group = CommitGroup(GROUP_ROOT, fs, pending_bytes_max=8 * 1024)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+                          append_timeout_s=600.0)
+    wals = [open_in_group(fs, group, i, config) for i in range(50)]
+    errors: list[BaseException] = []
+
+    def produce(wal) -> None:
+        try:
+            for n in range(20):
+                wal.append(payload_for(n, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(wal,)) for wal in wals]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+        assert not thread.is_alive()
+    assert not errors, errors[:3]
+    for wal in wals:
+        wal.flush()
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(20))
+        wal.close()
+    assert group.pending_budget.used == 0 and group.room_waiters == 0  # type: ignore[union-attr]
+    group.close()
