@@ -146,6 +146,16 @@ class GroupMember:
                 self._group.fail(exc)
 
 
+class _RoomWaiter:
+    """An append waiting in ``CommitGroup.wait_for_room``'s line."""
+
+    __slots__ = ("event", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.event = threading.Event()
+        self.deadline = deadline  # monotonic: past it (and a margin), it is no longer waiting
+
+
 class _Claim:
     """A journaled group's claim on one WAL directory (see ``CommitGroup.claim``)."""
 
@@ -196,7 +206,7 @@ class CommitGroup:
         self._room_lock = threading.Lock()
         #: Appends waiting for room, first come first served: each waits on its own event,
         #: set when it is first in line and a round took frames (or to look again).
-        self._room_queue: collections.deque[threading.Event] = collections.deque()
+        self._room_queue: collections.deque[_RoomWaiter] = collections.deque()
         self.root = root
         self.fs = fs
         fs.makedirs(root)
@@ -330,44 +340,62 @@ class CommitGroup:
         disk, and some topics got nothing in for 15 s). Only the first in line is woken."""
         budget = self.pending_budget
         assert budget is not None
-        if threading.get_ident() == self._thread.ident:
+        if self.on_own_thread():
             # The group's own thread (a durable listener appending to another topic): the
             # round it would wait for is its own. It goes on, past the budget.
             return
-        me = threading.Event()
-        with self._room_lock:
-            queue = self._room_queue
-            queue.append(me)
-            budget.waiting += 1
+        me = _RoomWaiter(deadline)
+        queue = self._room_queue
         try:
+            # Inside the try: an exception raised as the lock is released (a KeyboardInterrupt)
+            # must not leave this waiter in line (atk84 F2).
+            with self._room_lock:
+                queue.append(me)
+                budget.waiting = len(queue)
             while True:
                 with self._room_lock:
+                    self._drop_stale_waiters_locked(me)
                     failure = self._failure
-                    if failure is None and not refused() and queue[0] is me and budget.full:
-                        me.clear()  # first in line, no room yet: a round sets it again
-                    elif failure is None and not refused() and queue[0] is not me:
-                        me.clear()  # not first: the one before it sets it when it goes
-                    else:
+                    if failure is not None or refused() or (queue[0] is me and not budget.full):
                         break
+                    me.event.clear()  # woken when first in line and a round took frames
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WalTimeout(f"append blocked {timeout_s} s: the commit group of {self.root} holds "
                                      f"{budget.used} bytes appended but not written (pending_group_bytes_max "
                                      f"{budget.bytes_max})")
-                # Set when this one may go or must look again; the timeout only guards
-                # against a wake-up this code forgot (none is known).
-                me.wait(min(remaining, _ROOM_RECHECK_S))
+                # Set when this one may go or must look again; the timeout guards against
+                # a wake-up that never comes (a waiter that left the line abnormally).
+                me.event.wait(min(remaining, _ROOM_RECHECK_S))
             if failure is not None:
                 raise WalFailed(f"commit group of {self.root} failed: {failure!r}") from failure
             # Refused: the append raises its WAL's refusal. Or first in line with room: it
             # appends (the core does not check again).
         finally:
             with self._room_lock:
-                first = queue[0] is me
-                queue.remove(me)
-                budget.waiting -= 1
+                first = bool(queue) and queue[0] is me
+                if me in queue:
+                    queue.remove(me)
+                # From the line itself, not counted up and down: an exception between two
+                # steps here cannot leave ``waiting`` wrong for good (atk84 F3).
+                budget.waiting = len(queue)
                 if first and queue:
-                    queue[0].set()  # the next in line looks (the room may hold it too)
+                    queue[0].event.set()  # the next in line looks (the room may hold it too)
+
+    def _drop_stale_waiters_locked(self, me: "_RoomWaiter") -> None:
+        """Drop waiters first in line whose wait ended long ago: left in line by an
+        exception no ``finally`` could handle, they would hold everyone behind them."""
+        queue = self._room_queue
+        now = time.monotonic()
+        while queue and queue[0] is not me and queue[0].deadline + _ROOM_RECHECK_S < now:
+            _log.warning("commit group of %s: dropped a waiter for room whose wait ended %.1f s ago",
+                         self.root, now - queue[0].deadline)
+            queue.popleft()
+        self.pending_budget.waiting = len(queue)  # type: ignore[union-attr]  # only called with one
+
+    def on_own_thread(self) -> bool:
+        """Whether the caller runs on the group's thread (a durable listener)."""
+        return threading.get_ident() == self._thread.ident
 
     @property
     def room_waiters(self) -> int:
@@ -379,10 +407,10 @@ class CommitGroup:
         ``everyone``, all of them (a WAL closed or failed: its waiting appends are refused)."""
         with self._room_lock:
             if everyone:
-                for event in self._room_queue:
-                    event.set()
+                for waiter in self._room_queue:
+                    waiter.event.set()
             elif self._room_queue:
-                self._room_queue[0].set()
+                self._room_queue[0].event.set()
 
     def _ready(self, member: GroupMember) -> None:
         with self._lock:

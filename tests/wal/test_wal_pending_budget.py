@@ -6,6 +6,7 @@ group fails. Nothing acknowledged is lost on the way."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -128,7 +129,10 @@ def test_appends_waiting_for_room_are_refused_when_the_group_fails():
     assert not thread.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], WalFailed), outcome
     assert group.failed and wal.durable_offset is None and other.durable_offset is None
-    assert group.pending_budget.used == 0, "failed topics gave their pending bytes back"  # type: ignore[union-attr]
+    # The waiter is refused as soon as the group failed; the group then fails its topics,
+    # each giving its pending bytes back.
+    wait_until(lambda: wal.failed and other.failed)
+    wait_until(lambda: group.pending_budget.used == 0)  # type: ignore[union-attr]
     for each in (wal, other):
         each.close()
     group.close()
@@ -150,12 +154,14 @@ def test_a_closed_topic_gives_its_share_back():
     group.close()
 
 
-def test_a_durable_listener_appending_on_the_groups_thread_never_waits_for_itself():
-    """A listener runs on the group's thread; were it to wait for room, it would wait for
-    the round only its own thread can run."""
+@pytest.mark.parametrize("full", ["group budget", "topic bound"])
+def test_a_durable_listener_appending_on_the_groups_thread_never_waits_for_itself(full):
+    """A listener runs on the group's thread; were it to wait for room, the group's or its
+    target topic's own (atk84 F1), it would wait for the round only its own thread can run."""
     fs = FaultFs()
-    group = _group(True, fs)
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+    group = _group(True, fs) if full == "group budget" else CommitGroup(GROUP_ROOT, fs)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096,
+                          pending_bytes_max=(1 << 20) if full == "group budget" else 8192,
                           append_timeout_s=600.0)
     source, mirror = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
     mirrored: list[int] = []
@@ -220,4 +226,55 @@ def test_many_topics_on_a_small_budget_all_get_in_and_lose_nothing():
         assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(20))
         wal.close()
     assert group.pending_budget.used == 0 and group.room_waiters == 0  # type: ignore[union-attr]
+    group.close()
+
+
+def test_an_exception_while_waiting_leaves_no_one_in_line():
+    """A waiter that leaves by an exception (here from its refusal check, as a
+    KeyboardInterrupt could) is out of the line, and ``waiting`` says so (atk84 F2, F3)."""
+
+    class Interrupted(BaseException):
+        pass
+
+    fs = FaultFs()
+    group = _group(False, fs)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20)
+    wal = open_in_group(fs, group, 0, config)
+    fs.hold_syncs()
+    try:
+        wal.append(payload_for(0, size=MESSAGE))
+        wait_until(lambda: fs.syncs_waiting == 1)
+        while not group.pending_budget.full:  # type: ignore[union-attr]
+            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+
+        def interrupted() -> bool:
+            raise Interrupted()
+
+        with pytest.raises(Interrupted):
+            group.wait_for_room(time.monotonic() + 600, interrupted, 600)
+        assert group.room_waiters == 0 and group.pending_budget.waiting == 0  # type: ignore[union-attr]
+    finally:
+        fs.release_syncs()
+    wal.flush()
+    wal.close()
+    group.close()
+
+
+def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over():
+    """Were a waiter ever left in line (an exception no finally could handle), the ones
+    behind it would wait for it forever: it is dropped once its own deadline is past."""
+    from wal.group import _RoomWaiter
+
+    fs = FaultFs()
+    group = _group(False, fs)
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+                          append_timeout_s=600.0)
+    wal = open_in_group(fs, group, 0, config)
+    with group._room_lock:
+        group._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
+        group.pending_budget.waiting = 1  # type: ignore[union-attr]
+    wal.append(payload_for(0, size=MESSAGE))  # queues behind it, then goes first
+    wal.flush()
+    assert group.room_waiters == 0 and group.pending_budget.waiting == 0  # type: ignore[union-attr]
+    wal.close()
     group.close()
