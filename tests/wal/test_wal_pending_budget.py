@@ -20,6 +20,24 @@ BUDGET = 32 * 1024
 MESSAGE = 1000  # payload bytes; a frame is a little more
 
 
+def _config(**overrides):
+    """Topics of 1 MiB pending each (only the group's budget can hold them back)."""
+    base = dict(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+                append_timeout_s=600.0)
+    base.update(overrides)
+    return small_config(**base)
+
+
+def _fill_behind_a_held_sync(fs: FaultFs, group: CommitGroup, wal) -> None:
+    """Hold syncs, get a round stuck in its sync, then append to ``wal`` until the group's
+    budget is full."""
+    fs.hold_syncs()
+    wal.append(payload_for(0, size=MESSAGE))
+    wait_until(lambda: fs.syncs_waiting == 1)
+    while not group.pending_budget.full:  # type: ignore[union-attr]
+        wal.append(payload_for(wal.next_offset, size=MESSAGE))
+
+
 def _group(journaled: bool, fs: FaultFs) -> CommitGroup:
     from wal.journal import JournalConfig
 
@@ -35,8 +53,7 @@ def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on(journa
     budget = group.pending_budget
     assert budget is not None
     # Each topic may hold 1 MiB on its own: only the group's budget can stop them.
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20, append_timeout_s=600.0)
-    wals = [open_in_group(fs, group, i, config) for i in range(8)]
+    wals = [open_in_group(fs, group, i, _config()) for i in range(8)]
     fs.hold_syncs()
     wals[0].append(payload_for(0, size=MESSAGE))  # a round in flight, its sync held
     wait_until(lambda: fs.syncs_waiting == 1)
@@ -79,14 +96,10 @@ def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on(journa
 def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
     fs = FaultFs()
     group = _group(False, fs)
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20, append_timeout_s=0.2)
+    config = _config(append_timeout_s=0.2)
     wal, other = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
-    fs.hold_syncs()
     try:
-        wal.append(payload_for(0, size=MESSAGE))
-        wait_until(lambda: fs.syncs_waiting == 1)
-        while not group.pending_budget.full:  # type: ignore[union-attr]
-            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        _fill_behind_a_held_sync(fs, group, wal)
         before = other.next_offset
         with pytest.raises(WalTimeout, match="pending_group_bytes_max"):
             other.append(payload_for(0, size=MESSAGE))
@@ -105,13 +118,9 @@ def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
 def test_appends_waiting_for_room_are_refused_when_the_group_fails():
     fs = FaultFs()
     group = _group(False, fs)
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20, append_timeout_s=600.0)
+    config = _config()
     wal, other = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
-    fs.hold_syncs()
-    wal.append(payload_for(0, size=MESSAGE))
-    wait_until(lambda: fs.syncs_waiting == 1)
-    while not group.pending_budget.full:  # type: ignore[union-attr]
-        wal.append(payload_for(wal.next_offset, size=MESSAGE))
+    _fill_behind_a_held_sync(fs, group, wal)
     outcome: list[BaseException] = []
 
     def blocked() -> None:
@@ -202,9 +211,7 @@ def test_many_topics_on_a_small_budget_all_get_in_and_lose_nothing():
     message is there once, in order."""
     fs = FaultFs()
     group = CommitGroup(GROUP_ROOT, fs, pending_bytes_max=8 * 1024)
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
-                          append_timeout_s=600.0)
-    wals = [open_in_group(fs, group, i, config) for i in range(50)]
+    wals = [open_in_group(fs, group, i, _config()) for i in range(50)]
     errors: list[BaseException] = []
 
     def produce(wal) -> None:
@@ -238,14 +245,9 @@ def test_an_exception_while_waiting_leaves_no_one_in_line():
 
     fs = FaultFs()
     group = _group(False, fs)
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20)
-    wal = open_in_group(fs, group, 0, config)
-    fs.hold_syncs()
+    wal = open_in_group(fs, group, 0, _config())
     try:
-        wal.append(payload_for(0, size=MESSAGE))
-        wait_until(lambda: fs.syncs_waiting == 1)
-        while not group.pending_budget.full:  # type: ignore[union-attr]
-            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        _fill_behind_a_held_sync(fs, group, wal)
 
         def interrupted() -> bool:
             raise Interrupted()
@@ -267,9 +269,7 @@ def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over()
 
     fs = FaultFs()
     group = _group(False, fs)
-    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
-                          append_timeout_s=600.0)
-    wal = open_in_group(fs, group, 0, config)
+    wal = open_in_group(fs, group, 0, _config())
     with group._room_lock:
         group._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
         group.pending_budget.waiting = 1  # type: ignore[union-attr]
