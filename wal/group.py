@@ -356,11 +356,15 @@ class CommitGroup:
                 with self._room_lock:
                     self._drop_stale_waiters_locked(me)
                     failure = self._failure
-                    if failure is not None or refused() or (queue[0] is me and not budget.full):
+                    if failure is not None or refused():
+                        break
+                    # Dropped by a waiter behind it as stranded: so late that its wait is over.
+                    dropped = me not in queue
+                    if not dropped and queue[0] is me and not budget.full:
                         break
                     me.event.clear()  # woken when first in line and a round took frames
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or dropped:
                     raise WalTimeout(f"append blocked {timeout_s} s: the commit group of {self.root} holds "
                                      f"{budget.used} bytes appended but not written (pending_group_bytes_max "
                                      f"{budget.bytes_max})")

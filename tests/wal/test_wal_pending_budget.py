@@ -278,3 +278,36 @@ def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over()
     assert group.room_waiters == 0 and group.pending_budget.waiting == 0  # type: ignore[union-attr]
     wal.close()
     group.close()
+
+
+def test_a_waiter_dropped_from_line_while_alive_times_out_cleanly():
+    """A waiter the ones behind it dropped as stranded (it was not scheduled for a second
+    past its deadline) ends with WalTimeout, not an error of the line's own."""
+    fs = FaultFs()
+    group = _group(False, fs)
+    wal, other = open_in_group(fs, group, 0, _config()), open_in_group(fs, group, 1, _config())
+    outcome: list[BaseException] = []
+    try:
+        _fill_behind_a_held_sync(fs, group, wal)
+
+        def blocked() -> None:
+            try:
+                other.append(payload_for(0, size=MESSAGE))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                outcome.append(exc)
+
+        thread = threading.Thread(target=blocked)
+        thread.start()
+        wait_until(lambda: group.room_waiters == 1)
+        with group._room_lock:
+            waiter = group._room_queue.popleft()  # as _drop_stale_waiters_locked does
+        waiter.event.set()
+        thread.join(120)
+        assert not thread.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], WalTimeout), outcome
+        assert other.next_offset == 0 and group.pending_budget.waiting == 0  # type: ignore[union-attr]
+    finally:
+        fs.release_syncs()
+    for each in (wal, other):
+        each.close()
+    group.close()
