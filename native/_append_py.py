@@ -43,12 +43,19 @@ class PendingBudget:
         #: Appends waiting for room (see the compiled twin): while any wait, every append
         #: queues behind them.
         self.waiting = 0
+        #: While appends wait, newcomers join them only at or above this (see the compiled twin).
+        self.resume_bytes = bytes_max - bytes_max // 8
         self._lock = threading.Lock()
 
     @property
     def full(self) -> bool:
-        """Whether an append would wait for room now."""
+        """Whether the budget is full."""
         return self.used >= self.bytes_max
+
+    @property
+    def must_wait(self) -> bool:
+        """Whether an append calls ``wait_for_room`` first (see the compiled twin)."""
+        return self.used >= self.bytes_max or (self.waiting > 0 and self.used >= self.resume_bytes)
 
     def _add(self, delta: int) -> None:
         with self._lock:
@@ -113,7 +120,7 @@ class AppendBuffer:
                publish_time: int | None = None) -> int:
         """Appends one message; returns its offset."""
         shared = self._shared  # read once: leave_shared() may set it to None meanwhile
-        if self._bytes >= self.pending_bytes_max or (shared is not None and (shared.full or shared.waiting)):
+        if self._bytes >= self.pending_bytes_max or (shared is not None and shared.must_wait):
             self._wait_for_room()
         publish_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
         record = self._record(publish_time, key, attributes, payload)
@@ -126,7 +133,7 @@ class AppendBuffer:
             raise ValueError("append_batch needs at least one message")
         default_time = _now_ms() if publish_time is None else as_u64(publish_time, "publish_time")
         shared = self._shared  # read once: leave_shared() may set it to None meanwhile
-        if self._bytes >= self.pending_bytes_max or (shared is not None and (shared.full or shared.waiting)):
+        if self._bytes >= self.pending_bytes_max or (shared is not None and shared.must_wait):
             self._wait_for_room()
         records = []
         for message in items:

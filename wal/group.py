@@ -391,10 +391,14 @@ class CommitGroup:
         exception no ``finally`` could handle, they would hold everyone behind them."""
         queue = self._room_queue
         now = time.monotonic()
+        dropped = False
         while queue and queue[0] is not me and queue[0].deadline + _ROOM_RECHECK_S < now:
             _log.warning("commit group of %s: dropped a waiter for room whose wait ended %.1f s ago",
                          self.root, now - queue[0].deadline)
             queue.popleft()
+            dropped = True
+        if dropped and queue and queue[0] is not me:
+            queue[0].event.set()  # the new first in line looks now (atk85 F3)
         self.pending_budget.waiting = len(queue)  # type: ignore[union-attr]  # only called with one
 
     def on_own_thread(self) -> bool:

@@ -382,7 +382,7 @@ class WriteAheadLog:
             finally:
                 self._room_waiters -= 1
         shared = self._core.shared_budget
-        if shared is not None and (shared.full or shared.waiting) and self._member is not None:
+        if shared is not None and shared.must_wait and self._member is not None:
             # Without this WAL's lock: the round that makes room takes it.
             core = self._core
             self._member.group.wait_for_room(deadline, lambda: core.refusal is not None,

@@ -269,14 +269,32 @@ def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over()
 
     fs = FaultFs()
     group = _group(False, fs)
-    wal = open_in_group(fs, group, 0, _config())
-    with group._room_lock:
-        group._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
-        group.pending_budget.waiting = 1  # type: ignore[union-attr]
-    wal.append(payload_for(0, size=MESSAGE))  # queues behind it, then goes first
-    wal.flush()
+    wal, other = open_in_group(fs, group, 0, _config()), open_in_group(fs, group, 1, _config())
+    errors: list[BaseException] = []
+    try:
+        _fill_behind_a_held_sync(fs, group, wal)
+        with group._room_lock:
+            group._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
+            group.pending_budget.waiting = 1  # type: ignore[union-attr]
+
+        def blocked() -> None:
+            try:
+                other.append(payload_for(0, size=MESSAGE))  # queues behind it
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        thread = threading.Thread(target=blocked)
+        thread.start()
+        wait_until(lambda: other.next_offset == 1 or group.room_waiters == 2 or errors)
+    finally:
+        fs.release_syncs()
+    thread.join(120)
+    assert not thread.is_alive() and not errors, errors
+    other.flush()
+    assert [check_payload(r.payload)[0] for r in read_all(other)] == [0]
     assert group.room_waiters == 0 and group.pending_budget.waiting == 0  # type: ignore[union-attr]
-    wal.close()
+    for each in (wal, other):
+        each.close()
     group.close()
 
 
