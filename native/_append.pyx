@@ -50,10 +50,13 @@ cdef enum:
     # A chunk at most half full, up to this many bytes, is copied out at its size when
     # sealed instead of shrunk in place (see _seal_chunk).
     SEAL_COPY_MAX = 64 * 1024
-    # Under a shared budget (PendingBudget), the first chunk after a take() is at most this:
-    # one small message pending behind a stalled disk then holds 64 KiB, not 1 MiB, at
-    # every once-busy topic (1,000 topics held 898 MB behind a 1 MiB budget, atk85 F1).
-    SHARED_FIRST_CHUNK_MAX = 64 * 1024
+    # Under a shared budget (PendingBudget), which counts frames and not the chunks they sit
+    # in, no chunk is larger than this unless one batch needs it (then it is exactly that
+    # batch's size): what a core holds beyond its frames stays under 64 KiB. With chunks of
+    # up to 1 MiB, one small message pending behind a stalled disk held 1 MiB at every
+    # once-busy topic (898 MB at 1,000 topics behind a 1 MiB budget, atk85 F1), and chunks
+    # that doubled after a small first one held up to 3 times what was counted (atk86 F1).
+    SHARED_CHUNK_MAX = 64 * 1024
 
 
 cdef class PendingBudget:
@@ -238,18 +241,19 @@ cdef class AppendBuffer:
     cdef uint8_t *_reserve(self, Py_ssize_t n) except NULL:
         """Room for n more bytes in ``cur`` at cur_used (not counted until _write counts it)."""
         cdef Py_ssize_t size
+        cdef Py_ssize_t limit = APPEND_CHUNK if self.shared is None else SHARED_CHUNK_MAX
         if self.cur is None or self.cur_used + n > self.cap:
             self._seal_chunk()
             size = self.chunk_next
-            while size < n and size < APPEND_CHUNK:
+            while size < n and size < limit:
                 size *= 2
             if size < n:
-                size = n  # a batch larger than APPEND_CHUNK: a chunk of its own
+                size = n  # a batch larger than the limit: a chunk of its own, exactly its size
             self.cur = PyBytes_FromStringAndSize(NULL, size)
             self.buf = <uint8_t *>PyBytes_AS_STRING(self.cur)
             self.cap = size
             # Geometric growth within a round: many small chunks only while a round is small.
-            self.chunk_next = size * 2 if size < APPEND_CHUNK // 2 else APPEND_CHUNK
+            self.chunk_next = size * 2 if size < limit // 2 else limit
         return self.buf + self.cur_used
 
     cdef int _write(self, MsgInfo *infos, Py_ssize_t n, Py_ssize_t total) except -1:
@@ -426,12 +430,11 @@ cdef class AppendBuffer:
             result = (chunks, self.first_off, <object>self.next_off - 1, self.used,
                       tail_position, k)
             if self.used:
-                # The next round starts with a chunk that would have held this one; under a
-                # shared budget at most SHARED_FIRST_CHUNK_MAX, as the budget counts frames,
-                # not the chunks they sit in (atk85 F1).
+                # The next round starts with a chunk that would have held this one (under a
+                # shared budget, at most SHARED_CHUNK_MAX).
                 self.chunk_next = APPEND_CHUNK_MIN
                 while (self.chunk_next < self.used and self.chunk_next < APPEND_CHUNK
-                       and (self.shared is None or self.chunk_next < SHARED_FIRST_CHUNK_MAX)):
+                       and (self.shared is None or self.chunk_next < SHARED_CHUNK_MAX)):
                     self.chunk_next *= 2
             self.first_off = self.next_off
             self.count = 0
