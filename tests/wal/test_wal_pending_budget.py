@@ -38,6 +38,20 @@ def _fill_behind_a_held_sync(fs: FaultFs, group: CommitGroup, wal) -> None:
         wal.append(payload_for(wal.next_offset, size=MESSAGE))
 
 
+def _append_in_thread(wal, outcome: list[BaseException]) -> threading.Thread:
+    """Start a thread appending one message to ``wal`` (it may wait for room); what it
+    raises goes to ``outcome``."""
+    def append() -> None:
+        try:
+            wal.append(payload_for(0, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    return thread
+
+
 def _group(journaled: bool, fs: FaultFs) -> CommitGroup:
     from wal.journal import JournalConfig
 
@@ -123,14 +137,7 @@ def test_appends_waiting_for_room_are_refused_when_the_group_fails():
     _fill_behind_a_held_sync(fs, group, wal)
     outcome: list[BaseException] = []
 
-    def blocked() -> None:
-        try:
-            other.append(payload_for(0, size=MESSAGE))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            outcome.append(exc)
-
-    thread = threading.Thread(target=blocked)
-    thread.start()
+    thread = _append_in_thread(other, outcome)
     wait_until(lambda: group.room_waiters == 1)
     fs.fail_sync_after = fs.sync_calls  # the held sync fails: the group fails every topic
     fs.release_syncs()
@@ -277,14 +284,7 @@ def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over()
             group._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
             group.pending_budget.waiting = 1  # type: ignore[union-attr]
 
-        def blocked() -> None:
-            try:
-                other.append(payload_for(0, size=MESSAGE))  # queues behind it
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-
-        thread = threading.Thread(target=blocked)
-        thread.start()
+        thread = _append_in_thread(other, errors)  # queues behind it
         wait_until(lambda: other.next_offset == 1 or group.room_waiters == 2 or errors)
     finally:
         fs.release_syncs()
@@ -308,14 +308,7 @@ def test_a_waiter_dropped_from_line_while_alive_times_out_cleanly():
     try:
         _fill_behind_a_held_sync(fs, group, wal)
 
-        def blocked() -> None:
-            try:
-                other.append(payload_for(0, size=MESSAGE))
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                outcome.append(exc)
-
-        thread = threading.Thread(target=blocked)
-        thread.start()
+        thread = _append_in_thread(other, outcome)
         wait_until(lambda: group.room_waiters == 1)
         with group._room_lock:
             waiter = group._room_queue.popleft()  # as _drop_stale_waiters_locked does
