@@ -11,7 +11,10 @@ This measures ``c`` directly, in a closed loop that a loaded or noisy machine di
 less than a latency percentile: R times, append one message to each of T topics, then wait
 until every one is durable (a durable listener per topic, as the latency benchmark has). The
 commit group's thread's CPU time (user and system, from ``/proc``) divided by T x R is the
-cost per topic-round; system time is mostly the one ``pwritev`` per topic. ``--freeze`` applies
+cost per topic-round; system time is mostly the one ``pwritev`` per topic. The producer's side
+is shown too: wall time per append (while the group's thread runs, so it includes waits for the
+GIL) and minor page faults per append (a fresh chunk per topic per round once cost one each,
+native/_append.pyx ``_seal_chunk``). ``--freeze`` applies
 the broker host's garbage-collector policy (``wal.heap``) after the topics open, as
 ``bench_latency.py`` does by default; without it the cyclic collector's full collections show.
 
@@ -71,6 +74,12 @@ def _thread_cpu_ns(tid: int) -> tuple[int, int]:
     return int(fields[11]) * _TICK_NS, int(fields[12]) * _TICK_NS
 
 
+def _thread_minor_faults(tid: int) -> int:
+    """Minor page faults of one thread of this process so far."""
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, directory: str) -> dict[str, float]:
     root = tempfile.mkdtemp(prefix="round-cost-", dir=directory)
     registry = CollectorRegistry()
@@ -98,9 +107,13 @@ def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, director
             heap.freeze()  # as a broker host does after loading its topics
         payload = b"x" * payload_bytes
 
+        appending = [0.0]
+
         def one_round(target: int) -> None:
+            started = time.perf_counter()
             for wal in wals:
                 wal.append(payload)
+            appending[0] += time.perf_counter() - started
             with done:
                 while durable[0] < target:
                     done.wait(1.0)
@@ -111,6 +124,8 @@ def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, director
         assert tid is not None
         rounds_before, (user_before, system_before) = group.rounds, _thread_cpu_ns(tid)
         collections_before = sum(s["collections"] for s in gc.get_stats())
+        producer = threading.get_native_id()
+        faults_before, appending[0] = _thread_minor_faults(producer), 0.0
         started = time.perf_counter()
         for r in range(rounds):
             one_round((r + 4) * topics)
@@ -119,6 +134,8 @@ def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, director
         turns = topics * rounds
         return {"user_us": (user - user_before) / 1e3 / turns, "system_us": (system - system_before) / 1e3 / turns,
                 "wall_ms_per_pass": wall * 1e3 / rounds, "commit_rounds": group.rounds - rounds_before,
+                "append_us": appending[0] * 1e6 / turns,
+                "append_faults": (_thread_minor_faults(producer) - faults_before) / turns,
                 "gc_collections": sum(s["collections"] for s in gc.get_stats()) - collections_before}
     finally:
         for wal in wals:
@@ -214,11 +231,13 @@ def main() -> None:
         return
     print(f"commit group's thread CPU per topic-round: {args.topics} topics, {args.rounds} passes of one "
           f"{args.payload_bytes} B message each, gc {'frozen' if args.freeze else 'stock'}")
-    print(f"{'run':>3} {'user us':>8} {'system us':>10} {'total us':>9} {'ms/pass':>8} {'rounds':>7} {'gc runs':>8}")
+    print(f"{'run':>3} {'user us':>8} {'system us':>10} {'total us':>9} {'ms/pass':>8} {'rounds':>7} {'gc runs':>8}"
+          f" {'append us':>10} {'faults/append':>14}")
     for run in range(args.repeat):
         r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory)
         print(f"{run + 1:>3} {r['user_us']:>8.1f} {r['system_us']:>10.1f} {r['user_us'] + r['system_us']:>9.1f} "
-              f"{r['wall_ms_per_pass']:>8.1f} {r['commit_rounds']:>7} {r['gc_collections']:>8}")
+              f"{r['wall_ms_per_pass']:>8.1f} {r['commit_rounds']:>7} {r['gc_collections']:>8}"
+              f" {r['append_us']:>10.2f} {r['append_faults']:>14.3f}")
         f = measure_floor(args.topics, args.rounds, args.payload_bytes, directory)
         print(f"{'':>3} {f['user_us']:>8.1f} {f['system_us']:>10.1f} {f['user_us'] + f['system_us']:>9.1f}   "
               "floor: the same segment writes by native.write_rounds alone")

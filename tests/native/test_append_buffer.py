@@ -547,6 +547,49 @@ def test_an_idle_round_allocates_kilobytes_not_a_whole_chunk(codec):
         tracemalloc.stop()
 
 
+def test_a_small_round_reuses_the_chunk_of_the_round_before():
+    """A topic taking one small message per round writes it into the chunk its last round
+    left (emptied), not into a fresh 4 KiB one: freeing 1,000 of them per round let glibc
+    give the heap's top back to the kernel, and every append of the next round faulted a
+    page in again (4 us per append at 1,000 topics instead of 0.35)."""
+    codec = _compiled()
+    core, _ = make(codec)
+    core.append(b"m" * 100, publish_time=1)
+    core.take()
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            core.append(b"m" * 100, publish_time=1)
+            chunks = core.take()[0]
+            assert tracemalloc.get_traced_memory()[1] - start < 2048
+            assert len(chunks) == 1 and len(chunks[0]) == 16 + 10 + 100
+    finally:
+        tracemalloc.stop()
+
+
+def test_frames_taken_stay_intact_while_their_chunk_is_reused(codec):
+    """What take() handed out is never written again, also when the chunk it came from is
+    reused for the next rounds: every round kept, then checked against a fresh encoding."""
+    core, _ = make(codec, max_message_bytes=5000, pending_bytes_max=1 << 20)
+    taken = []
+    sizes = [100, 3, 1500, 100, 2500, 40, 100, 4000, 7, 100] * 3
+    for round_, size in enumerate(sizes):
+        core.append(_payload(size, round_), publish_time=round_)
+        if round_ % 3 == 2:
+            core.append_batch([_payload(size // 2 + 1, round_ + 1000)] * 2, publish_time=round_)
+        taken.append(core.take())
+    reference, _ = make(codec, max_message_bytes=5000, pending_bytes_max=1 << 20)  # joined at once
+    for round_, size in enumerate(sizes):
+        reference.append(_payload(size, round_), publish_time=round_)
+        if round_ % 3 == 2:
+            reference.append_batch([_payload(size // 2 + 1, round_ + 1000)] * 2, publish_time=round_)
+        chunks, *fields = taken[round_]
+        expected, *expected_fields = reference.take()
+        assert b"".join(chunks) == b"".join(expected) and fields == expected_fields, round_
+
+
 @pytest.mark.parametrize("batch", [False, True])
 def test_a_payload_is_copied_once_on_its_way_through_the_core(codec, batch):
     """Appending and taking a large payload allocates about one copy of it (the pending
