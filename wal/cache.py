@@ -119,6 +119,8 @@ class FrameCache:
         after = self._bytes
         if not before or not after:
             budget.candidate(self)  # it becomes, or stops being, a candidate for trimming
+        if not budget.single_adder:
+            return budget.adjust(after - before)  # many writer threads add: under its lock
         # CacheBudget.add_from_round, inline (a call cost about 1,000 instructions more).
         total = budget._from_round + after - before
         budget._from_round = total
@@ -199,12 +201,16 @@ class CacheBudget:
     ``close()`` stops that thread."""
 
     def __init__(self, bytes_max: int, on_trimmed: Callable[[int], object] | None = None,
-                 name: str = "") -> None:
+                 name: str = "", single_adder: bool = True) -> None:
         """``on_trimmed(nbytes)``: called after each trim (a metric's ``inc``); ``name``
-        goes into the trimming thread's name."""
+        goes into the trimming thread's name. ``single_adder``: the caches' ``add`` is
+        only ever called from one thread (a commit group's), so it is counted without a
+        lock; False when each WAL has its own writer thread (then it goes through
+        ``adjust``, under the lock)."""
         if not isinstance(bytes_max, int) or isinstance(bytes_max, bool) or bytes_max <= 0:
             raise ValueError(f"a cache budget must be a positive number of bytes, not {bytes_max!r}")
         self.bytes_max = bytes_max
+        self.single_adder = single_adder
         #: Trimming goes down to this (nine tenths): it runs once per tenth of the budget
         #: added, not once per round.
         self.bytes_low = bytes_max - bytes_max // 10

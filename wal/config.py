@@ -48,9 +48,9 @@ class WalConfig:
     cache_bytes_max: int = 8 * 1024 * 1024
     # All WALs of one commit group (a broker host's WAL root) cache at most this many bytes
     # together; past it the largest caches give up their oldest frames first (wal/cache.py).
-    # A group setting: the broker host's WalRoot passes it (and pending_group_bytes_max) to
-    # the CommitGroup it makes; WriteAheadLog.open(..., group=) uses the group's. Per-topic
-    # writers (commit_group = False, or WalRoot's fallback) have only the per-topic bounds.
+    # A root setting: the broker host's WalRoot passes it (and pending_group_bytes_max) to
+    # the CommitGroup it makes, or, with per-topic writers (commit_group = False, or
+    # WalRoot's fallback), to the wal.budget.MemoryBudgets it shares among them.
     cache_group_bytes_max: int = CACHE_GROUP_BYTES_MAX
     # Largest encoded record (key + attributes + payload + record header) accepted.
     max_message_bytes: int = 4 * 1024 * 1024

@@ -32,7 +32,6 @@ acknowledged) and the group takes no new members: the host must restart.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -41,11 +40,11 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from native import PendingBudget, write_rounds
+from native import write_rounds
 from native.format import ROUND_MARKER_BYTES
 from native.journal_format import ENTRY_BYTES_MAX
-from wal.cache import CacheBudget
-from wal.config import CACHE_GROUP_BYTES_MAX, PENDING_GROUP_BYTES_MAX, SIZE_MAX
+from wal.budget import MemoryBudgets, mark_writer_thread
+from wal.config import CACHE_GROUP_BYTES_MAX, PENDING_GROUP_BYTES_MAX
 from wal.errors import CorruptLog, SyncNotCovered, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, Lock, LockHeld, SyncHandle, directory_key
 from wal.journal import Journal, JournalConfig, journal_exists, replay_standalone
@@ -53,11 +52,6 @@ from wal.metrics import GroupMetrics
 from wal.writer import Batch, CommitHooks, SegmentAppender, Written
 
 _log = logging.getLogger(__name__)
-
-#: How often an append waiting for the group's pending budget looks again unasked: a guard
-#: only (rounds, closes and failures wake the waiters that must look).
-_ROOM_RECHECK_S = 1.0
-
 
 class MemberHooks(NamedTuple):
     """A topic's side of the group's loop; every call is made on the group's thread."""
@@ -146,16 +140,6 @@ class GroupMember:
                 self._group.fail(exc)
 
 
-class _RoomWaiter:
-    """An append waiting in ``CommitGroup.wait_for_room``'s line."""
-
-    __slots__ = ("event", "deadline")
-
-    def __init__(self, deadline: float) -> None:
-        self.event = threading.Event()
-        self.deadline = deadline  # monotonic: past it (and a margin), it is no longer waiting
-
-
 class _Claim:
     """A journaled group's claim on one WAL directory (see ``CommitGroup.claim``)."""
 
@@ -192,21 +176,15 @@ class CommitGroup:
             raise ValueError("round_bytes_max must be positive")
         self.round_bytes_max = round_bytes_max
         self.metrics = GroupMetrics(metrics_registry)
+        #: Both budgets of the root (wal/budget.py); adds to caches come from this group's
+        #: thread alone, so the cache budget counts them without a lock.
+        self.budgets = MemoryBudgets(root, cache_bytes_max, pending_bytes_max, self.metrics,
+                                     failure=lambda: self._failure, single_adder=True)
         #: The budget every member's cache counts against (None: none).
-        for name, value in (("cache_bytes_max", cache_bytes_max), ("pending_bytes_max", pending_bytes_max)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or not 0 < value <= SIZE_MAX):
-                raise ValueError(f"{name} must be None or a positive number of bytes (at most 2**53), "
-                                 f"not {value!r}")
-        self.cache_budget = CacheBudget(cache_bytes_max, self.metrics.cache_trimmed_bytes.inc, root) \
-            if cache_bytes_max is not None else None
+        self.cache_budget = self.budgets.cache
         #: The pending bytes every member's append core counts into (None: none); appends
         #: that find it full wait in ``wait_for_room`` until a round takes some.
-        self.pending_budget = PendingBudget(pending_bytes_max) if pending_bytes_max is not None else None
-        self._room_lock = threading.Lock()
-        #: Appends waiting for room, first come first served: each waits on its own event,
-        #: set when it is first in line and a round took frames (or to look again).
-        self._room_queue: collections.deque[_RoomWaiter] = collections.deque()
+        self.pending_budget = self.budgets.pending
         self.root = root
         self.fs = fs
         fs.makedirs(root)
@@ -327,79 +305,8 @@ class CommitGroup:
             raise WalFailed(f"commit group of {self.root} is closed")
 
     def wait_for_room(self, deadline: float, refused: Callable[[], bool], timeout_s: float) -> None:
-        """An append found the group's pending budget full, or other appends waiting (its
-        core called back): wait in line until it is first and a round took enough, the
-        append is refused (``refused()``: its WAL closed or failed) or the group failed
-        (WalFailed), for at most until ``deadline`` (monotonic), then WalTimeout. Called
-        without any WAL's lock: the round this waits for takes them.
-
-        First come, first served: while anyone waits (``PendingBudget.waiting``), every
-        append to every topic queues here too, so appends that never waited cannot take the
-        room a round made from those that did (atk83 F3: with all appends woken by every
-        round, 500 topics on a 256 KiB budget timed out 2,556 times in 30 s on a healthy
-        disk, and some topics got nothing in for 15 s). Only the first in line is woken."""
-        budget = self.pending_budget
-        assert budget is not None
-        if self.on_own_thread():
-            # The group's own thread (a durable listener appending to another topic): the
-            # round it would wait for is its own. It goes on, past the budget.
-            return
-        me = _RoomWaiter(deadline)
-        queue = self._room_queue
-        try:
-            # Inside the try: an exception raised as the lock is released (a KeyboardInterrupt)
-            # must not leave this waiter in line (atk84 F2).
-            with self._room_lock:
-                queue.append(me)
-                budget.waiting = len(queue)
-            while True:
-                with self._room_lock:
-                    self._drop_stale_waiters_locked(me)
-                    failure = self._failure
-                    if failure is not None or refused():
-                        break
-                    # Dropped by a waiter behind it as stranded: so late that its wait is over.
-                    dropped = me not in queue
-                    if not dropped and queue[0] is me and not budget.full:
-                        break
-                    me.event.clear()  # woken when first in line and a round took frames
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or dropped:
-                    raise WalTimeout(f"append blocked {timeout_s} s: the commit group of {self.root} holds "
-                                     f"{budget.used} bytes appended but not written (pending_group_bytes_max "
-                                     f"{budget.bytes_max})")
-                # Set when this one may go or must look again; the timeout guards against
-                # a wake-up that never comes (a waiter that left the line abnormally).
-                me.event.wait(min(remaining, _ROOM_RECHECK_S))
-            if failure is not None:
-                raise WalFailed(f"commit group of {self.root} failed: {failure!r}") from failure
-            # Refused: the append raises its WAL's refusal. Or first in line with room: it
-            # appends (the core does not check again).
-        finally:
-            with self._room_lock:
-                first = bool(queue) and queue[0] is me
-                if me in queue:
-                    queue.remove(me)
-                # From the line itself, not counted up and down: an exception between two
-                # steps here cannot leave ``waiting`` wrong for good (atk84 F3).
-                budget.waiting = len(queue)
-                if first and queue:
-                    queue[0].event.set()  # the next in line looks (the room may hold it too)
-
-    def _drop_stale_waiters_locked(self, me: "_RoomWaiter") -> None:
-        """Drop waiters first in line whose wait ended long ago: left in line by an
-        exception no ``finally`` could handle, they would hold everyone behind them."""
-        queue = self._room_queue
-        now = time.monotonic()
-        dropped = False
-        while queue and queue[0] is not me and queue[0].deadline + _ROOM_RECHECK_S < now:
-            _log.warning("commit group of %s: dropped a waiter for room whose wait ended %.1f s ago",
-                         self.root, now - queue[0].deadline)
-            queue.popleft()
-            dropped = True
-        if dropped and queue and queue[0] is not me:
-            queue[0].event.set()  # the new first in line looks now (atk85 F3)
-        self.pending_budget.waiting = len(queue)  # type: ignore[union-attr]  # only called with one
+        """``MemoryBudgets.wait_for_room`` of this group's budgets."""
+        self.budgets.wait_for_room(deadline, refused, timeout_s)
 
     def on_own_thread(self) -> bool:
         """Whether the caller runs on the group's thread (a durable listener)."""
@@ -408,17 +315,11 @@ class CommitGroup:
     @property
     def room_waiters(self) -> int:
         """Appends waiting now for the group's pending budget (``wait_for_room``)."""
-        return len(self._room_queue)
+        return self.budgets.room_waiters
 
     def wake_room(self, everyone: bool = False) -> None:
-        """The first append waiting for room looks again (a round took frames); with
-        ``everyone``, all of them (a WAL closed or failed: its waiting appends are refused)."""
-        with self._room_lock:
-            if everyone:
-                for waiter in self._room_queue:
-                    waiter.event.set()
-            elif self._room_queue:
-                self._room_queue[0].event.set()
+        """``MemoryBudgets.wake_room`` of this group's budgets."""
+        self.budgets.wake_room(everyone)
 
     def _ready(self, member: GroupMember) -> None:
         with self._lock:
@@ -471,8 +372,7 @@ class CommitGroup:
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             raise WalTimeout(f"commit group of {self.root} did not stop within {timeout_s} s")
-        if self.cache_budget is not None:
-            self.cache_budget.close()
+        self.budgets.close()
         if self.journal is not None:
             self.journal.close()  # a last checkpoint: a clean stop leaves nothing to replay
         if self._sync is not None:
@@ -480,6 +380,7 @@ class CommitGroup:
 
     # -- the writer thread ----------------------------------------------------
     def _run(self) -> None:
+        mark_writer_thread()  # never waits for the budgets: the rounds that free them are its own
         try:
             while (members := self._next_round()) is not None:
                 self._round(members)
@@ -529,10 +430,7 @@ class CommitGroup:
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
         for member, (batch, segment, position, size_bytes, _parts, _file) in written:
             member.on_durable(batch, segment, position, size_bytes, seconds)
-        if self.cache_budget is not None:
-            self.metrics.cache_bytes.set(self.cache_budget.bytes)  # after the round's adds
-        if self.pending_budget is not None:
-            self.metrics.pending_bytes.set(self.pending_budget.used)
+        self.budgets.publish()  # after the round's adds
         for member, _done in written:
             self._settle(member)
 
@@ -584,7 +482,7 @@ class CommitGroup:
                 if fd >= 0:
                     fds.append(fd)
                     rounds.append(parts)
-            if self._room_queue:
+            if self.budgets.room_waiters:
                 self.wake_room()  # this round took pending frames: the first append in line goes on
             if fds:
                 errors = write_rounds(fds, rounds)

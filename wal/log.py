@@ -29,6 +29,7 @@ from native.errors import OffsetOverflow
 from native._protocols import AppendCore
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record, ScanResult
 from wal.api import DurableListener
+from wal.budget import MemoryBudgets
 from wal.cache import CacheEntry, FrameCache
 from wal.checkpoint import CheckpointState, SlotHint, read_checkpoint_and_hint, write_checkpoint
 from wal.config import WalConfig
@@ -65,19 +66,29 @@ class WriteAheadLog:
     def open(cls, root_dir: str, topic: "str | TopicName", config: WalConfig | None = None,
              initial_offset: int | None = None, fs: FileSystem | None = None,
              metrics_registry: CollectorRegistry | None = None,
-             group: CommitGroup | None = None) -> "WriteAheadLog":
+             group: CommitGroup | None = None, budgets: MemoryBudgets | None = None) -> "WriteAheadLog":
         """Opens (recovering) or creates the WAL of ``topic`` under ``root_dir/<ns>/<topic>``.
 
         Without ``group`` the WAL has its own writer thread and fdatasyncs its own segment
         each round. With one (a ``wal.group.CommitGroup`` of ``root_dir``, on the same file
         layer) it joins that group: the group's one thread writes its rounds and makes them
         durable with one syncfs shared by every topic of the root (docs/WAL.md).
+
+        ``budgets``: without a group, the memory bounds this WAL shares with the other WALs
+        of its root (``wal.budget.MemoryBudgets``, single_adder False; None: only its own
+        bounds). With a group, the group's are used: passing others is an error.
         """
         name = TopicName.parse(topic)
         if initial_offset is not None and not (
                 isinstance(initial_offset, int) and 0 <= initial_offset <= MAX_OFFSET + 1):
             raise OffsetOverflow(f"initial_offset {initial_offset!r} is not in [0, MAX_OFFSET + 1 = {MAX_OFFSET + 1}]")
         config = config or WalConfig()
+        if group is not None:
+            if budgets is not None and budgets is not group.budgets:
+                raise ValueError("a WAL in a commit group counts against the group's budgets")
+            budgets = group.budgets
+        elif budgets is not None and budgets.single_adder:
+            raise ValueError("WALs with their own writer threads need budgets made with single_adder=False")
         if group is not None:
             if fs is not None and fs is not group.fs:
                 raise ValueError("a WAL in a commit group must use the group's file layer")
@@ -118,7 +129,7 @@ class WriteAheadLog:
             checkpoint, hint = read_checkpoint_and_hint(fs, directory)
             recovered = recover(fs, directory, checkpoint, initial_offset, config.index_interval_bytes)
             wal = cls(name, directory, config, fs, recovered.segments, recovered.next_offset, metrics_registry,
-                      group, wal_id)
+                      group, wal_id, budgets)
             wal._dir_lock = lock
             if wal._member is not None:
                 wal._member.dir_lock = lock  # the group releases it if close() gives up waiting
@@ -146,8 +157,10 @@ class WriteAheadLog:
 
     def __init__(self, topic: TopicName, directory: str, config: WalConfig, fs: FileSystem,
                  segments: list[Segment], next_offset: int, metrics_registry: CollectorRegistry | None,
-                 group: CommitGroup | None = None, wal_id: bytes | None = None) -> None:
+                 group: CommitGroup | None = None, wal_id: bytes | None = None,
+                 budgets: MemoryBudgets | None = None) -> None:
         assert segments and segments[-1].last_offset + 1 == next_offset
+        assert group is None or budgets is group.budgets
         self.topic = topic
         self.directory = directory
         self.config = config
@@ -169,9 +182,10 @@ class WriteAheadLog:
         self._listeners: list[DurableListener] = []
         self._async_waiters: list[_AsyncWaiter] = []
         self._readers: "weakref.WeakSet[WalReader]" = weakref.WeakSet()
-        # In a commit group, every topic's cache counts against the group's one budget
-        # (wal/cache.py, CacheBudget): thousands of busy topics cannot keep gigabytes alive.
-        self._cache_budget = group.cache_budget if group is not None else None
+        # Every topic's cache counts against its root's one budget (wal/budget.py; a commit
+        # group's, or one its WalRoot made): thousands of busy topics cannot keep gigabytes alive.
+        self._budgets = budgets
+        self._cache_budget = budgets.cache if budgets is not None else None
         self._cache = FrameCache(config.cache_messages_max, config.cache_bytes_max, self._cache_budget, self._lock)
         self._retention_lock = Lock()  # one truncate_before at a time
         self._unlink_pending: list[str] = []  # retention's files whose unlink failed: retried
@@ -191,7 +205,7 @@ class WriteAheadLog:
             pending_bytes_max=config.pending_bytes_max, batch_bytes=config.fsync_batch_bytes,
             tail_messages_max=config.cache_messages_max, tail_bytes_max=config.cache_bytes_max,
             wake=self._wake_writer, wait_for_room=self._wait_for_room, too_large=MessageTooLarge,
-            normalize=as_tuple, shared=group.pending_budget if group is not None else None)
+            normalize=as_tuple, shared=budgets.pending if budgets is not None else None)
         # wal.append / wal.append_batch resolve straight to the core's bound methods (C in the
         # compiled twin): a Python wrapper would cost more than the append itself. The class
         # methods below document the signatures and delegate for calls through the class.
@@ -241,8 +255,8 @@ class WriteAheadLog:
             self._closing = True
             self._work.notify_all()
             self._room.notify_all()
-        if self._member is not None:
-            self._member.group.wake_room(everyone=True)  # its appends waiting there are refused now
+        if self._budgets is not None:
+            self._budgets.wake_room(everyone=True)  # its appends waiting there are refused now
         drained = self._writer.join(self.config.close_timeout_s)
         if not drained:
             self._fail(WalTimeout(f"writer did not drain within {self.config.close_timeout_s} s"))
@@ -382,11 +396,10 @@ class WriteAheadLog:
             finally:
                 self._room_waiters -= 1
         shared = self._core.shared_budget
-        if shared is not None and shared.must_wait and self._member is not None:
+        if shared is not None and shared.must_wait and self._budgets is not None:
             # Without this WAL's lock: the round that makes room takes it.
             core = self._core
-            self._member.group.wait_for_room(deadline, lambda: core.refusal is not None,
-                                             self.config.append_timeout_s)
+            self._budgets.wait_for_room(deadline, lambda: core.refusal is not None, self.config.append_timeout_s)
 
     def _refusal_error(self) -> WalError:
         if self._failure is not None:
@@ -495,7 +508,10 @@ class WriteAheadLog:
                 if self._failure is not None:
                     return None
                 if core.pending_count:
-                    return self._detach_pending()
+                    batch = self._detach_pending()
+                    if self._budgets is not None and self._budgets.room_waiters:
+                        self._budgets.wake_room()  # room in the root's pending budget: the first in line looks
+                    return batch
                 if self._closing:
                     return None
                 if core.park():
@@ -559,6 +575,8 @@ class WriteAheadLog:
                 ready, self._async_waiters = _split_ready(self._async_waiters, last + 1)
             listeners = self._listeners
         self.metrics.on_fsync(last - first + 1, nbytes, fsync_s, last)
+        if self._member is None and self._budgets is not None:
+            self._budgets.publish()  # its own writer: no group publishes them after its round
         if over_budget:
             assert self._cache_budget is not None
             self._cache_budget.enforce()  # with no WAL's lock held: it takes other caches' locks
@@ -593,8 +611,8 @@ class WriteAheadLog:
         # goes back (else the other topics' appends would wait for it forever), and its
         # appends waiting for room there are refused now.
         self._core.leave_shared()
-        if self._member is not None:
-            self._member.group.wake_room(everyone=True)
+        if self._budgets is not None:
+            self._budgets.wake_room(everyone=True)
         self.metrics.on_failed()
         _resolve_all(waiters, error)
 

@@ -319,14 +319,15 @@ def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
         replay_seconds=Gauge("dnb_wal_journal_replay_seconds", "Duration of the last journal replay",
                              registry=registry),
         cache_bytes=Gauge("dnb_wal_group_cache_bytes",
-                          "Bytes the caches of the group's topics keep alive together (its cache budget)",
+                          "Bytes the caches of the group's topics keep alive together (its cache budget; "
+                          "with per-topic writers, the WAL root's)",
                           registry=registry),
         cache_trimmed_bytes=Counter("dnb_wal_group_cache_trimmed_bytes",
                                     "Bytes trimmed off topics' caches to keep the group's cache budget "
                                     "(still in the segment files)", registry=registry),
         pending_bytes=Gauge("dnb_wal_group_pending_bytes",
                             "Bytes the group's topics hold appended but not yet taken by a round (its "
-                            "pending budget), set each round", registry=registry),
+                            "pending budget; with per-topic writers, the WAL root's), set each round", registry=registry),
     )
 
 

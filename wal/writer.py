@@ -26,6 +26,7 @@ from native.format import ROUND_MARKER_BYTES
 from wal.config import WalConfig
 from wal.errors import WalFailed
 from wal.fs import AppendFile, FileSystem
+from wal.budget import mark_writer_thread
 from wal.journal import SegmentFile
 from wal.segment import Segment, create_segment
 
@@ -287,6 +288,7 @@ class GroupCommitWriter:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
+        mark_writer_thread()  # its durable listeners never wait for a root's budgets (wal/budget.py)
         try:
             take_batch = self._hooks.take_batch
             while (batch := take_batch()) is not None:

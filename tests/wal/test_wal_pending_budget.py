@@ -272,7 +272,7 @@ def test_an_exception_while_waiting_leaves_no_one_in_line():
 def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over():
     """Were a waiter ever left in line (an exception no finally could handle), the ones
     behind it would wait for it forever: it is dropped once its own deadline is past."""
-    from wal.group import _RoomWaiter
+    from wal.budget import _RoomWaiter
 
     fs = FaultFs()
     group = _group(False, fs)
@@ -280,8 +280,8 @@ def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over()
     errors: list[BaseException] = []
     try:
         _fill_behind_a_held_sync(fs, group, wal)
-        with group._room_lock:
-            group._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
+        with group.budgets._room_lock:
+            group.budgets._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
             group.pending_budget.waiting = 1  # type: ignore[union-attr]
 
         thread = _append_in_thread(other, errors)  # queues behind it
@@ -310,8 +310,8 @@ def test_a_waiter_dropped_from_line_while_alive_times_out_cleanly():
 
         thread = _append_in_thread(other, outcome)
         wait_until(lambda: group.room_waiters == 1)
-        with group._room_lock:
-            waiter = group._room_queue.popleft()  # as _drop_stale_waiters_locked does
+        with group.budgets._room_lock:
+            waiter = group.budgets._room_queue.popleft()  # as _drop_stale_waiters_locked does
         waiter.event.set()
         thread.join(120)
         assert not thread.is_alive()

@@ -79,7 +79,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "wal.cache_bytes_max": ("Byte bound of one topic's cache.",
                             "none (Pulsar's is broker-wide: `managedLedgerCacheSizeMB`)"),
     "wal.cache_group_bytes_max": ("Byte bound of all topics' caches in one WAL root together (a broker "
-                                  "host's commit group); past it the largest caches give up their oldest "
+                                  "host's commit group, or its per-topic writers); past it the largest caches give up their oldest "
                                   "frames first, and readers read those from the segment files.",
                                   "Pulsar `managedLedgerCacheSizeMB`"),
     "wal.max_message_bytes": ("Largest encoded record (key + attributes + payload + record header) "
@@ -89,7 +89,7 @@ KEYS: dict[str, tuple[str, str]] = {
                               "stalled disk cannot eat all memory).",
                               "Kafka producer `buffer.memory` (per producer); Pulsar's is broker-wide"),
     "wal.pending_group_bytes_max": ("The same bound for all topics of one WAL root together (a broker host's "
-                                    "commit group): an append to any of them waits while they hold this much.",
+                                    "commit group, or its per-topic writers): an append to any of them waits while they hold this much.",
                                     "Pulsar `maxMessagePublishBufferSizeInMB` (broker-wide)"),
     "wal.append_timeout_s": ("How long a blocked append waits for room before it fails.",
                              "Kafka producer `max.block.ms`"),

@@ -32,9 +32,11 @@ from wal.config import GroupSync, WalConfig
 from native.errors import CodecError
 from wal.errors import CorruptLog, WalFailed, WalLocked, WalTimeout
 from wal.fs import LOCK_NAME, FileSystem, LockHeld, RealFs
+from wal.budget import MemoryBudgets
 from wal.group import CommitGroup
 from wal.identity import read_wal_id
 from wal.journal import JournalConfig
+from wal.metrics import GroupMetrics
 from wal.topics import TopicName
 
 _log = logging.getLogger(__name__)
@@ -81,6 +83,12 @@ class WalRoot:
             self.claim()
             #: The commit group every WAL of this root joins (None: one writer per WAL).
             self.group: CommitGroup | None = self._commit_group()
+            #: The memory bounds every WAL of the root shares: the group's, or, with one
+            #: writer per WAL, the root's own (wal/budget.py), so thousands of topics
+            #: cannot hold gigabytes appended or cached on either path.
+            self.budgets: MemoryBudgets = self.group.budgets if self.group is not None else MemoryBudgets(
+                self.wal_root, wal_config.cache_group_bytes_max, wal_config.pending_group_bytes_max,
+                GroupMetrics(metrics_registry), single_adder=False)
         except BaseException:
             self._root_lock.release()
             raise
@@ -116,6 +124,8 @@ class WalRoot:
         try:
             if self.group is not None:
                 self.group.close(self.wal_config.close_timeout_s)
+            else:
+                self.budgets.close()
         except WalTimeout as e:
             # A WAL still in the group may still write: its own directory lock keeps any
             # new opener of it out until this process ends.
@@ -241,7 +251,8 @@ class WalRoot:
     def open_wal(self, topic: TopicName, initial_offset: int | None = None) -> WriteAheadLog:
         """Open (or create) the WAL of ``topic`` under this root, in the root's commit group."""
         return WriteAheadLog.open(self.wal_root, str(topic), config=self.wal_config, initial_offset=initial_offset,
-                                  fs=self.wal_fs, metrics_registry=self.metrics_registry, group=self.group)
+                                  fs=self.wal_fs, metrics_registry=self.metrics_registry, group=self.group,
+                                  budgets=self.budgets)
 
     def open_local(self, topic: TopicName) -> WriteAheadLog:
         """Open this broker's existing WAL of ``topic``; LocalWalUnreadable if it does not."""

@@ -1,0 +1,242 @@
+"""WALs with their own writer threads (``wal.commit_group = false``, or WalRoot's fallback
+where a commit group cannot sync the root) share their root's memory budgets
+(wal/budget.py) as a commit group's members do: thousands of topics cannot hold
+gigabytes appended or cached on that path either."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.wal.helpers import GROUP_ROOT, check_payload, group_topic, payload_for, read_all, small_config, wait_until
+from wal import WalConfig, WalTimeout, WriteAheadLog
+from wal.budget import MemoryBudgets, mark_writer_thread, on_writer_thread
+from wal.group import CommitGroup
+from wal.metrics import GroupMetrics
+from wal.testing import FaultFs
+
+BUDGET = 32 * 1024
+MESSAGE = 1000  # payload bytes; a frame is a little more
+
+
+def _config(**overrides) -> WalConfig:
+    """Topics of 1 MiB pending each (only the root's budget can hold them back)."""
+    base = dict(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+                append_timeout_s=600.0)
+    base.update(overrides)
+    return small_config(**base)
+
+
+def _budgets(pending: int | None = BUDGET, cache: int | None = None) -> MemoryBudgets:
+    return MemoryBudgets(GROUP_ROOT, cache, pending, GroupMetrics(CollectorRegistry()), single_adder=False)
+
+
+def _open(fs: FaultFs, budgets: MemoryBudgets, index: int, config: WalConfig) -> WriteAheadLog:
+    return WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=fs, budgets=budgets)
+
+
+def _fill_behind_a_held_sync(fs: FaultFs, budgets: MemoryBudgets, wal: WriteAheadLog) -> None:
+    """Hold syncs, get ``wal``'s writer stuck in its sync, then append to ``wal`` until the
+    root's budget is full (the stuck writer takes nothing meanwhile)."""
+    fs.hold_syncs()
+    wal.append(payload_for(wal.next_offset, size=MESSAGE))
+    wait_until(lambda: fs.syncs_waiting == 1)
+    while not budgets.pending.full:  # type: ignore[union-attr]
+        wal.append(payload_for(wal.next_offset, size=MESSAGE))
+
+
+def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on():
+    fs = FaultFs()
+    budgets = _budgets()
+    budget = budgets.pending
+    assert budget is not None
+    wals = [_open(fs, budgets, i, _config()) for i in range(8)]
+    assert all(wal._core.shared_budget is budget for wal in wals)
+    fs.hold_syncs()  # every writer's next fdatasync waits
+    # 8 x 200 x ~1 KB: fifty times the budget. Each writer takes once before its sync
+    # stalls (at most about the budget), so no producer can finish while the disk stalls.
+    per_topic = 200
+    errors: list[BaseException] = []
+
+    def produce(wal: WriteAheadLog) -> None:
+        try:
+            for _ in range(per_topic):
+                wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    producers = [threading.Thread(target=produce, args=(wal,)) for wal in wals]
+    for thread in producers:
+        thread.start()
+    try:
+        # Every producer ends up waiting for room: the root's budget holds them all,
+        # although each topic alone may hold 1 MiB.
+        wait_until(lambda: budgets.room_waiters == len(wals))
+        assert sum(wal.next_offset for wal in wals) < len(wals) * per_topic
+        assert budget.used <= BUDGET + len(wals) * (MESSAGE + 100), budget.used
+    finally:
+        fs.release_syncs()
+    for thread in producers:
+        thread.join(120)
+        assert not thread.is_alive()
+    assert not errors, errors
+    for wal in wals:
+        wal.flush()
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(per_topic))
+    assert budget.used == 0 and budgets.room_waiters == 0
+    for wal in wals:
+        wal.close()
+    budgets.close()
+
+
+def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
+    fs = FaultFs()
+    budgets = _budgets()
+    config = _config(append_timeout_s=0.2)
+    wal, other = _open(fs, budgets, 0, config), _open(fs, budgets, 1, config)
+    try:
+        _fill_behind_a_held_sync(fs, budgets, wal)
+        with pytest.raises(WalTimeout, match="pending_group_bytes_max"):
+            other.append(payload_for(0, size=MESSAGE))
+        assert other.next_offset == 0, "a timed-out append used no offset"
+    finally:
+        fs.release_syncs()
+    for each in (wal, other):
+        each.close()
+    assert budgets.pending.used == 0  # type: ignore[union-attr]
+    budgets.close()
+
+
+def test_closing_a_wal_gives_back_its_pending_bytes_and_refuses_its_waiting_appends():
+    """A WAL that closes while appends to it wait for room: they are refused, and what it
+    held goes back to the root (nothing will take it any more once it failed to drain)."""
+    fs = FaultFs()
+    budgets = _budgets()
+    wal, other = _open(fs, budgets, 0, _config(close_timeout_s=0.5)), _open(fs, budgets, 1, _config())
+    outcome: list[BaseException] = []
+    try:
+        _fill_behind_a_held_sync(fs, budgets, wal)
+
+        def append() -> None:
+            try:
+                wal.append(payload_for(wal.next_offset, size=MESSAGE))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                outcome.append(exc)
+
+        thread = threading.Thread(target=append)
+        thread.start()
+        wait_until(lambda: budgets.room_waiters == 1)
+        with pytest.raises(Exception):
+            wal.close()  # its writer is stuck in a held sync: it does not drain in time
+        thread.join(120)
+        assert not thread.is_alive() and len(outcome) == 1, outcome
+        assert budgets.pending.used == 0  # type: ignore[union-attr]
+    finally:
+        fs.release_syncs()
+    other.append(payload_for(0, size=MESSAGE))  # the root has room again
+    other.flush()
+    other.close()
+    budgets.close()
+
+
+def test_a_writer_thread_never_waits_for_the_budget():
+    """A durable listener runs on its WAL's writer thread and may append to another topic:
+    waiting there could wait for the take only writer threads make (all of them at once,
+    each in such a listener). Such an append goes on, past the budget."""
+    fs = FaultFs()
+    budgets = _budgets()
+    wal, other = _open(fs, budgets, 0, _config()), _open(fs, budgets, 1, _config(append_timeout_s=0.2))
+    seen: list[bool] = []
+    wal.add_durable_listener(lambda _offset: seen.append(on_writer_thread()))
+    wal.append(payload_for(0, size=MESSAGE))
+    wal.flush()
+    wait_until(lambda: seen)
+    assert seen[0], "the WAL's own writer thread is marked"
+    assert not on_writer_thread()
+    errors: list[BaseException] = []
+
+    def as_a_writer_thread() -> None:
+        mark_writer_thread()
+        try:
+            other.append(payload_for(0, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    try:
+        _fill_behind_a_held_sync(fs, budgets, wal)
+        thread = threading.Thread(target=as_a_writer_thread)
+        thread.start()
+        thread.join(120)
+        assert not thread.is_alive() and not errors, errors
+        assert other.next_offset == 1 and budgets.room_waiters == 0
+    finally:
+        fs.release_syncs()
+    for each in (wal, other):
+        each.flush()
+        each.close()
+    budgets.close()
+
+
+def test_the_cache_budget_counts_adds_from_many_writer_threads_exactly():
+    """Adds come from every WAL's own writer thread at once, so they are counted under the
+    budget's lock (a commit group's, from its one thread, are counted without): the total
+    is what the caches hold, and nothing once they are closed."""
+    fs = FaultFs()
+    budgets = _budgets(pending=None, cache=64 << 20)  # never trimmed here
+    cache = budgets.cache
+    assert cache is not None and not cache.single_adder
+    wals = [_open(fs, budgets, i, _config(cache_messages_max=100_000, cache_bytes_max=8 << 20)) for i in range(6)]
+
+    def produce(wal: WriteAheadLog) -> None:
+        for _ in range(300):
+            wal.append(payload_for(wal.next_offset, size=100))
+
+    producers = [threading.Thread(target=produce, args=(wal,)) for wal in wals]
+    for thread in producers:
+        thread.start()
+    for thread in producers:
+        thread.join(120)
+    for wal in wals:
+        wal.flush()
+    assert cache.bytes == sum(wal._cache._bytes for wal in wals) > 0
+    for wal in wals:
+        wal.close()
+    assert cache.bytes == 0
+    budgets.close()
+
+
+def test_budgets_of_the_wrong_kind_are_refused():
+    fs = FaultFs()
+    group_style = MemoryBudgets(GROUP_ROOT, 1 << 20, 1 << 20, GroupMetrics(CollectorRegistry()), single_adder=True)
+    with pytest.raises(ValueError, match="single_adder=False"):
+        _open(fs, group_style, 0, _config())
+    group = CommitGroup(GROUP_ROOT, fs)
+    try:
+        with pytest.raises(ValueError, match="group's budgets"):
+            WriteAheadLog.open(GROUP_ROOT, group_topic(1), _config(), fs=fs, group=group, budgets=_budgets())
+    finally:
+        group.close()
+    with pytest.raises(ValueError, match="pending_bytes_max"):
+        _budgets(pending=0)
+
+
+def test_a_wal_root_without_a_commit_group_shares_its_budgets(tmp_path):
+    from tiered.lifecycle.wal_root import WalRoot
+    from wal.topics import TopicName
+
+    registry = CollectorRegistry()
+    config = WalConfig(commit_group=False, pending_group_bytes_max=64 << 20, cache_group_bytes_max=64 << 20)
+    root = WalRoot("b1", str(tmp_path / "wal"), None, config, registry)
+    try:
+        assert root.group is None and not root.budgets.single_adder
+        wals = [root.open_wal(TopicName.parse(f"/ns/t{i}")) for i in range(3)]
+        assert all(wal._core.shared_budget is root.budgets.pending for wal in wals)
+        for wal in wals:
+            wal.append(b"x" * 100)
+            wal.flush()
+        assert registry.get_sample_value("dnb_wal_group_cache_bytes") == root.budgets.cache.bytes > 0  # type: ignore[union-attr]
+        for wal in wals:
+            wal.close()
+    finally:
+        root.release()
