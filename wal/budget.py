@@ -25,6 +25,7 @@ import collections
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from native import PendingBudget
@@ -91,6 +92,12 @@ class MemoryBudgets:
         #: The pending bytes every append core of the root counts into (None: none).
         self.pending: SharedPending | None = PendingBudget(pending_bytes_max) \
             if pending_bytes_max is not None else None
+        # The gauges read the budgets when scraped (atk87 F2: set after each round, they
+        # stood still behind a stalled disk, when the budgets fill, and after the last
+        # topic left). A weak reference: a registry outlives the roots that used it.
+        me = weakref.ref(self)
+        metrics.cache_bytes.set_function(lambda: _cache_bytes(me()))
+        metrics.pending_bytes.set_function(lambda: _pending_bytes(me()))
         self._failure = failure
         self._room_lock = threading.Lock()
         #: Appends waiting for room, first come first served: each waits on its own event,
@@ -102,12 +109,6 @@ class MemoryBudgets:
         """Appends waiting now for the pending budget (``wait_for_room``)."""
         return len(self._room_queue)
 
-    def publish(self) -> None:
-        """Set the budgets' gauges (by the writer, after a round)."""
-        if self.cache is not None:
-            self.metrics.cache_bytes.set(self.cache.bytes)
-        if self.pending is not None:
-            self.metrics.pending_bytes.set(self.pending.used)
 
     def wait_for_room(self, deadline: float, refused: Callable[[], bool], timeout_s: float) -> None:
         """An append found the pending budget full, or other appends waiting (its core
@@ -197,3 +198,11 @@ class MemoryBudgets:
         """Stop the cache budget's trimming thread (the WALs sharing it are closed)."""
         if self.cache is not None:
             self.cache.close()
+
+
+def _cache_bytes(budgets: MemoryBudgets | None) -> float:
+    return float(budgets.cache.bytes) if budgets is not None and budgets.cache is not None else 0.0
+
+
+def _pending_bytes(budgets: MemoryBudgets | None) -> float:
+    return float(budgets.pending.used) if budgets is not None and budgets.pending is not None else 0.0

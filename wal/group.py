@@ -430,7 +430,6 @@ class CommitGroup:
         self.metrics.on_round(len(written), seconds, journal_bytes if journal is not None else 0)
         for member, (batch, segment, position, size_bytes, _parts, _file) in written:
             member.on_durable(batch, segment, position, size_bytes, seconds)
-        self.budgets.publish()  # after the round's adds
         for member, _done in written:
             self._settle(member)
 

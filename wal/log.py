@@ -401,6 +401,19 @@ class WriteAheadLog:
             core = self._core
             self._budgets.wait_for_room(deadline, lambda: core.refusal is not None, self.config.append_timeout_s)
 
+    def refuse_appends(self) -> None:
+        """Refuse every append from now on, also those waiting for room (they raise what
+        ``close`` makes them raise, WalClosed), without closing: what was appended stays
+        pending and is written as usual (``flush``, ``close``). For a topic that is
+        leaving: its appends waiting on backpressure end now, not after append_timeout_s.
+        Idempotent."""
+        with self._lock:
+            if self._core.refusal is None:
+                self._core.refusal = self._refusal_error
+            self._room.notify_all()
+        if self._budgets is not None:
+            self._budgets.wake_room(everyone=True)
+
     def _refusal_error(self) -> WalError:
         if self._failure is not None:
             error = WalFailed(f"WAL {self.topic} failed: {self._failure!r}")
@@ -575,8 +588,6 @@ class WriteAheadLog:
                 ready, self._async_waiters = _split_ready(self._async_waiters, last + 1)
             listeners = self._listeners
         self.metrics.on_fsync(last - first + 1, nbytes, fsync_s, last)
-        if self._member is None and self._budgets is not None:
-            self._budgets.publish()  # its own writer: no group publishes them after its round
         if over_budget:
             assert self._cache_budget is not None
             self._cache_budget.enforce()  # with no WAL's lock held: it takes other caches' locks

@@ -60,3 +60,53 @@ def test_a_batch_with_one_oversized_message_appends_nothing(local_cluster: Clust
         hosted.produce_many([b"small", b"x" * 4096])
     assert hosted.next_offset == 0
     assert hosted.produce_many([b"small"]) == (0, 0)
+
+
+def test_appends_waiting_for_room_hold_up_neither_each_other_nor_an_unload(local_cluster: Cluster) -> None:
+    """Appends to one topic that wait for room (the WAL root's pending budget is full behind
+    a stalled disk) wait side by side, each for at most append_timeout_s, and an unload's
+    first step refuses them at once: they end with TopicUnloading and use no offset.
+    atk87 F1: a lock held across the append made them queue one append_timeout_s after
+    another (16 appends: the last after 16 x), and the unload behind them."""
+    from tests.wal.helpers import wait_until
+    from tiered.lifecycle import BrokerHost
+    from tiered.lifecycle.errors import TopicUnloading
+    from wal.testing import FaultFs
+
+    fs = FaultFs()
+    wal = WalConfig(append_timeout_s=600.0, pending_group_bytes_max=64 * 1024, max_message_bytes=64 * 1024)
+    host = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, local_cluster.objects,
+                      replace(local_cluster.config, wal_config=wal), wal_fs=fs)
+    local_cluster.hosts.append(host)
+    hosted, other = host.load(TOPIC), host.load(TOPIC + "_other")
+    group = host.root.group
+    assert group is not None and group.pending_budget is not None
+    fs.hold_syncs()
+    outcomes: list[BaseException] = []
+    try:
+        other.wal.append(b"x" * 100)  # a round stuck in its sync
+        wait_until(lambda: fs.syncs_waiting == 1)
+        while not group.pending_budget.full:  # never taken while the sync is stuck
+            other.wal.append(b"x" * 60_000)
+
+        def produce() -> None:
+            try:
+                hosted.produce_many([b"m" * 1000])
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                outcomes.append(exc)
+
+        producers = [threading.Thread(target=produce) for _ in range(4)]
+        for thread in producers:
+            thread.start()
+        wait_until(lambda: group.room_waiters == len(producers))  # side by side, not behind a lock
+        refusing = threading.Thread(target=hosted.refuse_appends)
+        refusing.start()
+        refusing.join(60)
+        assert not refusing.is_alive(), "the unload's first step waited for the stalled disk"
+        for thread in producers:
+            thread.join(60)
+            assert not thread.is_alive()
+        assert len(outcomes) == len(producers) and all(isinstance(e, TopicUnloading) for e in outcomes), outcomes
+        assert hosted.wal.next_offset == 0, "a refused append used no offset"
+    finally:
+        fs.release_syncs()

@@ -322,3 +322,59 @@ def test_a_waiter_dropped_from_line_while_alive_times_out_cleanly():
     for each in (wal, other):
         each.close()
     group.close()
+
+
+def test_refuse_appends_ends_the_waiting_appends_and_keeps_what_was_appended():
+    """``refuse_appends`` (a topic leaving its broker): appends waiting for room end now
+    with WalClosed and use no offset; what was appended before is written as usual."""
+    from wal import WalClosed
+
+    fs = FaultFs()
+    group = _group(True, fs)
+    wal, other = open_in_group(fs, group, 0, _config()), open_in_group(fs, group, 1, _config())
+    outcome: list[BaseException] = []
+    try:
+        _fill_behind_a_held_sync(fs, group, wal)
+        thread = _append_in_thread(other, outcome)
+        wait_until(lambda: group.room_waiters == 1)
+        other.refuse_appends()
+        thread.join(120)
+        assert not thread.is_alive() and len(outcome) == 1 and isinstance(outcome[0], WalClosed), outcome
+        assert other.next_offset == 0
+        wal.refuse_appends()
+        with pytest.raises(WalClosed):
+            wal.append(payload_for(0, size=MESSAGE))
+    finally:
+        fs.release_syncs()
+    appended = wal.next_offset
+    wal.flush()
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(appended))
+    assert group.pending_budget.used == 0  # type: ignore[union-attr]
+    for each in (wal, other):
+        each.close()
+    group.close()
+
+
+def test_the_budget_gauges_follow_the_budgets_between_rounds():
+    """The gauges are read when scraped, not set by rounds (atk87 F2): behind a stalled
+    disk, when the pending budget fills and no round ends, they show it filling, and once
+    the last topic closed they read 0."""
+    from prometheus_client import CollectorRegistry
+    from wal.journal import JournalConfig
+
+    fs, registry = FaultFs(), CollectorRegistry()
+    group = CommitGroup(GROUP_ROOT, fs, journal=JournalConfig(file_bytes=1 << 20, checkpoint_bytes=1 << 30,
+                                                             checkpoint_interval_s=3600.0),
+                        pending_bytes_max=BUDGET, cache_bytes_max=1 << 20, metrics_registry=registry)
+    wal = open_in_group(fs, group, 0, _config())
+    try:
+        _fill_behind_a_held_sync(fs, group, wal)
+        assert registry.get_sample_value("dnb_wal_group_pending_bytes") == group.pending_budget.used >= BUDGET  # type: ignore[union-attr]
+    finally:
+        fs.release_syncs()
+    wal.flush()
+    assert registry.get_sample_value("dnb_wal_group_cache_bytes") == group.cache_budget.bytes > 0  # type: ignore[union-attr]
+    wal.close()
+    assert registry.get_sample_value("dnb_wal_group_pending_bytes") == 0
+    assert registry.get_sample_value("dnb_wal_group_cache_bytes") == 0
+    group.close()

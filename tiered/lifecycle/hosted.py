@@ -45,6 +45,7 @@ from tiered.read.subscriptions import Subscription, SubscriptionManager
 from uploader import Uploader
 from uploader.errors import UploaderStopped
 from wal.api import Wal
+from wal.errors import WalClosed
 from wal.topics import TopicName
 
 
@@ -113,7 +114,13 @@ class HostedTopic:
         #: The copy the host reopened from this copy's own WAL files after its WAL failed
         #: on its own (same files, same offsets): where ``archived`` waits move to.
         self.reopened_as: HostedTopic | None = None
-        self._append_lock = threading.Lock()
+        #: Guards ``state`` against appends and counts the appends inside the WAL now:
+        #: ``refuse_appends`` waits for them to end. No lock is held across an append, so
+        #: one waiting for room (up to append_timeout_s) holds up neither the topic's
+        #: other appends nor its unload (atk87 F1: behind a lock, 16 appends timed out
+        #: one after the other, the last after 16 x append_timeout_s, and so did the unload).
+        self._append_state = threading.Condition()
+        self._appends_in_flight = 0
         self._readers: "weakref.WeakSet[TieredReader]" = weakref.WeakSet()
         #: Bytes served and client connections, for the broker's load report.
         self.activity = TopicActivity()
@@ -173,9 +180,14 @@ class HostedTopic:
         batch = messages if key is None else [(payload, key) for payload in messages]
         if not batch:
             return None, None
-        with self._append_lock:
-            self._check_appendable()
+        self._begin_append()
+        try:
             first = self.wal.append_batch(batch)
+        except WalClosed:
+            self._refused()
+            raise
+        finally:
+            self._end_append()
         self.activity.received(sum(map(len, messages)) + len(messages) * len(key or b""))
         return first, first + len(batch) - 1
 
@@ -212,20 +224,47 @@ class HostedTopic:
                publish_time: int | None = None) -> int:
         """Append one message WITHOUT waiting for any ack; returns its offset, which may
         not be durable yet (``produce`` waits). Refused once fenced or leaving."""
-        # The lock makes "refuse appends" a clean cut: once unload set the state no
-        # append is in flight, so the flush that follows covers every offset handed out.
-        with self._append_lock:
-            self._check_appendable()
+        # Counted in flight, so "refuse appends" is a clean cut: once unload set the state
+        # no append is in flight, so the flush that follows covers every offset handed out.
+        self._begin_append()
+        try:
             offset = self.wal.append(payload, key=key, attributes=attributes, publish_time=publish_time)
+        except WalClosed:
+            self._refused()
+            raise
+        finally:
+            self._end_append()
         self.activity.received(len(payload) + (len(key) if key else 0))
         return offset
 
     def refuse_appends(self) -> None:
-        """Stop taking appends (the topic is leaving: unload or abandon). Under the append
-        lock, so once this returns no append is in flight and a flush after it covers
-        every offset handed out."""
-        with self._append_lock:
+        """Stop taking appends (the topic is leaving: unload or abandon). Once this returns
+        no append is in flight, so a flush after it covers every offset handed out. The
+        WAL refuses appends waiting for room at once (``Wal.refuse_appends``): they end
+        with TopicUnloading, holding nothing up."""
+        with self._append_state:
             self.state = TopicState.UNLOADING
+        self.wal.refuse_appends()
+        with self._append_state:
+            while self._appends_in_flight:
+                self._append_state.wait()
+
+    def _begin_append(self) -> None:
+        with self._append_state:
+            self._check_appendable()
+            self._appends_in_flight += 1
+
+    def _end_append(self) -> None:
+        with self._append_state:
+            self._appends_in_flight -= 1
+            if not self._appends_in_flight:
+                self._append_state.notify_all()
+
+    def _refused(self) -> None:
+        """The WAL refused an append (WalClosed): if the topic is leaving or fenced, say
+        that instead (the append used no offset)."""
+        with self._append_state:
+            self._check_appendable()
 
     def _check_appendable(self) -> None:
         if self._fenced is not None:
