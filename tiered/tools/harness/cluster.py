@@ -52,7 +52,8 @@ class CrashHook:
 
 
 class Cluster:
-    def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str) -> None:
+    def __init__(self, root: str, brokers: int, topic: TopicName, metadata_url: str, objects_url: str,
+                 commit_group: bool = True) -> None:
         self.root, self.topic, self.brokers = root, topic, brokers
         self.metadata_url, self.objects_url = metadata_url, objects_url
         self.metadata_faults, self.object_faults = FaultPlan(), FaultPlan()
@@ -61,7 +62,7 @@ class Cluster:
         self.metadata = FaultyMetadataStore(self.inner_metadata, self.metadata_faults)
         self.objects = FaultyObjectStore(self.inner_objects, self.object_faults)
         self.crash_hook = CrashHook()
-        self.config = _config(self.crash_hook)
+        self.config = _config(self.crash_hook, commit_group)
         # Index `brokers` is the real-disk broker (subprocess crashes); the rest use FaultFs.
         self.fs: list[Any] = [FaultFs() for _ in range(brokers)] + [None]
         self.hosts: list[Any] = [None] * (brokers + 1)
@@ -163,16 +164,19 @@ WAIT_BOUND_S = 120.0
 FAULTED_SEAL_DRAIN_S = 2.0
 
 
-def _config(hook: CrashHook) -> Any:
+def _config(hook: CrashHook, commit_group: bool = True) -> Any:
     # Small retry backoffs so faults resolve in milliseconds: a scenario takes ~0.3 s.
     uploader = UploaderConfig(interval_s=3600.0, retry_attempts_max=3, retry_backoff_s=0.001,
                               retry_backoff_max_s=0.005, drain_timeout_s=WAIT_BOUND_S, poll_interval_s=5.0,
                               compression="none", fault_hook=hook)
     # Group budgets far below the defaults: every scenario trims caches (readers fall back
     # to segment files) and may hold appends back on the pending budget (wal/cache.py,
-    # native.PendingBudget), under every move, crash and fault it draws.
+    # native.PendingBudget), under every move, crash and fault it draws. Without a commit
+    # group (a quarter of the seeds: ``run_scenario``) each WAL has its own writer thread
+    # and the root's budgets are shared among them (wal/budget.py).
     wal_config = WalConfig(close_timeout_s=WAIT_BOUND_S, cache_group_bytes_max=16 * 1024,
-                           max_message_bytes=64 * 1024, pending_group_bytes_max=64 * 1024)
+                           max_message_bytes=64 * 1024, pending_group_bytes_max=64 * 1024,
+                           commit_group=commit_group)
     return BrokerConfig(wal_config=wal_config, uploader=uploader,
                         register_session=False, progress_interval_s=0.05, produce_timeout_s=WAIT_BOUND_S,
                         flush_timeout_s=WAIT_BOUND_S, close_timeout_s=WAIT_BOUND_S)
