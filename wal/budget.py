@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from native import PendingBudget
 from native._protocols import SharedPending
+from prometheus_client import Gauge
 from wal.cache import CacheBudget
 from wal.config import SIZE_MAX
 from wal.errors import WalFailed, WalTimeout
@@ -94,10 +95,11 @@ class MemoryBudgets:
             if pending_bytes_max is not None else None
         # The gauges read the budgets when scraped (atk87 F2: set after each round, they
         # stood still behind a stalled disk, when the budgets fill, and after the last
-        # topic left). A weak reference: a registry outlives the roots that used it.
-        me = weakref.ref(self)
-        metrics.cache_bytes.set_function(lambda: _cache_bytes(me()))
-        metrics.pending_bytes.set_function(lambda: _pending_bytes(me()))
+        # topic left).
+        # Every live MemoryBudgets of a registry counts (atk88 F3: a function per gauge
+        # showed only the last one made, e.g. the second BrokerHost of a process).
+        _track(metrics.cache_bytes, self, _cache_bytes)
+        _track(metrics.pending_bytes, self, _pending_bytes)
         self._failure = failure
         self._room_lock = threading.Lock()
         #: Appends waiting for room, first come first served: each waits on its own event,
@@ -200,9 +202,26 @@ class MemoryBudgets:
             self.cache.close()
 
 
-def _cache_bytes(budgets: MemoryBudgets | None) -> float:
-    return float(budgets.cache.bytes) if budgets is not None and budgets.cache is not None else 0.0
+def _cache_bytes(budgets: MemoryBudgets) -> int:
+    return budgets.cache.bytes if budgets.cache is not None else 0
 
 
-def _pending_bytes(budgets: MemoryBudgets | None) -> float:
-    return float(budgets.pending.used) if budgets is not None and budgets.pending is not None else 0.0
+def _pending_bytes(budgets: MemoryBudgets) -> int:
+    return budgets.pending.used if budgets.pending is not None else 0
+
+
+#: Per gauge, the budgets it sums (weakly: a registry outlives the roots that used it).
+_tracked: "weakref.WeakKeyDictionary[Gauge, weakref.WeakSet[MemoryBudgets]]" = weakref.WeakKeyDictionary()
+_tracked_lock = threading.Lock()
+
+
+def _track(gauge: Gauge, budgets: MemoryBudgets, read: Callable[[MemoryBudgets], int]) -> None:
+    """Make ``gauge`` read, when scraped, the sum of ``read`` over every live budgets
+    tracked on it, ``budgets`` included."""
+    with _tracked_lock:
+        live = _tracked.get(gauge)
+        if live is None:
+            live = _tracked[gauge] = weakref.WeakSet()
+            tracked = live  # the function keeps the set, not the budgets
+            gauge.set_function(lambda: float(sum(read(each) for each in list(tracked))))
+        live.add(budgets)

@@ -29,7 +29,7 @@ from native.errors import OffsetOverflow
 from native._protocols import AppendCore
 from native.format import FRAME_HEADER_BYTES, MAX_OFFSET, ROUND_MARKER_BYTES, STOP_TORN, Record, ScanResult
 from wal.api import DurableListener
-from wal.budget import MemoryBudgets
+from wal.budget import MemoryBudgets, on_writer_thread
 from wal.cache import CacheEntry, FrameCache
 from wal.checkpoint import CheckpointState, SlotHint, read_checkpoint_and_hint, write_checkpoint
 from wal.config import WalConfig
@@ -377,10 +377,12 @@ class WriteAheadLog:
         """Core callback, before an append while pending bytes are at the bound (this WAL's,
         or its commit group's for all its topics): backpressure, for at most
         append_timeout_s. Returns once there is room or appends are refused."""
-        if self._member is not None and self._member.group.on_own_thread():
-            # A durable listener on the commit group's thread appending here: the round it
-            # would wait for (this topic's or the group's room) is its own. It goes on, past
-            # the bound (atk84 F1: it held every topic of the group for append_timeout_s).
+        if on_writer_thread():
+            # A durable listener on a writer thread (the commit group's, or a topic's own)
+            # appending here: the round it would wait for (this topic's or the root's room)
+            # may be its own, or that of a writer waiting in turn for it. It goes on, past
+            # the bound (atk84 F1: it held every topic of the group for append_timeout_s;
+            # atk88 F2: two topics' own writers whose listeners appended to each other).
             return
         deadline = time.monotonic() + self.config.append_timeout_s
         with self._lock:

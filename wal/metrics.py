@@ -327,7 +327,8 @@ def _make_group_families(registry: CollectorRegistry) -> _GroupFamilies:
                                     "(still in the segment files)", registry=registry),
         pending_bytes=Gauge("dnb_wal_group_pending_bytes",
                             "Bytes the group's topics hold appended but not yet taken by a round (its "
-                            "pending budget; with per-topic writers, the WAL root's), read when scraped", registry=registry),
+                            "pending budget; with per-topic writers, the WAL root's), read when scraped, summed over the "
+                            "roots of the registry", registry=registry),
     )
 
 

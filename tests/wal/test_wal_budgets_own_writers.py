@@ -240,3 +240,85 @@ def test_a_wal_root_without_a_commit_group_shares_its_budgets(tmp_path):
             wal.close()
     finally:
         root.release()
+
+
+def test_with_the_trimming_thread_starved_each_writer_trims_its_own_cache(monkeypatch):
+    """With a writer thread per WAL, the budget's trimming thread competes with all of them
+    for the GIL and the budget's lock, and alone it fell far behind (atk88 F1: 100 topics
+    kept 40 times a 64 KiB budget). An add that leaves the budget exceeded trims its own
+    cache to its share first: with the trimming thread never running at all, 20 topics of
+    16 KiB caches stay at the 64 KiB budget, and readers still get every message."""
+    from wal.cache import CacheBudget
+
+    monkeypatch.setattr(CacheBudget, "enforce", lambda self: None)  # the trimming thread never runs
+    fs = FaultFs()
+    budgets = _budgets(pending=None, cache=64 * 1024)
+    cache = budgets.cache
+    assert cache is not None
+    wals = [_open(fs, budgets, i, _config(cache_messages_max=100_000, cache_bytes_max=16 * 1024)) for i in range(20)]
+    for _ in range(40):  # round robin: every topic adds in every pass
+        for wal in wals:
+            wal.append(payload_for(wal.next_offset, size=300))
+            wal.flush()
+        assert cache.bytes <= cache.bytes_max + 1024, cache.bytes  # at most one more frame
+    assert cache.trimmed_bytes > 0 and cache.bytes == sum(wal._cache._bytes for wal in wals)
+    for wal in wals:
+        assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(40))
+        wal.close()
+    assert cache.bytes == 0
+    budgets.close()
+
+
+def test_a_writer_thread_never_waits_for_a_topics_own_bound_either():
+    """atk88 F2: two topics' own writers whose durable listeners append to each other
+    stalled both for append_timeout_s. Any writer thread goes past a topic's own
+    ``pending_bytes_max`` too (by one message), as the commit group's thread does."""
+    fs = FaultFs()
+    budgets = _budgets(pending=None)
+    config = _config(pending_bytes_max=8 * 1024, append_timeout_s=600.0)
+    wal = _open(fs, budgets, 0, config)
+    errors: list[BaseException] = []
+
+    def as_a_writer_thread() -> None:
+        mark_writer_thread()
+        try:
+            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    fs.hold_syncs()
+    try:
+        wal.append(payload_for(0, size=MESSAGE))
+        wait_until(lambda: fs.syncs_waiting == 1)  # its writer is stuck: nothing more is taken
+        while wal._core.pending_bytes < config.pending_bytes_max:
+            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        before = wal.next_offset
+        thread = threading.Thread(target=as_a_writer_thread)
+        thread.start()
+        thread.join(120)
+        assert not thread.is_alive() and not errors, errors
+        assert wal.next_offset == before + 1
+    finally:
+        fs.release_syncs()
+    wal.flush()
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(wal.next_offset))
+    wal.close()
+    budgets.close()
+
+
+def test_the_gauges_sum_every_root_of_a_registry():
+    """atk88 F3: two roots (two BrokerHosts of one process) on one registry; the gauges
+    showed only the root made last."""
+    registry = CollectorRegistry()
+    first = MemoryBudgets("/a", 1 << 20, 1 << 20, GroupMetrics(registry), single_adder=False)
+    second = MemoryBudgets("/b", 1 << 20, 1 << 20, GroupMetrics(registry), single_adder=False)
+    fs = FaultFs()
+    wal = WriteAheadLog.open("/a", group_topic(0), _config(), fs=fs, budgets=first)
+    wal.append(b"x" * 500)
+    wal.flush()
+    assert first.cache is not None and first.cache.bytes > 0
+    assert registry.get_sample_value("dnb_wal_group_cache_bytes") == first.cache.bytes
+    wal.close()
+    assert registry.get_sample_value("dnb_wal_group_cache_bytes") == 0
+    for each in (first, second):
+        each.close()

@@ -33,7 +33,8 @@ def _fill_behind_a_held_sync(fs: FaultFs, group: CommitGroup, wal) -> None:
     budget is full."""
     fs.hold_syncs()
     wal.append(payload_for(0, size=MESSAGE))
-    wait_until(lambda: fs.syncs_waiting == 1)
+    # At least one: a journal's checkpointer may have its first spare file's sync held too.
+    wait_until(lambda: fs.syncs_waiting >= 1)
     while not group.pending_budget.full:  # type: ignore[union-attr]
         wal.append(payload_for(wal.next_offset, size=MESSAGE))
 
@@ -70,7 +71,7 @@ def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on(journa
     wals = [open_in_group(fs, group, i, _config()) for i in range(8)]
     fs.hold_syncs()
     wals[0].append(payload_for(0, size=MESSAGE))  # a round in flight, its sync held
-    wait_until(lambda: fs.syncs_waiting == 1)
+    wait_until(lambda: fs.syncs_waiting >= 1)  # (and maybe the journal's spare file's)
     per_topic = 40  # 8 x 40 x ~1 KB: ten times the budget, more than any one topic gets in
     errors: list[BaseException] = []
 
