@@ -223,5 +223,12 @@ def _track(gauge: Gauge, budgets: MemoryBudgets, read: Callable[[MemoryBudgets],
         if live is None:
             live = _tracked[gauge] = weakref.WeakSet()
             tracked = live  # the function keeps the set, not the budgets
-            gauge.set_function(lambda: float(sum(read(each) for each in list(tracked))))
+            gauge.set_function(lambda: float(sum(read(each) for each in _members(tracked))))
         live.add(budgets)
+
+
+def _members(tracked: "weakref.WeakSet[MemoryBudgets]") -> list[MemoryBudgets]:
+    """A copy of ``tracked``, made under the lock ``_track`` adds under (atk89 F2: copied
+    while a root was made, the set changed size and the whole scrape failed)."""
+    with _tracked_lock:
+        return list(tracked)

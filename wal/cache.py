@@ -125,12 +125,11 @@ class FrameCache:
             # (atk88 F1: 100 topics held 40 times a 64 KiB budget), so an add that leaves
             # the budget exceeded first trims its own cache to its share (the owner lock
             # is held here, as the trimming thread holds it to trim).
-            if not budget.adjust(after - before):
+            share = budget.adjust_for_owner(after - before)
+            if share is None:
                 return False
-            got = self.trim(budget.share())
-            if got:
-                budget.trimmed_by_owner(self, got)
-            return budget.bytes > budget.bytes_max
+            got = self.trim(share)
+            return budget.trimmed_by_owner(self, got) if got else True
         # CacheBudget.add_from_round, inline (a call cost about 1,000 instructions more).
         total = budget._from_round + after - before
         budget._from_round = total
@@ -277,24 +276,31 @@ class CacheBudget:
             else:
                 self._caches.pop(cache, None)
 
-    def share(self) -> int:
-        """The bytes one cache may keep when the budget is exceeded and its owner trims it
-        itself (``FrameCache.add`` with many writer threads): an equal share of
-        ``bytes_low`` among the caches that hold anything. Not the last trim's level,
-        which is relative to the sizes it saw: caches all trimmed to it by their owners
-        could together keep 10 times the budget (a rerun of atk88's repro)."""
+    def adjust_for_owner(self, delta: int) -> int | None:
+        """``adjust`` for an add by one of many writer threads, in one hold of the lock:
+        None if the budget is not exceeded, else the bytes the adding cache may keep, which
+        its owner then trims it to: an equal share of ``bytes_low`` among the caches that
+        hold anything. Not the last trim's level, which is relative to the sizes it saw:
+        caches all trimmed to it by their owners could together keep 10 times the budget
+        (a rerun of atk88's repro)."""
         with self._lock:
+            self._others += delta
+            if self._from_round + self._others <= self.bytes_max:
+                return None
             return self.bytes_low // max(1, len(self._caches))
 
-    def trimmed_by_owner(self, cache: FrameCache, nbytes: int) -> None:
-        """``cache``'s owner trimmed ``nbytes`` off it (``share``), under its lock."""
+    def trimmed_by_owner(self, cache: FrameCache, nbytes: int) -> bool:
+        """``cache``'s owner trimmed ``nbytes`` off it (``adjust_for_owner``), under its
+        lock; True if the budget is still exceeded."""
         with self._lock:
             self._others -= nbytes
             self.trimmed_bytes += nbytes
             if not cache._bytes:
                 self._caches.pop(cache, None)
+            over = self._from_round + self._others > self.bytes_max
         if self._on_trimmed is not None:
             self._on_trimmed(nbytes)
+        return over
 
     def leave(self, cache: FrameCache) -> None:
         """A detached (empty) cache: no longer a candidate for trimming."""

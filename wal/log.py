@@ -383,6 +383,17 @@ class WriteAheadLog:
             # may be its own, or that of a writer waiting in turn for it. It goes on, past
             # the bound (atk84 F1: it held every topic of the group for append_timeout_s;
             # atk88 F2: two topics' own writers whose listeners appended to each other).
+            # If this topic's writer is another thread, only up to twice the bound: a
+            # listener appending on every round to a topic whose disk stalled grew it to
+            # 1,200 times its bound (atk89 F1). Past that it cannot wait either, so the
+            # append fails at once, using no offset. (On this topic's own writer thread
+            # what a listener appends is taken by that thread's next round.)
+            shared = self._core.shared_budget
+            if not self._on_own_writer_thread() and (
+                    self._core.pending_bytes >= 2 * self._pending_bytes_max
+                    or (shared is not None and shared.used >= 2 * shared.bytes_max)):
+                raise WalTimeout(f"append to {self.topic} from a WAL writer thread (a durable listener): the "
+                                 "pending bytes are at twice their bound, and a writer thread cannot wait")
             return
         deadline = time.monotonic() + self.config.append_timeout_s
         with self._lock:
@@ -402,6 +413,13 @@ class WriteAheadLog:
             # Without this WAL's lock: the round that makes room takes it.
             core = self._core
             self._budgets.wait_for_room(deadline, lambda: core.refusal is not None, self.config.append_timeout_s)
+
+    def _on_own_writer_thread(self) -> bool:
+        """Whether the caller is the thread that writes this WAL's rounds."""
+        if self._member is not None:
+            return self._member.group.on_own_thread()
+        assert isinstance(self._writer, GroupCommitWriter)
+        return self._writer.on_own_thread()
 
     def refuse_appends(self) -> None:
         """Refuse every append from now on, also those waiting for room (they raise what

@@ -287,6 +287,10 @@ class GroupCommitWriter:
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def on_own_thread(self) -> bool:
+        """Whether the caller is this writer's thread (a durable listener)."""
+        return threading.get_ident() == self._thread.ident
+
     def _run(self) -> None:
         mark_writer_thread()  # its durable listeners never wait for a root's budgets (wal/budget.py)
         try:

@@ -322,3 +322,45 @@ def test_the_gauges_sum_every_root_of_a_registry():
     assert registry.get_sample_value("dnb_wal_group_cache_bytes") == 0
     for each in (first, second):
         each.close()
+
+
+@pytest.mark.parametrize("bound", ["own", "root"])
+def test_a_writer_thread_goes_past_a_bound_only_up_to_twice_it(bound):
+    """atk89 F1: a listener appending on every round to a topic whose disk stalled grew it
+    to 1,200 times its bound. A writer thread's appends go past the topic's own bound or
+    the root's budget only up to twice it; then they fail at once (WalTimeout, no offset),
+    since a writer thread cannot wait either."""
+    fs = FaultFs()
+    budgets = _budgets(pending=16 * 1024 if bound == "root" else None)
+    config = _config(pending_bytes_max=8 * 1024 if bound == "own" else 1 << 20, append_timeout_s=600.0)
+    wal = _open(fs, budgets, 0, config)
+    limit = 2 * (config.pending_bytes_max if bound == "own" else 16 * 1024)
+    outcome: list[object] = []
+
+    def as_a_writer_thread() -> None:
+        mark_writer_thread()
+        try:
+            for _ in range(1000):
+                wal.append(payload_for(wal.next_offset, size=MESSAGE))
+            outcome.append("never refused")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    fs.hold_syncs()
+    try:
+        wal.append(payload_for(0, size=MESSAGE))
+        wait_until(lambda: fs.syncs_waiting == 1)  # its writer is stuck: nothing more is taken
+        thread = threading.Thread(target=as_a_writer_thread)
+        thread.start()
+        thread.join(120)
+        assert not thread.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], WalTimeout), outcome
+        pending = wal._core.pending_bytes
+        assert limit <= pending <= limit + MESSAGE + 100, (pending, limit)
+    finally:
+        fs.release_syncs()
+    appended = wal.next_offset
+    wal.flush()
+    assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(appended))
+    wal.close()
+    budgets.close()
