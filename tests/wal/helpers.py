@@ -97,3 +97,61 @@ def open_in_group(fs: object, group: "CommitGroup | None", index: int, config: W
     if acks is not None:
         wal.add_durable_listener(acks.listener(index))
     return wal
+
+
+# -- memory budgets of a WAL root (test_wal_pending_budget.py, test_wal_budgets_own_writers.py)
+BUDGET_MESSAGE = 1000  # payload bytes of the budget tests' messages; a frame is a little more
+
+
+def budget_config(**overrides) -> WalConfig:
+    """Topics of 1 MiB pending each: only the root's budget can hold them back."""
+    base = dict(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
+                append_timeout_s=600.0)
+    base.update(overrides)
+    return small_config(**base)
+
+
+def fill_behind_a_held_sync(fs, budget, wal: WriteAheadLog) -> None:
+    """Hold syncs, get ``wal``'s writer stuck in its sync, then append to ``wal`` until
+    ``budget`` (a root's ``PendingBudget``) is full: the stuck writer takes nothing meanwhile."""
+    fs.hold_syncs()
+    wal.append(payload_for(wal.next_offset, size=BUDGET_MESSAGE))
+    # At least one: a journal's checkpointer may have its first spare file's sync held too.
+    wait_until(lambda: fs.syncs_waiting >= 1)
+    while not budget.full:
+        wal.append(payload_for(wal.next_offset, size=BUDGET_MESSAGE))
+
+
+def append_in_thread(wal: WriteAheadLog, outcome: list[BaseException]) -> threading.Thread:
+    """Start a thread appending one message to ``wal`` (it may wait for room); what it
+    raises goes to ``outcome``."""
+    def append() -> None:
+        try:
+            wal.append(payload_for(0, size=BUDGET_MESSAGE))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    return thread
+
+
+def run_as_writer_thread(work: Callable[[], object]) -> list[object]:
+    """Run ``work`` on a thread marked as a WAL writer thread (as a durable listener runs,
+    ``wal.budget.mark_writer_thread``) and wait for it: [what it returned] or [what it raised]."""
+    from wal.budget import mark_writer_thread
+
+    outcome: list[object] = []
+
+    def run() -> None:
+        mark_writer_thread()
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "a writer thread's append waited"
+    return outcome

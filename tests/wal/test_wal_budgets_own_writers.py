@@ -9,23 +9,16 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.wal.helpers import GROUP_ROOT, check_payload, group_topic, payload_for, read_all, small_config, wait_until
+from tests.wal.helpers import BUDGET_MESSAGE, GROUP_ROOT, append_in_thread, budget_config, check_payload, fill_behind_a_held_sync, group_topic
+from tests.wal.helpers import payload_for, read_all, run_as_writer_thread, wait_until
 from wal import WalConfig, WalTimeout, WriteAheadLog
-from wal.budget import MemoryBudgets, mark_writer_thread, on_writer_thread
+from wal.budget import MemoryBudgets, on_writer_thread
 from wal.group import CommitGroup
 from wal.metrics import GroupMetrics
 from wal.testing import FaultFs
 
 BUDGET = 32 * 1024
-MESSAGE = 1000  # payload bytes; a frame is a little more
-
-
-def _config(**overrides) -> WalConfig:
-    """Topics of 1 MiB pending each (only the root's budget can hold them back)."""
-    base = dict(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
-                append_timeout_s=600.0)
-    base.update(overrides)
-    return small_config(**base)
+MESSAGE = BUDGET_MESSAGE
 
 
 def _budgets(pending: int | None = BUDGET, cache: int | None = None) -> MemoryBudgets:
@@ -36,22 +29,12 @@ def _open(fs: FaultFs, budgets: MemoryBudgets, index: int, config: WalConfig) ->
     return WriteAheadLog.open(GROUP_ROOT, group_topic(index), config, fs=fs, budgets=budgets)
 
 
-def _fill_behind_a_held_sync(fs: FaultFs, budgets: MemoryBudgets, wal: WriteAheadLog) -> None:
-    """Hold syncs, get ``wal``'s writer stuck in its sync, then append to ``wal`` until the
-    root's budget is full (the stuck writer takes nothing meanwhile)."""
-    fs.hold_syncs()
-    wal.append(payload_for(wal.next_offset, size=MESSAGE))
-    wait_until(lambda: fs.syncs_waiting == 1)
-    while not budgets.pending.full:  # type: ignore[union-attr]
-        wal.append(payload_for(wal.next_offset, size=MESSAGE))
-
-
 def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on():
     fs = FaultFs()
     budgets = _budgets()
     budget = budgets.pending
     assert budget is not None
-    wals = [_open(fs, budgets, i, _config()) for i in range(8)]
+    wals = [_open(fs, budgets, i, budget_config()) for i in range(8)]
     assert all(wal._core.shared_budget is budget for wal in wals)
     fs.hold_syncs()  # every writer's next fdatasync waits
     # 8 x 200 x ~1 KB: fifty times the budget. Each writer takes once before its sync
@@ -93,10 +76,10 @@ def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on():
 def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
     fs = FaultFs()
     budgets = _budgets()
-    config = _config(append_timeout_s=0.2)
+    config = budget_config(append_timeout_s=0.2)
     wal, other = _open(fs, budgets, 0, config), _open(fs, budgets, 1, config)
     try:
-        _fill_behind_a_held_sync(fs, budgets, wal)
+        fill_behind_a_held_sync(fs, budgets.pending, wal)
         with pytest.raises(WalTimeout, match="pending_group_bytes_max"):
             other.append(payload_for(0, size=MESSAGE))
         assert other.next_offset == 0, "a timed-out append used no offset"
@@ -113,19 +96,11 @@ def test_closing_a_wal_gives_back_its_pending_bytes_and_refuses_its_waiting_appe
     held goes back to the root (nothing will take it any more once it failed to drain)."""
     fs = FaultFs()
     budgets = _budgets()
-    wal, other = _open(fs, budgets, 0, _config(close_timeout_s=0.5)), _open(fs, budgets, 1, _config())
+    wal, other = _open(fs, budgets, 0, budget_config(close_timeout_s=0.5)), _open(fs, budgets, 1, budget_config())
     outcome: list[BaseException] = []
     try:
-        _fill_behind_a_held_sync(fs, budgets, wal)
-
-        def append() -> None:
-            try:
-                wal.append(payload_for(wal.next_offset, size=MESSAGE))
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                outcome.append(exc)
-
-        thread = threading.Thread(target=append)
-        thread.start()
+        fill_behind_a_held_sync(fs, budgets.pending, wal)
+        thread = append_in_thread(wal, outcome)
         wait_until(lambda: budgets.room_waiters == 1)
         with pytest.raises(Exception):
             wal.close()  # its writer is stuck in a held sync: it does not drain in time
@@ -146,7 +121,7 @@ def test_a_writer_thread_never_waits_for_the_budget():
     each in such a listener). Such an append goes on, past the budget."""
     fs = FaultFs()
     budgets = _budgets()
-    wal, other = _open(fs, budgets, 0, _config()), _open(fs, budgets, 1, _config(append_timeout_s=0.2))
+    wal, other = _open(fs, budgets, 0, budget_config()), _open(fs, budgets, 1, budget_config(append_timeout_s=0.2))
     seen: list[bool] = []
     wal.add_durable_listener(lambda _offset: seen.append(on_writer_thread()))
     wal.append(payload_for(0, size=MESSAGE))
@@ -154,21 +129,9 @@ def test_a_writer_thread_never_waits_for_the_budget():
     wait_until(lambda: seen)
     assert seen[0], "the WAL's own writer thread is marked"
     assert not on_writer_thread()
-    errors: list[BaseException] = []
-
-    def as_a_writer_thread() -> None:
-        mark_writer_thread()
-        try:
-            other.append(payload_for(0, size=MESSAGE))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
     try:
-        _fill_behind_a_held_sync(fs, budgets, wal)
-        thread = threading.Thread(target=as_a_writer_thread)
-        thread.start()
-        thread.join(120)
-        assert not thread.is_alive() and not errors, errors
+        fill_behind_a_held_sync(fs, budgets.pending, wal)
+        assert run_as_writer_thread(lambda: other.append(payload_for(0, size=MESSAGE))) == [0]
         assert other.next_offset == 1 and budgets.room_waiters == 0
     finally:
         fs.release_syncs()
@@ -186,7 +149,7 @@ def test_the_cache_budget_counts_adds_from_many_writer_threads_exactly():
     budgets = _budgets(pending=None, cache=64 << 20)  # never trimmed here
     cache = budgets.cache
     assert cache is not None and not cache.single_adder
-    wals = [_open(fs, budgets, i, _config(cache_messages_max=100_000, cache_bytes_max=8 << 20)) for i in range(6)]
+    wals = [_open(fs, budgets, i, budget_config(cache_messages_max=100_000, cache_bytes_max=8 << 20)) for i in range(6)]
 
     def produce(wal: WriteAheadLog) -> None:
         for _ in range(300):
@@ -210,11 +173,11 @@ def test_budgets_of_the_wrong_kind_are_refused():
     fs = FaultFs()
     group_style = MemoryBudgets(GROUP_ROOT, 1 << 20, 1 << 20, GroupMetrics(CollectorRegistry()), single_adder=True)
     with pytest.raises(ValueError, match="single_adder=False"):
-        _open(fs, group_style, 0, _config())
+        _open(fs, group_style, 0, budget_config())
     group = CommitGroup(GROUP_ROOT, fs)
     try:
         with pytest.raises(ValueError, match="group's budgets"):
-            WriteAheadLog.open(GROUP_ROOT, group_topic(1), _config(), fs=fs, group=group, budgets=_budgets())
+            WriteAheadLog.open(GROUP_ROOT, group_topic(1), budget_config(), fs=fs, group=group, budgets=_budgets())
     finally:
         group.close()
     with pytest.raises(ValueError, match="pending_bytes_max"):
@@ -255,7 +218,7 @@ def test_with_the_trimming_thread_starved_each_writer_trims_its_own_cache(monkey
     budgets = _budgets(pending=None, cache=64 * 1024)
     cache = budgets.cache
     assert cache is not None
-    wals = [_open(fs, budgets, i, _config(cache_messages_max=100_000, cache_bytes_max=16 * 1024)) for i in range(20)]
+    wals = [_open(fs, budgets, i, budget_config(cache_messages_max=100_000, cache_bytes_max=16 * 1024)) for i in range(20)]
     for _ in range(40):  # round robin: every topic adds in every pass
         for wal in wals:
             wal.append(payload_for(wal.next_offset, size=300))
@@ -275,28 +238,16 @@ def test_a_writer_thread_never_waits_for_a_topics_own_bound_either():
     ``pending_bytes_max`` too (by one message), as the commit group's thread does."""
     fs = FaultFs()
     budgets = _budgets(pending=None)
-    config = _config(pending_bytes_max=8 * 1024, append_timeout_s=600.0)
+    config = budget_config(pending_bytes_max=8 * 1024, append_timeout_s=600.0)
     wal = _open(fs, budgets, 0, config)
-    errors: list[BaseException] = []
-
-    def as_a_writer_thread() -> None:
-        mark_writer_thread()
-        try:
-            wal.append(payload_for(wal.next_offset, size=MESSAGE))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
     fs.hold_syncs()
     try:
         wal.append(payload_for(0, size=MESSAGE))
-        wait_until(lambda: fs.syncs_waiting == 1)  # its writer is stuck: nothing more is taken
+        wait_until(lambda: fs.syncs_waiting >= 1)  # its writer is stuck: nothing more is taken
         while wal._core.pending_bytes < config.pending_bytes_max:
             wal.append(payload_for(wal.next_offset, size=MESSAGE))
         before = wal.next_offset
-        thread = threading.Thread(target=as_a_writer_thread)
-        thread.start()
-        thread.join(120)
-        assert not thread.is_alive() and not errors, errors
+        assert run_as_writer_thread(lambda: wal.append(payload_for(before, size=MESSAGE))) == [before]
         assert wal.next_offset == before + 1
     finally:
         fs.release_syncs()
@@ -313,7 +264,7 @@ def test_the_gauges_sum_every_root_of_a_registry():
     first = MemoryBudgets("/a", 1 << 20, 1 << 20, GroupMetrics(registry), single_adder=False)
     second = MemoryBudgets("/b", 1 << 20, 1 << 20, GroupMetrics(registry), single_adder=False)
     fs = FaultFs()
-    wal = WriteAheadLog.open("/a", group_topic(0), _config(), fs=fs, budgets=first)
+    wal = WriteAheadLog.open("/a", group_topic(0), budget_config(), fs=fs, budgets=first)
     wal.append(b"x" * 500)
     wal.flush()
     assert first.cache is not None and first.cache.bytes > 0
@@ -332,28 +283,20 @@ def test_a_writer_thread_goes_past_a_bound_only_up_to_twice_it(bound):
     since a writer thread cannot wait either."""
     fs = FaultFs()
     budgets = _budgets(pending=16 * 1024 if bound == "root" else None)
-    config = _config(pending_bytes_max=8 * 1024 if bound == "own" else 1 << 20, append_timeout_s=600.0)
+    config = budget_config(pending_bytes_max=8 * 1024 if bound == "own" else 1 << 20, append_timeout_s=600.0)
     wal = _open(fs, budgets, 0, config)
     limit = 2 * (config.pending_bytes_max if bound == "own" else 16 * 1024)
-    outcome: list[object] = []
 
-    def as_a_writer_thread() -> None:
-        mark_writer_thread()
-        try:
-            for _ in range(1000):
-                wal.append(payload_for(wal.next_offset, size=MESSAGE))
-            outcome.append("never refused")
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            outcome.append(exc)
+    def append_until_refused() -> str:
+        for _ in range(1000):
+            wal.append(payload_for(wal.next_offset, size=MESSAGE))
+        return "never refused"
 
     fs.hold_syncs()
     try:
         wal.append(payload_for(0, size=MESSAGE))
-        wait_until(lambda: fs.syncs_waiting == 1)  # its writer is stuck: nothing more is taken
-        thread = threading.Thread(target=as_a_writer_thread)
-        thread.start()
-        thread.join(120)
-        assert not thread.is_alive()
+        wait_until(lambda: fs.syncs_waiting >= 1)  # its writer is stuck: nothing more is taken
+        outcome = run_as_writer_thread(append_until_refused)
         assert len(outcome) == 1 and isinstance(outcome[0], WalTimeout), outcome
         pending = wal._core.pending_bytes
         assert limit <= pending <= limit + MESSAGE + 100, (pending, limit)

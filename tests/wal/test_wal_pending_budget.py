@@ -11,46 +11,13 @@ import time
 import pytest
 
 from tests.wal.helpers import check_payload, open_in_group, payload_for, read_all, small_config, wait_until
-from tests.wal.helpers import GROUP_ROOT
+from tests.wal.helpers import BUDGET_MESSAGE, GROUP_ROOT, append_in_thread, budget_config, fill_behind_a_held_sync
 from wal import WalFailed, WalTimeout
 from wal.group import CommitGroup
 from wal.testing import FaultFs
 
 BUDGET = 32 * 1024
-MESSAGE = 1000  # payload bytes; a frame is a little more
-
-
-def _config(**overrides):
-    """Topics of 1 MiB pending each (only the group's budget can hold them back)."""
-    base = dict(segment_bytes_max=1 << 20, max_message_bytes=4096, pending_bytes_max=1 << 20,
-                append_timeout_s=600.0)
-    base.update(overrides)
-    return small_config(**base)
-
-
-def _fill_behind_a_held_sync(fs: FaultFs, group: CommitGroup, wal) -> None:
-    """Hold syncs, get a round stuck in its sync, then append to ``wal`` until the group's
-    budget is full."""
-    fs.hold_syncs()
-    wal.append(payload_for(0, size=MESSAGE))
-    # At least one: a journal's checkpointer may have its first spare file's sync held too.
-    wait_until(lambda: fs.syncs_waiting >= 1)
-    while not group.pending_budget.full:  # type: ignore[union-attr]
-        wal.append(payload_for(wal.next_offset, size=MESSAGE))
-
-
-def _append_in_thread(wal, outcome: list[BaseException]) -> threading.Thread:
-    """Start a thread appending one message to ``wal`` (it may wait for room); what it
-    raises goes to ``outcome``."""
-    def append() -> None:
-        try:
-            wal.append(payload_for(0, size=MESSAGE))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            outcome.append(exc)
-
-    thread = threading.Thread(target=append)
-    thread.start()
-    return thread
+MESSAGE = BUDGET_MESSAGE
 
 
 def _group(journaled: bool, fs: FaultFs) -> CommitGroup:
@@ -68,7 +35,7 @@ def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on(journa
     budget = group.pending_budget
     assert budget is not None
     # Each topic may hold 1 MiB on its own: only the group's budget can stop them.
-    wals = [open_in_group(fs, group, i, _config()) for i in range(8)]
+    wals = [open_in_group(fs, group, i, budget_config()) for i in range(8)]
     fs.hold_syncs()
     wals[0].append(payload_for(0, size=MESSAGE))  # a round in flight, its sync held
     wait_until(lambda: fs.syncs_waiting >= 1)  # (and maybe the journal's spare file's)
@@ -111,10 +78,10 @@ def test_behind_a_stalled_disk_appends_to_every_topic_wait_and_then_go_on(journa
 def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
     fs = FaultFs()
     group = _group(False, fs)
-    config = _config(append_timeout_s=0.2)
+    config = budget_config(append_timeout_s=0.2)
     wal, other = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
     try:
-        _fill_behind_a_held_sync(fs, group, wal)
+        fill_behind_a_held_sync(fs, group.pending_budget, wal)
         before = other.next_offset
         with pytest.raises(WalTimeout, match="pending_group_bytes_max"):
             other.append(payload_for(0, size=MESSAGE))
@@ -133,12 +100,12 @@ def test_an_append_that_waits_too_long_times_out_and_appends_nothing():
 def test_appends_waiting_for_room_are_refused_when_the_group_fails():
     fs = FaultFs()
     group = _group(False, fs)
-    config = _config()
+    config = budget_config()
     wal, other = open_in_group(fs, group, 0, config), open_in_group(fs, group, 1, config)
-    _fill_behind_a_held_sync(fs, group, wal)
+    fill_behind_a_held_sync(fs, group.pending_budget, wal)
     outcome: list[BaseException] = []
 
-    thread = _append_in_thread(other, outcome)
+    thread = append_in_thread(other, outcome)
     wait_until(lambda: group.room_waiters == 1)
     fs.fail_sync_after = fs.sync_calls  # the held sync fails: the group fails every topic
     fs.release_syncs()
@@ -219,7 +186,7 @@ def test_many_topics_on_a_small_budget_all_get_in_and_lose_nothing():
     message is there once, in order."""
     fs = FaultFs()
     group = CommitGroup(GROUP_ROOT, fs, pending_bytes_max=8 * 1024)
-    wals = [open_in_group(fs, group, i, _config()) for i in range(50)]
+    wals = [open_in_group(fs, group, i, budget_config()) for i in range(50)]
     errors: list[BaseException] = []
 
     def produce(wal) -> None:
@@ -253,9 +220,9 @@ def test_an_exception_while_waiting_leaves_no_one_in_line():
 
     fs = FaultFs()
     group = _group(False, fs)
-    wal = open_in_group(fs, group, 0, _config())
+    wal = open_in_group(fs, group, 0, budget_config())
     try:
-        _fill_behind_a_held_sync(fs, group, wal)
+        fill_behind_a_held_sync(fs, group.pending_budget, wal)
 
         def interrupted() -> bool:
             raise Interrupted()
@@ -277,15 +244,15 @@ def test_a_waiter_stranded_first_in_line_is_dropped_once_its_wait_is_long_over()
 
     fs = FaultFs()
     group = _group(False, fs)
-    wal, other = open_in_group(fs, group, 0, _config()), open_in_group(fs, group, 1, _config())
+    wal, other = open_in_group(fs, group, 0, budget_config()), open_in_group(fs, group, 1, budget_config())
     errors: list[BaseException] = []
     try:
-        _fill_behind_a_held_sync(fs, group, wal)
+        fill_behind_a_held_sync(fs, group.pending_budget, wal)
         with group.budgets._room_lock:
             group.budgets._room_queue.append(_RoomWaiter(time.monotonic() - 60))  # its wait ended a minute ago
             group.pending_budget.waiting = 1  # type: ignore[union-attr]
 
-        thread = _append_in_thread(other, errors)  # queues behind it
+        thread = append_in_thread(other, errors)  # queues behind it
         wait_until(lambda: other.next_offset == 1 or group.room_waiters == 2 or errors)
     finally:
         fs.release_syncs()
@@ -304,12 +271,12 @@ def test_a_waiter_dropped_from_line_while_alive_times_out_cleanly():
     past its deadline) ends with WalTimeout, not an error of the line's own."""
     fs = FaultFs()
     group = _group(False, fs)
-    wal, other = open_in_group(fs, group, 0, _config()), open_in_group(fs, group, 1, _config())
+    wal, other = open_in_group(fs, group, 0, budget_config()), open_in_group(fs, group, 1, budget_config())
     outcome: list[BaseException] = []
     try:
-        _fill_behind_a_held_sync(fs, group, wal)
+        fill_behind_a_held_sync(fs, group.pending_budget, wal)
 
-        thread = _append_in_thread(other, outcome)
+        thread = append_in_thread(other, outcome)
         wait_until(lambda: group.room_waiters == 1)
         with group.budgets._room_lock:
             waiter = group.budgets._room_queue.popleft()  # as _drop_stale_waiters_locked does
@@ -332,11 +299,11 @@ def test_refuse_appends_ends_the_waiting_appends_and_keeps_what_was_appended():
 
     fs = FaultFs()
     group = _group(True, fs)
-    wal, other = open_in_group(fs, group, 0, _config()), open_in_group(fs, group, 1, _config())
+    wal, other = open_in_group(fs, group, 0, budget_config()), open_in_group(fs, group, 1, budget_config())
     outcome: list[BaseException] = []
     try:
-        _fill_behind_a_held_sync(fs, group, wal)
-        thread = _append_in_thread(other, outcome)
+        fill_behind_a_held_sync(fs, group.pending_budget, wal)
+        thread = append_in_thread(other, outcome)
         wait_until(lambda: group.room_waiters == 1)
         other.refuse_appends()
         thread.join(120)
@@ -367,9 +334,9 @@ def test_the_budget_gauges_follow_the_budgets_between_rounds():
     group = CommitGroup(GROUP_ROOT, fs, journal=JournalConfig(file_bytes=1 << 20, checkpoint_bytes=1 << 30,
                                                              checkpoint_interval_s=3600.0),
                         pending_bytes_max=BUDGET, cache_bytes_max=1 << 20, metrics_registry=registry)
-    wal = open_in_group(fs, group, 0, _config())
+    wal = open_in_group(fs, group, 0, budget_config())
     try:
-        _fill_behind_a_held_sync(fs, group, wal)
+        fill_behind_a_held_sync(fs, group.pending_budget, wal)
         assert registry.get_sample_value("dnb_wal_group_pending_bytes") == group.pending_budget.used >= BUDGET  # type: ignore[union-attr]
     finally:
         fs.release_syncs()
