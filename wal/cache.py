@@ -130,7 +130,10 @@ class FrameCache:
                 return False
             got = self.trim(share)
             return budget.trimmed_by_owner(self, got) if got else True
-        # CacheBudget.add_from_round, inline (a call cost about 1,000 instructions more).
+        # Only the commit group's thread adds (it calls every member's ``add``), so this
+        # count needs no lock: a lock cost about 2,900 instructions per topic-round, 5 % of
+        # the round; inline, as a call cost about 1,000 more. Other threads' changes go
+        # through ``adjust``, counted apart in ``_others``.
         total = budget._from_round + after - before
         budget._from_round = total
         return total + budget._others > budget.bytes_max
@@ -202,7 +205,7 @@ class CacheBudget:
     """A bound on the bytes that many :class:`FrameCache` objects keep alive together (see
     the module docstring). Thread-safe.
 
-    The commit round pays a few operations per topic and no lock (``add_from_round``); an
+    The commit round pays a few operations per topic and no lock (``FrameCache.add``); an
     add that leaves the total over the bound only asks for a trim (``enforce``). The trim itself runs on the
     budget's own thread, started at the first one (``trim``: a sort of the caches that hold
     anything, then their oldest entries), so a trim of a tenth of a large budget, hundreds
@@ -250,16 +253,6 @@ class CacheBudget:
         """How many caches hold anything counted by this budget."""
         with self._lock:
             return len(self._caches)
-
-    def add_from_round(self, delta: int) -> bool:
-        """A cache's ``add`` changed what it keeps by ``delta`` bytes; True if the budget is
-        exceeded. Only ever called from one thread, the commit group's (the only caller of
-        its members' ``add``), so it needs no lock: a lock here cost about 2,900
-        instructions per topic-round, 5 % of the round. Other threads' changes go through
-        ``adjust``, counted apart."""
-        total = self._from_round + delta
-        self._from_round = total
-        return total + self._others > self.bytes_max
 
     def adjust(self, delta: int) -> bool:
         """A change of ``delta`` bytes made off the commit round (a clear, a detach, a
