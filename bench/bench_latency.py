@@ -70,13 +70,17 @@ higher rates there are reported as skipped (already saturated) instead of run.
 from ``--start-rate`` until achieved < 95 % of offered, bisects twice between the last rate
 kept up with and the first one missed, calls the highest rate kept up with the saturation
 rate, and runs once more at half of it (the issue's target is phrased as "at half the
-saturation rate, p99 <= 5 ms").
+saturation rate, p99 <= 5 ms"). With ``--at-p99 MS`` the search instead finds the highest rate each mode
+keeps up with at p99 <= MS, and prints our journal's rate against the best peer's (the issue's
+"aggregate throughput at the same p99").
 
 Never a pass/fail test. Run (from the repository root):
 
     .venv/bin/python bench/bench_latency.py --quick            # ~2 minutes: a subset
     .venv/bin/python bench/bench_latency.py                    # every default case (~30 min)
     .venv/bin/python bench/bench_latency.py --find-saturation 1000 --modes group,rocksdict --sizes 100
+    .venv/bin/python bench/bench_latency.py --find-saturation 1000 --at-p99 5 --start-rate 25000 \
+        --modes journal,rocksdict,lmdb --sizes 100
     options: [--seconds S] [--warmup S] [--dir DIR] [--cases T:RATE,...] [--sizes 100,4096]
              [--modes ...] [--repeat N] [--start-rate R] [--max-rate R]
 
@@ -568,15 +572,19 @@ def run_case(spec: RunSpec, saturated_at: dict[tuple[int, int, str], int]) -> di
 
 # --------------------------------------------------------------------------- saturation search
 
-def find_saturation(spec: RunSpec, max_rate: int, report: Callable[[dict], None]) -> dict:
-    """Doubling then two bisection steps (see the module docstring); every run is reported."""
+def find_saturation(spec: RunSpec, max_rate: int, report: Callable[[dict], None],
+                    p99_ms: float | None = None) -> dict:
+    """Doubling then two bisection steps (see the module docstring); every run is reported.
+    With ``p99_ms``, a rate counts as kept up with only if its p99 is also at most that
+    (``--at-p99``), and there is no run at half of it."""
     def run(rate: int) -> dict:
         row = run_child(RunSpec(**{**asdict(spec), "rate": rate}))
         report(row)
         return row
 
     def kept_up(row: dict) -> bool:
-        return "achieved" in row and row["achieved"] >= SATURATED * row["offered"]
+        return ("achieved" in row and row["achieved"] >= SATURATED * row["offered"]
+                and (p99_ms is None or row["p99_ms"] <= p99_ms))
 
     kept, missed = 0, 0
     rate = spec.rate
@@ -597,10 +605,36 @@ def find_saturation(spec: RunSpec, max_rate: int, report: Callable[[dict], None]
             else:
                 missed = middle
     result = {"mode": spec.mode, "topics": spec.topics, "payload_bytes": spec.payload_bytes,
-              "saturation": kept, "first_missed": missed or None}
-    if kept:
+              "saturation": kept, "first_missed": missed or None, "p99_ms_max": p99_ms}
+    if kept and p99_ms is None:
         result["at_half"] = run(max(1, kept // 2))
     return result
+
+
+def format_ratios(searches: list[dict]) -> list[str]:
+    """Per size and topic count: our journal's rate against the best peer's (``--at-p99``:
+    the issue's "throughput at the same p99")."""
+    lines = []
+    groups: dict[tuple[int, int], dict[str, int]] = {}
+    capped: set[tuple[int, int, str]] = set()  # kept up to --max-rate: a lower bound only
+    for s in searches:
+        if "error" not in s:
+            groups.setdefault((s["payload_bytes"], s["topics"]), {})[s["mode"]] = s["saturation"]
+            if not s["first_missed"]:
+                capped.add((s["payload_bytes"], s["topics"], s["mode"]))
+
+    def rate(size: int, topics: int, mode: str, value: int) -> str:
+        return f"{'>= ' if (size, topics, mode) in capped else ''}{value:,} msg/s"
+
+    for (size, topics), rates in groups.items():
+        peers = {m: r for m, r in rates.items() if m in PEERS}
+        if "journal" not in rates or not peers:
+            continue
+        best = max(peers, key=lambda m: peers[m])
+        ratio = f"{rates['journal'] / peers[best]:.2f}x" if peers[best] else "n/a (the peer kept up with no rate)"
+        lines.append(f"{_size(size):>5} {topics:>6,} topics: journal {rate(size, topics, 'journal', rates['journal'])}, "
+                     f"best peer {best} {rate(size, topics, best, peers[best])}: {ratio}")
+    return lines
 
 
 def format_saturation(s: dict) -> str:
@@ -610,6 +644,8 @@ def format_saturation(s: dict) -> str:
     if not s["saturation"]:
         return f"{head} did not keep up even at {s['first_missed']:,} msg/s (--start-rate)"
     missed = f"first missed {s['first_missed']:,}" if s["first_missed"] else "kept up to --max-rate"
+    if s.get("p99_ms_max") is not None:
+        return f"{head} {s['saturation']:,} msg/s with p99 <= {s['p99_ms_max']:g} ms ({missed})"
     half = s["at_half"]
     if "achieved" not in half:
         return f"{head} saturation {s['saturation']:,} msg/s ({missed}); run at half: {format_row(half)}"
@@ -660,6 +696,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="run each case this many times")
     parser.add_argument("--find-saturation", default=None, metavar="TOPICS",
                         help="comma-separated topic counts: search each one's saturation rate instead of the cases")
+    parser.add_argument("--at-p99", type=float, default=None, metavar="MS",
+                        help="with --find-saturation: the highest rate each mode keeps up with at p99 <= MS "
+                        "(instead of the saturation rate), and our journal's rate against the best peer's")
     parser.add_argument("--start-rate", type=int, default=1_000, help="--find-saturation's first offered rate")
     parser.add_argument("--max-rate", type=int, default=2_048_000, help="--find-saturation's highest offered rate")
     parser.add_argument("--gc", choices=("freeze", "stock", "both"), default="freeze",
@@ -673,6 +712,8 @@ def main() -> None:
     modes = _parse_modes(args.modes)
     policies = ("freeze", "stock") if args.gc == "both" else (args.gc,)
     seconds = args.seconds if args.seconds is not None else (2.0 if args.quick else 5.0)
+    if args.at_p99 is not None and not args.find_saturation:
+        raise SystemExit("--at-p99 goes with --find-saturation TOPICS")
     if seconds <= args.warmup:
         raise SystemExit("--seconds must be longer than --warmup")
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else None
@@ -701,10 +742,15 @@ def main() -> None:
                     for mode in modes:
                         spec = RunSpec(mode, topics, args.start_rate, size, seconds, args.warmup, directory,
                                        policies[0])
-                        results["saturation"].append(find_saturation(spec, args.max_rate, report))
-            print("\nsaturation = highest offered rate with achieved >= 95 % of it; then one run at half of it:")
+                        results["saturation"].append(find_saturation(spec, args.max_rate, report, args.at_p99))
+            if args.at_p99 is None:
+                print("\nsaturation = highest offered rate with achieved >= 95 % of it; then one run at half of it:")
+            else:
+                print(f"\nhighest offered rate with achieved >= 95 % of it and p99 <= {args.at_p99:g} ms:")
             for s in results["saturation"]:
                 print(format_saturation(s))
+            for line in format_ratios(results["saturation"]) if args.at_p99 is not None else ():
+                print(line)
         else:
             saturated_at: dict[tuple[int, int, str], int] = {}  # (size, topics, mode) -> offered rate
             for size, cases in plan:
