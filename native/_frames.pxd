@@ -28,7 +28,8 @@ cdef enum:
     FLAGS_KNOWN = 0x03
     RECORD_VERSION = 1
     SEG_HDR = 32                    # SEGMENT_HEADER_BYTES
-    SEG_VERSION = 2                 # SEGMENT_VERSION, the one written
+    SEG_VERSION = 3                 # SEGMENT_VERSION, the one written
+    SEG_VERSION_KEYED = 3           # SEGMENT_VERSION_KEYED
     U16_MAX = 0xFFFF
     MARKER_BYTES = 16               # ROUND_MARKER_BYTES
 

@@ -49,6 +49,7 @@ from native.format import (
     ROUND_MARKER_BYTES as _PY_ROUND_MARKER_BYTES,
     ROUND_MARKER_TAG as _PY_ROUND_MARKER_TAG,
     SEGMENT_VERSION as _PY_SEGMENT_VERSION,
+    SEGMENT_VERSION_KEYED as _PY_SEGMENT_VERSION_KEYED,
     SEGMENT_VERSIONS_READABLE,
     STOP_BAD_LENGTH,
     STOP_CRC,
@@ -86,6 +87,7 @@ assert SEGMENT_MAGIC == b"DNBW"
 assert _PY_FRAME_HEADER_BYTES == FRAME_HDR and _PY_RECORD_FIXED_BYTES == RECORD_FIXED
 assert _PY_MAX_RECORD_BYTES == MAX_RECORD and _PY_SEGMENT_HEADER_BYTES == SEG_HDR
 assert _PY_SEGMENT_VERSION == SEG_VERSION and _PY_RECORD_VERSION == RECORD_VERSION
+assert _PY_SEGMENT_VERSION_KEYED == SEG_VERSION_KEYED
 assert (_PY_RECORD_FLAG_KEY, _PY_RECORD_FLAG_ATTRIBUTES, _PY_RECORD_FLAGS_KNOWN) == (
     FLAG_KEY, FLAG_ATTRS, FLAGS_KNOWN)
 assert _PY_ROUND_MARKER_BYTES == MARKER_BYTES == FRAME_HDR and _PY_ROUND_MARKER_TAG == MARKER_TAG
@@ -451,12 +453,27 @@ cdef object frame_stop(int code, Py_ssize_t pos, Py_ssize_t end, uint32_t length
     raise AssertionError(code)
 
 
+cdef inline uint32_t marker_crc(const uint8_t *p, bint keyed, uint32_t key) noexcept nogil:
+    """The CRC a round marker at ``p`` must carry: over its bytes [4, 16), then (version 3)
+    over the segment's marker key, little-endian (native/format.py, "Commit rounds")."""
+    cdef uint8_t key_bytes[4]
+    cdef uint32_t crc = dnb_crc32c(0, p + 4, 12)
+    if keyed:
+        dnb_st32(key_bytes, key)
+        crc = dnb_crc32c(crc, key_bytes, 4)
+    return crc
+
+
 def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint decode=True,
-                bint positions=False, max_frames=None, bint rounds=False):
+                bint positions=False, max_frames=None, bint rounds=False, marker_key=None):
     """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py).
 
-    ``rounds``: the buffer is version-2 segment data, where round markers may stand between
-    frames; they are checked and skipped (and listed in ``markers`` with ``positions``)."""
+    ``rounds``: the buffer is segment data of version 2 or 3, where round markers may stand
+    between frames; they are checked and skipped (and listed in ``markers`` with
+    ``positions``). ``marker_key``: the segment's marker key (version 3), which their CRC
+    covers; None for version 2."""
+    cdef bint keyed = marker_key is not None
+    cdef uint32_t key = <uint32_t>_u32(marker_key, "marker_key") if keyed else 0
     cdef View v = View(buf)
     cdef const uint8_t *b = v.ptr
     cdef Py_ssize_t stop_at, limit, count = 0
@@ -483,7 +500,7 @@ def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint deco
     while pos < stop_at and count < limit:
         if rounds and stop_at - pos >= MARKER_BYTES and dnb_ld32(b + pos + 4) == MARKER_TAG:
             offset = dnb_ld64(b + pos + 8)
-            if dnb_crc32c(0, b + pos + 4, 12) != dnb_ld32(b + pos):
+            if marker_crc(b + pos, keyed, key) != dnb_ld32(b + pos):
                 error = ScanStop(pos, STOP_CRC, f"CRC mismatch in round marker claiming offset {offset}")
                 break
             if have_expected and (expected_overflow or offset != expected):
@@ -523,25 +540,32 @@ def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint deco
     return ScanResult(records, starts, count, first, last, pos, error, marks)
 
 
-def encode_round_marker(first_offset):
-    """The 16-byte marker that starts a commit round (format version 2)."""
+def encode_round_marker(first_offset, marker_key=None):
+    """The 16-byte marker that starts a commit round: keyed with the segment's
+    ``marker_key`` (format version 3), or without a key when None (version 2)."""
     cdef uint64_t first = as_u64(first_offset, "first_offset")
+    cdef bint keyed = marker_key is not None
+    cdef uint32_t key = <uint32_t>_u32(marker_key, "marker_key") if keyed else 0
     out = PyBytes_FromStringAndSize(NULL, MARKER_BYTES)
     cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
     dnb_st32(p + 4, MARKER_TAG)
     dnb_st64(p + 8, first)
-    dnb_st32(p, dnb_crc32c(0, p + 4, 12))
+    dnb_st32(p, marker_crc(p, keyed, key))
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Segment headers
 
-def encode_segment_header(base_offset, created_ms, version=SEG_VERSION):
+def encode_segment_header(base_offset, created_ms, version=SEG_VERSION, marker_key=0):
+    """A segment header; ``marker_key`` (a u32) only in version 3, else it must be 0."""
     cdef uint64_t base = as_u64(base_offset, "base_offset")
     cdef uint64_t created = as_u64(created_ms, "created_ms")
+    cdef uint32_t key = <uint32_t>_u32(marker_key, "marker_key")
     if version not in SEGMENT_VERSIONS_READABLE:
         raise CodecError(f"segment format version {version} is not one of {SEGMENT_VERSIONS_READABLE}")
+    if key and version < SEG_VERSION_KEYED:
+        raise CodecError(f"segment format version {version} has no marker key")
     out = PyBytes_FromStringAndSize(NULL, SEG_HDR)
     cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
     memcpy(p, _SEGMENT_MAGIC, 4)
@@ -549,7 +573,7 @@ def encode_segment_header(base_offset, created_ms, version=SEG_VERSION):
     dnb_st16(p + 6, 0)
     dnb_st64(p + 8, base)
     dnb_st64(p + 16, created)
-    dnb_st32(p + 24, 0)
+    dnb_st32(p + 24, key)
     dnb_st32(p + 28, dnb_crc32c(0, p, 28))
     return out
 

@@ -40,6 +40,7 @@ from native.format import (
     SEGMENT_HEADER_BYTES,
     SEGMENT_MAGIC,
     SEGMENT_VERSION,
+    SEGMENT_VERSION_KEYED,
     SEGMENT_VERSIONS_READABLE,
     STOP_BAD_LENGTH,
     STOP_CRC,
@@ -86,6 +87,24 @@ def as_u64(value: object, what: str) -> int:
     if not 0 <= number <= _U64_MAX:
         raise CodecError(f"{what} {number} is not a u64")
     return number
+
+
+def _as_u32(value: object, what: str) -> int:
+    """The value as a u32, else a CodecError (the messages of the compiled twin's ``_u32``)."""
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]  # TypeError is the check
+    except TypeError as exc:
+        raise CodecError(f"{what} must be an int, not {type(value).__name__}") from exc
+    if not 0 <= number <= 0xFFFFFFFF:
+        raise CodecError(f"{what} {number} is not a u32")
+    return number
+
+
+def _marker_crc(body: Buffer, marker_key: int | None) -> int:
+    """The CRC of a round marker whose bytes [4, 16) are ``body``: over them, then (version 3)
+    over the segment's marker key, little-endian (native/format.py, "Commit rounds")."""
+    crc = crc32c(body)
+    return crc if marker_key is None else crc32c(_U32.pack(marker_key), crc)
 
 
 def _as_bytes(value: object, what: str) -> bytes:
@@ -218,11 +237,15 @@ def _take(buf: memoryview, pos: int, length: int) -> bytes:
 
 def scan_frames(buf: Buffer, pos: int = 0, end: int | None = None, expected_offset: int | None = None,
                 decode: bool = True, positions: bool = False,
-                max_frames: int | None = None, rounds: bool = False) -> ScanResult:
+                max_frames: int | None = None, rounds: bool = False, marker_key: int | None = None) -> ScanResult:
     """Validate frames in ``buf[pos:end]``; stop at the first invalid one (see format.py).
 
-    ``rounds``: the buffer is version-2 segment data, where round markers may stand between
-    frames; they are checked and skipped (and listed in ``markers`` with ``positions``)."""
+    ``rounds``: the buffer is segment data of version 2 or 3, where round markers may stand
+    between frames; they are checked and skipped (and listed in ``markers`` with
+    ``positions``). ``marker_key``: the segment's marker key (version 3), which their CRC
+    covers; None for version 2."""
+    if marker_key is not None:
+        marker_key = _as_u32(marker_key, "marker_key")
     view = memoryview(buf).cast("B")
     if pos < 0 or (end is not None and end < 0):
         raise CodecError(f"scan window [{pos}, {end}) is negative")
@@ -239,7 +262,7 @@ def scan_frames(buf: Buffer, pos: int = 0, end: int | None = None, expected_offs
     error = None
     while pos < end and (max_frames is None or count < max_frames):
         if rounds and end - pos >= ROUND_MARKER_BYTES and _U32.unpack_from(view, pos + 4)[0] == ROUND_MARKER_TAG:
-            stop = _check_marker(view, pos, expected_offset)
+            stop = _check_marker(view, pos, expected_offset, marker_key)
             if isinstance(stop, ScanStop):
                 error = stop
                 break
@@ -271,10 +294,10 @@ def scan_frames(buf: Buffer, pos: int = 0, end: int | None = None, expected_offs
     return ScanResult(records, starts, count, first, last, pos, error, markers)
 
 
-def _check_marker(view: memoryview, pos: int, expected_offset: int | None) -> int | ScanStop:
+def _check_marker(view: memoryview, pos: int, expected_offset: int | None, marker_key: int | None) -> int | ScanStop:
     """Returns the first offset of a valid round marker at pos (whole, tag checked), else the ScanStop."""
     crc, _tag, offset = ROUND_MARKER.unpack_from(view, pos)
-    if crc32c(view[pos + 4:pos + ROUND_MARKER_BYTES]) != crc:
+    if _marker_crc(view[pos + 4:pos + ROUND_MARKER_BYTES], marker_key) != crc:
         return ScanStop(pos, STOP_CRC, f"CRC mismatch in round marker claiming offset {offset}")
     if expected_offset is not None and offset != expected_offset:
         return ScanStop(pos, STOP_OFFSET, f"round marker offset {offset}, expected {expected_offset}")
@@ -298,19 +321,27 @@ def _check_frame(view: memoryview, pos: int, end: int, expected_offset: int | No
     return offset, length
 
 
-def encode_round_marker(first_offset: int) -> bytes:
-    """The 16-byte marker that starts a commit round (format version 2)."""
+def encode_round_marker(first_offset: int, marker_key: int | None = None) -> bytes:
+    """The 16-byte marker that starts a commit round: keyed with the segment's
+    ``marker_key`` (format version 3), or without a key when None (version 2)."""
     first_offset = as_u64(first_offset, "first_offset")
+    if marker_key is not None:
+        marker_key = _as_u32(marker_key, "marker_key")
     body = ROUND_MARKER.pack(0, ROUND_MARKER_TAG, first_offset)[4:]
-    return _U32.pack(crc32c(body)) + body
+    return _U32.pack(_marker_crc(body, marker_key)) + body
 
 
-def encode_segment_header(base_offset: int, created_ms: int, version: int = SEGMENT_VERSION) -> bytes:
+def encode_segment_header(base_offset: int, created_ms: int, version: int = SEGMENT_VERSION,
+                          marker_key: int = 0) -> bytes:
+    """A segment header; ``marker_key`` (a u32) only in version 3, else it must be 0."""
     base_offset = as_u64(base_offset, "base_offset")
     created_ms = as_u64(created_ms, "created_ms")
+    marker_key = _as_u32(marker_key, "marker_key")
     if version not in SEGMENT_VERSIONS_READABLE:
         raise CodecError(f"segment format version {version} is not one of {SEGMENT_VERSIONS_READABLE}")
-    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, version, 0, base_offset, created_ms, 0, 0)[:28]
+    if marker_key and version < SEGMENT_VERSION_KEYED:
+        raise CodecError(f"segment format version {version} has no marker key")
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, version, 0, base_offset, created_ms, marker_key, 0)[:28]
     return head + _U32.pack(crc32c(head))
 
 

@@ -11,11 +11,11 @@ name carries the offset of the first frame the segment may hold. A segment start
 32-byte header::
 
     0   4  magic            b"DNBW"
-    4   2  format version   2 (1 is still read; see "Format versions")
+    4   2  format version   3 (1 and 2 are still read; see "Format versions")
     6   2  flags            0 (readers reject unknown flags)
     8   8  base offset      u64, equal to the file name's offset
     16  8  created_ms       u64, wall clock at creation (ms since the epoch)
-    24  4  reserved         0
+    24  4  marker key       u32, random, drawn when the segment is created (version 2: 0)
     28  4  header CRC32C    over bytes [0, 28)
 
 and is followed by commit rounds, back to back, no padding (version 1: by frames). A segment
@@ -25,15 +25,24 @@ segment: ``wal.writer.AGE_JITTER``); everything buffered is written and fsynced 
 the new one is created, so the new segment's base offset is exactly the old segment's last
 offset + 1.
 
-Commit rounds (version 2)
-=========================
+Commit rounds (versions 2 and 3)
+================================
 The writer makes data durable in rounds: one write of everything pending, one fdatasync, and
 only then the next round. Each round is a 16-byte round marker followed by the round's frames
 (at least one)::
 
-    0   4  CRC32C           over bytes [4, 16)
+    0   4  CRC32C           version 3: over bytes [4, 16), then the segment's marker key
+                            (u32); version 2: over bytes [4, 16)
     4   4  tag              0xFFFFFFFF (a length no frame can have, so a marker is never a frame)
     8   8  first offset     u64, the offset of the frame that follows it
+
+Why the key (version 3): recovery searches a damaged tail for a later round's marker at every
+byte position, record payloads included (see "Recovery"). Without a key anyone who may produce
+to the topic can put a valid marker inside a message; had a power loss then torn that
+message's own round (never acknowledged), recovery would have taken the forged marker as
+proof of synced data and refused to open the WAL (atk91 F1). The key is in the segment's
+header on disk only; producers and readers never see it, so a marker in a payload is valid
+for a given segment with probability 2**-32.
 
 A marker is valid where a frame could start, and its first offset must be the offset the
 next frame is expected to have. Readers skip markers; they are never part of what a reader,
@@ -63,9 +72,10 @@ same way (``crc``, ``offset``).
 Recovery: only the last round of the *last* segment can be unsynced (rounds never span
 segments). Where the scan of the last segment stops at a tear-like stop (``torn``,
 ``bad_length``, ``crc``), it searches the rest of the file for a CRC-valid round marker whose
-first offset is above the offset expected at the stop:
+first offset is above the offset expected at the stop (version 3: valid with the segment's
+marker key; version 2 markers have no key, so a message holding one could be taken for it):
 
-* none (version 2): the damage lies in the last round, which may never have been synced;
+* none (versions 2 and 3): the damage lies in the last round, which may never have been synced;
   the file is truncated back to the last valid frame or marker before it, whatever the bytes
   after it look like (valid-looking frames of that round included);
 * one: a later round had been written, so the damaged data had been synced: corruption,
@@ -109,7 +119,10 @@ Format versions
 * 1: frames back to back, no round markers. Still opened and read; the WAL appends to a
   version 1 segment no more: it cuts a version 2 segment before its first write (an empty
   version 1 segment is replaced by an empty version 2 one).
-* 2: commit rounds with round markers (this document). Frames and records are unchanged.
+* 2: commit rounds with round markers whose CRC has no key. Still opened and read; the WAL
+  appends to a version 2 segment no more, as for version 1 (it cuts a version 3 segment before
+  its first write; an empty one is replaced).
+* 3: commit rounds with keyed round markers (this document). Frames and records are unchanged.
 
 Records (version 1)
 ===================
@@ -141,9 +154,10 @@ from typing import NamedTuple
 Buffer = bytes | bytearray | memoryview
 
 SEGMENT_MAGIC = b"DNBW"
-SEGMENT_VERSION = 2  # what new segments are written with
-SEGMENT_VERSIONS_READABLE = (1, 2)
+SEGMENT_VERSION = 3  # what new segments are written with
+SEGMENT_VERSIONS_READABLE = (1, 2, 3)
 SEGMENT_VERSION_ROUNDS = 2  # the first version whose segments hold round markers
+SEGMENT_VERSION_KEYED = 3  # the first version whose round markers' CRC covers the marker key
 SEGMENT_HEADER = struct.Struct("<4sHHQQII")
 SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size  # 32
 SEGMENT_SUFFIX = ".seg"
@@ -153,7 +167,7 @@ FRAME_HEADER_BYTES = FRAME_HEADER.size  # 16
 # A hard limit of the format, far above any configured max_message_bytes; a length
 # beyond it can only be garbage (a torn or corrupt frame), never a real record.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
-#: A commit round's marker (version 2): CRC32C, tag, first offset; the frame header's shape.
+#: A commit round's marker (versions 2 and 3): CRC32C, tag, first offset; the frame header's shape.
 ROUND_MARKER = FRAME_HEADER
 ROUND_MARKER_BYTES = ROUND_MARKER.size  # 16
 ROUND_MARKER_TAG = 0xFFFFFFFF
@@ -249,6 +263,15 @@ def segment_version(header: bytes | bytearray | memoryview) -> int:
     """The format version of a segment header that ``decode_segment_header`` accepted."""
     version: int = SEGMENT_HEADER.unpack_from(header, 0)[1]
     return version
+
+
+def segment_marker_key(header: bytes | bytearray | memoryview) -> int | None:
+    """The marker key of a segment header that ``decode_segment_header`` accepted: what its
+    round markers' CRC covers (``encode_round_marker``'s and ``scan_frames``' ``marker_key``),
+    or None for a version without keyed markers."""
+    fields = SEGMENT_HEADER.unpack_from(header, 0)
+    key: int = fields[5]
+    return key if fields[1] >= SEGMENT_VERSION_KEYED else None
 
 
 def segment_file_name(base_offset: int) -> str:

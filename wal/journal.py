@@ -37,8 +37,16 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from native import crc32c, scan_frames
-from native.format import ROUND_MARKER_BYTES, SEGMENT_HEADER_BYTES, segment_file_name
+from native import crc32c, decode_segment_header, scan_frames
+from native.errors import CorruptSegmentHeader
+from native.format import (
+    ROUND_MARKER,
+    ROUND_MARKER_BYTES,
+    ROUND_MARKER_TAG,
+    SEGMENT_HEADER_BYTES,
+    segment_file_name,
+    segment_marker_key,
+)
 from native.journal_format import (
     ENTRY_BYTES_MAX,
     ENTRY_HEADER_BYTES,
@@ -950,7 +958,7 @@ def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str
     ``directory`` (``{segment path: (truncate to, bytes appended there, the offset after
     them or None)}``; empty without a journal or without rounds of that WAL). What follows
     those bytes in the file is cut but for ``kept_past_journal`` of that offset (None: all
-    of it). For checkers that must not open a WAL (``dnb verify``): a journaled WAL's
+    of it; the segment's marker key is in its header). For checkers that must not open a WAL (``dnb verify``): a journaled WAL's
     segments hold the truth only once this is laid over them. Raises CorruptLog where
     replay would."""
     journal_dir = os.path.join(root, JOURNAL_DIR)
@@ -1007,6 +1015,7 @@ def _scan(fs: FileSystem, directory: str, files: list[int]) -> tuple[list[_Round
     """The valid rounds after the checkpoint, where they end (file, position, next round),
     and the file replay started from. CorruptLog where the format's rules say the journal
     is damaged (native/journal_format.py, "Checkpoint and replay")."""
+    keys = _MarkerKeys(fs, os.path.dirname(directory))
     checkpoint_path = os.path.join(directory, _CHECKPOINT)
     checkpoint = read_checkpoint(fs, directory, name=_CHECKPOINT)
     datas: dict[int, bytes] = {}
@@ -1060,7 +1069,7 @@ def _scan(fs: FileSystem, directory: str, files: list[int]) -> tuple[list[_Round
     while True:
         nonce = nonces[at_file]
         assert nonce is not None
-        parsed = _parse_round(datas[at_file], at, nonce, expected)
+        parsed = _parse_round(datas[at_file], at, nonce, expected, keys)
         if parsed is not None:
             rounds.append(_Round(at_file, at, parsed[0], parsed[1]))
             expected = parsed[0] + 1
@@ -1071,7 +1080,7 @@ def _scan(fs: FileSystem, directory: str, files: list[int]) -> tuple[list[_Round
             following = later[index + 1]
             nonce_next = nonces[following]
             assert nonce_next is not None
-            if _parse_round(datas[following], FILE_HEADER_BYTES, nonce_next, expected) is not None:
+            if _parse_round(datas[following], FILE_HEADER_BYTES, nonce_next, expected, keys) is not None:
                 at_file, at, index = following, FILE_HEADER_BYTES, index + 1
                 continue
         break
@@ -1101,10 +1110,10 @@ def _check_nothing_later(directory: str, files: list[int], index: int, position:
                                  f"damaged data before it had been synced")
 
 
-def _parse_round(data: bytes, position: int, nonce: int,
-                 expected: int) -> tuple[int, list[tuple[EntryHeader, bytes, memoryview]], int] | None:
+def _parse_round(data: bytes, position: int, nonce: int, expected: int,
+                 keys: "_MarkerKeys") -> tuple[int, list[tuple[EntryHeader, bytes, memoryview]], int] | None:
     """(sequence, entries as (header, path, bytes), length) of the valid round at
-    ``position``, else None."""
+    ``position``, else None. ``keys``: the marker key of each entry's segment."""
     header = decode_round_header(data, position)
     if header is None or header.nonce != nonce or header.round != expected:
         return None
@@ -1132,11 +1141,71 @@ def _parse_round(data: bytes, position: int, nonce: int,
     if crc32c(b"".join(headers)) != header.entries_crc:
         return None
     for entry, _path, payload in entries:
-        scan = scan_frames(payload, expected_offset=entry.first_offset, decode=False, rounds=True)
+        key = keys.of(entry.wal_id, entry.segment_base)
+        if key is _KEY_UNKNOWN:
+            # The segment is gone, or is no longer this WAL's (deleted, retention): replay
+            # skips this entry, and only the segment's header held what the marker's CRC
+            # covers. Its tag and offset are checked, then its frames.
+            _crc, tag, first = ROUND_MARKER.unpack_from(payload, 0)
+            if tag != ROUND_MARKER_TAG or first != entry.first_offset:
+                return None
+            scan = scan_frames(payload, ROUND_MARKER_BYTES, None, entry.first_offset, False)
+        else:
+            assert key is None or isinstance(key, int)
+            scan = scan_frames(payload, expected_offset=entry.first_offset, decode=False, rounds=True, marker_key=key)
         if (scan.error is not None or scan.count != entry.record_count or scan.end != entry.length
                 or scan.first_offset != entry.first_offset):
             return None
     return header.round, entries, header.length
+
+
+#: ``_MarkerKeys.of`` when no segment of that WAL can say what its round markers are keyed with.
+_KEY_UNKNOWN = object()
+
+
+class _MarkerKeys:
+    """The marker key of each segment the journal's entries name, read from the segment's
+    header once (native/format.py, "Commit rounds"): the journal's copy of a round holds its
+    marker as the segment does, keyed with the segment's key (None: a version 2 segment,
+    whose markers have none). ``_KEY_UNKNOWN`` where the WAL or the segment is gone or its
+    header unreadable: replay skips such entries (``_owner``, ``_plan_segments``) or the
+    WAL's own open refuses its header."""
+
+    def __init__(self, fs: FileSystem, root: str) -> None:
+        self._fs = fs
+        self._root = root
+        self._directories: _Directories | None = None
+        self._keys: dict[tuple[bytes, int], object] = {}
+
+    def of(self, wal_id: bytes, segment_base: int) -> object:
+        found = self._keys.get((wal_id, segment_base), self)
+        if found is not self:
+            return found
+        if self._directories is None:
+            self._directories = _wal_directories(self._fs, self._root)
+        paths = self._directories.by_id.get(wal_id, [])
+        key = _read_marker_key(self._fs, os.path.join(paths[0], segment_file_name(segment_base)),
+                               segment_base) if len(paths) == 1 else _KEY_UNKNOWN
+        self._keys[(wal_id, segment_base)] = key
+        return key
+
+
+def _read_marker_key(fs: FileSystem, path: str, base_offset: int) -> object:
+    """The marker key in the header of the segment at ``path`` (None: version 2), or
+    ``_KEY_UNKNOWN`` when it is missing or its header invalid."""
+    try:
+        handle = fs.open_read(path)
+    except FileNotFoundError:
+        return _KEY_UNKNOWN
+    try:
+        header = handle.pread(0, SEGMENT_HEADER_BYTES)
+    finally:
+        handle.close()
+    try:
+        base, _created_ms = decode_segment_header(header)
+    except CorruptSegmentHeader:
+        return _KEY_UNKNOWN
+    return segment_marker_key(header) if base == base_offset else _KEY_UNKNOWN
 
 
 @dataclass
@@ -1186,9 +1255,12 @@ class _SegmentPlan:
     #: The offset after the journal's last round in this segment; None for a segment the
     #: WAL's journaled rounds continue past (a rotation): nothing may follow them there.
     next_offset: int | None = None
+    #: The segment's marker key (None: version 2, or a header replay cannot read; the
+    #: WAL's open refuses such a header).
+    marker_key: int | None = None
 
 
-def continuing_rounds(tail: bytes | memoryview, next_offset: int) -> int:
+def continuing_rounds(tail: bytes | memoryview, next_offset: int, marker_key: int | None) -> int:
     """How many bytes of ``tail`` (a segment's bytes just past the journal's last round of
     its WAL) to keep: the commit rounds that continue the WAL at ``next_offset``, up to the
     end of their last valid frame (0 when the tail does not start with such a round).
@@ -1201,10 +1273,11 @@ def continuing_rounds(tail: bytes | memoryview, next_offset: int) -> int:
     recovery keeps a whole unacknowledged round); cutting them would destroy acknowledged
     messages whose only intact copy is the segment's. The first invalid byte ends what is
     kept, so a torn round (a power loss keeps any part of an unsynced write) is cut from
-    there, whatever follows it, and a marker with no frame after it is cut too."""
+    there, whatever follows it, and a marker with no frame after it is cut too.
+    ``marker_key``: the segment's (native/format.py, "Commit rounds"; None: version 2)."""
     if len(tail) < ROUND_MARKER_BYTES:
         return 0
-    scan = scan_frames(tail, 0, None, next_offset, False, True, None, True)
+    scan = scan_frames(tail, 0, None, next_offset, False, True, None, True, marker_key)
     if not scan.markers or scan.markers[0] != 0 or not scan.count:
         return 0  # every round starts with its marker; a tail that does not is no round of this WAL
     last_frame = scan.positions[-1]
@@ -1293,10 +1366,10 @@ def _continuing_bytes(fs: FileSystem, plan: _SegmentPlan, end: int) -> int:
         own = handle.pread(plan.truncate_to, size - plan.truncate_to)
     finally:
         handle.close()
-    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset)
+    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset, plan.marker_key)
 
 
-def kept_past_journal(own: bytes, journaled: bytes, next_offset: int) -> int:
+def kept_past_journal(own: bytes, journaled: bytes, next_offset: int, marker_key: int | None) -> int:
     """The bytes a replay keeps past the journal's rounds in a WAL's last journaled segment:
     ``own`` is the segment from the journal's first round of it on, ``journaled`` the
     journal's copy of those rounds. Only where the segment already holds exactly that copy
@@ -1307,7 +1380,7 @@ def kept_past_journal(own: bytes, journaled: bytes, next_offset: int) -> int:
     view = memoryview(own)  # compared and scanned in place: no copy of a segment's tail
     if view[:len(journaled)] != journaled:
         return 0
-    return continuing_rounds(view[len(journaled):], next_offset)
+    return continuing_rounds(view[len(journaled):], next_offset, marker_key)
 
 
 def _check_chain(path: str, entries: list[_Entry]) -> None:
@@ -1344,7 +1417,9 @@ def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[li
         if size < entry.position:
             raise CorruptLog(segment, size, f"the segment ends before byte {entry.position}, where its first round "
                              f"after the journal checkpoint starts: synced bytes are missing")
-        plans.append(_SegmentPlan(segment, entry.position, [payload]))
+        key = _read_marker_key(fs, segment, entry.segment_base)
+        plans.append(_SegmentPlan(segment, entry.position, [payload],
+                                  marker_key=key if isinstance(key, int) else None))
     if plans:
         last = entries[-1][0]
         plans[-1].next_offset = last.first_offset + last.record_count

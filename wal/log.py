@@ -816,7 +816,7 @@ class WriteAheadLog:
             if position > limit:
                 return None
             segment = self._segments[bisect.bisect_right(self._segment_bases, position) - 1]
-            path, end_pos, rounds = segment.path, segment.size_bytes, segment.has_rounds
+            path, end_pos, rounds, key = segment.path, segment.size_bytes, segment.has_rounds, segment.marker_key
             offset, pos = segment.seek(position)
         try:
             handle = self._fs.open_read(path)
@@ -825,7 +825,8 @@ class WriteAheadLog:
                 raise OffsetBelowRetention(position, self.first_offset) from None
             raise
         try:
-            data, result, start = _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds)
+            data, result, start = _scan_until(handle, path, position, offset, pos, end_pos, max_bytes, decode, rounds,
+                                              key)
         finally:
             handle.close()
         if start + result.positions[-1] - pos >= self._index_interval_bytes:
@@ -850,16 +851,17 @@ class WriteAheadLog:
 
 
 def _scan_until(handle: ReadFile, path: str, position: int, offset: int, pos: int, end_pos: int,
-                max_bytes: int, decode: bool, rounds: bool) -> tuple[bytes, ScanResult, int]:
+                max_bytes: int, decode: bool, rounds: bool, marker_key: int | None) -> tuple[bytes, ScanResult, int]:
     """Scans forward from an index point until a chunk holds ``position``; (data, result,
-    the file position ``data`` was read from)."""
+    the file position ``data`` was read from). ``marker_key``: the segment's (native/format.py)."""
     want_bytes = max_bytes
     while pos < end_pos:
         want = min(end_pos - pos, max(want_bytes, FRAME_HEADER_BYTES))
         data = handle.pread(pos, want)
         if len(data) < want:
             raise CorruptLog(path, pos + len(data), "segment shorter than its durable size")
-        result = scan_frames(data, expected_offset=offset, decode=decode, positions=True, rounds=rounds)
+        result = scan_frames(data, expected_offset=offset, decode=decode, positions=True, rounds=rounds,
+                             marker_key=marker_key)
         if result.error is not None and not (result.error.reason == STOP_TORN and pos + want < end_pos):
             raise CorruptLog(path, pos + result.error.position, f"{result.error.reason}: {result.error.detail}")
         if result.count == 0 and result.end > 0:  # only round markers fit: step past them

@@ -9,6 +9,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from native.format import SEGMENT_VERSION
 from wal.checkpoint import CheckpointState
 from wal.errors import CorruptLog, InitialOffsetMismatch
 from wal.fs import FileSystem
@@ -160,9 +161,10 @@ def _apply_initial_offset(fs: FileSystem, directory: str, segments: list[Segment
 def _upgrade_empty_tail(fs: FileSystem, directory: str, segments: list[Segment]) -> list[Segment]:
     """An empty last segment of an older format is replaced by an empty one of the current
     format (same name, create-then-rename), so everything the writer appends is in commit
-    rounds. A non-empty old one stays; the writer cuts a new segment before its first write."""
+    rounds with keyed markers. A non-empty old one stays; the writer cuts a new segment
+    before its first write."""
     last = segments[-1]
-    if last.has_rounds or last.record_count:
+    if last.version >= SEGMENT_VERSION or last.record_count:
         return segments
     _log.info("%s: replacing an empty format-%d segment with a current-format one", last.path,
               last.version)

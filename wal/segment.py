@@ -4,11 +4,12 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import secrets
 import struct
 import time
 from dataclasses import dataclass, field
 
-from native import crc32c, decode_segment_header, encode_segment_header, scan_frames
+from native import crc32c, decode_segment_header, encode_round_marker, encode_segment_header, scan_frames
 from native.errors import CorruptSegmentHeader
 from native.format import (
     FRAME_HEADER_BYTES,
@@ -25,6 +26,7 @@ from native.format import (
     STOP_TORN,
     ScanStop,
     segment_file_name,
+    segment_marker_key,
     segment_version,
 )
 from wal.errors import CorruptLog
@@ -50,6 +52,8 @@ class Segment:
     sealed: bool = False
     # Format version of the file (native/format.py): 2 and up hold commit-round markers.
     version: int = SEGMENT_VERSION
+    # What its round markers' CRC covers (version 3, from its header); None before version 3.
+    marker_key: int | None = None
     # Sparse (offset, position) pairs, ascending: where a scan for an offset may start.
     index_offsets: list[int] = field(default_factory=list)
     index_positions: list[int] = field(default_factory=list)
@@ -138,20 +142,23 @@ def create_segment(fs: FileSystem, directory: str, base_offset: int) -> Segment:
     whole header, so an invalid header is corruption, never a half-finished create.
     """
     created_ms = time.time_ns() // 1_000_000
+    # Random, so no message can hold a marker valid in this segment (native/format.py,
+    # "Commit rounds": a forged one made recovery refuse a torn tail, atk91 F1).
+    marker_key = secrets.randbits(32)
     path = os.path.join(directory, segment_file_name(base_offset))
     temp = path + _TEMP_SUFFIX
     if fs.exists(temp):
         fs.remove(temp)
     handle = fs.open_append(temp)
     try:
-        handle.write([encode_segment_header(base_offset, created_ms)])
+        handle.write([encode_segment_header(base_offset, created_ms, SEGMENT_VERSION, marker_key)])
         handle.sync()
     finally:
         handle.close()
     fs.rename(temp, path)
     fs.fsync_dir(directory)
     return Segment(base_offset, path, created_ms, base_offset - 1, SEGMENT_HEADER_BYTES,
-                   version=SEGMENT_VERSION)
+                   version=SEGMENT_VERSION, marker_key=marker_key)
 
 
 def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
@@ -166,9 +173,11 @@ def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
         raise CorruptLog(path, 8, f"header base offset {header_base} != file name's {base_offset}")
     version = segment_version(data)
     rounds = version >= SEGMENT_VERSION_ROUNDS
+    marker_key = segment_marker_key(data)
     result = scan_frames(data, pos=SEGMENT_HEADER_BYTES, expected_offset=base_offset,
-                         decode=False, positions=True, rounds=rounds)
-    segment = Segment(base_offset, path, created_ms, base_offset - 1, result.end, version=version)
+                         decode=False, positions=True, rounds=rounds, marker_key=marker_key)
+    segment = Segment(base_offset, path, created_ms, base_offset - 1, result.end, version=version,
+                      marker_key=marker_key)
     if result.count:
         assert result.first_offset == base_offset and result.last_offset == base_offset + result.count - 1
         segment.last_offset = result.last_offset
@@ -177,13 +186,13 @@ def scan_segment(fs: FileSystem, path: str, base_offset: int, is_last: bool,
     truncate_to = None
     if result.error is not None:
         expected = result.last_offset + 1 if result.count else base_offset
-        _check_tear(data, path, result.error, is_last, rounds, expected)
+        _check_tear(data, path, result.error, is_last, rounds, expected, marker_key)
         truncate_to = result.end
     return ScannedSegment(segment, truncate_to, len(data))
 
 
 def _check_tear(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: bool = False,
-                expected_offset: int | None = None) -> None:
+                expected_offset: int | None = None, marker_key: int | None = None) -> None:
     """A stop is a repairable torn tail only in the last round of the last segment.
 
     With commit rounds (format version 2) the proof that damaged data had been synced is a
@@ -192,7 +201,9 @@ def _check_tear(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: b
     a power loss may have persisted in any page order (a later page kept, an earlier one
     lost), so valid-looking frames after the damage are that round's unsynced tail, not
     evidence. Version 1 segments have no markers: any CRC-valid frame after the damage is
-    treated as synced data (the stricter old rule).
+    treated as synced data (the stricter old rule). Version 3 markers count only with the
+    segment's ``marker_key``, so a message holding a marker is no evidence (version 2 has no
+    key: there a forged marker still counts, until the WAL cuts a version 3 segment).
     """
     detail = f"{stop.reason}: {stop.detail}"
     if not is_last:
@@ -201,7 +212,7 @@ def _check_tear(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: b
         raise CorruptLog(path, stop.position, f"whole frame out of place ({detail})")
     if rounds:
         assert expected_offset is not None, "a round-aware tear check needs the expected offset"
-        later = find_later_round_marker(data, stop.position + 1, expected_offset)
+        later = find_later_round_marker(data, stop.position + 1, expected_offset, marker_key)
         if later is not None:
             raise CorruptLog(path, stop.position,
                              f"invalid data followed by the marker of a later commit round at byte {later}, "
@@ -216,9 +227,11 @@ def _check_tear(data: bytes, path: str, stop: ScanStop, is_last: bool, rounds: b
 _TAG_BYTES = _U32.pack(ROUND_MARKER_TAG)
 
 
-def find_later_round_marker(data: bytes, start: int, expected_offset: int) -> int | None:
+def find_later_round_marker(data: bytes, start: int, expected_offset: int,
+                            marker_key: int | None = None) -> int | None:
     """Position of the first CRC-valid round marker at or after ``start`` whose first offset
     is above ``expected_offset`` (so it starts a round after the one being scanned), else None.
+    ``marker_key``: the segment's (version 3), which a valid marker's CRC covers.
 
     Markers are found by their tag with ``bytes.find``, so the search costs one C scan of the
     tail plus one 12-byte CRC per candidate.
@@ -230,9 +243,9 @@ def find_later_round_marker(data: bytes, start: int, expected_offset: int) -> in
         position = at - 4
         if position + ROUND_MARKER_BYTES > size:
             return None
-        crc, _tag, offset = ROUND_MARKER.unpack_from(view, position)
+        offset = ROUND_MARKER.unpack_from(view, position)[2]
         if (expected_offset < offset <= MAX_OFFSET
-                and crc32c(view[position + 4:position + ROUND_MARKER_BYTES]) == crc):
+                and view[position:position + ROUND_MARKER_BYTES] == encode_round_marker(offset, marker_key)):
             return position
         at = data.find(_TAG_BYTES, at + 1)
     return None

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from native import encode_round_marker
-from native.format import ROUND_MARKER_BYTES
+from native.format import ROUND_MARKER_BYTES, SEGMENT_VERSION
 from wal.config import WalConfig
 from wal.errors import WalFailed
 from wal.fs import AppendFile, FileSystem
@@ -131,8 +131,9 @@ class SegmentAppender:
         between."""
         active = self._active
         # Rotate when the active segment is full, or old (against the wall clock, as its
-        # created_ms, its name's time, is), or of an older format that takes no commit
-        # rounds (from before an upgrade); never leave an empty sealed segment behind.
+        # created_ms, its name's time, is), or of an older format (from before an upgrade:
+        # no commit rounds, or round markers without a key); never leave an empty sealed
+        # segment behind.
         # Inline, with what it needs of the segment kept by _set_active: this runs for
         # every topic of every commit round.
         if active.last_offset >= active.base_offset and (
@@ -141,10 +142,10 @@ class SegmentAppender:
             self._rotate(batch.first_offset)
             active = self._active
         assert batch.first_offset == active.last_offset + 1, "batch must continue the segment"
-        assert self._takes_rounds, "the writer appends only to segments with commit rounds"
+        assert self._takes_rounds, "the writer appends only to segments of the current format"
         # Every round starts with its marker: recovery takes a later round's marker as proof
         # that this round was synced (native/format.py, "Commit rounds").
-        return [encode_round_marker(batch.first_offset), *batch.chunks]
+        return [encode_round_marker(batch.first_offset, self._marker_key), *batch.chunks]
 
     def lay_out(self, batch: Batch, now_ms: int) -> tuple[list[bytes], int]:
         """A commit group's ``begin_round`` and the active file's descriptor in one call:
@@ -222,7 +223,9 @@ class SegmentAppender:
     def _set_active(self, active: Segment) -> None:
         """The active segment, and what ``begin_round``'s rotation check needs of it."""
         self._active = active
-        self._takes_rounds = active.has_rounds
+        # Only the current format is appended to (keyed round markers): an older one is cut.
+        self._takes_rounds = active.version >= SEGMENT_VERSION
+        self._marker_key = active.marker_key
         self._rotate_at_ms = active.created_ms + self._age_max_ms - _age_jitter_ms(active.path, self._age_max_ms)
 
     def _rotate(self, base_offset: int) -> None:

@@ -5,6 +5,7 @@ import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import native
 from native.errors import CodecError, CorruptSegmentHeader
@@ -219,7 +220,7 @@ def test_segment_header_round_trip_and_rejections(codec):
         "truncated": head[:31],
         "magic": resealed(lambda r: r.__setitem__(slice(0, 4), b"XXXX")),
         "CRC": head[:8] + b"\x01" + head[9:],
-        "version": resealed(lambda r: r.__setitem__(slice(4, 6), (3).to_bytes(2, "little"))),
+        "version": resealed(lambda r: r.__setitem__(slice(4, 6), (4).to_bytes(2, "little"))),
         "version 0": resealed(lambda r: r.__setitem__(slice(4, 6), (0).to_bytes(2, "little"))),
         "flags": resealed(lambda r: r.__setitem__(slice(6, 8), (1).to_bytes(2, "little"))),
     }
@@ -231,15 +232,16 @@ def test_segment_header_round_trip_and_rejections(codec):
             codec.encode_segment_header(*bad)
 
 
-# ------------------------------------------------------------------ commit rounds (format 2)
+# ------------------------------------------------------------------ commit rounds (formats 2 and 3)
 
-def _rounds_buffer(codec, first: int, msgs: list, cuts: list[int]) -> bytes:
-    """Frames of ``msgs`` from ``first``, with a round marker before frame 0 and each cut."""
+def _rounds_buffer(codec, first: int, msgs: list, cuts: list[int], key: int | None = None) -> bytes:
+    """Frames of ``msgs`` from ``first``, with a round marker before frame 0 and each cut
+    (keyed with ``key``, format 3, unless None)."""
     out, start = [], 0
     for end in sorted(set(cuts) | {len(msgs)}):
         if end <= start:
             continue
-        out.append(codec.encode_round_marker(first + start))
+        out.append(codec.encode_round_marker(first + start, key))
         out.append(codec.encode_batch(first + start, msgs[start:end]))
         start = end
     return b"".join(out)
@@ -252,6 +254,41 @@ def test_round_marker_bytes_are_the_spec():
         assert int.from_bytes(marker[:4], "little") == twin.crc32c(marker[4:])
         with pytest.raises(CodecError):
             twin.encode_round_marker(-1)
+
+
+def test_keyed_round_marker_bytes_are_the_spec():
+    # Format 3: the CRC goes on over the segment's marker key (u32, little-endian).
+    for twin in native.available_codecs():
+        for key in (0, 1, 0x5EED1234, 0xFFFFFFFF):
+            marker = twin.encode_round_marker(5, key)
+            assert marker[4:] == twin.encode_round_marker(5)[4:]
+            assert int.from_bytes(marker[:4], "little") == twin.crc32c(key.to_bytes(4, "little"),
+                                                                        twin.crc32c(marker[4:]))
+        for bad in (-1, 1 << 32, "1"):
+            with pytest.raises(CodecError):
+                twin.encode_round_marker(5, bad)
+            with pytest.raises(CodecError):
+                twin.scan_frames(b"", rounds=True, marker_key=bad)
+        with pytest.raises(CodecError, match="no marker key"):
+            twin.encode_segment_header(0, 0, version=2, marker_key=7)
+        assert twin.encode_segment_header(0, 0, version=3, marker_key=7)[24:28] == (7).to_bytes(4, "little")
+
+
+@settings(max_examples=100, deadline=None)
+@given(first=offsets, msgs=message_lists, key=st.integers(0, 0xFFFFFFFF))
+def test_twins_agree_on_keyed_rounds_and_refuse_other_keys(first, msgs, key):
+    twins = native.available_codecs()
+    buffers = {_rounds_buffer(t, first, msgs, [len(msgs) // 2], key) for t in twins}
+    assert len(buffers) == 1, "both twins write the same keyed markers"
+    buf = buffers.pop()
+    for twin in twins:
+        scan = twin.scan_frames(buf, expected_offset=first, positions=True, rounds=True, marker_key=key)
+        assert scan.error is None and scan.end == len(buf) and scan.records == _expected(first, msgs)
+        for other in (None, key ^ 1):
+            if twin.encode_round_marker(first, other) == buf[:16]:
+                continue  # a CRC collision (key 0 and first offset 0 give the unkeyed marker)
+            assert twin.scan_frames(buf, rounds=True, marker_key=other).error == native.ScanStop(
+                0, STOP_CRC, f"CRC mismatch in round marker claiming offset {first}")
 
 
 @FIXTURE_OK

@@ -14,6 +14,7 @@ import pytest
 import zstandard
 
 from native import object_format as of
+from native.format import segment_marker_key
 from tests.native.strategies import sample_messages
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -53,9 +54,41 @@ def _segment_v2(codec) -> bytes:
     """Header, then two commit rounds: a marker before frames 0-4 and one before 5-11."""
     frames = _frames(codec)
     split = codec.scan_frames(frames, positions=True).positions[5]
-    return (codec.encode_segment_header(FIRST_OFFSET, CREATED_MS)
+    return (codec.encode_segment_header(FIRST_OFFSET, CREATED_MS, version=2)
             + codec.encode_round_marker(FIRST_OFFSET) + frames[:split]
             + codec.encode_round_marker(FIRST_OFFSET + 5) + frames[split:])
+
+
+MARKER_KEY = 0x5EED_1234
+
+
+def _segment_v3(codec) -> bytes:
+    """As ``_segment_v2``, in format version 3: the header holds a marker key, which both
+    markers' CRC covers."""
+    frames = _frames(codec)
+    split = codec.scan_frames(frames, positions=True).positions[5]
+    return (codec.encode_segment_header(FIRST_OFFSET, CREATED_MS, version=3, marker_key=MARKER_KEY)
+            + codec.encode_round_marker(FIRST_OFFSET, MARKER_KEY) + frames[:split]
+            + codec.encode_round_marker(FIRST_OFFSET + 5, MARKER_KEY) + frames[split:])
+
+
+def test_wal_segment_golden_version_3(codec):
+    produced = _segment_v3(codec)
+    golden = _golden("golden_segment_v3.seg", produced)
+    assert produced == golden
+    assert golden[4:6] == (3).to_bytes(2, "little")
+    assert golden[24:28] == MARKER_KEY.to_bytes(4, "little")
+    assert codec.decode_segment_header(golden[:32]) == (FIRST_OFFSET, CREATED_MS)
+    assert segment_marker_key(golden) == MARKER_KEY
+    scan = codec.scan_frames(golden, 32, expected_offset=FIRST_OFFSET, positions=True, rounds=True,
+                             marker_key=MARKER_KEY)
+    assert scan.error is None and scan.count == 12 and len(scan.markers) == 2
+    assert [(r.publish_time, r.key, r.attributes or None, r.payload) for r in scan.records] == \
+        sample_messages(12)
+    # Without the key, or with another one, the first marker is a CRC mismatch.
+    for other in (None, MARKER_KEY ^ 1):
+        stop = codec.scan_frames(golden, 32, rounds=True, marker_key=other).error
+        assert (stop.position, stop.reason) == (32, "crc")
 
 
 def test_wal_segment_golden_version_2(codec):
@@ -64,6 +97,7 @@ def test_wal_segment_golden_version_2(codec):
     assert produced == golden
     assert golden[4:6] == (2).to_bytes(2, "little")
     assert codec.decode_segment_header(golden[:32]) == (FIRST_OFFSET, CREATED_MS)
+    assert segment_marker_key(golden) is None
     scan = codec.scan_frames(golden, 32, expected_offset=FIRST_OFFSET, positions=True, rounds=True)
     assert scan.error is None and scan.count == 12 and len(scan.markers) == 2
     assert [(r.publish_time, r.key, r.attributes or None, r.payload) for r in scan.records] == \

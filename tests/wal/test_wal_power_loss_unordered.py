@@ -14,10 +14,12 @@ import time
 
 import pytest
 
-from native import encode_segment_header, scan_frames
-from native.format import SEGMENT_HEADER_BYTES, segment_file_name
+from native import encode_round_marker, encode_segment_header, scan_frames
+from native.format import SEGMENT_HEADER_BYTES, SEGMENT_VERSION, segment_file_name, segment_marker_key
 from tests.wal.helpers import check_payload, payload_for, read_all, small_config
 from wal import CorruptLog, WriteAheadLog
+from wal.group import CommitGroup
+from wal.journal import JournalConfig
 from wal.testing import PAGE_BYTES, FaultFs
 from wal.segment import find_valid_frame_after
 
@@ -47,7 +49,7 @@ def _last_segment(fs: FaultFs) -> bytes:
 def _old_rule_refuses(image: FaultFs) -> bool:
     """Whether the pre-round rule would refuse this image: damage followed by a valid frame."""
     data = _last_segment(image)
-    scan = scan_frames(data, SEGMENT_HEADER_BYTES, decode=False, rounds=True)
+    scan = scan_frames(data, SEGMENT_HEADER_BYTES, decode=False, rounds=True, marker_key=segment_marker_key(data))
     return scan.error is not None and find_valid_frame_after(data, scan.error.position + 1) is not None
 
 
@@ -140,7 +142,8 @@ def _synced_rounds(rounds: int, per_round: int = 4) -> tuple[FaultFs, bytes, lis
     image = fs.crash_image()
     wal.close()
     data = _last_segment(image)
-    scan = scan_frames(data, SEGMENT_HEADER_BYTES, decode=False, positions=True, rounds=True)
+    scan = scan_frames(data, SEGMENT_HEADER_BYTES, decode=False, positions=True, rounds=True,
+                       marker_key=segment_marker_key(data))
     assert scan.error is None and len(scan.markers) == rounds
     return image, data, scan.markers
 
@@ -199,32 +202,124 @@ def test_damage_in_the_last_round_after_a_crash_is_cut_but_refused_after_a_clean
         WriteAheadLog.open(ROOT, TOPIC, small_config(), fs=broken)
 
 
-# ------------------------------------------------------------------ format version 1
+# ------------------------------------------------------------------ a round marker in a message
 
-def _v1_segment(fs: FaultFs, payloads: list[bytes]) -> str:
-    """A version-1 segment (no round markers) at base offset 0, as the WAL wrote before."""
+def _forged_marker(first_offset: int) -> bytes:
+    """A round marker as version 2 wrote them (no key): anyone can compute one."""
+    return encode_round_marker(first_offset)
+
+
+def _torn_round_holding(fs: FaultFs, wal: WriteAheadLog, payload: bytes) -> FaultFs:
+    """Appends ``payload`` as a round whose fdatasync never returns, and the power loss
+    that keeps every page of it but the first (the LazyFS finding)."""
+    fs.hold_syncs()
+    try:
+        wal.append(payload)
+        _wait_until(lambda: fs.syncs_waiting == 1)
+        return fs.crash_image_pages(lambda path, pages: pages[1:] if path.endswith(".seg") else [],
+                                    keep_size=True)
+    finally:
+        fs.release_syncs()
+
+
+@pytest.mark.parametrize("forged", [True, False])
+def test_a_message_holding_a_round_marker_does_not_make_its_torn_round_look_synced(forged):
+    """atk91 F1: recovery searches a torn tail for a later round's marker at every byte,
+    payloads included. A message holding a CRC-valid marker, in a round that a power loss
+    tore, made the WAL refuse to open over a write never acknowledged. The markers of a
+    version 3 segment are keyed with its header's random key: the message's is none of its."""
+    fs = FaultFs()
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=64 * 1024)
+    wal = WriteAheadLog.open(ROOT, TOPIC, config, fs=fs)
+    wal.append_batch([payload_for(i, 0, 100) for i in range(5)])
+    wal.flush()
+    tail = b"".join(_forged_marker(offset) for offset in (6, 1 << 20, 1 << 40)) if forged else b"m" * 48
+    image = _torn_round_holding(fs, wal, b"x" * 12_000 + tail + b"y" * 100)
+    wal.close()
+    data = _last_segment(image)
+    assert (tail in data) and scan_frames(data, SEGMENT_HEADER_BYTES, rounds=True,
+                                          marker_key=segment_marker_key(data)).error is not None
+    recovered = WriteAheadLog.open(ROOT, TOPIC, config, fs=image)
+    assert [check_payload(r.payload)[0] for r in read_all(recovered)] == list(range(5))
+    assert recovered.append(payload_for(5, 1, 10)) == 5
+    recovered.close()
+
+
+def test_a_message_holding_a_round_marker_in_a_journaled_group_opens_too():
+    # The topic's acknowledged rounds are behind the journal's checkpoint, so the replay
+    # leaves its segment's tail to the WAL's own recovery.
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=JournalConfig(checkpoint_interval_s=1000.0))
+    config = small_config(segment_bytes_max=1 << 20, max_message_bytes=64 * 1024)
+    wal = WriteAheadLog.open(ROOT, TOPIC, config, group=group)
+    wal.append_batch([payload_for(i, 0, 100) for i in range(5)])
+    wal.flush()
+    assert group.journal is not None and group.journal.checkpoint()
+    image = _torn_round_holding(fs, wal, b"x" * 12_000 + _forged_marker(1 << 40) + b"y" * 100)
+    wal.close()
+    group.close()
+    again = CommitGroup(ROOT, image, journal=JournalConfig())
+    try:
+        recovered = WriteAheadLog.open(ROOT, TOPIC, config, group=again)
+        assert [check_payload(r.payload)[0] for r in read_all(recovered)] == list(range(5))
+        recovered.close()
+    finally:
+        again.close()
+
+
+def test_segments_are_written_with_a_random_marker_key_their_markers_carry():
+    fs = FaultFs()
+    keys = set()
+    for topic in ("/ns/a", "/ns/b", "/ns/c"):
+        wal = WriteAheadLog.open(ROOT, topic, small_config(), fs=fs)
+        wal.append_batch([b"a", b"b"])
+        wal.flush()
+        path = wal.segments()[-1].path
+        wal.close()
+        data = fs.read_all(path)
+        assert data[4] == SEGMENT_VERSION == 3
+        key = segment_marker_key(data)
+        keys.add(key)
+        marked = scan_frames(data, SEGMENT_HEADER_BYTES, positions=True, rounds=True, marker_key=key)
+        assert marked.error is None and marked.count == 2 and len(marked.markers) == 1
+        assert scan_frames(data, SEGMENT_HEADER_BYTES, rounds=True).error.reason == "crc"
+    assert len(keys) == 3
+
+
+# ------------------------------------------------------------------ older format versions
+
+def _old_segment(fs: FaultFs, payloads: list[bytes], version: int) -> str:
+    """A segment of format ``version`` (1: no round markers; 2: markers without a key) at
+    base offset 0, as the WAL wrote before."""
     from native import encode_batch
     fs.makedirs(DIRECTORY)
     path = os.path.join(DIRECTORY, segment_file_name(0))
     handle = fs.open_append(path)
-    handle.write([encode_segment_header(0, 1_700_000_000_000, version=1),
-                  encode_batch(0, [(1, None, None, p) for p in payloads])])
+    frames = [encode_batch(0, [(1, None, None, p) for p in payloads])] if payloads else []
+    if version == 2 and payloads:
+        frames.insert(0, encode_round_marker(0))
+    handle.write([encode_segment_header(0, 1_700_000_000_000, version=version), *frames])
     handle.sync()
     handle.close()
     fs.fsync_dir(DIRECTORY)
     return path
 
 
-def test_version_1_segments_open_and_new_rounds_go_to_a_version_2_segment():
+def _v1_segment(fs: FaultFs, payloads: list[bytes]) -> str:
+    return _old_segment(fs, payloads, 1)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_segments_open_and_new_rounds_go_to_a_current_segment(version):
     fs = FaultFs()
-    old = _v1_segment(fs, [payload_for(i) for i in range(5)])
+    old = _old_segment(fs, [payload_for(i) for i in range(5)], version)
     wal = WriteAheadLog.open(ROOT, TOPIC, small_config(), fs=fs)
     assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(5))
     assert wal.append(payload_for(5)) == 5
     wal.flush()
     infos = wal.segments()
     assert [(s.base_offset, s.last_offset) for s in infos] == [(0, 4), (5, 5)]
-    assert fs.read_all(old)[4] == 1 and fs.read_all(infos[-1].path)[4] == 2
+    assert fs.read_all(old)[4] == version and fs.read_all(infos[-1].path)[4] == SEGMENT_VERSION
     wal.close()
     wal = WriteAheadLog.open(ROOT, TOPIC, small_config(), fs=fs)
     assert [check_payload(r.payload)[0] for r in read_all(wal)] == list(range(6))
@@ -232,11 +327,12 @@ def test_version_1_segments_open_and_new_rounds_go_to_a_version_2_segment():
     wal.close()
 
 
-def test_an_empty_version_1_segment_is_replaced_by_a_version_2_one():
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_empty_older_segment_is_replaced_by_a_current_one(version):
     fs = FaultFs()
-    path = _v1_segment(fs, [])
+    path = _old_segment(fs, [], version)
     wal = WriteAheadLog.open(ROOT, TOPIC, small_config(), fs=fs)
-    assert fs.read_all(path)[4] == 2
+    assert fs.read_all(path)[4] == SEGMENT_VERSION
     wal.append(b"x")
     wal.close()
     assert [r.offset for r in read_all(WriteAheadLog.open(ROOT, TOPIC, small_config(), fs=fs))] == [0]

@@ -35,8 +35,10 @@ def _frame_starts(path: str) -> list[int]:
 
 def _scan(path: str):
     from native import scan_frames
+    from native.format import segment_marker_key
     data = open(path, "rb").read()
-    return scan_frames(data, pos=SEGMENT_HEADER_BYTES, decode=False, positions=True, rounds=True)
+    return scan_frames(data, pos=SEGMENT_HEADER_BYTES, decode=False, positions=True, rounds=True,
+                       marker_key=segment_marker_key(data))
 
 
 def test_tail_truncation_at_every_byte_of_the_last_frames_is_repaired(tmp_path):
