@@ -80,16 +80,63 @@ def _thread_minor_faults(tid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[7])
 
 
-def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, directory: str) -> dict[str, float]:
+class _Wals:
+    """T WALs in one journaled commit group: bare (``WriteAheadLog.open``), or hosted by a
+    broker host (``hosted``: ``BrokerHost.load`` on an embedded SQLite metadata store and a
+    local object store, so each round also runs the listeners a broker registers, the
+    uploader's and the host's, and appends go through ``HostedTopic.append``)."""
+
+    def __init__(self, root: str, topics: int, hosted: bool) -> None:
+        # Checkpoints far apart: their segment syncs run on another thread and would only add noise.
+        journal = JournalConfig(file_bytes=1 << 30, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0)
+        self.host = None
+        self.wals: list[WriteAheadLog] = []
+        if not hosted:
+            registry = CollectorRegistry()
+            set_per_topic(registry, False)  # one aggregated series, as a broker host has
+            self.group = CommitGroup(os.path.join(root, "wal"), RealFs(), journal=journal, metrics_registry=registry)
+            for i in range(topics):
+                self.wals.append(WriteAheadLog.open(os.path.join(root, "wal"), f"/bench/t{i}", group=self.group,
+                                                    metrics_registry=registry))
+            self.appenders: list = [wal.append for wal in self.wals]
+            return
+        from tiered.lifecycle import BrokerConfig
+        from tiered.metadata import open_metadata
+        from tiered.objects import open_objects
+        from tiered.lifecycle.host import BrokerHost
+        from wal import WalConfig
+        os.makedirs(os.path.join(root, "objects"))
+        self.metadata = open_metadata(f"sqlite:///{root}/metadata.db")
+        self.objects = open_objects(f"file://{root}/objects")
+        config = BrokerConfig(wal_config=WalConfig(journal_checkpoint_interval_s=3600.0,
+                                                   journal_checkpoint_bytes=1 << 30, journal_file_bytes=1 << 30))
+        self.host = BrokerHost("bench-round-cost", os.path.join(root, "wal"), self.metadata, self.objects, config)
+        group = self.host.root.group
+        assert group is not None, "a broker host's WAL root runs one commit group"
+        self.group = group
+        hosted_topics = [self.host.load(f"/bench/t{i}") for i in range(topics)]
+        self.wals = [topic.wal for topic in hosted_topics]  # type: ignore[misc]
+        self.appenders = [topic.append for topic in hosted_topics]
+
+    def close(self) -> None:
+        if self.host is None:
+            for wal in self.wals:
+                wal.close()
+            self.group.close()
+            return
+        self.host.close(unload=False)
+        self.objects.close()
+        self.metadata.close()
+
+
+def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, directory: str,
+            hosted: bool = False) -> dict[str, float]:
     root = tempfile.mkdtemp(prefix="round-cost-", dir=directory)
-    registry = CollectorRegistry()
-    set_per_topic(registry, False)  # one aggregated series, as a broker host has
-    # Checkpoints far apart: their segment syncs run on another thread and would only add noise.
-    journal = JournalConfig(file_bytes=1 << 30, checkpoint_bytes=1 << 30, checkpoint_interval_s=3600.0)
-    group = CommitGroup(os.path.join(root, "wal"), RealFs(), journal=journal, metrics_registry=registry)
-    wals: list[WriteAheadLog] = []
     heap = HeapFreezer() if freeze else None
+    opened = None
     try:
+        opened = _Wals(root, topics, hosted)
+        group = opened.group
         durable = [0]
         done = threading.Condition()
 
@@ -98,21 +145,19 @@ def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, director
                 durable[0] += 1
                 done.notify()
 
-        for i in range(topics):
-            wal = WriteAheadLog.open(os.path.join(root, "wal"), f"/bench/t{i}", group=group,
-                                     metrics_registry=registry)
+        for wal in opened.wals:
             wal.add_durable_listener(listener)
-            wals.append(wal)
         if heap is not None:
             heap.freeze()  # as a broker host does after loading its topics
         payload = b"x" * payload_bytes
 
         appending = [0.0]
+        appenders = opened.appenders
 
         def one_round(target: int) -> None:
             started = time.perf_counter()
-            for wal in wals:
-                wal.append(payload)
+            for append in appenders:
+                append(payload)
             appending[0] += time.perf_counter() - started
             with done:
                 while durable[0] < target:
@@ -138,9 +183,8 @@ def measure(topics: int, rounds: int, payload_bytes: int, freeze: bool, director
                 "append_faults": (_thread_minor_faults(producer) - faults_before) / turns,
                 "gc_collections": sum(s["collections"] for s in gc.get_stats()) - collections_before}
     finally:
-        for wal in wals:
-            wal.close()
-        group.close()
+        if opened is not None:
+            opened.close()
         if heap is not None:
             heap.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -171,7 +215,8 @@ def measure_floor(topics: int, rounds: int, payload_bytes: int, directory: str) 
         shutil.rmtree(root, ignore_errors=True)
 
 
-def count_instructions(topics: int, rounds: int, payload_bytes: int, directory: str) -> dict[str, float]:
+def count_instructions(topics: int, rounds: int, payload_bytes: int, directory: str,
+                       hosted: bool = False) -> dict[str, float]:
     """Instructions per topic-round on the group's thread and per append on the producer's
     (the main) thread: callgrind's totals for R and 2R passes, differenced, so opening the
     WALs and starting up cancel out. The group's thread is the one whose count grew most."""
@@ -185,7 +230,8 @@ def count_instructions(topics: int, rounds: int, payload_bytes: int, directory: 
             subprocess.run([valgrind, "--tool=callgrind", "--separate-threads=yes",
                             f"--callgrind-out-file={out}/cg", sys.executable, os.path.abspath(__file__),
                             "--measure-once", "--freeze", "--topics", str(topics), "--rounds", str(passes),
-                            "--payload-bytes", str(payload_bytes), "--dir", directory],
+                            "--payload-bytes", str(payload_bytes), "--dir", directory,
+                            *(["--hosted"] if hosted else [])],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             totals[passes] = {name.rsplit("-", 1)[1]: _callgrind_total(os.path.join(out, name))
                               for name in os.listdir(out) if name.startswith("cg-")}
@@ -216,16 +262,19 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the WAL root goes (default: a temp dir)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions under callgrind instead of timing (see the module docstring)")
+    parser.add_argument("--hosted", action="store_true",
+                        help="topics loaded on a broker host (embedded SQLite + local objects): its listeners "
+                        "(the uploader's, the host's) and HostedTopic.append count too")
     parser.add_argument("--measure-once", action="store_true", help=argparse.SUPPRESS)  # --instructions' child
     args = parser.parse_args()
     directory = args.dir or tempfile.gettempdir()
     if args.measure_once:
-        measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory)
+        measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory, args.hosted)
         return
     if args.instructions:
         print(f"instructions (callgrind): {args.topics} topics, {args.rounds} and {2 * args.rounds} passes of one "
               f"{args.payload_bytes} B message each, gc frozen")
-        counts = count_instructions(args.topics, args.rounds, args.payload_bytes, directory)
+        counts = count_instructions(args.topics, args.rounds, args.payload_bytes, directory, args.hosted)
         print(f"  group's thread, per topic-round: {counts['group_per_topic_round']:>9,.0f}")
         print(f"  producer's thread, per append:   {counts['producer_per_append']:>9,.0f}")
         return
@@ -234,7 +283,7 @@ def main() -> None:
     print(f"{'run':>3} {'user us':>8} {'system us':>10} {'total us':>9} {'ms/pass':>8} {'rounds':>7} {'gc runs':>8}"
           f" {'append us':>10} {'faults/append':>14}")
     for run in range(args.repeat):
-        r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory)
+        r = measure(args.topics, args.rounds, args.payload_bytes, args.freeze, directory, args.hosted)
         print(f"{run + 1:>3} {r['user_us']:>8.1f} {r['system_us']:>10.1f} {r['user_us'] + r['system_us']:>9.1f} "
               f"{r['wall_ms_per_pass']:>8.1f} {r['commit_rounds']:>7} {r['gc_collections']:>8}"
               f" {r['append_us']:>10.2f} {r['append_faults']:>14.3f}")

@@ -25,6 +25,7 @@ re-reads the chain tip, re-reads the same frames and lands on the same key.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
 import time
@@ -125,6 +126,8 @@ class Uploader:
         self._clock = clock
         self._next_due_s = clock() + config.interval_s
         self._frame_bytes_avg = 256.0  # learned from every batch; seeds the lag estimate
+        self._size_cut_at = 0
+        self._set_size_cut_at()
         self._ages = DurableAges(config.age_max_s() / MARK_SLICES, wal.durable_offset)
         self._waiters = ArchivedWaiters(str(self.topic))
         self._waiters.advance(committed_through)
@@ -522,6 +525,7 @@ class Uploader:
         if end_cut is not None and end_cut < last:
             frames, last = self._trim(frames, start, end_cut), end_cut
         self._frame_bytes_avg = len(frames) / (last - start + 1)
+        self._set_size_cut_at()
         return frames, last, full
 
     def _read_frames(self, start: int, durable: int, limit: int) -> tuple[bytes, int]:
@@ -661,6 +665,7 @@ class Uploader:
         if self._committed_through is not None and committed_through <= self._committed_through:
             return
         self._committed_through = committed_through
+        self._set_size_cut_at()
         self._ages.forget_through(committed_through)
         self._waiters.advance(committed_through)
 
@@ -795,15 +800,32 @@ class Uploader:
         self._listening = True
 
     def _on_durable(self, durable: int | None = None, *_args: object) -> None:
-        # Runs on the WAL's fsync thread: must be cheap and never raise.
+        # Runs on the WAL's writer thread, in a commit group once per topic per round (what
+        # bounds a broker's latency with many topics: docs/WAL.md): must be cheap and never
+        # raise. The size test is one comparison (``_set_size_cut_at``); it was a lag
+        # estimate and the config's target each time, about 6,000 instructions per
+        # topic-round (bench/bench_round_cost.py --hosted).
         try:
-            self._ages.note(durable if durable is not None else self.wal.durable_offset, self._clock())
-            if self._stopping.is_set() or self._fatal is not None:
-                return
-            if self._lag_estimate()[1] >= self.config.target_bytes():
+            if durable is None:
+                durable = self.wal.durable_offset
+                if durable is None:
+                    return
+            self._ages.note(durable, self._clock())
+            if durable >= self._size_cut_at and self._fatal is None and not self._stopping.is_set():
                 self._wake_worker()  # a size cut may be due; not a request (that forces)
         except Exception:  # noqa: BLE001
             log.debug("durable listener failed", exc_info=True)
+
+    def _set_size_cut_at(self) -> None:
+        """The durable offset from which the estimated un-archived bytes reach the object
+        target: ``_lag_estimate``'s test solved for the durable offset, so the durable
+        listener compares one number. Set again whenever what it depends on moves (the
+        committed offset, the learned frame size; the target is the config's). Read on
+        another thread a moment stale, it only wakes the worker once more than needed, or
+        leaves the wake to ``is_due``, which the pool's scheduler polls."""
+        done = self._committed_through
+        base = (done + 1) if done is not None else self.wal.first_offset
+        self._size_cut_at = base - 1 + max(1, math.ceil(self.config.target_bytes() / self._frame_bytes_avg))
 
     def _lag_estimate(self) -> tuple[int, float]:
         durable = self.wal.durable_offset

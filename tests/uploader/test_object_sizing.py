@@ -211,3 +211,32 @@ def test_durable_ages_merge_early_never_late():
     from uploader.sizing import MARKS_MAX
     assert len(ages) <= MARKS_MAX
     assert ages.since_s(31 + 4999) <= 200.0 + 10 * 4999
+
+
+def test_the_durable_listener_wakes_the_worker_once_the_estimate_reaches_the_target(local_env):
+    # The listener runs once per topic per commit round, so its size test is one comparison
+    # with an offset worked out ahead (_set_size_cut_at); it must agree with the estimate.
+    clock = FakeClock()
+    wal = MemWal(segment_frames=10_000)
+    target = 40 * FRAME_BYTES
+    up = _uploader(local_env, wal, clock, object_target_bytes=target, object_age_max_s=3600)
+    wake = up._wake  # noqa: SLF001 - what the listener sets
+
+    def woken_at_append() -> int:
+        """Appends one message at a time until the listener wakes the worker: the durable
+        offset it woke at, checked against the lag estimate at that moment."""
+        wake.clear()
+        while not wake.is_set():
+            durable = wal.append_n(1)
+            lag_bytes = up._lag_estimate()[1]  # noqa: SLF001
+            assert wake.is_set() == (lag_bytes >= target), (durable, lag_bytes)
+        return durable
+
+    assert FRAME_BYTES < 256
+    assert woken_at_append() == math.ceil(target / 256.0) - 1  # the seed estimate: 256 B a frame
+    up.run_background_pass()  # reads, learns the real frame size: not full yet, nothing archived
+    assert up.committed_through is None
+    assert woken_at_append() == 39  # 40 real frames
+    up.run_background_pass()
+    assert up.committed_through == 39
+    assert woken_at_append() == 79  # the next full object's last offset
