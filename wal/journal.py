@@ -1142,7 +1142,7 @@ def _parse_round(data: bytes, position: int, nonce: int, expected: int,
         return None
     for entry, _path, payload in entries:
         key = keys.of(entry.wal_id, entry.segment_base)
-        if key is _KEY_UNKNOWN:
+        if key is KEY_UNKNOWN:
             # The segment is gone, or is no longer this WAL's (deleted, retention): replay
             # skips this entry, and only the segment's header held what the marker's CRC
             # covers. Its tag and offset are checked, then its frames.
@@ -1159,15 +1159,17 @@ def _parse_round(data: bytes, position: int, nonce: int, expected: int,
     return header.round, entries, header.length
 
 
-#: ``_MarkerKeys.of`` when no segment of that WAL can say what its round markers are keyed with.
-_KEY_UNKNOWN = object()
+#: ``_MarkerKeys.of`` (and ``replay_marker_key``) when no segment of that WAL can say what
+#: its round markers are keyed with: their CRC then goes unchecked (their tag and offset
+#: are checked, and every frame whole).
+KEY_UNKNOWN = object()
 
 
 class _MarkerKeys:
     """The marker key of each segment the journal's entries name, read from the segment's
     header once (native/format.py, "Commit rounds"): the journal's copy of a round holds its
     marker as the segment does, keyed with the segment's key (None: a version 2 segment,
-    whose markers have none). ``_KEY_UNKNOWN`` where the WAL or the segment is gone or its
+    whose markers have none). ``KEY_UNKNOWN`` where the WAL or the segment is gone or its
     header unreadable: replay skips such entries (``_owner``, ``_plan_segments``) or the
     WAL's own open refuses its header."""
 
@@ -1185,27 +1187,39 @@ class _MarkerKeys:
             self._directories = _wal_directories(self._fs, self._root)
         paths = self._directories.by_id.get(wal_id, [])
         key = _read_marker_key(self._fs, os.path.join(paths[0], segment_file_name(segment_base)),
-                               segment_base) if len(paths) == 1 else _KEY_UNKNOWN
+                               segment_base) if len(paths) == 1 else KEY_UNKNOWN
         self._keys[(wal_id, segment_base)] = key
         return key
 
 
 def _read_marker_key(fs: FileSystem, path: str, base_offset: int) -> object:
     """The marker key in the header of the segment at ``path`` (None: version 2), or
-    ``_KEY_UNKNOWN`` when it is missing or its header invalid."""
+    ``KEY_UNKNOWN`` when it is missing, its header invalid, or it cannot be read (any
+    ``OSError``: a bad sector is that one WAL's problem, which its own open reports; it
+    must not fail the replay of every other WAL of the root, atk92 F1)."""
     try:
         handle = fs.open_read(path)
-    except FileNotFoundError:
-        return _KEY_UNKNOWN
-    try:
-        header = handle.pread(0, SEGMENT_HEADER_BYTES)
-    finally:
-        handle.close()
+        try:
+            header = handle.pread(0, SEGMENT_HEADER_BYTES)
+        finally:
+            handle.close()
+    except OSError:
+        return KEY_UNKNOWN
+    return replay_marker_key(header, base_offset)
+
+
+def replay_marker_key(header: bytes, base_offset: int | None = None) -> object:
+    """What replay takes as the marker key of a segment whose first bytes are ``header``
+    (``kept_past_journal``'s ``marker_key``): its key, None for format 2, or an unknown
+    key (its markers' CRC then unchecked) when the header is invalid or names another
+    base offset. ``dnb verify`` judges a segment as replay would with it."""
     try:
         base, _created_ms = decode_segment_header(header)
     except CorruptSegmentHeader:
-        return _KEY_UNKNOWN
-    return segment_marker_key(header) if base == base_offset else _KEY_UNKNOWN
+        return KEY_UNKNOWN
+    if base_offset is not None and base != base_offset:
+        return KEY_UNKNOWN
+    return segment_marker_key(header)
 
 
 @dataclass
@@ -1255,12 +1269,15 @@ class _SegmentPlan:
     #: The offset after the journal's last round in this segment; None for a segment the
     #: WAL's journaled rounds continue past (a rotation): nothing may follow them there.
     next_offset: int | None = None
-    #: The segment's marker key (None: version 2, or a header replay cannot read; the
-    #: WAL's open refuses such a header).
+    #: The segment's marker key (None: version 2).
     marker_key: int | None = None
+    #: Its header could not be read or is invalid, so its key is unknown (the WAL's own
+    #: open reports the header): rounds continuing the journal's are then judged without
+    #: their markers' CRC (``continuing_rounds``).
+    key_unknown: bool = False
 
 
-def continuing_rounds(tail: bytes | memoryview, next_offset: int, marker_key: int | None) -> int:
+def continuing_rounds(tail: bytes | memoryview, next_offset: int, marker_key: object) -> int:
     """How many bytes of ``tail`` (a segment's bytes just past the journal's last round of
     its WAL) to keep: the commit rounds that continue the WAL at ``next_offset``, up to the
     end of their last valid frame (0 when the tail does not start with such a round).
@@ -1274,9 +1291,14 @@ def continuing_rounds(tail: bytes | memoryview, next_offset: int, marker_key: in
     messages whose only intact copy is the segment's. The first invalid byte ends what is
     kept, so a torn round (a power loss keeps any part of an unsynced write) is cut from
     there, whatever follows it, and a marker with no frame after it is cut too.
-    ``marker_key``: the segment's (native/format.py, "Commit rounds"; None: version 2)."""
+    ``marker_key``: the segment's (native/format.py, "Commit rounds"; None: version 2;
+    ``KEY_UNKNOWN``: its header could not be read, so its markers' tag and offset are
+    checked and not their CRC; every frame is checked whole either way)."""
     if len(tail) < ROUND_MARKER_BYTES:
         return 0
+    if marker_key is KEY_UNKNOWN:
+        return _continuing_rounds_without_key(tail, next_offset)
+    assert marker_key is None or isinstance(marker_key, int)
     scan = scan_frames(tail, 0, None, next_offset, False, True, None, True, marker_key)
     if not scan.markers or scan.markers[0] != 0 or not scan.count:
         return 0  # every round starts with its marker; a tail that does not is no round of this WAL
@@ -1284,6 +1306,25 @@ def continuing_rounds(tail: bytes | memoryview, next_offset: int, marker_key: in
     if scan.markers[-1] > last_frame:
         return scan.markers[-1]  # a dangling marker: keep the frames before it
     return scan.end
+
+
+def _continuing_rounds_without_key(tail: bytes | memoryview, next_offset: int) -> int:
+    """``continuing_rounds`` where the segment's marker key is unknown: each round must
+    start with a marker of the right tag and first offset (its CRC is not checked) and hold
+    at least one frame; whole valid frames are kept up to the first invalid byte."""
+    view = memoryview(tail)
+    position, expected, kept = 0, next_offset, 0
+    while len(view) - position >= ROUND_MARKER_BYTES:
+        _crc, tag, first = ROUND_MARKER.unpack_from(view, position)
+        if tag != ROUND_MARKER_TAG or first != expected:
+            break
+        scan = scan_frames(view, position + ROUND_MARKER_BYTES, None, expected, False)
+        if not scan.count:
+            break  # a dangling marker: keep the frames before it
+        kept, expected, position = scan.end, scan.last_offset + 1, scan.end
+        if scan.error is None:
+            break
+    return kept
 
 
 _Entry = tuple[EntryHeader, bytes, memoryview]  # header, the WAL's path, its bytes
@@ -1366,10 +1407,11 @@ def _continuing_bytes(fs: FileSystem, plan: _SegmentPlan, end: int) -> int:
         own = handle.pread(plan.truncate_to, size - plan.truncate_to)
     finally:
         handle.close()
-    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset, plan.marker_key)
+    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset,
+                             KEY_UNKNOWN if plan.key_unknown else plan.marker_key)
 
 
-def kept_past_journal(own: bytes, journaled: bytes, next_offset: int, marker_key: int | None) -> int:
+def kept_past_journal(own: bytes, journaled: bytes, next_offset: int, marker_key: object) -> int:
     """The bytes a replay keeps past the journal's rounds in a WAL's last journaled segment:
     ``own`` is the segment from the journal's first round of it on, ``journaled`` the
     journal's copy of those rounds. Only where the segment already holds exactly that copy
@@ -1418,8 +1460,8 @@ def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[li
             raise CorruptLog(segment, size, f"the segment ends before byte {entry.position}, where its first round "
                              f"after the journal checkpoint starts: synced bytes are missing")
         key = _read_marker_key(fs, segment, entry.segment_base)
-        plans.append(_SegmentPlan(segment, entry.position, [payload],
-                                  marker_key=key if isinstance(key, int) else None))
+        plans.append(_SegmentPlan(segment, entry.position, [payload], marker_key=key if isinstance(key, int) else None,
+                                  key_unknown=key is KEY_UNKNOWN))
     if plans:
         last = entries[-1][0]
         plans[-1].next_offset = last.first_offset + last.record_count

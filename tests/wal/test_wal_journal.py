@@ -11,6 +11,7 @@ a closed WAL never needs the journal; one journal per root, one opener at a time
 from __future__ import annotations
 
 import contextlib
+import errno
 import dataclasses
 import os
 import random
@@ -1194,3 +1195,80 @@ def test_a_reopen_that_needs_a_checkpoint_fails_at_once_on_a_full_disk_and_works
     _appended(wal, 3, 2)
     wal.close()
     group.close()
+
+
+def _bad_first_sector(fs: FaultFs, path: str) -> None:
+    """Reads of ``path`` that touch its first 512 bytes fail with EIO (a media error on the
+    sector holding a segment's header); every other read and every write works."""
+    open_read, read_all = fs.open_read, fs.read_all
+
+    def failing_open_read(p: str):
+        handle = open_read(p)
+        if p == path:
+            pread = handle.pread
+
+            def failing_pread(position: int, size: int) -> bytes:
+                if position < 512:
+                    raise OSError(errno.EIO, "injected bad sector", p)
+                return pread(position, size)
+            handle.pread = failing_pread
+        return handle
+
+    def failing_read_all(p: str) -> bytes:
+        if p == path:
+            raise OSError(errno.EIO, "injected bad sector", p)
+        return read_all(p)
+    fs.open_read, fs.read_all = failing_open_read, failing_read_all  # type: ignore[method-assign]
+
+
+def test_a_segment_header_replay_cannot_read_fails_only_its_own_topic():
+    """Replay reads the header of each segment the journal names (its round markers' key).
+    atk92 F1: a read error there failed the replay, so the whole root refused to open, every
+    healthy topic with it. It is that one topic's problem, which its own open reports."""
+    fs = FaultFs()
+    group = CommitGroup(ROOT, fs, journal=NO_CHECKPOINTS)
+    config = small_config()
+    wals = [_open(fs, group, i, config) for i in range(4)]
+    for n in range(5):
+        for wal in wals:
+            wal.append(payload_for(n, 1))
+    for wal in wals:
+        wal.flush()
+    bad = wals[2].segments()[-1].path
+    image = fs.process_crash_image()  # acknowledged: journaled; the segments' pages are in the cache
+    for wal in wals:
+        wal.close()
+    group.close()
+    _bad_first_sector(image, bad)
+    group = CommitGroup(ROOT, image, journal=NO_CHECKPOINTS)
+    try:
+        for i in (0, 1, 3):
+            wal = _open(image, group, i, config)
+            assert [check_payload(r.payload) for r in read_all(wal)] == [(n, 1) for n in range(5)]
+            wal.close()
+        with pytest.raises(OSError):
+            _open(image, group, 2, config)
+    finally:
+        group.close()
+
+
+def test_rounds_continuing_the_journal_are_kept_when_the_segment_key_is_unknown():
+    # Past the journal's last round of a WAL, replay keeps the whole rounds that continue
+    # it (a WAL appended outside the journal after its close). Where the segment's header
+    # cannot be read, its markers' CRC cannot be checked: their tag and offset are, and the
+    # frames whole, as before.
+    from native import encode_batch, encode_round_marker
+    from wal.journal import KEY_UNKNOWN, continuing_rounds
+
+    frames = [encode_batch(10, [(1, None, None, b"a"), (1, None, None, b"b")]),
+              encode_batch(12, [(1, None, None, b"c")])]
+    rounds = encode_round_marker(10, 77) + frames[0] + encode_round_marker(12, 77) + frames[1]
+    whole = len(rounds)
+    assert continuing_rounds(rounds, 10, 77) == whole
+    assert continuing_rounds(rounds, 10, KEY_UNKNOWN) == whole
+    assert continuing_rounds(rounds, 11, KEY_UNKNOWN) == 0  # not this WAL's next offset
+    torn = rounds[:-3]
+    assert continuing_rounds(torn, 10, 77) == continuing_rounds(torn, 10, KEY_UNKNOWN) == whole - len(frames[1]) - 16
+    dangling = encode_round_marker(10, 77) + frames[0] + encode_round_marker(12, 77)
+    assert continuing_rounds(dangling, 10, KEY_UNKNOWN) == 16 + len(frames[0])
+    assert continuing_rounds(b"x" * 40, 10, KEY_UNKNOWN) == 0

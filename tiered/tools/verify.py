@@ -48,9 +48,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from native import decode_segment_header
-from native.errors import CorruptSegmentHeader
-from native.format import segment_marker_key
 from tiered.archive import fetch
 from tiered.archive.chain import decode_descriptor
 from tiered.archive.fetch import ObjectMismatch, ObjectPin
@@ -601,16 +598,6 @@ def _scan_wal_once(directory: str, report: VerifyReport) -> tuple[int | None, in
     return holding[0].base_offset, found_next - 1
 
 
-def _marker_key(segment: bytes) -> int | None:
-    """The marker key in a segment file's header (None: version 2, or a header the check of
-    the segment itself reports)."""
-    try:
-        decode_segment_header(segment)
-    except CorruptSegmentHeader:
-        return None
-    return segment_marker_key(segment)
-
-
 class _ReplayedFs(RealFs):
     """The real file system, each segment read with the journal's pending rounds laid over
     it as replay would lay them (``wal.journal.pending_segment_bytes``).
@@ -630,7 +617,7 @@ class _ReplayedFs(RealFs):
         self.differing: list[tuple[str, int]] = []
 
     def read_all(self, path: str) -> bytes:
-        from wal.journal import kept_past_journal
+        from wal.journal import kept_past_journal, replay_marker_key
 
         data = super().read_all(path)
         if path in self._pending:
@@ -642,7 +629,7 @@ class _ReplayedFs(RealFs):
                     at = next((i for i, (a, b) in enumerate(zip(own, replayed)) if a != b), len(own))
                     self.differing.append((path, cut + at))
             kept = 0 if next_offset is None else kept_past_journal(data[cut:], replayed, next_offset,
-                                                                   _marker_key(data))
+                                                                   replay_marker_key(data))
             data = data[:cut] + replayed + data[end:end + kept]
         return data
 
