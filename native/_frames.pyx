@@ -166,6 +166,15 @@ cdef uint64_t as_u64(value, str what) except? 0:
     return <uint64_t>value
 
 
+cdef uint32_t as_u32(value, str what) except? 0:
+    """``_u32`` with the common case (an exact int in range) in C: a commit round encodes a
+    keyed marker for every topic of every round."""
+    cdef uint64_t fast
+    if dnb_as_u64(value, &fast) == 0 and fast <= UINT32_MAX:
+        return <uint32_t>fast
+    return <uint32_t>_u32(value, what)
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoding
 
@@ -473,7 +482,7 @@ def scan_frames(buf, Py_ssize_t pos=0, end=None, expected_offset=None, bint deco
     ``positions``). ``marker_key``: the segment's marker key (version 3), which their CRC
     covers; None for version 2."""
     cdef bint keyed = marker_key is not None
-    cdef uint32_t key = <uint32_t>_u32(marker_key, "marker_key") if keyed else 0
+    cdef uint32_t key = as_u32(marker_key, "marker_key") if keyed else 0
     cdef View v = View(buf)
     cdef const uint8_t *b = v.ptr
     cdef Py_ssize_t stop_at, limit, count = 0
@@ -545,7 +554,7 @@ def encode_round_marker(first_offset, marker_key=None):
     ``marker_key`` (format version 3), or without a key when None (version 2)."""
     cdef uint64_t first = as_u64(first_offset, "first_offset")
     cdef bint keyed = marker_key is not None
-    cdef uint32_t key = <uint32_t>_u32(marker_key, "marker_key") if keyed else 0
+    cdef uint32_t key = as_u32(marker_key, "marker_key") if keyed else 0
     out = PyBytes_FromStringAndSize(NULL, MARKER_BYTES)
     cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
     dnb_st32(p + 4, MARKER_TAG)
