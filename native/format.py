@@ -20,8 +20,8 @@ name carries the offset of the first frame the segment may hold. A segment start
 
 and is followed by commit rounds, back to back, no padding (version 1: by frames). A segment
 is cut (and the next one started) when it passes ``segment_bytes_max`` or
-``segment_age_max_s`` (by age up to a tenth early, by an amount that differs from segment to
-segment: ``wal.writer.AGE_JITTER``); everything buffered is written and fsynced into the old segment before
+``segment_age_max_s`` (each up to a tenth early, by an amount that differs from segment to
+segment: ``wal.writer.SIZE_JITTER``, ``AGE_JITTER``); everything buffered is written and fsynced into the old segment before
 the new one is created, so the new segment's base offset is exactly the old segment's last
 offset + 1.
 

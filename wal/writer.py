@@ -40,6 +40,11 @@ _log = logging.getLogger(__name__)
 #: limit. Spread over a tenth of it, a cut costs one topic's round a millisecond or so.
 #: Kafka's ``segment.jitter.ms`` does the same.
 AGE_JITTER = 0.1
+#: ... and by size up to this fraction of ``segment_bytes_max`` early, the same way: topics
+#: fed alike (the partitions of one stream, round-robin) fill their segments in the same
+#: rounds, and a pass that cut 200 of them took 110-160 ms against 2 ms (p50) on the
+#: project's machine.
+SIZE_JITTER = 0.1
 
 
 class Batch(NamedTuple):
@@ -137,7 +142,7 @@ class SegmentAppender:
         # Inline, with what it needs of the segment kept by _set_active: this runs for
         # every topic of every commit round.
         if active.last_offset >= active.base_offset and (
-                not self._takes_rounds or self._file_bytes >= self._bytes_max
+                not self._takes_rounds or self._file_bytes >= self._rotate_at_bytes
                 or (time.time_ns() // 1_000_000 if now_ms is None else now_ms) >= self._rotate_at_ms):
             self._rotate(batch.first_offset)
             active = self._active
@@ -227,6 +232,7 @@ class SegmentAppender:
         self._takes_rounds = active.version >= SEGMENT_VERSION
         self._marker_key = active.marker_key
         self._rotate_at_ms = active.created_ms + self._age_max_ms - _age_jitter_ms(active.path, self._age_max_ms)
+        self._rotate_at_bytes = self._bytes_max - int(_jitter(active.path) * SIZE_JITTER * self._bytes_max)
 
     def _rotate(self, base_offset: int) -> None:
         """Cut a new segment. Every byte of the old one was synced by the previous round
@@ -260,9 +266,14 @@ class SegmentAppender:
 
 
 def _age_jitter_ms(path: str, age_max_ms: float) -> float:
-    """How much earlier than ``age_max_ms`` the segment at ``path`` is cut (``AGE_JITTER``):
-    the same for a segment whichever process opens it, different from one topic to the next."""
-    return zlib.crc32(path.encode("utf-8", "surrogateescape")) / 2**32 * AGE_JITTER * age_max_ms
+    """How much earlier than ``age_max_ms`` the segment at ``path`` is cut (``AGE_JITTER``)."""
+    return _jitter(path) * AGE_JITTER * age_max_ms
+
+
+def _jitter(path: str) -> float:
+    """A number in [0, 1) fixed by the segment's path: the same for a segment whichever
+    process opens it, different from one topic to the next."""
+    return zlib.crc32(path.encode("utf-8", "surrogateescape")) / 2**32
 
 
 def _no_descriptor() -> int:

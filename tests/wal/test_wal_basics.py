@@ -407,6 +407,33 @@ def test_topics_opened_together_reach_their_age_limit_spread_out():
     assert _age_jitter_ms(paths[0], age_ms) == jitters[0], "the same segment, the same limit"
 
 
+def test_topics_fed_alike_cut_their_segments_by_size_spread_out():
+    """Topics fed alike (partitions of one stream, round-robin) fill their segments in the
+    same rounds; each cut takes three syncs on the round's thread. A segment is cut by size
+    up to a tenth early, by an amount that differs per segment, and never past the bound
+    by more than one round."""
+    from wal.testing import FaultFs
+    from wal.group import CommitGroup
+    from wal.writer import SIZE_JITTER
+    fs = FaultFs()
+    bytes_max = 32 * 1024
+    group = CommitGroup("/wal", fs)
+    config = small_config(segment_bytes_max=bytes_max)
+    wals = [WriteAheadLog.open("/wal", f"/ns/t{i}", config, fs=fs, group=group) for i in range(40)]
+    for _ in range(60):
+        for wal in wals:
+            wal.append(b"x" * 1000)
+        for wal in wals:
+            wal.flush()
+    first_cuts = Counter(wal.segments()[1].base_offset for wal in wals)
+    assert len(first_cuts) > 1, "every topic cut its first segment at the same offset"
+    for wal in wals:
+        for segment in wal.segments()[:-1]:
+            assert (1 - SIZE_JITTER) * bytes_max - 1100 <= segment.size_bytes <= bytes_max + 1100
+        wal.close()
+    group.close()
+
+
 def test_read_frames_returns_whole_validated_durable_frames(wal):
     from native import scan_frames
     for offset in range(300):

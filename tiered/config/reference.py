@@ -65,8 +65,10 @@ KEYS: dict[str, tuple[str, str]] = {
                                                 "dirty data on that file system: on one shared with a heavy "
                                                 "writer, set this above the topic count.",
                                                 "none (BookKeeper syncs each entry log file)"),
-    "wal.segment_bytes_max": ("Cut a new segment once the active one passes this size (checked before each "
-                              "write batch, so a segment may exceed it by one batch).",
+    "wal.segment_bytes_max": ("Cut a new segment once the active one passes this size, less up to 10 % that "
+                              "differs from segment to segment (so topics fed alike do not all cut theirs in one "
+                              "commit round); checked before each write batch, so a segment may exceed it by one "
+                              "batch.",
                               "Kafka `log.segment.bytes` (`segment.bytes`); Pulsar "
                               "`managedLedgerMaxSizePerLedgerMbytes`"),
     "wal.segment_age_max_s": ("Cut a new segment once the active one is this old, less up to 10 % that differs "
