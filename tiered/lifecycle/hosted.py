@@ -165,12 +165,27 @@ class HostedTopic:
 
     async def produce_many_async(self, payloads: "Iterable[bytes]", key: bytes | None = None, *,
                                  ack: Ack = "durable", timeout_s: float | None = None,
-                                 executor: "concurrent.futures.Executor | None" = None) -> tuple[int | None, int | None]:
+                                 executor: "concurrent.futures.Executor | None" = None,
+                                 append_slot: asyncio.Semaphore | None = None) -> tuple[int | None, int | None]:
         """``produce_many`` for asyncio: the append (which may block on WAL backpressure)
-        runs on ``executor`` (the loop's default when None); the ack is awaited, holding
-        no thread, however long the store takes to archive."""
+        runs on ``executor`` (the loop's default when None), once ``append_slot`` (if any)
+        lets it, which it holds for the append only; the ack is awaited, holding no thread,
+        however long the store takes to archive."""
         _check_ack(ack)
-        first, last = await asyncio.get_running_loop().run_in_executor(executor, self._append_many, payloads, key)
+        loop = asyncio.get_running_loop()
+        if append_slot is None:
+            first, last = await loop.run_in_executor(executor, self._append_many, payloads, key)
+        else:
+            await append_slot.acquire()
+            try:
+                appended = loop.run_in_executor(executor, self._append_many, payloads, key)
+            except BaseException:
+                append_slot.release()
+                raise
+            # Released when the append is done, not when this call is: a caller cancelled
+            # meanwhile must not leave the thread busy and the slot free.
+            appended.add_done_callback(lambda _done: append_slot.release())
+            first, last = await appended
         if last is not None:
             await self._wait_ack_async(last, ack, self._timeout(timeout_s))
         return first, last
