@@ -467,7 +467,8 @@ class _StallingPuts:
         return self.inner.put(*args, **kwargs)
 
 
-def test_archived_produces_waiting_on_a_stalled_store_do_not_hold_up_acks_elsewhere(local_cluster: Cluster) -> None:
+def test_archived_produces_waiting_on_a_stalled_store_do_not_hold_up_acks_elsewhere(local_cluster: Cluster,
+                                                                                     monkeypatch) -> None:
     """atk69 F3: each ``archived`` produce held a thread of the loop's default executor (6
     on a 2-core machine) for its whole wait; with the object store stalled, a few of them
     made every ack and subscription read on every topic wait until they timed out. The
@@ -476,6 +477,7 @@ def test_archived_produces_waiting_on_a_stalled_store_do_not_hold_up_acks_elsewh
     from tiered.lifecycle import BrokerHost
 
     produces = 12
+    monkeypatch.setattr(server_module, "PRODUCES_IN_FLIGHT_PER_TOPIC", produces)  # all on one topic
     store = _StallingPuts(local_cluster.objects)
     a = BrokerHost("A", local_cluster.wal_root("A"), local_cluster.metadata, store, local_cluster.config)
     local_cluster.hosts.append(a)
@@ -592,6 +594,8 @@ def test_appends_waiting_for_room_on_one_topic_leave_append_threads_to_the_other
                 inside[0] -= 1
 
     monkeypatch.setattr(busy, "_append_many", waiting_for_room)
+    # More than the pool's threads: before, the topic held all of them.
+    monkeypatch.setattr(server_module, "PRODUCES_IN_FLIGHT_PER_TOPIC", server_module.APPEND_THREADS_MAX + 4)
     produces = server_module.APPEND_THREADS_MAX + 4
 
     async def scenario(client):
@@ -615,6 +619,105 @@ def test_appends_waiting_for_room_on_one_topic_leave_append_threads_to_the_other
     assert other_answer == (200, {"offsets": [0]})
     assert most[0] == server_module.APPEND_THREADS_PER_TOPIC
     assert sorted(answer["offsets"][0] for answer in answers) == list(range(produces))
+
+
+def test_one_topic_takes_at_most_its_share_of_the_produce_slots(local_cluster: Cluster, monkeypatch) -> None:
+    """atk94 F2: produces waiting for a flooded topic's append threads still counted among
+    the broker's 32 produce slots, so 32 of them turned every other topic's produce into a
+    503, and the last in line waited minutes. A topic holds at most
+    PRODUCES_IN_FLIGHT_PER_TOPIC; past it, a 503 to retry for that topic alone."""
+    a = local_cluster.broker("A")
+    busy = a.load(TOPIC)
+    a.load("/default/other")
+    room = threading.Event()
+    append_many = busy._append_many  # noqa: SLF001
+
+    def waiting_for_room(payloads, key):
+        assert room.wait(STALL_HANG_GUARD_S), "the test never let the appends go on"
+        return append_many(payloads, key)
+
+    monkeypatch.setattr(busy, "_append_many", waiting_for_room)
+    share = server_module.PRODUCES_IN_FLIGHT_PER_TOPIC
+    server = BrokerServer(a)
+    slots = server._append_slots  # noqa: SLF001 - the server's table of per-topic slots
+
+    async def scenario(client):
+        held = [asyncio.create_task(client.post(PATH, json={"messages": [{"payload": f"m{i}"}]}))
+                for i in range(share)]
+        for _ in range(int(20 / 0.01)):
+            if busy.topic in slots and slots[busy.topic].requests == share:
+                break
+            await asyncio.sleep(0.01)
+        refused = await client.post(PATH, json={"messages": [{"payload": "late"}]})
+        refused_answer = (refused.status, refused.headers.get("Retry-After"))
+        other = await asyncio.wait_for(client.post("/topics/default/other/messages",
+                                                   json={"messages": [{"payload": "o"}]}), STALL_HANG_GUARD_S)
+        room.set()
+        answers = [await (await task).json() for task in held]
+        return refused_answer, other.status, answers, dict(slots)
+
+    async def main():
+        async with TestClient(TestServer(server.app())) as client:
+            return await scenario(client)
+
+    try:
+        refused_answer, other_status, answers, left = asyncio.run(main())
+    finally:
+        room.set()
+    assert refused_answer == (503, str(server_module.RETRY_AFTER_S))
+    assert other_status == 200
+    assert sorted(answer["offsets"][0] for answer in answers) == list(range(share))
+    assert left == {}, "a topic no longer produced to keeps its entry"
+
+
+def test_a_cancelled_produce_keeps_its_append_slot_until_the_append_is_done(local_cluster: Cluster,
+                                                                            monkeypatch) -> None:
+    """atk94 F1: the slot was given back when the waiting call was cancelled (a client gone,
+    a timeout), while its thread still ran the append: a topic could then hold every thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = local_cluster.broker("A")
+    busy = a.load(TOPIC)
+    room = threading.Event()
+    append_many = busy._append_many  # noqa: SLF001
+
+    def waiting_for_room(payloads, key):
+        assert room.wait(STALL_HANG_GUARD_S), "the test never let the append go on"
+        return append_many(payloads, key)
+
+    monkeypatch.setattr(busy, "_append_many", waiting_for_room)
+
+    class Slot:
+        def __init__(self) -> None:
+            self.held = 0
+
+        async def acquire(self) -> None:
+            self.held += 1
+
+        def release(self) -> None:
+            self.held -= 1
+
+    slot = Slot()
+
+    async def main():
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                await asyncio.wait_for(busy.produce_many_async([b"m"], executor=pool, append_slot=slot), 0.05)
+            except asyncio.TimeoutError:
+                pass
+            held_after_cancel = slot.held
+            room.set()
+            for _ in range(int(20 / 0.01)):
+                if not slot.held:
+                    break
+                await asyncio.sleep(0.01)
+            return held_after_cancel, slot.held
+
+    try:
+        held_after_cancel, held_at_end = asyncio.run(main())
+    finally:
+        room.set()
+    assert (held_after_cancel, held_at_end) == (1, 0)
 
 
 def test_a_small_produce_is_not_decoded_behind_large_bodies(local_cluster: Cluster, monkeypatch) -> None:

@@ -90,6 +90,12 @@ APPEND_THREADS_MAX = 16
 #: flooded topic (its own ``pending_bytes_max``) leave the other threads to other topics.
 #: Its further produces wait for one of its own, holding no thread.
 APPEND_THREADS_PER_TOPIC = 4
+#: Produce requests of one topic between their body's arrival and their answer: past it,
+#: 503 + Retry-After for that topic alone. So one flooded topic holds at most this many of
+#: the PRODUCES_IN_FLIGHT_MAX slots, and a request of it waits for at most one other round
+#: of its append threads (atk94 F2: 32 requests of one topic held every slot, the other
+#: topics got 503s, and the last in line waited minutes).
+PRODUCES_IN_FLIGHT_PER_TOPIC = 2 * APPEND_THREADS_PER_TOPIC
 #: Produce bodies up to this size are decoded on a thread of their own, so a small produce
 #: never waits behind large bodies queued for decoding (with 4 clients sending 5 MB bodies
 #: to one topic, a one-message produce to another took 96 ms at p50, 12 clients 239 ms).
@@ -252,32 +258,37 @@ class BrokerServer:
         try:
             if self._produces_in_flight >= PRODUCES_IN_FLIGHT_MAX:
                 raise _unavailable(f"this broker is decoding {PRODUCES_IN_FLIGHT_MAX} produce requests already; retry")
+            slots = self._append_slots.get(hosted.topic)
+            if slots is not None and slots.requests >= PRODUCES_IN_FLIGHT_PER_TOPIC:
+                raise _unavailable(f"topic {hosted.topic} has {PRODUCES_IN_FLIGHT_PER_TOPIC} produce requests in "
+                                   "flight already; retry")
+            if slots is None:
+                slots = self._append_slots[hosted.topic] = _AppendSlots(hosted.topic, self._append_slots)
             self._produces_in_flight += 1  # the event loop's thread only: no lock
+            slots.requests += 1
             try:
-                return await self._produce(request, hosted, ack, raw)
+                return await self._produce(request, hosted, ack, raw, slots)
             finally:
                 self._produces_in_flight -= 1
+                slots.request_done()
         finally:
             await self._body_bytes.give(len(raw))
 
-    async def _produce(self, request: web.Request, hosted: HostedTopic, ack: str, raw: bytes) -> web.Response:
+    async def _produce(self, request: web.Request, hosted: HostedTopic, ack: str, raw: bytes,
+                       slots: "_AppendSlots") -> web.Response:
         # Decoded off the event loop, one body at a time, with a bound on the JSON values
         # it may hold (_parse_json): a body of millions of tiny values takes the GIL for
         # seconds, and every route, and the session's keep-alive, would wait.
         decodes = self._small_decodes if len(raw) <= SMALL_BODY_DECODE_BYTES else self._decodes
         payloads, key = await asyncio.get_running_loop().run_in_executor(decodes, _produce_body, raw)
         hosted.activity.produced_by(_connection(request))
-        slots = self._append_slots.get(hosted.topic)
-        if slots is None:
-            slots = self._append_slots[hosted.topic] = _AppendSlots()
-        slots.users += 1
         try:
             # The append on the appends' own threads (it may block on backpressure), at most
             # APPEND_THREADS_PER_TOPIC of them per topic; the ack awaited without a thread:
             # waits for the archive (a stalled object store) must not take the threads acks,
             # subscription reads and lookups need.
             first, last = await hosted.produce_many_async(payloads, key, ack=ack, executor=self._appends,
-                                                          append_slot=slots.semaphore)
+                                                          append_slot=slots)
         except (OwnershipLostError, LifecycleError) as e:
             if isinstance(e, ProduceTimeout):
                 raise _error(web.HTTPGatewayTimeout, type(e).__name__, str(e)) from e
@@ -293,10 +304,6 @@ class BrokerServer:
                                                 content_type="application/json") from e
         except OffsetOverflow as e:
             raise _error(web.HTTPConflict, "OffsetOverflow", str(e)) from e
-        finally:
-            slots.users -= 1
-            if not slots.users:
-                del self._append_slots[hosted.topic]  # a topic not produced to keeps nothing here
         assert first is not None and last is not None
         return web.json_response({"offsets": list(range(first, last + 1))})
 
@@ -478,13 +485,36 @@ def _read_answer(reader: Any, start: int, tip: int, limit: int, max_bytes: int, 
 
 
 class _AppendSlots:
-    """One topic's share of the append threads (``APPEND_THREADS_PER_TOPIC``), and how many
-    of its produces are between their decode and their answer (the entry goes with the
-    last of them)."""
+    """One topic's produce requests in flight (``PRODUCES_IN_FLIGHT_PER_TOPIC``) and its
+    share of the append threads (``APPEND_THREADS_PER_TOPIC``, an ``AppendSlot``: taken
+    before an append goes to a thread, given back once that thread is done with it). The
+    entry leaves the server's table once no request and no append of the topic is left, so
+    a topic not produced to keeps nothing, and a new entry never starts with fresh slots
+    while appends of the old one still run (atk94 F1). The event loop's thread only."""
 
-    def __init__(self) -> None:
-        self.semaphore = asyncio.Semaphore(APPEND_THREADS_PER_TOPIC)
-        self.users = 0
+    def __init__(self, topic: TopicName, table: "dict[TopicName, _AppendSlots]") -> None:
+        self._topic = topic
+        self._table = table
+        self._semaphore = asyncio.Semaphore(APPEND_THREADS_PER_TOPIC)
+        self.requests = 0
+        self.held = 0
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+        self.held += 1
+
+    def release(self) -> None:
+        self.held -= 1
+        self._semaphore.release()
+        self._leave_if_idle()
+
+    def request_done(self) -> None:
+        self.requests -= 1
+        self._leave_if_idle()
+
+    def _leave_if_idle(self) -> None:
+        if not self.requests and not self.held and self._table.get(self._topic) is self:
+            del self._table[self._topic]
 
 
 async def _send_within(request: web.Request, body: bytes, timeout_s: float) -> web.StreamResponse:

@@ -70,6 +70,19 @@ class TopicHost(Protocol):
         ...
 
 
+class AppendSlot(Protocol):
+    """A share of the threads appends run on (``produce_many_async``): the broker's HTTP
+    server gives each topic a few of them. Both calls are made on the event loop's thread."""
+
+    async def acquire(self) -> None:
+        """Wait for a slot (holding no thread)."""
+        ...
+
+    def release(self) -> None:
+        """Give one back: called once the thread is done with the append."""
+        ...
+
+
 log = logging.getLogger(__name__)
 
 Ack = Literal["durable", "archived"]
@@ -166,26 +179,29 @@ class HostedTopic:
     async def produce_many_async(self, payloads: "Iterable[bytes]", key: bytes | None = None, *,
                                  ack: Ack = "durable", timeout_s: float | None = None,
                                  executor: "concurrent.futures.Executor | None" = None,
-                                 append_slot: asyncio.Semaphore | None = None) -> tuple[int | None, int | None]:
+                                 append_slot: "AppendSlot | None" = None) -> tuple[int | None, int | None]:
         """``produce_many`` for asyncio: the append (which may block on WAL backpressure)
-        runs on ``executor`` (the loop's default when None), once ``append_slot`` (if any)
-        lets it, which it holds for the append only; the ack is awaited, holding no thread,
-        however long the store takes to archive."""
+        runs on ``executor`` (the loop's default when None), once ``append_slot`` (if any,
+        with an ``executor``) lets it, which it holds until that thread is done with the
+        append; the ack is awaited, holding no thread, however long the store takes to
+        archive."""
         _check_ack(ack)
         loop = asyncio.get_running_loop()
         if append_slot is None:
             first, last = await loop.run_in_executor(executor, self._append_many, payloads, key)
         else:
+            assert executor is not None, "an append slot goes with the executor whose threads it counts"
             await append_slot.acquire()
             try:
-                appended = loop.run_in_executor(executor, self._append_many, payloads, key)
+                job = executor.submit(self._append_many, payloads, key)
             except BaseException:
                 append_slot.release()
                 raise
-            # Released when the append is done, not when this call is: a caller cancelled
-            # meanwhile must not leave the thread busy and the slot free.
-            appended.add_done_callback(lambda _done: append_slot.release())
-            first, last = await appended
+            # Given back when the thread is done with the append, not when this call ends:
+            # a caller cancelled meanwhile (a client gone, a timeout) must not leave the
+            # thread busy and the slot free (atk94 F1).
+            job.add_done_callback(lambda _job: _call_soon(loop, append_slot.release))
+            first, last = await asyncio.wrap_future(job)
         if last is not None:
             await self._wait_ack_async(last, ack, self._timeout(timeout_s))
         return first, last
@@ -564,6 +580,15 @@ class HostedTopic:
 
     def __repr__(self) -> str:
         return f"HostedTopic({self.topic}, epoch={self.token.epoch}, state={self.state.value})"
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: "Callable[[], None]") -> None:
+    """``callback`` on ``loop``'s thread, from any thread; nothing once the loop is closed
+    (its server is gone, and what the callback counted with it)."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:
+        pass
 
 
 def _check_ack(ack: str) -> None:
