@@ -567,16 +567,9 @@ def test_deleting_a_subscription_on_the_owner(local_cluster: Cluster) -> None:
     assert bad == (400, "InvalidSubscription")
 
 
-def test_appends_waiting_for_room_on_one_topic_leave_append_threads_to_the_others(local_cluster: Cluster,
-                                                                                  monkeypatch) -> None:
-    """One pool of append threads serves every topic. Produces to a flooded topic wait in
-    their append for room (its own ``pending_bytes_max``); before, 16 of them held every
-    thread and a produce to any other topic waited behind them (atk87's note, atk90 measured
-    p50 0.57 s). A topic now holds at most APPEND_THREADS_PER_TOPIC threads; its other
-    produces wait for one of its own, holding no thread."""
-    a = local_cluster.broker("A")
-    busy = a.load(TOPIC)
-    a.load("/default/other")
+def _appends_wait_for_room(busy, monkeypatch) -> tuple[threading.Event, list[int], list[int]]:
+    """``busy``'s appends wait (as for room under its ``pending_bytes_max``) until the event
+    returned is set; also how many are waiting now and the most that waited at once."""
     room = threading.Event()
     inside, most = [0], [0]
     lock = threading.Lock()
@@ -594,6 +587,20 @@ def test_appends_waiting_for_room_on_one_topic_leave_append_threads_to_the_other
                 inside[0] -= 1
 
     monkeypatch.setattr(busy, "_append_many", waiting_for_room)
+    return room, inside, most
+
+
+def test_appends_waiting_for_room_on_one_topic_leave_append_threads_to_the_others(local_cluster: Cluster,
+                                                                                  monkeypatch) -> None:
+    """One pool of append threads serves every topic. Produces to a flooded topic wait in
+    their append for room (its own ``pending_bytes_max``); before, 16 of them held every
+    thread and a produce to any other topic waited behind them (atk87's note, atk90 measured
+    p50 0.57 s). A topic now holds at most APPEND_THREADS_PER_TOPIC threads; its other
+    produces wait for one of its own, holding no thread."""
+    a = local_cluster.broker("A")
+    busy = a.load(TOPIC)
+    a.load("/default/other")
+    room, inside, most = _appends_wait_for_room(busy, monkeypatch)
     # More than the pool's threads: before, the topic held all of them.
     monkeypatch.setattr(server_module, "PRODUCES_IN_FLIGHT_PER_TOPIC", server_module.APPEND_THREADS_MAX + 4)
     produces = server_module.APPEND_THREADS_MAX + 4
@@ -629,14 +636,7 @@ def test_one_topic_takes_at_most_its_share_of_the_produce_slots(local_cluster: C
     a = local_cluster.broker("A")
     busy = a.load(TOPIC)
     a.load("/default/other")
-    room = threading.Event()
-    append_many = busy._append_many  # noqa: SLF001
-
-    def waiting_for_room(payloads, key):
-        assert room.wait(STALL_HANG_GUARD_S), "the test never let the appends go on"
-        return append_many(payloads, key)
-
-    monkeypatch.setattr(busy, "_append_many", waiting_for_room)
+    room, _inside, _most = _appends_wait_for_room(busy, monkeypatch)
     share = server_module.PRODUCES_IN_FLIGHT_PER_TOPIC
     server = BrokerServer(a)
     slots = server._append_slots  # noqa: SLF001 - the server's table of per-topic slots
@@ -678,14 +678,7 @@ def test_a_cancelled_produce_keeps_its_append_slot_until_the_append_is_done(loca
 
     a = local_cluster.broker("A")
     busy = a.load(TOPIC)
-    room = threading.Event()
-    append_many = busy._append_many  # noqa: SLF001
-
-    def waiting_for_room(payloads, key):
-        assert room.wait(STALL_HANG_GUARD_S), "the test never let the append go on"
-        return append_many(payloads, key)
-
-    monkeypatch.setattr(busy, "_append_many", waiting_for_room)
+    room, _inside, _most = _appends_wait_for_room(busy, monkeypatch)
 
     class Slot:
         def __init__(self) -> None:
