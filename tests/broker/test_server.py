@@ -7,6 +7,7 @@ import threading
 import time
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from tiered.broker import server as server_module
@@ -752,3 +753,58 @@ def test_a_small_produce_is_not_decoded_behind_large_bodies(local_cluster: Clust
         decoded.set()
     assert small_answer == (200, False), "the small produce was answered only after the large one"
     assert big_answer == {"offsets": list(range(100))}
+
+
+def test_an_append_slot_is_given_back_even_after_its_event_loop_closed(local_cluster: Cluster, monkeypatch) -> None:
+    """atk95 F1: a slot whose append finished after the event loop had closed was never
+    given back, and a server served again on a new loop could not produce to that topic."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = local_cluster.broker("A")
+    busy = a.load(TOPIC)
+    room, _inside, _most = _appends_wait_for_room(busy, monkeypatch)
+
+    class Slot:
+        held = 0
+
+        async def acquire(self) -> None:
+            Slot.held += 1
+
+        def release(self) -> None:
+            Slot.held -= 1
+
+    async def give_up():
+        try:
+            await asyncio.wait_for(busy.produce_many_async([b"m"], executor=pool, append_slot=Slot()), 0.05)
+        except asyncio.TimeoutError:
+            pass
+
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            asyncio.run(give_up())  # the loop closes with the append still waiting for room
+            assert Slot.held == 1
+        finally:
+            room.set()
+    assert Slot.held == 0  # the pool's exit waited for the append
+
+
+def test_a_produce_after_the_append_threads_shut_down_is_a_retryable_error(local_cluster: Cluster) -> None:
+    """atk95 F2: an append handed to the threads after the server closed them was a bare
+    500 (RuntimeError); it is TopicUnloading, which the server answers 503."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tiered.lifecycle.errors import TopicUnloading
+
+    a = local_cluster.broker("A")
+    busy = a.load(TOPIC)
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    slot = asyncio.Semaphore(1)
+
+    async def produce():
+        await busy.produce_many_async([b"m"], executor=pool, append_slot=slot)
+
+    with pytest.raises(TopicUnloading, match="shutting down"):
+        asyncio.run(produce())
+    assert not slot.locked(), "the slot was given back"
+    assert busy.next_offset == 0

@@ -92,9 +92,10 @@ APPEND_THREADS_MAX = 16
 APPEND_THREADS_PER_TOPIC = 4
 #: Produce requests of one topic between their body's arrival and their answer: past it,
 #: 503 + Retry-After for that topic alone. So one flooded topic holds at most this many of
-#: the PRODUCES_IN_FLIGHT_MAX slots, and a request of it waits for at most one other round
-#: of its append threads (atk94 F2: 32 requests of one topic held every slot, the other
-#: topics got 503s, and the last in line waited minutes).
+#: the PRODUCES_IN_FLIGHT_MAX slots, and a request of it waits for about one other round of
+#: its append threads (two when requests whose appends still run were cancelled: they no
+#: longer count here, their threads do) (atk94 F2: 32 requests of one topic held every
+#: slot, the other topics got 503s, and the last in line waited minutes).
 PRODUCES_IN_FLIGHT_PER_TOPIC = 2 * APPEND_THREADS_PER_TOPIC
 #: Produce bodies up to this size are decoded on a thread of their own, so a small produce
 #: never waits behind large bodies queued for decoding (with 4 clients sending 5 MB bodies

@@ -194,8 +194,10 @@ class HostedTopic:
             await append_slot.acquire()
             try:
                 job = executor.submit(self._append_many, payloads, key)
-            except BaseException:
+            except BaseException as exc:
                 append_slot.release()
+                if isinstance(exc, RuntimeError):  # the executor was shut down: its server is closing
+                    raise TopicUnloading(self.topic, "append", "the broker is shutting down") from exc
                 raise
             # Given back when the thread is done with the append, not when this call ends:
             # a caller cancelled meanwhile (a client gone, a timeout) must not leave the
@@ -583,12 +585,17 @@ class HostedTopic:
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: "Callable[[], None]") -> None:
-    """``callback`` on ``loop``'s thread, from any thread; nothing once the loop is closed
-    (its server is gone, and what the callback counted with it)."""
+    """``callback`` on ``loop``'s thread, from any thread. Once the loop is closed nothing
+    runs on it any more, so it is called here: what it counts may outlive the loop (a
+    server served again on a new loop), and a slot never given back would leave its topic
+    unable to produce there (atk95 F1)."""
     try:
         loop.call_soon_threadsafe(callback)
     except RuntimeError:
-        pass
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - a waiter of the closed loop cannot be woken
+            log.debug("callback after its event loop closed failed", exc_info=True)
 
 
 def _check_ack(ack: str) -> None:
