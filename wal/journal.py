@@ -958,8 +958,9 @@ def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str
     ``directory`` (``{segment path: (truncate to, bytes appended there, the offset after
     them or None)}``; empty without a journal or without rounds of that WAL). What follows
     those bytes in the file is cut but for ``kept_past_journal`` of that offset (None: all
-    of it; the segment's marker key is in its header). For checkers that must not open a WAL (``dnb verify``): a journaled WAL's
-    segments hold the truth only once this is laid over them. Raises CorruptLog where
+    of it; the segment's marker key is in its header). For checkers that must not open a
+    WAL (``dnb verify``): a journaled WAL's segments hold the truth only once this is laid
+    over them. Raises CorruptLog where
     replay would."""
     journal_dir = os.path.join(root, JOURNAL_DIR)
     if not fs.exists(journal_dir):
@@ -968,12 +969,13 @@ def pending_segment_bytes(fs: FileSystem, root: str, directory: str) -> dict[str
     if wal_id is None:
         return {}
     files = sorted(s for s in map(parse_journal_file_name, fs.listdir(journal_dir)) if s is not None)
-    rounds, _end, _start = _scan(fs, journal_dir, files)
+    keys = _MarkerKeys(fs, root)
+    rounds, _end, _start = _scan(fs, journal_dir, files, keys)
     entries = [entry for round_ in rounds for entry in round_.entries if entry[0].wal_id == wal_id]
     if not entries:
         return {}
     _check_chain(directory, entries)
-    plans, _skipped = _plan_segments(fs, directory, entries)
+    plans, _skipped = _plan_segments(fs, directory, entries, keys)
     return {plan.path: (plan.truncate_to, b"".join(plan.parts), plan.next_offset) for plan in plans}
 
 
@@ -998,11 +1000,12 @@ def replay(fs: FileSystem, root: str, held: str | None = None) -> ReplayReport:
     if not fs.exists(directory):
         return report
     files = sorted(s for s in map(parse_journal_file_name, fs.listdir(directory)) if s is not None)
-    rounds, end, report.start_file = _scan(fs, directory, files)
+    keys = _MarkerKeys(fs, root)
+    rounds, end, report.start_file = _scan(fs, directory, files, keys)
     report.end_file, report.end_position, report.next_round = end
     report.rounds = len(rounds)
     if rounds:
-        _apply(fs, root, rounds, report, None if held is None else directory_key(fs, held))
+        _apply(fs, root, rounds, report, None if held is None else directory_key(fs, held), keys)
     report.seconds = time.perf_counter() - started
     if rounds:
         _log.info("journal %s: replayed %d rounds (%d entries, %d bytes) into %d WALs in %.3f s; "
@@ -1011,11 +1014,12 @@ def replay(fs: FileSystem, root: str, held: str | None = None) -> ReplayReport:
     return report
 
 
-def _scan(fs: FileSystem, directory: str, files: list[int]) -> tuple[list[_Round], tuple[int, int, int], int]:
+def _scan(fs: FileSystem, directory: str, files: list[int],
+          keys: "_MarkerKeys") -> tuple[list[_Round], tuple[int, int, int], int]:
     """The valid rounds after the checkpoint, where they end (file, position, next round),
     and the file replay started from. CorruptLog where the format's rules say the journal
-    is damaged (native/journal_format.py, "Checkpoint and replay")."""
-    keys = _MarkerKeys(fs, os.path.dirname(directory))
+    is damaged (native/journal_format.py, "Checkpoint and replay"). ``keys``: the marker
+    keys of the root's segments (their headers are read once per replay)."""
     checkpoint_path = os.path.join(directory, _CHECKPOINT)
     checkpoint = read_checkpoint(fs, directory, name=_CHECKPOINT)
     datas: dict[int, bytes] = {}
@@ -1177,18 +1181,27 @@ class _MarkerKeys:
         self._fs = fs
         self._root = root
         self._directories: _Directories | None = None
-        self._keys: dict[tuple[bytes, int], object] = {}
+        self._keys: dict[str, object] = {}  # by segment path
 
-    def of(self, wal_id: bytes, segment_base: int) -> object:
-        found = self._keys.get((wal_id, segment_base), self)
-        if found is not self:
-            return found
+    @property
+    def directories(self) -> "_Directories":
+        """The root's WAL directories, listed once per replay."""
         if self._directories is None:
             self._directories = _wal_directories(self._fs, self._root)
-        paths = self._directories.by_id.get(wal_id, [])
-        key = _read_marker_key(self._fs, os.path.join(paths[0], segment_file_name(segment_base)),
-                               segment_base) if len(paths) == 1 else KEY_UNKNOWN
-        self._keys[(wal_id, segment_base)] = key
+        return self._directories
+
+    def of(self, wal_id: bytes, segment_base: int) -> object:
+        """The key of segment ``segment_base`` of the WAL whose id is ``wal_id``."""
+        paths = self.directories.by_id.get(wal_id, [])
+        if len(paths) != 1:
+            return KEY_UNKNOWN
+        return self.at(os.path.join(paths[0], segment_file_name(segment_base)), segment_base)
+
+    def at(self, path: str, segment_base: int) -> object:
+        """The key of the segment at ``path``."""
+        key = self._keys.get(path, self)
+        if key is self:
+            key = self._keys[path] = _read_marker_key(self._fs, path, segment_base)
         return key
 
 
@@ -1269,12 +1282,10 @@ class _SegmentPlan:
     #: The offset after the journal's last round in this segment; None for a segment the
     #: WAL's journaled rounds continue past (a rotation): nothing may follow them there.
     next_offset: int | None = None
-    #: The segment's marker key (None: version 2).
-    marker_key: int | None = None
-    #: Its header could not be read or is invalid, so its key is unknown (the WAL's own
-    #: open reports the header): rounds continuing the journal's are then judged without
-    #: their markers' CRC (``continuing_rounds``).
-    key_unknown: bool = False
+    #: The segment's marker key (None: version 2; ``KEY_UNKNOWN``: its header could not be
+    #: read or is invalid, which the WAL's own open reports; rounds continuing the journal's
+    #: are then judged without their markers' CRC, ``continuing_rounds``).
+    marker_key: object = None
 
 
 def continuing_rounds(tail: bytes | memoryview, next_offset: int, marker_key: object) -> int:
@@ -1349,12 +1360,13 @@ def _owner(root: str, directories: _Directories, wal_id: bytes, entries: list[_E
     return None
 
 
-def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport, held: str | None) -> None:
+def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport, held: str | None,
+           keys: "_MarkerKeys") -> None:
     ordered: dict[bytes, list[_Entry]] = {}
     for round_ in rounds:
         for entry in round_.entries:
             ordered.setdefault(entry[0].wal_id, []).append(entry)
-    directories = _wal_directories(fs, root)
+    directories = keys.directories
     plans: dict[str, list[_SegmentPlan]] = {}
     for wal_id, entries in ordered.items():
         report.entries += len(entries)
@@ -1363,7 +1375,7 @@ def _apply(fs: FileSystem, root: str, rounds: list[_Round], report: ReplayReport
             report.skipped_entries += len(entries)
             continue
         _check_chain(path, entries)
-        segment_plans, skipped = _plan_segments(fs, path, entries)
+        segment_plans, skipped = _plan_segments(fs, path, entries, keys)
         report.skipped_entries += skipped
         if segment_plans:
             plans[path] = segment_plans
@@ -1407,8 +1419,7 @@ def _continuing_bytes(fs: FileSystem, plan: _SegmentPlan, end: int) -> int:
         own = handle.pread(plan.truncate_to, size - plan.truncate_to)
     finally:
         handle.close()
-    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset,
-                             KEY_UNKNOWN if plan.key_unknown else plan.marker_key)
+    return kept_past_journal(own, b"".join(plan.parts), plan.next_offset, plan.marker_key)
 
 
 def kept_past_journal(own: bytes, journaled: bytes, next_offset: int, marker_key: object) -> int:
@@ -1439,7 +1450,8 @@ def _check_chain(path: str, entries: list[_Entry]) -> None:
                              f"after offset {last}")
 
 
-def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[list[_SegmentPlan], int]:
+def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry],
+                   keys: "_MarkerKeys") -> tuple[list[_SegmentPlan], int]:
     """What to write where for one WAL; the number of entries skipped (segments that
     retention or a delete removed, all below the WAL's first segment)."""
     bases = sorted(b for b in (parse_segment_name(n) for n in fs.listdir(path)) if b is not None)
@@ -1459,9 +1471,7 @@ def _plan_segments(fs: FileSystem, path: str, entries: list[_Entry]) -> tuple[li
         if size < entry.position:
             raise CorruptLog(segment, size, f"the segment ends before byte {entry.position}, where its first round "
                              f"after the journal checkpoint starts: synced bytes are missing")
-        key = _read_marker_key(fs, segment, entry.segment_base)
-        plans.append(_SegmentPlan(segment, entry.position, [payload], marker_key=key if isinstance(key, int) else None,
-                                  key_unknown=key is KEY_UNKNOWN))
+        plans.append(_SegmentPlan(segment, entry.position, [payload], marker_key=keys.at(segment, entry.segment_base)))
     if plans:
         last = entries[-1][0]
         plans[-1].next_offset = last.first_offset + last.record_count
