@@ -568,6 +568,15 @@ def test_deleting_a_subscription_on_the_owner(local_cluster: Cluster) -> None:
     assert bad == (400, "InvalidSubscription")
 
 
+async def _until(condition) -> None:
+    """Returns once ``condition()`` holds (checked every 10 ms); fails the test if it does
+    not within STALL_HANG_GUARD_S (a guard against a hang, never a timing assumption)."""
+    deadline = time.monotonic() + STALL_HANG_GUARD_S
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
 def _appends_wait_for_room(busy, monkeypatch) -> tuple[threading.Event, list[int], list[int]]:
     """``busy``'s appends wait (as for room under its ``pending_bytes_max``) until the event
     returned is set; also how many are waiting now and the most that waited at once."""
@@ -609,10 +618,7 @@ def test_appends_waiting_for_room_on_one_topic_leave_append_threads_to_the_other
     async def scenario(client):
         flooding = [asyncio.create_task(client.post(PATH, json={"messages": [{"payload": f"m{i}"}]}))
                     for i in range(produces)]
-        for _ in range(int(20 / 0.01)):
-            if inside[0] == server_module.APPEND_THREADS_PER_TOPIC:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: inside[0] == server_module.APPEND_THREADS_PER_TOPIC)
         other = await asyncio.wait_for(client.post("/topics/default/other/messages",
                                                    json={"messages": [{"payload": "o"}]}), STALL_HANG_GUARD_S)
         other_answer = (other.status, await other.json())
@@ -645,10 +651,7 @@ def test_one_topic_takes_at_most_its_share_of_the_produce_slots(local_cluster: C
     async def scenario(client):
         held = [asyncio.create_task(client.post(PATH, json={"messages": [{"payload": f"m{i}"}]}))
                 for i in range(share)]
-        for _ in range(int(20 / 0.01)):
-            if busy.topic in slots and slots[busy.topic].requests == share:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: busy.topic in slots and slots[busy.topic].requests == share)
         refused = await client.post(PATH, json={"messages": [{"payload": "late"}]})
         refused_answer = (refused.status, refused.headers.get("Retry-After"))
         other = await asyncio.wait_for(client.post("/topics/default/other/messages",
@@ -701,10 +704,7 @@ def test_a_cancelled_produce_keeps_its_append_slot_until_the_append_is_done(loca
                 pass
             held_after_cancel = slot.held
             room.set()
-            for _ in range(int(20 / 0.01)):
-                if not slot.held:
-                    break
-                await asyncio.sleep(0.01)
+            await _until(lambda: not slot.held)
             return held_after_cancel, slot.held
 
     try:
@@ -736,11 +736,7 @@ def test_a_small_produce_is_not_decoded_behind_large_bodies(local_cluster: Clust
 
     async def scenario(client):
         big = asyncio.create_task(client.post(PATH, json=large))
-        for _ in range(int(20 / 0.01)):
-            if started.is_set():
-                break
-            await asyncio.sleep(0.01)
-        assert started.is_set()
+        await _until(started.is_set)
         small = await asyncio.wait_for(client.post("/topics/default/other/messages",
                                                    json={"messages": [{"payload": "o"}]}), STALL_HANG_GUARD_S)
         small_answer = (small.status, big.done())
